@@ -1,0 +1,60 @@
+"""The `mlops` command line: one entry, command groups registered per room.
+
+Each module in `mlops/commands/` exposes `register(subparsers)` and adds its
+own sub-commands, setting `func` on its parser (argparse's `set_defaults`).
+Keeping one module per group lets the rooms grow their commands without
+editing a shared file.
+
+Errors meant for the user (bad config, missing binary, refused promotion)
+are any exception whose class carries an integer `exit_code` attribute: the
+CLI prints `error: <message>` and exits with that code, never a traceback.
+"""
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Sequence
+
+import mlops.commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser with every command group found in `mlops.commands`."""
+    parser = argparse.ArgumentParser(
+        prog="mlops",
+        description="GitOps MLOps pipeline with model promotion and canary serving.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(mlops.commands.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"mlops.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        result = func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # user-facing errors carry an exit code
+        code = getattr(type(exc), "exit_code", None)
+        if isinstance(code, int):
+            print(f"error: {exc}", file=sys.stderr)
+            return code
+        raise
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
