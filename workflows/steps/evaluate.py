@@ -1,0 +1,49 @@
+"""`evaluate`: COCO mAP@0.5 and mAP@[.5:.95] of the trained model on the val set.
+
+Writes `metrics.json` beside the model, records the metrics into the
+model's `model.yaml`, and outputs `map50` and `map` as parameters.
+"""
+
+import json
+import pathlib
+from typing import Any, Sequence
+
+import yaml
+
+from workflows.config import load_config
+from workflows.evaluation import evaluate_detections
+from workflows.steps.common import base_parser, run_main
+
+
+def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
+    """Evaluate `out/<which>`'s detections; returns output parameters."""
+    loaded = load_config(repo)
+    output_dir = pathlib.Path(out).resolve() / which
+    annotations = loaded.repo_dir / loaded.config.evaluation.annotations
+    predictions = output_dir / loaded.config.evaluation.predictions
+    metrics = evaluate_detections(annotations, predictions)
+    metrics_path = output_dir / "metrics.json"
+    metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
+    record_path = output_dir / "model" / "model.yaml"
+    if record_path.is_file():
+        record = yaml.safe_load(record_path.read_text()) or {}
+        record["metrics"] = {k: round(float(metrics[k]), 6) for k in ("map50", "map", "map75")}
+        tmp = record_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(record, sort_keys=False))
+        tmp.replace(record_path)
+    return {
+        "map50": f"{metrics['map50']:.6f}",
+        "map": f"{metrics['map']:.6f}",
+        "metrics_file": str(metrics_path),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Container / CLI entry."""
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--which", default="full", choices=["full", "smoke"])
+    return run_main(lambda a: run(a.repo, a.out, a.which), parser, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""`gate`: pass or fail the candidate against `gate.min` and the production model.
+
+The verdict is an output parameter (`passed`), not the exit code: a failed
+gate is a judgement, not a crash, so Argo must not retry it and the exit
+handler still records it. `--exit-code` makes a failed gate exit 3 for
+scripts that want that.
+"""
+
+import json
+import pathlib
+from typing import Any, Sequence
+
+import yaml
+
+from promotion.gate import evaluate_gate
+from workflows.config import load_config
+from workflows.errors import ConfigError
+from workflows.steps.common import base_parser, run_main
+
+
+class GateFailed(Exception):
+    """The candidate did not pass (only raised with --exit-code)."""
+
+    exit_code = 3
+
+
+def _read_metrics(path: pathlib.Path, what: str) -> dict[str, float]:
+    if not path.is_file():
+        raise ConfigError(f"{what} {path}: not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        data = data["metrics"]  # a model.yaml record
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path}: expected a mapping of metric -> value")
+    try:
+        return {k: float(v) for k, v in data.items() if isinstance(v, (int, float, str))
+                and k in ("map", "map50", "map75")}
+    except ValueError as exc:
+        raise ConfigError(f"{what} {path}: {exc}") from exc
+
+
+def run(repo: str, out: str, production: str | None = None, which: str = "full") -> dict[str, Any]:
+    """Judge `out/<which>/metrics.json`; returns output parameters."""
+    loaded = load_config(repo)
+    output_dir = pathlib.Path(out).resolve() / which
+    metrics = _read_metrics(output_dir / "metrics.json", "candidate metrics")
+    prod = _read_metrics(pathlib.Path(production), "production metrics") if production else None
+    result = evaluate_gate(loaded.config.gate, metrics, prod)
+    (output_dir / "gate.json").write_text(json.dumps(result.model_dump(), indent=2) + "\n")
+    print(result.reason, flush=True)
+    return {**result.as_outputs(), "value": f"{result.value:.6f}"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Container / CLI entry."""
+    parser = base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--production", help="production model's model.yaml or metrics JSON")
+    parser.add_argument("--which", default="full", choices=["full", "smoke"])
+    parser.add_argument("--exit-code", action="store_true", help="exit 3 when the gate fails")
+
+    def go(a: Any) -> dict[str, Any]:
+        params = run(a.repo, a.out, a.production, a.which)
+        if a.exit_code and params["passed"] != "true":
+            from workflows.steps.common import write_outputs, outputs_dir
+            write_outputs(outputs_dir(a), params)
+            raise GateFailed(params["reason"])
+        return params
+
+    return run_main(go, parser, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
