@@ -1,0 +1,397 @@
+"""Serving manifests: pure builders for one model's Kubernetes and Istio documents.
+
+Every function here returns a plain ``dict`` (ready for ``yaml.safe_dump``) and
+does no I/O, so the promotion controller, the GitOps layout and the local
+platform all render the *same* desired state, and tests pin it as golden YAML.
+
+The documents of one model ``<model>``:
+
+* ``deployment(model, version, ...)`` -- one ``apps/v1`` Deployment per live
+  version, named ``<model>-<version>``, labelled ``app=<model>`` and
+  ``version=<version>``. It carries two annotations that other rooms read:
+
+  - ``mlops.paddle.org/model-uri``: where the model directory lives. In a
+    cluster this is informative (the pod reads the model from the volume, see
+    below); the *local platform* reads it (a ``file:///abs/dir`` URI) to start
+    ``mlops serve`` on that directory.
+  - ``mlops.paddle.org/weights-sha256``: the digest of the evaluated weights;
+    approval refuses a merge whose Deployment carries another digest.
+
+* ``service(model)`` -- one Service ``<model>`` selecting ``app=<model>``
+  (every version), port named ``http``.
+* ``destination_rule(model, stable_version, canary_version)`` -- subsets
+  ``stable`` and (optionally) ``canary``, selecting on the ``version`` label.
+* ``virtual_service(model, stable_weight, canary_weight)`` -- one HTTP route
+  to the two subsets; weights are non-negative integers summing to 100.
+  With ``canary=False`` the route has the stable subset alone at 100, which
+  is what a DestinationRule without a canary subset needs (Istio answers 503
+  for a route to an undefined subset).
+
+How the model reaches the pod (a choice, and why): the model directory is
+mounted **read-only from a PersistentVolumeClaim** (``mlops-models`` by
+default) at ``/models``, and the server is started on
+``/models/<model>/<version>``. The training workflow exports into the same
+volume, so serving needs no downloader image, no object-store credentials in
+the serving namespace, and no writable volume. The rejected alternative, an
+initContainer pulling ``model_uri`` into an ``emptyDir``, would need a
+credentialed fetch image per pod start and doubles start-up time for large
+weights. The model server checks the weights itself and exposes their
+sha256 in ``model_info``; the annotation says which digest was approved.
+
+The root filesystem is read-only; Paddle and Python need a scratch
+directory, so ``/tmp`` is an ``emptyDir`` and ``HOME`` points at it.
+
+Apis are ``apps/v1``, ``v1`` and ``networking.istio.io/v1`` (Istio >= 1.22).
+Bad input raises :class:`ManifestError` (``exit_code`` 2) naming the value.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+__all__ = [
+    "ANNOTATION_MODEL_URI",
+    "ANNOTATION_WEIGHTS_SHA256",
+    "DEFAULT_MODELS_CLAIM",
+    "DEFAULT_RESOURCES",
+    "ISTIO_API",
+    "ManifestError",
+    "deployment",
+    "deployment_name",
+    "destination_rule",
+    "model_dir",
+    "service",
+    "virtual_service",
+]
+
+ANNOTATION_MODEL_URI = "mlops.paddle.org/model-uri"
+ANNOTATION_WEIGHTS_SHA256 = "mlops.paddle.org/weights-sha256"
+ISTIO_API = "networking.istio.io/v1"
+DEFAULT_MODELS_CLAIM = "mlops-models"
+MODELS_MOUNT = "/models"
+
+#: Requests sized for one CPU predictor with a warm pool; limits leave room for
+#: a burst. Quantities are strings, as the API server writes them.
+DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "1", "memory": "1Gi"},
+    "limits": {"cpu": "2", "memory": "2Gi"},
+}
+
+# Names end up in DNS (Service, host of the DestinationRule): RFC 1035 label.
+_MODEL_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Versions are label values and part of the Deployment name: lower case only.
+_VERSION_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_RUN_AS = 1000
+
+
+class ManifestError(ValueError):
+    """A value cannot become a valid manifest; the message names the value."""
+
+    exit_code = 2
+
+
+def _check_model(model: str) -> None:
+    if not isinstance(model, str) or len(model) > 63 or not _MODEL_RE.match(model):
+        raise ManifestError(
+            f"model name {model!r} is not a DNS label "
+            "(lower-case letters, digits and '-', starting with a letter, at most 63 characters)"
+        )
+
+
+def _check_version(version: str) -> None:
+    if not isinstance(version, str) or len(version) > 63 or not _VERSION_RE.match(version):
+        raise ManifestError(
+            f"model version {version!r} is not a valid label value in lower case "
+            "(letters, digits, '-', '.', at most 63 characters)"
+        )
+
+
+def _check_port(port: int) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ManifestError(f"port {port!r} must be an integer between 1 and 65535")
+
+
+def _metadata(name: str, labels: dict[str, str], namespace: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = labels
+    return meta
+
+
+def deployment_name(model: str, version: str) -> str:
+    """Name of the Deployment serving ``version`` of ``model``."""
+    return f"{model}-{version}"
+
+
+def model_dir(model: str, version: str) -> str:
+    """Directory the server is started on inside the pod."""
+    return f"{MODELS_MOUNT}/{model}/{version}"
+
+
+def _resources(resources: dict[str, Any] | None) -> dict[str, Any]:
+    if resources is None:
+        return copy.deepcopy(DEFAULT_RESOURCES)
+    if not isinstance(resources, dict) or not set(resources) <= {"requests", "limits"}:
+        raise ManifestError(
+            f"resources {resources!r} must be a mapping with 'requests' and/or 'limits'"
+        )
+    out: dict[str, Any] = {}
+    for key in ("requests", "limits"):
+        if key in resources:
+            values = resources[key]
+            if not isinstance(values, dict):
+                raise ManifestError(f"resources.{key} {values!r} must be a mapping")
+            # Quantities as strings: `cpu: 1` and `cpu: "1"` mean the same to the
+            # API server, but only strings survive every schema and round trip.
+            out[key] = {str(k): str(v) for k, v in values.items()}
+    return out
+
+
+def deployment(
+    model: str,
+    version: str,
+    *,
+    image: str,
+    model_uri: str,
+    weights_sha256: str,
+    replicas: int = 1,
+    port: int = 8080,
+    resources: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    models_claim: str = DEFAULT_MODELS_CLAIM,
+) -> dict[str, Any]:
+    """Deployment ``<model>-<version>`` running ``mlops serve`` on the mounted model.
+
+    ``model_uri`` and ``weights_sha256`` are recorded as annotations (see the
+    module docstring for who reads them). ``models_claim`` names the PVC that
+    holds ``<model>/<version>/`` directories.
+    """
+    _check_model(model)
+    _check_version(version)
+    _check_port(port)
+    if not isinstance(image, str) or not image.strip():
+        raise ManifestError(f"image {image!r} must be a non-empty image reference")
+    if not isinstance(model_uri, str) or not model_uri.strip():
+        raise ManifestError(f"model_uri {model_uri!r} must be a non-empty URI")
+    if not isinstance(weights_sha256, str) or not _SHA256_RE.match(weights_sha256):
+        raise ManifestError(
+            f"weights_sha256 {weights_sha256!r} must be 64 lower-case hex digits"
+        )
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ManifestError(f"replicas {replicas!r} must be a non-negative integer")
+
+    labels = {"app": model, "version": version}
+    meta = _metadata(deployment_name(model, version), dict(labels), namespace)
+    meta["annotations"] = {
+        ANNOTATION_MODEL_URI: model_uri,
+        ANNOTATION_WEIGHTS_SHA256: weights_sha256,
+    }
+    probe_action = {"port": "http", "scheme": "HTTP"}
+    container = {
+        "name": "server",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["mlops"],
+        "args": [
+            "serve",
+            model_dir(model, version),
+            "--port",
+            str(port),
+            "--host",
+            "0.0.0.0",
+            "--model-name",
+            model,
+            "--model-version",
+            version,
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        # Ready only after load + warm-up; the start-up probe allows two
+        # minutes for large weights before liveness takes over.
+        "startupProbe": {
+            "httpGet": {"path": "/v2/health/ready", **probe_action},
+            "periodSeconds": 2,
+            "failureThreshold": 60,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v2/health/ready", **probe_action},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/v2/health/live", **probe_action},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        },
+        "resources": _resources(resources),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": _RUN_AS,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    template_annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+        ANNOTATION_WEIGHTS_SHA256: weights_sha256,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": dict(labels)},
+            # Never below the wanted capacity during a rollout of this version.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+            },
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": template_annotations},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": _RUN_AS,
+                        "runAsGroup": _RUN_AS,
+                        "fsGroup": _RUN_AS,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    # The server drains in-flight requests on SIGTERM.
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "models",
+                            "persistentVolumeClaim": {"claimName": models_claim, "readOnly": True},
+                        },
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def service(model: str, port: int = 8080, namespace: str | None = None) -> dict[str, Any]:
+    """Service ``<model>`` in front of every version's pods (port ``http``)."""
+    _check_model(model)
+    _check_port(port)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(model, {"app": model}, namespace),
+        "spec": {
+            "selector": {"app": model},
+            "ports": [
+                {
+                    "name": "http",
+                    "port": port,
+                    "targetPort": "http",
+                    "protocol": "TCP",
+                    "appProtocol": "http",
+                }
+            ],
+        },
+    }
+
+
+def _host(model: str, namespace: str | None) -> str:
+    return model if namespace is None else f"{model}.{namespace}.svc.cluster.local"
+
+
+def destination_rule(
+    model: str,
+    stable_version: str,
+    canary_version: str | None = None,
+    *,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """DestinationRule ``<model>`` with subsets ``stable`` and, if given, ``canary``."""
+    _check_model(model)
+    _check_version(stable_version)
+    subsets = [{"name": "stable", "labels": {"version": stable_version}}]
+    if canary_version is not None:
+        _check_version(canary_version)
+        if canary_version == stable_version:
+            raise ManifestError(
+                f"canary version {canary_version!r} is the stable version; "
+                "a canary must be a different version"
+            )
+        subsets.append({"name": "canary", "labels": {"version": canary_version}})
+    return {
+        "apiVersion": ISTIO_API,
+        "kind": "DestinationRule",
+        "metadata": _metadata(model, {"app": model}, namespace),
+        "spec": {"host": _host(model, namespace), "subsets": subsets},
+    }
+
+
+def _check_weights(stable_weight: int, canary_weight: int) -> None:
+    for name, value in (("stable_weight", stable_weight), ("canary_weight", canary_weight)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ManifestError(
+                f"route weights must be non-negative integers summing to 100, "
+                f"got {name}={value!r} (stable={stable_weight!r}, canary={canary_weight!r})"
+            )
+    if stable_weight + canary_weight != 100:
+        raise ManifestError(
+            f"route weights must sum to 100, got stable={stable_weight} + "
+            f"canary={canary_weight} = {stable_weight + canary_weight}"
+        )
+
+
+def virtual_service(
+    model: str,
+    stable_weight: int,
+    canary_weight: int,
+    *,
+    canary: bool = True,
+    gateways: list[str] | None = None,
+    hosts: list[str] | None = None,
+    port: int = 8080,
+    namespace: str | None = None,
+) -> dict[str, Any]:
+    """VirtualService ``<model>`` splitting traffic between subsets ``stable`` and ``canary``.
+
+    ``canary=False`` routes to ``stable`` alone and requires weights 100/0.
+    ``hosts`` default to the Service's host; ``gateways`` default to the mesh.
+    """
+    _check_model(model)
+    _check_port(port)
+    _check_weights(stable_weight, canary_weight)
+    if not canary and canary_weight != 0:
+        raise ManifestError(
+            f"canary_weight={canary_weight} but there is no canary subset; "
+            "pass canary=True or weights 100/0"
+        )
+    host = _host(model, namespace)
+
+    def destination(subset: str) -> dict[str, Any]:
+        return {"host": host, "subset": subset, "port": {"number": port}}
+
+    route = [{"destination": destination("stable"), "weight": stable_weight}]
+    if canary:
+        route.append({"destination": destination("canary"), "weight": canary_weight})
+    spec: dict[str, Any] = {"hosts": list(hosts) if hosts else [host]}
+    if gateways:
+        spec["gateways"] = list(gateways)
+    spec["http"] = [{"name": "primary", "route": route}]
+    return {
+        "apiVersion": ISTIO_API,
+        "kind": "VirtualService",
+        "metadata": _metadata(model, {"app": model}, namespace),
+        "spec": spec,
+    }

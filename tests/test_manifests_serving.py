@@ -1,0 +1,164 @@
+"""Serving manifest builders: schema-valid, pinned as golden YAML, bad input refused.
+
+Pure tests, no server: the builders do no I/O (see serving/manifests.py).
+"""
+
+import pathlib
+
+import pytest
+import yaml
+
+from serving import manifests
+from serving.manifests import ManifestError
+from tests.manifest_validation import assert_golden, validate_manifest
+
+GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "serving"
+SHA = "ab" * 32
+
+
+def _dump(doc):
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def _deployment(**kw):
+    args = dict(
+        image="registry.local/shapes-detector:3f2a",
+        model_uri="file:///var/lib/mlops/models/shapes-detector/v2",
+        weights_sha256=SHA,
+    )
+    args.update(kw)
+    return manifests.deployment("shapes-detector", "v2", **args)
+
+
+CASES = {
+    "deployment.yaml": lambda: _deployment(),
+    "deployment-namespaced.yaml": lambda: _deployment(
+        replicas=3,
+        namespace="models",
+        resources={"requests": {"cpu": 2, "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+    ),
+    "service.yaml": lambda: manifests.service("shapes-detector"),
+    "destinationrule.yaml": lambda: manifests.destination_rule("shapes-detector", "v1", "v2"),
+    "destinationrule-stable-only.yaml": lambda: manifests.destination_rule("shapes-detector", "v1"),
+    "virtualservice.yaml": lambda: manifests.virtual_service("shapes-detector", 90, 10),
+    "virtualservice-stable-only.yaml": lambda: manifests.virtual_service(
+        "shapes-detector", 100, 0, canary=False
+    ),
+    "virtualservice-gateway.yaml": lambda: manifests.virtual_service(
+        "shapes-detector",
+        75,
+        25,
+        gateways=["istio-system/public"],
+        hosts=["detect.example.com"],
+        namespace="models",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_manifest_is_valid_and_matches_golden(name):
+    doc = CASES[name]()
+    validate_manifest(doc)
+    assert_golden(GOLDEN / name, _dump(doc))
+
+
+def test_deployment_contract_other_rooms_rely_on():
+    doc = _deployment()
+    meta = doc["metadata"]
+    assert meta["name"] == "shapes-detector-v2"
+    assert meta["labels"] == {"app": "shapes-detector", "version": "v2"}
+    assert meta["annotations"][manifests.ANNOTATION_MODEL_URI].startswith("file:///")
+    assert meta["annotations"][manifests.ANNOTATION_WEIGHTS_SHA256] == SHA
+    pod = doc["spec"]["template"]
+    assert pod["metadata"]["labels"] == doc["spec"]["selector"]["matchLabels"]
+    assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] + container["args"] == [
+        "mlops", "serve", "/models/shapes-detector/v2", "--port", "8080", "--host", "0.0.0.0",
+        "--model-name", "shapes-detector", "--model-version", "v2",
+    ]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    models = [m for m in container["volumeMounts"] if m["name"] == "models"]
+    assert models == [{"name": "models", "mountPath": "/models", "readOnly": True}]
+
+
+def test_builders_do_not_share_mutable_defaults():
+    first = _deployment()
+    first["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "99"
+    assert _deployment()["spec"]["template"]["spec"]["containers"][0]["resources"] == (
+        manifests.DEFAULT_RESOURCES
+    )
+
+
+@pytest.mark.parametrize(
+    "stable, canary, words",
+    [
+        (90, 20, "stable=90 + canary=20 = 110"),
+        (50, 40, "= 90"),
+        (110, -10, "canary_weight=-10"),
+        (100.0, 0, "stable_weight=100.0"),
+        (True, 99, "stable_weight=True"),
+        ("90", "10", "stable_weight='90'"),
+    ],
+)
+def test_virtual_service_refuses_bad_weights(stable, canary, words):
+    with pytest.raises(ManifestError) as info:
+        manifests.virtual_service("shapes-detector", stable, canary)
+    assert words in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_virtual_service_without_canary_subset_needs_zero_canary_weight():
+    with pytest.raises(ManifestError, match="no canary subset"):
+        manifests.virtual_service("m", 90, 10, canary=False)
+
+
+@pytest.mark.parametrize("weights", [(100, 0), (0, 100), (1, 99), (50, 50)])
+def test_virtual_service_weights_edge_values_are_valid(weights):
+    doc = manifests.virtual_service("m", *weights)
+    validate_manifest(doc)
+    assert [r["weight"] for r in doc["spec"]["http"][0]["route"]] == list(weights)
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: manifests.service("Shapes"), "model name 'Shapes'"),
+        (lambda: manifests.service("m", port=0), "port 0"),
+        (lambda: manifests.destination_rule("m", "v1", "v1"), "canary version 'v1' is the stable"),
+        (lambda: manifests.destination_rule("m", "V1"), "model version 'V1'"),
+        (lambda: _deployment(weights_sha256="abc"), "weights_sha256 'abc'"),
+        (lambda: _deployment(image=""), "image ''"),
+        (lambda: _deployment(replicas=-1), "replicas -1"),
+        (lambda: _deployment(resources={"cpu": "1"}), "resources {'cpu': '1'}"),
+    ],
+)
+def test_bad_input_is_named(call, words):
+    with pytest.raises(ManifestError) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_validator_catches_a_broken_manifest():
+    """The helper must fail on real mistakes, or the tests above prove nothing."""
+    doc = _deployment()
+    doc["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {}
+    with pytest.raises(AssertionError, match="readinessprobe"):
+        validate_manifest(doc)
+    vs = manifests.virtual_service("m", 90, 10)
+    vs["spec"]["http"][0]["route"][0]["weight"] = "90"
+    with pytest.raises(AssertionError, match="weight"):
+        validate_manifest(vs)
+    dr = manifests.destination_rule("m", "v1")
+    dr["spec"]["subset"] = dr["spec"].pop("subsets")
+    with pytest.raises(AssertionError, match="subset"):
+        validate_manifest(dr)
