@@ -1,4 +1,8 @@
-"""Shared fixtures, one plugin module per room (each owned by that room's tests)."""
+"""Shared fixtures, one plugin module per room under tests/fixtures/.
+
+Every module there is loaded; each room owns its own module, so rooms add
+fixtures without editing a shared file.
+"""
 
 import pathlib
 import sys
@@ -7,7 +11,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-pytest_plugins = [
-    "tests.fixtures.common",
-    "tests.fixtures.training",
-]
+pytest_plugins = sorted(
+    f"tests.fixtures.{p.stem}"
+    for p in (ROOT / "tests" / "fixtures").glob("*.py")
+    if p.stem != "__init__"
+)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: Debian's prometheus and haproxy (real services the
+# local platform and the tests run), git and kubectl checks, and this project
+# with its pinned Python dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v prometheus >/dev/null || missing+=(prometheus)
+command -v promtool >/dev/null || missing+=(prometheus)
+command -v haproxy >/dev/null || missing+=(haproxy)
+command -v git >/dev/null || missing+=(git)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
+fi
+# Debian starts the packaged services; we run our own on loopback ports.
+for svc in prometheus haproxy prometheus-node-exporter; do
+    (command -v systemctl >/dev/null && systemctl stop "$svc" 2>/dev/null) || true
+    (command -v service >/dev/null && service "$svc" stop >/dev/null 2>&1) || true
+done
+
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+echo "setup: done ($(prometheus --version 2>&1 | head -1 | cut -d' ' -f1-3); $(haproxy -v | head -1 | cut -d' ' -f1-3); paddle $(python3 -c 'import paddle; print(paddle.__version__)' 2>/dev/null))"
