@@ -1,0 +1,426 @@
+"""Train, checkpoint, export: the shapes detector's one entrypoint (the pipeline's contract).
+
+    python train.py --output-dir OUT --checkpoint-dir CKPT [--data-dir data] [--epochs N]
+        [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
+    python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
+
+Environment (all optional): MLOPS_TRAINING_COMMIT, MLOPS_WORKFLOW_ID (lineage,
+copied into model.yaml); MLOPS_METRICS_PORT (rank r serves Prometheus
+``/metrics`` on port + r while it runs; 0 or unset: no server).
+
+Why a ``/metrics`` endpoint and not a Pushgateway: it needs no extra service,
+and in a cluster Prometheus already discovers and scrapes pods; a Pushgateway
+would also keep a finished job's last values forever.
+
+Design notes:
+
+* ``--batch-size`` is the *global* batch; each of the W ranks takes every W-th
+  image of it. Same flags, same optimisation, whatever the number of workers.
+* The sample order and the flips are pure functions of (seed, epoch, step),
+  so resuming needs no RNG state: a checkpoint holds model + optimizer + step,
+  and a run killed at any point and restarted continues the same curve.
+* Checkpoints go to ``CKPT/ckpt-<step>.pdckpt``, written to a temporary name
+  and renamed (atomic), every ``--checkpoint-every`` steps and at every epoch
+  end; the newest two are kept.
+* Gradients are all-reduced by ``paddle.DataParallel`` (gloo on CPU).
+  BatchNorm running statistics are not, so they are averaged across ranks
+  before each checkpoint and at the end; every rank then writes the sha256 of
+  its weights to ``OUT/rank-<r>.sha256`` (they must be equal).
+* Rank 0 exports with ``paddle.jit.save`` to ``OUT/model/inference.{json,pdiparams}``,
+  writes ``infer_cfg.yml`` and ``model.yaml``, then runs the *exported* model
+  with ``paddle.inference`` + ``postprocess.decode`` over the val set into
+  ``OUT/bbox.json`` (COCO detections).
+"""
+
+import argparse
+import os
+import sys
+
+# One thread per rank: Paddle 3 on CPU trains about 2x slower with two threads per process
+# than with one when two processes share two cores. Must happen before paddle/numpy import.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import shapes_data  # noqa: E402
+from postprocess import decode, preprocess  # noqa: E402
+
+MODEL_NAME = "shapes-detector"
+MEAN = [0.5, 0.5, 0.5]
+STD = [0.25, 0.25, 0.25]
+DECODE = {"stride": 4, "top_k": 40, "score_threshold": 0.02, "nms_kernel": 3}
+
+
+class TrainError(Exception):
+    """Bad input or an unusable directory; printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Train the synthetic-shapes CenterNet detector.")
+    p.add_argument("--output-dir", required=True, help="export + bbox.json go here")
+    p.add_argument("--checkpoint-dir", required=True, help="checkpoints; resumed from")
+    p.add_argument("--data-dir", default="data", help="dataset (generated if missing)")
+    p.add_argument("--epochs", type=int, default=14)
+    p.add_argument("--batch-size", type=int, default=32, help="global batch, split over ranks")
+    p.add_argument("--lr", type=float, default=4e-3, help="peak AdamW learning rate")
+    p.add_argument("--max-steps", type=int, default=0, help="cap on total steps (0 = none)")
+    p.add_argument("--subset", type=int, default=0, help="use only the first N train images")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "log_every", "checkpoint_every"):
+        if getattr(args, name) < 1:
+            raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("max_steps", "subset"):
+        if getattr(args, name) < 0:
+            raise TrainError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if not args.lr > 0:
+        raise TrainError(f"--lr must be > 0, got {args.lr}")
+    return args
+
+
+def lr_at(step, total, peak, warmup=50):
+    """Linear warm-up, then cosine decay to 2 % of the peak at ``total``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.02 + 0.98 * 0.5 * (1 + np.cos(np.pi * t)))
+
+
+def batch_indices(step, steps_per_epoch, n, global_batch, seed, rank, world):
+    """This rank's image indices and flip flags for a global step (pure function)."""
+    epoch, k = divmod(step, steps_per_epoch)
+    perm = np.random.default_rng([seed, epoch]).permutation(n)
+    chosen = perm[k * global_batch:(k + 1) * global_batch]
+    flips = np.random.default_rng([seed, epoch, k, 7]).random(global_batch) < 0.5
+    return chosen[rank::world], flips[rank::world]
+
+
+def boxes_by_image(coco, entries):
+    """[category_id, x, y, w, h] arrays, one per image in ``entries`` order."""
+    by_id = {e["id"]: [] for e in entries}
+    for a in coco["annotations"]:
+        if a["image_id"] in by_id:
+            by_id[a["image_id"]].append([a["category_id"], *a["bbox"]])
+    return [np.asarray(by_id[e["id"]], np.float32).reshape(-1, 5) for e in entries]
+
+
+def make_batch(images, boxes, idx, flips, cfg):
+    """Normalised NCHW batch + per-image boxes, horizontally flipped where ``flips``."""
+    batch = images[idx].copy()
+    out_boxes = []
+    width = images.shape[2]
+    for j, i in enumerate(idx):
+        b = boxes[i].copy()
+        if flips[j]:
+            batch[j] = batch[j, :, ::-1]
+            b[:, 1] = width - b[:, 1] - b[:, 3]
+        out_boxes.append(b)
+    return preprocess(batch, cfg), out_boxes
+
+
+class Metrics:
+    """Prometheus gauges/counter served on ``/metrics`` (no-op when port is 0/unset)."""
+
+    def __init__(self, port, rank):
+        self.enabled = bool(port)
+        if not self.enabled:
+            return
+        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+        reg = CollectorRegistry()
+        labels = {"rank": str(rank)}
+        self.loss = Gauge("training_loss", "Training loss of the last logged step",
+                          ["rank"], registry=reg).labels(**labels)
+        self.speed = Gauge("training_images_per_second", "Images/s of this rank",
+                           ["rank"], registry=reg).labels(**labels)
+        self.step = Gauge("training_step", "Global optimisation step reached (resumes included)",
+                          ["rank"], registry=reg).labels(**labels)
+        self.epoch = Gauge("training_epoch", "Current epoch", ["rank"], registry=reg).labels(**labels)
+        self.steps = Counter("training_steps", "Steps run by this process",
+                             ["rank"], registry=reg).labels(**labels)
+        try:
+            self.server, self.thread = start_http_server(port + rank, registry=reg)
+        except OSError as exc:
+            raise TrainError(f"cannot serve metrics on port {port + rank}: {exc.strerror}") from None
+
+    def update(self, step, epoch, loss=None, speed=None):
+        if not self.enabled:
+            return
+        self.steps.inc()
+        self.step.set(step)
+        self.epoch.set(epoch)
+        if loss is not None:
+            self.loss.set(loss)
+        if speed is not None:
+            self.speed.set(speed)
+
+    def close(self):
+        if self.enabled:
+            self.server.shutdown()
+
+
+def weights_digest(state):
+    """sha256 over the named parameters and buffers, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(state[name].numpy()).tobytes())
+    return h.hexdigest()
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def latest_checkpoint(ckpt_dir):
+    found = sorted(ckpt_dir.glob("ckpt-*.pdckpt"))
+    return found[-1] if found else None
+
+
+def infer_cfg(output_names, categories):
+    """The serving-side description of the export (written as infer_cfg.yml)."""
+    meanings = {
+        "heatmap": "per-class centre probability, sigmoid applied, [N, C, H/4, W/4]",
+        "size": "box width, height in output-grid cells (x stride = pixels), [N, 2, H/4, W/4]",
+        "offset": "sub-cell centre offset dx, dy in cells, [N, 2, H/4, W/4]",
+    }
+    return {
+        "model": MODEL_NAME,
+        "architecture": "CenterNet-style, anchor-free, stride 4",
+        "input": {"name": "image", "shape": [-1, 3, 128, 128], "dtype": "float32",
+                  "size": [128, 128], "layout": "NCHW", "channel_order": "RGB",
+                  "scale": "1/255", "mean": MEAN, "std": STD,
+                  "formula": "(pixel / 255 - mean) / std"},
+        "outputs": [{"name": role, "tensor": tensor, "meaning": meanings[role],
+                     "shape": [-1, len(categories) if role == "heatmap" else 2, 32, 32]}
+                    for role, tensor in zip(("heatmap", "size", "offset"), output_names)],
+        "labels": [{"index": i, "id": c["id"], "name": c["name"]}
+                   for i, c in enumerate(categories)],
+        "decode": dict(DECODE, postprocess="postprocess.decode (numpy): 3x3 max-pool peaks, "
+                       "top_k, score > score_threshold; bbox = [(x+dx-w/2)*stride, "
+                       "(y+dy-h/2)*stride, w*stride, h*stride]"),
+    }
+
+
+def run_exported(model_dir, images, cfg_without_names, batch=50):
+    """Predict with the exported files through paddle.inference; returns (names, outputs list)."""
+    from paddle import inference
+    config = inference.Config(str(model_dir / "inference.json"),
+                              str(model_dir / "inference.pdiparams"))
+    config.disable_gpu()
+    config.set_cpu_math_library_num_threads(1)
+    config.disable_glog_info()
+    predictor = inference.create_predictor(config)
+    in_handle = predictor.get_input_handle(predictor.get_input_names()[0])
+    names = predictor.get_output_names()
+    collected = {n: [] for n in names}
+    for start in range(0, len(images), batch):
+        x = preprocess(images[start:start + batch], cfg_without_names)
+        in_handle.reshape(list(x.shape))
+        in_handle.copy_from_cpu(x)
+        predictor.run()
+        for n in names:
+            collected[n].append(predictor.get_output_handle(n).copy_to_cpu())
+    return names, {n: np.concatenate(v) for n, v in collected.items()}
+
+
+def atomic_text(path, text):
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def train(args):
+    import paddle
+    import paddle.distributed as dist
+
+    from model import STRIDE, ShapesNet, build_targets, count_parameters, detection_loss
+
+    world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    paddle.set_device("cpu")
+    if world > 1:
+        dist.init_parallel_env()
+        rank, world = dist.get_rank(), dist.get_world_size()
+    if args.batch_size % world:
+        raise TrainError(f"--batch-size {args.batch_size} is not divisible by {world} ranks")
+
+    out_dir = pathlib.Path(args.output_dir)
+    ckpt_dir = pathlib.Path(args.checkpoint_dir)
+    for d, flag in ((out_dir, "--output-dir"), (ckpt_dir, "--checkpoint-dir")):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrainError(f"cannot create {flag} {d}: {exc.strerror}") from None
+
+    metrics = Metrics(int(os.environ.get("MLOPS_METRICS_PORT", "0") or 0), rank)
+    try:
+        digest = shapes_data.ensure_dataset(args.data_dir)
+        images, coco, entries = shapes_data.load_split(args.data_dir, "train",
+                                                       args.subset or None)
+        boxes = boxes_by_image(coco, entries)
+        categories = coco["categories"]
+        cfg = infer_cfg(["?"] * 3, categories)
+
+        paddle.seed(args.seed)
+        net = ShapesNet(num_classes=len(categories))
+        model = paddle.DataParallel(net) if world > 1 else net
+        opt = paddle.optimizer.AdamW(learning_rate=args.lr, parameters=model.parameters(),
+                                     weight_decay=1e-4)
+        n = len(images)
+        spe = n // args.batch_size
+        if spe < 1:
+            raise TrainError(f"{n} training images cannot fill one batch of {args.batch_size}")
+        total = args.epochs * spe
+        if args.max_steps:
+            total = min(total, args.max_steps)
+
+        step = 0
+        latest = latest_checkpoint(ckpt_dir)
+        if latest is not None:
+            state = paddle.load(str(latest))
+            net.set_state_dict(state["model"])
+            opt.set_state_dict(state["optimizer"])
+            step = int(state["meta"]["step"])
+            print(f"resumed from {latest.name} at step={step} "
+                  f"(loss={state['meta'].get('loss', float('nan')):.4f})", flush=True)
+        if rank == 0:
+            print(f"config: world={world} images={n} steps_per_epoch={spe} total_steps={total} "
+                  f"global_batch={args.batch_size} params={count_parameters(net)} "
+                  f"dataset={digest}", flush=True)
+
+        def sync_buffers():
+            if world == 1:
+                return
+            for name, buf in net.named_buffers():
+                if buf.dtype in (paddle.float32, paddle.float64):
+                    dist.all_reduce(buf)
+                    buf.set_value(buf / world)
+
+        def save_checkpoint(step, loss):
+            sync_buffers()
+            if rank != 0:
+                return
+            path = ckpt_dir / f"ckpt-{step:08d}.pdckpt"
+            tmp = ckpt_dir / f".ckpt-{step:08d}.tmp"
+            meta = {"step": step, "epoch": step // spe, "loss": float(loss), "seed": args.seed,
+                    "world": world, "global_batch": args.batch_size}
+            paddle.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
+                         "meta": meta}, str(tmp))
+            os.replace(tmp, path)
+            for old in sorted(ckpt_dir.glob("ckpt-*.pdckpt"))[:-2]:
+                old.unlink(missing_ok=True)
+
+        model.train()
+        out_size = images.shape[1] // STRIDE
+        window_start, window_images, loss_value = time.time(), 0, float("nan")
+        while step < total:
+            idx, flips = batch_indices(step, spe, n, args.batch_size, args.seed, rank, world)
+            x, bxs = make_batch(images, boxes, idx, flips, cfg)
+            targets = [paddle.to_tensor(t) for t in
+                       build_targets(bxs, len(categories), out_size)]
+            opt.set_lr(lr_at(step, total, args.lr))
+            loss, _parts = detection_loss(model(paddle.to_tensor(x)), targets)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+            step += 1
+            window_images += len(idx)
+            epoch = (step - 1) // spe
+            logged = step % args.log_every == 0 or step == total
+            speed = None
+            if logged:
+                mean_loss = loss.detach().clone()
+                if world > 1:
+                    dist.all_reduce(mean_loss)
+                    mean_loss = mean_loss / world
+                loss_value = float(mean_loss)
+                elapsed = max(time.time() - window_start, 1e-9)
+                speed = window_images / elapsed
+                if rank == 0:
+                    print(f"step={step} epoch={epoch} loss={loss_value:.4f} "
+                          f"images/s={speed * world:.1f} lr={lr_at(step - 1, total, args.lr):.5f}",
+                          flush=True)
+                window_start, window_images = time.time(), 0
+            metrics.update(step, epoch, loss_value if logged else None, speed)
+            if step % args.checkpoint_every == 0 or step % spe == 0 or step == total:
+                save_checkpoint(step, float(loss))
+
+        sync_buffers()
+        net.eval()
+        state = net.state_dict()
+        weights = weights_digest(state)
+        atomic_text(out_dir / f"rank-{rank}.sha256", weights + "\n")
+        if rank == 0:
+            export(net, args, out_dir, categories, digest, total, world)
+        print(f"done: rank={rank} step={step} weights_sha256={weights}", flush=True)
+    finally:
+        metrics.close()
+
+
+def export(net, args, out_dir, categories, digest, total, world):
+    """jit.save the net, write infer_cfg.yml + model.yaml, then bbox.json via the export."""
+    import paddle
+    from paddle.static import InputSpec
+
+    model_dir = out_dir / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    paddle.jit.save(net, str(model_dir / "inference"),
+                    input_spec=[InputSpec([None, 3, 128, 128], "float32", name="image")])
+    val_images, val_coco, val_entries = shapes_data.load_split(args.data_dir, "val")
+    names, raw = run_exported(model_dir, val_images, infer_cfg(["?"] * 3, categories))
+    cfg = infer_cfg(names, categories)
+    atomic_text(model_dir / "infer_cfg.yml", yaml.safe_dump(cfg, sort_keys=False))
+
+    weights_sha = file_sha256(model_dir / "inference.pdiparams")
+    model_yaml = {
+        "name": MODEL_NAME,
+        "version": "v-" + weights_sha[:12],
+        "weights_sha256": weights_sha,
+        "training_commit": os.environ.get("MLOPS_TRAINING_COMMIT", ""),
+        "workflow_id": os.environ.get("MLOPS_WORKFLOW_ID", ""),
+        "dataset_digest": digest,
+        "hyperparameters": {"epochs": args.epochs, "batch_size": args.batch_size,
+                            "lr": args.lr, "max_steps": args.max_steps, "subset": args.subset,
+                            "seed": args.seed, "steps": total, "workers": world},
+        "paddle_version": paddle.__version__,
+        "format": {"program": "inference.json", "params": "inference.pdiparams",
+                   "config": "infer_cfg.yml", "postprocess": "postprocess.decode"},
+    }
+    atomic_text(model_dir / "model.yaml", yaml.safe_dump(model_yaml, sort_keys=False))
+
+    detections = decode(raw, cfg)
+    bbox = [dict(image_id=entry["id"], **det)
+            for entry, dets in zip(val_entries, detections) for det in dets]
+    atomic_text(out_dir / "bbox.json", json.dumps(bbox))
+    print(f"exported {model_yaml['version']} to {model_dir}; {len(bbox)} val detections "
+          f"in {out_dir / 'bbox.json'}", flush=True)
+
+
+def main(argv=None):
+    try:
+        train(parse_args(argv))
+    except (TrainError, shapes_data.DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
