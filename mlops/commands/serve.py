@@ -1,0 +1,117 @@
+"""`mlops serve` (the model server) and `mlops load` (the open-loop load generator)."""
+
+import argparse
+import logging
+import pathlib
+import sys
+
+from mlops.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `serve` and `load` commands."""
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve a Paddle model directory over the Open Inference Protocol v2",
+        description="Serve MODEL_DIR (paddle.jit.save export + infer_cfg.yml + model.yaml) "
+        "over OIP v2 HTTP, with a Paddle Serving compatible route and /metrics.",
+    )
+    serve.add_argument("model_dir", metavar="MODEL_DIR", type=pathlib.Path)
+    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--model-name", help="default: model.yaml's name, else the directory name")
+    serve.add_argument("--model-version", help="default: model.yaml's version")
+    serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
+                       help="larger request bodies get 413 (default 8 MiB)")
+    serve.add_argument("--max-in-flight", type=int, default=16,
+                       help="inference requests admitted at once; more get 503 (default 16)")
+    serve.add_argument("--threads", type=int, default=None,
+                       help="predictor worker threads (default: one per core)")
+    serve.add_argument("--math-threads", type=int, default=1,
+                       help="CPU math threads inside each predictor (default 1)")
+    serve.add_argument("--graceful-timeout", type=float, default=30.0,
+                       help="seconds to let in-flight requests finish on SIGTERM")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=run_serve)
+
+    load = subparsers.add_parser(
+        "load",
+        help="open-loop load at a fixed request rate against a model server",
+        description="Send real images at a fixed rate (open loop: send times do not wait "
+        "for responses), then print achieved rate, status codes and latency percentiles.",
+    )
+    load.add_argument("url", metavar="URL", help="server base URL, e.g. http://127.0.0.1:8000")
+    load.add_argument("--rps", type=float, required=True, help="requests per second to offer")
+    load.add_argument("--duration", type=float, required=True, help="seconds to send for")
+    load.add_argument("--model", default=None,
+                      help="model name (default: asked from the server's metadata)")
+    load.add_argument("--images", type=pathlib.Path, default=None,
+                      help="directory of PNG/JPEG images (default: the example's data/val)")
+    load.add_argument("--concurrency-cap", type=int, default=64,
+                      help="most requests outstanding at once; beyond it a send is counted "
+                      "as dropped, not delayed (default 64)")
+    load.add_argument("--timeout", type=float, default=10.0, help="per-request timeout, seconds")
+    load.add_argument("--route", choices=["infer", "paddle-serving"], default="infer")
+    load.add_argument("--json", dest="json_out", type=pathlib.Path, default=None,
+                      help="also write the report as JSON here")
+    load.set_defaults(func=run_load_command)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Load the model directory (errors are user errors), then serve until SIGTERM."""
+    from serving.modeldir import load_model_dir
+    from serving.runtime import default_threads
+    from serving.server import ServerSettings, serve
+
+    model = load_model_dir(args.model_dir)
+    name = args.model_name or str(model.record.get("name") or model.path.resolve().name)
+    version = args.model_version or model.record.get("version")
+    if not version:
+        raise UserError(f"{model.path}/model.yaml has no version; pass --model-version")
+    for flag in ("max_body_bytes", "max_in_flight", "math_threads"):
+        if getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
+    threads = args.threads if args.threads is not None else default_threads()
+    if threads < 1:
+        raise UserError("--threads must be at least 1")
+    settings = ServerSettings(
+        model_name=name,
+        model_version=str(version),
+        host=args.host,
+        port=args.port,
+        max_body_bytes=args.max_body_bytes,
+        max_in_flight=args.max_in_flight,
+        threads=threads,
+        math_threads=args.math_threads,
+        graceful_timeout=args.graceful_timeout,
+    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return serve(model, settings, log_level=args.log_level)
+
+
+def run_load_command(args: argparse.Namespace) -> int:
+    """Run the load generator and print its report."""
+    from serving.loadgen import LoadError, default_images_dir, load_images, run_load
+
+    images_dir = args.images or default_images_dir()
+    try:
+        images = load_images(images_dir)
+    except LoadError as exc:
+        raise UserError(str(exc)) from None
+    report = run_load(
+        args.url,
+        rps=args.rps,
+        duration=args.duration,
+        images=images,
+        model=args.model,
+        concurrency_cap=args.concurrency_cap,
+        timeout=args.timeout,
+        route=args.route,
+    )
+    print(report.summary())
+    if args.json_out is not None:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(report.to_json())
+        print(f"report written to {args.json_out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,196 @@
+"""Read a model directory: the Paddle export, `infer_cfg.yml` and `model.yaml`.
+
+The directory is the artifact contract of the training step (see DESIGN.md
+§4 "Model artifact")::
+
+    inference.json | inference.pdmodel   program (PIR JSON from Paddle 3, or legacy)
+    inference.pdiparams                  weights
+    infer_cfg.yml                        input size, normalisation, labels, decoder
+    model.yaml                           name, version, weights_sha256, lineage
+
+`infer_cfg.yml` is validated once here (pydantic), so the server and the
+benchmarks only ever see a typed `InferConfig`; a bad file is an error
+naming the file and the field. Tensor shapes are read from the program
+itself (the `data`/`fetch` ops of the PIR JSON), because a Paddle 3
+predictor reports `[0]` for every shape until it has run.
+"""
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+from typing import Any, Literal
+
+import pydantic
+import yaml
+
+from serving.errors import ModelDirError
+
+PROGRAM_FILES = ("inference.json", "inference.pdmodel")
+PARAMS_FILE = "inference.pdiparams"
+
+
+class InputConfig(pydantic.BaseModel):
+    """How an encoded image becomes the model's input tensor."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+
+    name: str | None = None  # model input fed with the image; default: the first input
+    size: tuple[int, int] = (128, 128)  # height, width
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    scale: float = 1.0 / 255.0  # applied to 0..255 pixels before mean/std
+    channel_order: Literal["RGB", "BGR"] = "RGB"
+
+
+class PostprocessConfig(pydantic.BaseModel):
+    """A CenterNet-family decoder: peaks of a per-class heatmap, size and offset maps."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+
+    type: Literal["centernet"] = "centernet"
+    stride: int = 4
+    top_k: int = 100
+    score_threshold: float = 0.05
+    pool_size: int = 3  # max-pool window that stands in for NMS
+    size_unit: Literal["cells", "pixels"] = "cells"  # size head in grid cells or input pixels
+    heatmap_activation: Literal["none", "sigmoid"] = "none"  # "none": already in (0, 1)
+    outputs: dict[str, str] = {}  # role (heatmap/size/offset) -> output tensor name
+    label_offset: int = 1  # class index + offset = category id (COCO ids start at 1)
+
+
+class InferConfig(pydantic.BaseModel):
+    """The typed `infer_cfg.yml`."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+
+    input: InputConfig = InputConfig()
+    labels: list[str] = []
+    output_names: list[str] = []  # role names of the outputs, in predictor order
+    postprocess: PostprocessConfig = PostprocessConfig()
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as OIP metadata describes it."""
+
+    name: str
+    datatype: str  # OIP v2 datatype, e.g. "FP32"
+    shape: tuple[int, ...]  # -1 for a dynamic dimension
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDir:
+    """Everything the server needs from a model directory, checked."""
+
+    path: pathlib.Path
+    program_file: pathlib.Path
+    params_file: pathlib.Path
+    infer_cfg: InferConfig
+    record: dict[str, Any]  # model.yaml as written by training (free-form lineage)
+    program_inputs: dict[str, TensorSpec]  # from the program; may be empty for legacy files
+    program_outputs: list[TensorSpec]
+
+    @property
+    def weights_sha256(self) -> str:
+        """The weights digest recorded at export (computed if the record lacks it)."""
+        value = self.record.get("weights_sha256")
+        if value:
+            return str(value)
+        return sha256_file(self.params_file)
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_model_dir(path: str | pathlib.Path) -> ModelDir:
+    """Check and read a model directory; raises `ModelDirError` naming what is wrong."""
+    root = pathlib.Path(path)
+    if not root.is_dir():
+        raise ModelDirError(f"model directory {root} does not exist")
+    program = next((root / name for name in PROGRAM_FILES if (root / name).is_file()), None)
+    if program is None:
+        raise ModelDirError(f"{root}: no {' or '.join(PROGRAM_FILES)} (a paddle.jit.save export)")
+    params = root / PARAMS_FILE
+    if not params.is_file():
+        raise ModelDirError(f"{root}: missing {PARAMS_FILE}")
+    infer_cfg = _load_infer_cfg(root / "infer_cfg.yml")
+    record = _load_yaml(root / "model.yaml", required=False)
+    inputs, outputs = program_signature(program)
+    return ModelDir(root, program, params, infer_cfg, record, inputs, outputs)
+
+
+def _load_yaml(path: pathlib.Path, required: bool) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise ModelDirError(f"{path} is missing")
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ModelDirError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelDirError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _load_infer_cfg(path: pathlib.Path) -> InferConfig:
+    data = _load_yaml(path, required=True)
+    try:
+        return InferConfig.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ModelDirError(f"{path}: {problems}") from exc
+
+
+_PIR_DTYPES = {
+    "float32": "FP32", "float64": "FP64", "float16": "FP16", "bfloat16": "BF16",
+    "int64": "INT64", "int32": "INT32", "int16": "INT16", "int8": "INT8",
+    "uint8": "UINT8", "bool": "BOOL",
+}
+_PIR_TYPE_TAGS = {
+    "0.t_f32": "FP32", "0.t_f64": "FP64", "0.t_f16": "FP16", "0.t_bf16": "BF16",
+    "0.t_i64": "INT64", "0.t_i32": "INT32", "0.t_i16": "INT16", "0.t_i8": "INT8",
+    "0.t_ui8": "UINT8", "0.t_bool": "BOOL",
+}
+
+
+def program_signature(program: pathlib.Path) -> tuple[dict[str, TensorSpec], list[TensorSpec]]:
+    """Input and output specs from a PIR JSON program; empty for other formats.
+
+    The PIR JSON stores each feed as a `data` op (attributes `name`, `shape`,
+    `dtype`) and each fetch as a `fetch` op whose output type carries dtype and
+    shape. Anything unexpected yields empty specs and the caller falls back to
+    shapes observed during warm-up.
+    """
+    if program.suffix != ".json":
+        return {}, []
+    try:
+        doc = json.loads(program.read_text())
+        ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+        inputs: dict[str, TensorSpec] = {}
+        outputs: list[tuple[int, TensorSpec]] = []
+        for op in ops:
+            kind = op.get("#", "")
+            if kind.endswith(".data"):
+                attrs = {a["N"]: a["AT"]["D"] for a in op.get("A", [])}
+                name = str(attrs["name"])
+                dtype = _PIR_DTYPES.get(str(attrs.get("dtype")), "FP32")
+                inputs[name] = TensorSpec(name, dtype, tuple(int(d) for d in attrs["shape"]))
+            elif kind.endswith(".fetch"):
+                attrs = {a["N"]: a["AT"]["D"] for a in op.get("A", [])}
+                dense = op["O"][0]["TT"]["D"] if isinstance(op["O"], list) else op["O"]["TT"]["D"]
+                dtype = _PIR_TYPE_TAGS.get(dense[0].get("#", ""), "FP32")
+                spec = TensorSpec(str(attrs["name"]), dtype, tuple(int(d) for d in dense[1]))
+                outputs.append((int(attrs.get("col", len(outputs))), spec))
+        return inputs, [spec for _, spec in sorted(outputs, key=lambda item: item[0])]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return {}, []

@@ -1,0 +1,322 @@
+"""The model server: OIP v2 over HTTP (Starlette + uvicorn) around `ModelService`.
+
+What this module adds to the request work of `service.py`:
+
+* **Admission control.** At most `max_in_flight` inference requests are
+  admitted; the next one is answered 503 at once instead of queueing, so an
+  overload shows up as fast errors and bounded memory, not as a growing
+  queue. Admitted requests wait for one of `threads` predictor workers.
+* **Body limit.** `Content-Length` above `max_body_bytes` is refused (413)
+  before reading; a chunked body is counted while streaming and cut off at
+  the limit.
+* **Off the event loop.** Parsing, preprocessing, the predictor and
+  serialisation all run on the worker threads; the loop only moves bytes.
+* **Readiness.** The HTTP port opens first (live, not ready); the model is
+  loaded and every predictor warmed up on a background thread, then ready.
+  On SIGTERM the server reports not-ready at once, stops accepting, lets
+  in-flight requests finish, then stops the workers.
+* **Metrics** on `/metrics` (see `metrics.py`).
+
+Starlette rather than FastAPI: every body is parsed from raw bytes with
+orjson (a pydantic body model costs more than the inference), so FastAPI's
+validation layer would be unused weight on the hot path.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+import traceback
+from typing import Any, AsyncIterator, Callable
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving.errors import (
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServingError,
+    Unavailable,
+)
+from serving.metrics import CONTENT_TYPE, ServerMetrics
+from serving.modeldir import ModelDir
+from serving.protocol import HEADER_LENGTH, encode_json
+from serving.runtime import PredictorPool, default_threads
+from serving.service import ModelService, Result
+
+log = logging.getLogger("serving.server")
+
+SERVER_NAME = "paddle-mlops"
+SERVER_VERSION = "0.1.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    """How one server process is configured (the `mlops serve` flags)."""
+
+    model_name: str
+    model_version: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_in_flight: int = 16
+    threads: int = dataclasses.field(default_factory=default_threads)
+    math_threads: int = 1
+    graceful_timeout: float = 30.0
+
+
+class ServerState:
+    """Mutable state shared by the routes; touched only from the event loop
+    except `service`/`ready`, which the loader thread sets once."""
+
+    def __init__(self, settings: ServerSettings, model: ModelDir) -> None:
+        self.settings = settings
+        self.model = model
+        self.metrics = ServerMetrics(settings.model_name, settings.model_version)
+        self.service: ModelService | None = None
+        self.ready = False
+        self.shutting_down = False
+        self.load_error: str | None = None
+        self.in_flight = 0
+        self.on_load_failure: Callable[[], None] = lambda: None
+
+    def set_ready(self, value: bool) -> None:
+        self.ready = value
+        self.metrics.ready.set(1 if value else 0)
+
+    def load(self) -> None:
+        """Create the predictors, warm every one up, then report ready."""
+        try:
+            import paddle
+
+            settings = self.settings
+            pool = PredictorPool(self.model, settings.threads, settings.math_threads)
+            service = ModelService(self.model, settings.model_name, settings.model_version, pool)
+            service.warm_up()
+            self.metrics.set_info(self.model.weights_sha256, paddle.__version__)
+            self.service = service
+            if not self.shutting_down:
+                self.set_ready(True)
+            log.info(
+                "model %s version %s ready (%d predictor threads)",
+                settings.model_name, settings.model_version, settings.threads,
+            )
+        except Exception as exc:  # any load failure ends the process with a clear line
+            self.load_error = str(exc)
+            log.error("model load failed: %s", exc)
+            log.debug("%s", traceback.format_exc())
+            self.on_load_failure()
+
+
+def _json(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(encode_json(doc), status, headers, media_type="application/json")
+
+
+def _error(exc: ServingError) -> Response:
+    return _json({"error": exc.message}, exc.status_code)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise BadRequest(f"Content-Length is not an integer: {declared!r}") from None
+        if length > limit:
+            raise PayloadTooLarge(f"body of {length} bytes exceeds the limit of {limit} bytes")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(state: ServerState) -> Starlette:
+    """The ASGI application for one model version."""
+    settings = state.settings
+    metrics = state.metrics
+
+    def check_model(request: Request) -> None:
+        name = request.path_params.get("model_name")
+        if name is not None and name != settings.model_name:
+            raise NotFound(f"unknown model '{name}'; this server serves '{settings.model_name}'")
+        version = request.path_params.get("model_version")
+        if version is not None and version != settings.model_version:
+            raise NotFound(
+                f"unknown version '{version}' of model '{settings.model_name}'; "
+                f"this server serves version '{settings.model_version}'"
+            )
+
+    def ready_service() -> ModelService:
+        if state.shutting_down:
+            raise Unavailable("server is shutting down")
+        if not state.ready or state.service is None:
+            raise Unavailable("model is not ready (loading or warming up)")
+        return state.service
+
+    async def handle_inference(
+        request: Request, work: Callable[[ModelService, bytes, str | None], Result]
+    ) -> Response:
+        start = time.perf_counter()
+        status = 500
+        try:
+            check_model(request)
+            service = ready_service()
+            if state.in_flight >= settings.max_in_flight:
+                raise Unavailable(
+                    f"overloaded: {state.in_flight} requests in flight "
+                    f"(limit {settings.max_in_flight}); retry later"
+                )
+            state.in_flight += 1
+            metrics.in_flight.inc()
+            try:
+                body = await _read_body(request, settings.max_body_bytes)
+                header_length = request.headers.get(HEADER_LENGTH)
+                future = service.pool.submit(work, service, body, header_length)
+                result = await asyncio.wrap_future(future)
+            finally:
+                state.in_flight -= 1
+                metrics.in_flight.dec()
+            metrics.inference_duration.observe(result.inference_seconds)
+            if result.header_length is None:
+                response = Response(result.body, 200, media_type="application/json")
+            else:
+                response = Response(
+                    result.body, 200,
+                    {"Inference-Header-Content-Length": str(result.header_length)},
+                    media_type="application/octet-stream",
+                )
+            status = 200
+            return response
+        except ServingError as exc:
+            status = exc.status_code
+            if status >= 500 and not isinstance(exc, Unavailable):
+                log.error("%s %s: %s", request.method, request.url.path, exc.message)
+            return _error(exc)
+        except Exception as exc:  # a bug, not the caller's fault: 500 and keep serving
+            log.exception("unexpected error on %s", request.url.path)
+            return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
+        finally:
+            metrics.count(status)
+            metrics.request_duration.observe(time.perf_counter() - start)
+
+    async def infer(request: Request) -> Response:
+        return await handle_inference(
+            request, lambda s, body, hdr: s.infer_body(body, hdr)
+        )
+
+    async def paddle_serving(request: Request) -> Response:
+        return await handle_inference(request, lambda s, body, hdr: s.compat_body(body))
+
+    async def live(request: Request) -> Response:
+        return _json({"live": True})
+
+    async def ready(request: Request) -> Response:
+        ok = state.ready and not state.shutting_down
+        return _json({"ready": ok}, 200 if ok else 503)
+
+    async def model_ready(request: Request) -> Response:
+        try:
+            check_model(request)
+        except ServingError as exc:
+            return _error(exc)
+        ok = state.ready and not state.shutting_down
+        return _json({"name": settings.model_name, "ready": ok}, 200 if ok else 503)
+
+    async def model_metadata(request: Request) -> Response:
+        try:
+            check_model(request)
+            return _json(ready_service().metadata())
+        except ServingError as exc:
+            return _error(exc)
+
+    async def server_metadata(request: Request) -> Response:
+        return _json({
+            "name": SERVER_NAME,
+            "version": SERVER_VERSION,
+            "extensions": ["binary_tensor_data", "paddle_serving_compat"],
+        })
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.exposition(), 200, media_type=CONTENT_TYPE)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _json({"error": f"no route {request.method} {request.url.path}"}, 404)
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return _json({"error": f"method {request.method} not allowed on {request.url.path}"}, 405)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        threading.Thread(target=state.load, name="model-loader", daemon=True).start()
+        yield
+        state.set_ready(False)
+        if state.service is not None:
+            await asyncio.get_running_loop().run_in_executor(None, state.service.pool.shutdown)
+
+    routes = [
+        Route("/v2", server_metadata, methods=["GET"]),
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route("/v2/models/{model_name}", model_metadata, methods=["GET"]),
+        Route("/v2/models/{model_name}/versions/{model_version}", model_metadata, methods=["GET"]),
+        Route("/v2/models/{model_name}/ready", model_ready, methods=["GET"]),
+        Route("/v2/models/{model_name}/versions/{model_version}/ready", model_ready, methods=["GET"]),
+        Route("/v2/models/{model_name}/infer", infer, methods=["POST"]),
+        Route("/v2/models/{model_name}/versions/{model_version}/infer", infer, methods=["POST"]),
+        Route("/GeneralModelService/inference", paddle_serving, methods=["POST"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: method_not_allowed},
+    )
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but not-ready from the first signal of shutdown."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.state.shutting_down = True
+        self.state.set_ready(False)
+        super().handle_exit(sig, frame)
+
+
+def serve(model: ModelDir, settings: ServerSettings, log_level: str = "info") -> int:
+    """Run the server until SIGINT/SIGTERM; returns the process exit code."""
+    state = ServerState(settings, model)
+    config = uvicorn.Config(
+        build_app(state),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=settings.graceful_timeout,
+        lifespan="on",
+    )
+    server = _Server(config, state)
+
+    def stop_on_failure() -> None:
+        server.should_exit = True
+
+    state.on_load_failure = stop_on_failure
+    server.run()
+    if state.load_error is not None:
+        log.error("exiting: %s", state.load_error)
+        return 1
+    return 0

@@ -1,0 +1,264 @@
+"""The work behind one inference request, without HTTP.
+
+`ModelService` turns a request body into a response body: parse, validate
+against the model's real inputs, preprocess (for encoded images), run a
+predictor, decode detections, serialise. The HTTP layer (`server.py`) adds
+admission control, limits, status codes and metrics around it, and the
+benchmark calls the very same `infer_body` in a bare loop, so "server vs
+in-process" compares exactly the HTTP overhead.
+
+Two request forms reach the same predictors:
+
+* raw tensors (the model's own inputs, e.g. FP32 `image` [N, 3, 128, 128])
+  -> the model's raw outputs;
+* one BYTES tensor of encoded images -> detections: `bbox` [M, 6] rows of
+  (class id, score, x1, y1, x2, y2) in the caller's pixels, `bbox_num` [N]
+  and `labels` [M] (class names).
+
+Everything here runs on a predictor worker thread (`PredictorPool.submit`).
+"""
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from serving import compat
+from serving.errors import BadRequest, InferenceFailed, ModelDirError
+from serving.modeldir import ModelDir, TensorSpec
+from serving.postprocess import ROLES, decode_centernet, label_names
+from serving.preprocess import preprocess_images
+from serving.protocol import (
+    Tensor,
+    encode_infer_response,
+    encode_json,
+    numpy_to_datatype,
+    datatype_to_numpy,
+    parse_infer_request,
+)
+from serving.runtime import PredictorPool
+
+DETECTION_OUTPUTS = (
+    TensorSpec("bbox", "FP32", (-1, 6)),
+    TensorSpec("bbox_num", "INT32", (-1,)),
+    TensorSpec("labels", "BYTES", (-1,)),
+)
+_PADDLE_DTYPES = {
+    "FLOAT32": "FP32", "FLOAT64": "FP64", "FLOAT16": "FP16", "INT64": "INT64",
+    "INT32": "INT32", "INT8": "INT8", "UINT8": "UINT8", "BOOL": "BOOL",
+}
+
+
+@dataclasses.dataclass
+class Result:
+    """A serialised response and the time spent inside the predictor."""
+
+    body: bytes
+    header_length: int | None  # set when binary outputs follow the JSON
+    inference_seconds: float
+
+
+class ModelService:
+    """One model version: its predictors, its signature and its request handling."""
+
+    def __init__(self, model: ModelDir, name: str, version: str, pool: PredictorPool) -> None:
+        self.model = model
+        self.name = name
+        self.version = version
+        self.pool = pool
+        self.cfg = model.infer_cfg
+        self.inputs = [self._input_spec(n) for n in pool.input_names]
+        self.outputs = list(model.program_outputs) or [
+            TensorSpec(n, "FP32", ()) for n in pool.output_names
+        ]
+        self.image_input = self.cfg.input.name or pool.input_names[0]
+        if self.image_input not in pool.input_names:
+            raise ModelDirError(
+                f"infer_cfg.yml input.name {self.image_input!r} is not a model input "
+                f"({', '.join(pool.input_names)})"
+            )
+        self.roles = self._output_roles()
+
+    def _input_spec(self, name: str) -> TensorSpec:
+        spec = self.model.program_inputs.get(name)
+        if spec is not None:
+            return spec
+        dtype = _PADDLE_DTYPES.get(self.pool.input_dtypes.get(name, "FLOAT32"), "FP32")
+        return TensorSpec(name, dtype, (-1, 3, *self.cfg.input.size))
+
+    def _output_roles(self) -> dict[str, int]:
+        """Index of the heatmap/size/offset outputs among the predictor's outputs."""
+        names = self.pool.output_names
+        explicit = self.cfg.postprocess.outputs
+        roles: dict[str, int] = {}
+        for role in ROLES:
+            if role in explicit and explicit[role] in names:
+                roles[role] = names.index(explicit[role])
+            elif role in self.cfg.output_names:
+                roles[role] = self.cfg.output_names.index(role)
+            elif role in names:
+                roles[role] = names.index(role)
+        if len(roles) != len(ROLES):
+            roles = {role: i for i, role in enumerate(ROLES) if i < len(names)}
+        return roles
+
+    # ---- metadata ---------------------------------------------------------------
+
+    def metadata(self) -> dict[str, Any]:
+        """The OIP model metadata document."""
+        return {
+            "name": self.name,
+            "versions": [self.version],
+            "platform": "paddle_inference",
+            "inputs": [_spec_doc(s) for s in self.inputs],
+            "outputs": [_spec_doc(s) for s in self.outputs],
+            "parameters": {
+                "labels": list(self.cfg.labels),
+                "image_input": {
+                    "datatype": "BYTES",
+                    "shape": [-1],
+                    "encoding": "base64 PNG/JPEG in JSON, raw bytes with binary_data",
+                    "outputs": [_spec_doc(s) for s in DETECTION_OUTPUTS],
+                },
+            },
+        }
+
+    # ---- inference ----------------------------------------------------------------
+
+    def infer_body(self, body: bytes, header_length: str | None = None) -> Result:
+        """OIP infer: request body -> response body (runs on a worker thread)."""
+        request = parse_infer_request(body, header_length)
+        outputs, seconds = self.run_tensors(request.inputs)
+        outputs = _select(outputs, request.outputs)
+        binary = set(request.binary_outputs)
+        if request.binary_default and request.outputs is None:
+            binary = {t.name for t in outputs}
+        payload, length = encode_infer_response(
+            self.name, self.version, outputs, request.id, binary
+        )
+        return Result(payload, length, seconds)
+
+    def compat_body(self, body: bytes) -> Result:
+        """Paddle Serving `GeneralModelService/inference`: body -> body."""
+        import orjson
+
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        request = compat.parse_compat_request(doc)
+        outputs, seconds = self.run_tensors(request.inputs)
+        outputs = _select(outputs, request.fetch)
+        return Result(encode_json(compat.encode_compat_response(request, outputs)), None, seconds)
+
+    def run_tensors(self, inputs: list[Tensor]) -> tuple[list[Tensor], float]:
+        """Validated inputs -> output tensors; the image form or the raw form."""
+        if len(inputs) == 1 and inputs[0].datatype == "BYTES":
+            return self.detect(inputs[0])
+        feeds = self._validate_raw(inputs)
+        arrays, seconds = self.pool.infer(feeds)
+        outputs = [
+            Tensor(spec.name, numpy_to_datatype(a.dtype), tuple(a.shape), a)
+            for spec, a in zip(self.outputs, arrays)
+        ]
+        return outputs, seconds
+
+    def detect(self, images: Tensor) -> tuple[list[Tensor], float]:
+        """Encoded images -> detections (`bbox`, `bbox_num`, `labels`)."""
+        if images.data.size == 0:
+            raise BadRequest(f"input '{images.name}': no images")
+        batch, original = preprocess_images(
+            list(images.data.reshape(-1)), self.cfg.input, images.name
+        )
+        arrays, seconds = self.pool.infer({self.image_input: batch})
+        bbox, counts = self.decode(arrays, original)
+        names = label_names(bbox, self.cfg.labels, self.cfg.postprocess.label_offset)
+        return [
+            Tensor("bbox", "FP32", tuple(bbox.shape), bbox),
+            Tensor("bbox_num", "INT32", tuple(counts.shape), counts),
+            Tensor("labels", "BYTES", (len(names),), names),
+        ], seconds
+
+    def decode(self, arrays: list[np.ndarray], original_hw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Raw predictor outputs -> (`bbox`, `bbox_num`)."""
+        try:
+            heatmap, size, offset = (arrays[self.roles[r]] for r in ROLES)
+        except (KeyError, IndexError):
+            raise InferenceFailed(
+                "the model's outputs do not match a heatmap/size/offset decoder"
+            ) from None
+        return decode_centernet(
+            heatmap, size, offset, self.cfg.postprocess, self.cfg.input.size, original_hw
+        )
+
+    def _validate_raw(self, inputs: list[Tensor]) -> dict[str, np.ndarray]:
+        expected = {s.name: s for s in self.inputs}
+        feeds: dict[str, np.ndarray] = {}
+        for tensor in inputs:
+            spec = expected.get(tensor.name)
+            if spec is None:
+                raise BadRequest(
+                    f"unknown input '{tensor.name}'; the model takes "
+                    f"{', '.join(expected)} (or one BYTES tensor of encoded images)"
+                )
+            if tensor.datatype != spec.datatype:
+                raise BadRequest(
+                    f"input '{tensor.name}': datatype {tensor.datatype}, the model expects {spec.datatype}"
+                )
+            if not _shape_fits(tensor.shape, spec.shape):
+                raise BadRequest(
+                    f"input '{tensor.name}': shape {list(tensor.shape)} does not fit "
+                    f"the model's {list(spec.shape)} (-1 = any)"
+                )
+            feeds[tensor.name] = tensor.data
+        missing = [n for n in expected if n not in feeds]
+        if missing:
+            raise BadRequest(f"missing input(s): {', '.join(missing)}")
+        return feeds
+
+    def warm_up(self) -> list[np.ndarray]:
+        """One inference per predictor on a zero input of the model's input size."""
+        feeds = {
+            spec.name: np.zeros(
+                _concrete_shape(spec.shape, self.cfg.input.size), datatype_to_numpy(spec.datatype)
+            )
+            for spec in self.inputs
+        }
+        return self.pool.warm_up(feeds)
+
+
+def _concrete_shape(shape: tuple[int, ...], size: tuple[int, int]) -> list[int]:
+    """A batch-of-one shape for a declared one: -1 -> 1, NCHW spatial -1 -> input size."""
+    if not shape:
+        return [1, 3, *size]
+    out = list(shape)
+    if len(out) == 4:
+        out[2] = size[0] if out[2] == -1 else out[2]
+        out[3] = size[1] if out[3] == -1 else out[3]
+    return [max(d, 1) for d in out]
+
+
+def _spec_doc(spec: TensorSpec) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
+
+
+def _shape_fits(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    if not expected:
+        return True
+    if len(shape) != len(expected):
+        return False
+    if shape and shape[0] == 0:
+        return False  # an empty batch is a malformed request, not an inference
+    return all(e == -1 or e == s for s, e in zip(shape, expected))
+
+
+def _select(outputs: list[Tensor], names: list[str] | None) -> list[Tensor]:
+    if names is None:
+        return outputs
+    by_name = {t.name: t for t in outputs}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise BadRequest(
+            f"unknown output(s) {', '.join(unknown)}; available: {', '.join(by_name)}"
+        )
+    return [by_name[n] for n in names]
