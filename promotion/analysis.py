@@ -1,0 +1,464 @@
+"""The canary decision: `decide(policy, state, observations, now) -> Decision`.
+
+A pure function (STYLE 2): it reads no clock, no socket and no file. The
+controller gives it the policy, the state read from git, one window of
+observations and the time; it returns what to do *and* the next state, which
+the controller commits together (one decision, one commit). Replaying the
+same inputs gives the same decision, which is what makes a restarted
+controller neither repeat nor skip a step.
+
+The order of the rules is the policy, so it is written down here:
+
+1. Phases without a rollout in flight (idle, promoted, rolled back): hold.
+2. A human's request (abort, promote) is carried out; a paused rollout holds.
+3. A metric-source fault holds with cause `fault`, counted against the fault
+   budget (then pause or roll back, per policy). Faults are ours, not the
+   canary's: they never count as evidence either way.
+4. No requests at all: hold, `insufficient evidence`, counted against the
+   insufficient-evidence budget. No data is never a pass and never a failure.
+5. Traffic: if the canary serves nothing while stable serves enough requests
+   that this cannot be chance, it is down: hold for `no_traffic_grace`, then
+   roll back. If its observed share is off its weight (beyond tolerance and
+   beyond chance) the traffic has not moved yet: hold, and the window's
+   numbers do not count.
+6. The window's counts are added to the step's and to the sequential tests.
+   Rollback when a test rejects (canary errors worse than stable's, or above
+   the hard limit), or when p99 breaks the hard limit or the ratio to stable.
+7. Step (or promote after the last step) when the canary served
+   `min_requests` in this step, its error rate is within the hard limit and
+   latency was judged on enough samples; otherwise hold and keep collecting.
+
+Three outcomes other than success are three types (STYLE 10): a `Rollback`
+with cause `verdict` (the canary is worse), a `Hold` with cause `fault` (we
+could not see) and a `Hold` with cause `insufficient-evidence` (nothing to
+judge yet). Each decision carries `Evidence` that serialises to a plain dict
+for commit trailers, logs and the controller's `/metrics`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import math
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict
+
+from promotion import stats
+from promotion.observations import Observations, histogram_quantile, merge_histograms
+from promotion.policy import Budget, CanaryPolicy
+from promotion.state import CanaryState, Counts, LastDecision, Phase, Statistics
+
+__all__ = [
+    "TRAFFIC_ALPHA",
+    "Check",
+    "Decision",
+    "Evidence",
+    "Hold",
+    "HoldCause",
+    "Promote",
+    "Rollback",
+    "Step",
+    "decide",
+]
+
+TRAFFIC_ALPHA = 1e-3
+"""A traffic share is called off (or a canary down) only when chance explains
+it with probability below this (Chernoff bound on the binomial tail)."""
+
+
+class HoldCause(str, enum.Enum):
+    """Why nothing moves."""
+
+    INSUFFICIENT_EVIDENCE = "insufficient-evidence"
+    """Not enough usable requests yet (none, too few, or traffic not shifted)."""
+    FAULT = "fault"
+    """The metric source failed: we could not look."""
+    PAUSED = "paused"
+    """A human or a spent budget paused the rollout."""
+    INACTIVE = "inactive"
+    """No rollout in flight (idle, promoted, rolled back)."""
+
+
+Verdict = Literal["pass", "fail", "unknown", "skipped"]
+
+
+class Check(BaseModel):
+    """One analysed value next to its threshold."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    verdict: Verdict
+    value: float | None = None
+    threshold: float | None = None
+    samples: int | None = None
+    statistic: float | None = None
+    """For sequential tests: log of the e-value; rejects at log(2/alpha)."""
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check without empty fields, floats rounded for humans."""
+        out: dict[str, Any] = {"name": self.name, "verdict": self.verdict}
+        for key in ("value", "threshold", "samples", "statistic"):
+            val = getattr(self, key)
+            if val is not None:
+                out[key] = round(val, 6) if isinstance(val, float) else val
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+class Evidence(BaseModel):
+    """What a decision was based on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weight: int = 0
+    window: dict[str, Any] = {}
+    step: dict[str, Any] = {}
+    checks: tuple[Check, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict (commit trailer, log line, /metrics labels)."""
+        return {"weight": self.weight, "window": self.window, "step": self.step,
+                "checks": [c.to_dict() for c in self.checks]}
+
+    def check(self, name: str) -> Check | None:
+        """The check called `name`, if it was made."""
+        return next((c for c in self.checks if c.name == name), None)
+
+
+class _Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str
+    cause: str
+    evidence: Evidence = Evidence()
+    state: CanaryState
+    """The state to commit with this decision."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as a plain dict (without the state)."""
+        out: dict[str, Any] = {"kind": getattr(self, "kind"), "cause": self.cause,
+                               "reason": self.reason}
+        if getattr(self, "to", None) is not None:
+            out["to"] = getattr(self, "to")
+        out["evidence"] = self.evidence.to_dict()
+        return out
+
+    def trailers(self) -> dict[str, str]:
+        """Git commit trailers: `Mlops-Decision`, `Mlops-Reason`, `Mlops-Evidence`."""
+        kind = getattr(self, "kind")
+        return {
+            "Mlops-Decision": f"{kind}/{self.cause}",
+            "Mlops-Reason": self.reason,
+            "Mlops-Evidence": json.dumps(self.evidence.to_dict(), sort_keys=True,
+                                         separators=(",", ":")),
+        }
+
+
+class Step(_Decision):
+    """Move the candidate to weight `to`."""
+
+    kind: Literal["step"] = "step"
+    to: int
+
+
+class Hold(_Decision):
+    """Keep the weights; `cause` says why (a `HoldCause` value)."""
+
+    kind: Literal["hold"] = "hold"
+
+
+class Rollback(_Decision):
+    """Send the candidate's weight to 0. Cause: verdict | requested | budget."""
+
+    kind: Literal["rollback"] = "rollback"
+
+
+class Promote(_Decision):
+    """The candidate takes all traffic and becomes stable. Cause: passed | requested."""
+
+    kind: Literal["promote"] = "promote"
+
+
+Decision = Union[Step, Hold, Rollback, Promote]
+
+
+def _record(state: CanaryState, kind: str, reason: str, cause: str, now: dt.datetime,
+            **changes: Any) -> CanaryState:
+    weight = changes.get("weight", state.weight)
+    last = LastDecision(kind=kind, reason=reason, at=now, cause=cause, weight=weight)  # type: ignore[arg-type]
+    return state.with_(last_decision=last, **changes)
+
+
+def _hold(state: CanaryState, cause: HoldCause, reason: str, now: dt.datetime,
+          evidence: Evidence, **changes: Any) -> Hold:
+    return Hold(reason=reason, cause=cause.value, evidence=evidence,
+                state=_record(state, "hold", reason, cause.value, now, **changes))
+
+
+def _rollback(state: CanaryState, cause: str, reason: str, now: dt.datetime,
+              evidence: Evidence, **changes: Any) -> Rollback:
+    new = _record(state, "rollback", reason, cause, now, phase=Phase.ROLLED_BACK, weight=0,
+                  requested=None, **changes)
+    return Rollback(reason=reason, cause=cause, evidence=evidence, state=new)
+
+
+def _promote(state: CanaryState, cause: str, reason: str, now: dt.datetime,
+             evidence: Evidence, **changes: Any) -> Promote:
+    new = _record(state, "promote", reason, cause, now, phase=Phase.PROMOTED, weight=100,
+                  requested=None, **changes)
+    return Promote(reason=reason, cause=cause, evidence=evidence, state=new)
+
+
+def _spent(budget: Budget, intervals: int, since: dt.datetime | None, now: dt.datetime) -> bool:
+    if budget.max_intervals is not None and intervals >= budget.max_intervals:
+        return True
+    return (budget.max_seconds is not None and since is not None
+            and (now - since).total_seconds() >= budget.max_seconds)
+
+
+def _kl(share: float, expected: float) -> float:
+    """Bernoulli KL divergence KL(share || expected), the Chernoff exponent."""
+    def term(a: float, b: float) -> float:
+        if a == 0:
+            return 0.0
+        if b == 0:
+            return math.inf
+        return a * math.log(a / b)
+    return term(share, expected) + term(1 - share, 1 - expected)
+
+
+def _chance(n: int, share: float, expected: float) -> float:
+    """Upper bound on P(a share this far from `expected` in n requests | expected)."""
+    kl = _kl(share, expected)
+    return 0.0 if math.isinf(kl) else math.exp(-n * kl)
+
+
+def _window_dict(obs: Observations) -> dict[str, Any]:
+    share = obs.observed_share
+    return {
+        "seconds": obs.window_seconds,
+        "canary": {"requests": obs.canary.requests, "errors": obs.canary.errors},
+        "stable": {"requests": obs.stable.requests, "errors": obs.stable.errors},
+        "canary_share": None if share is None else round(share, 6),
+    }
+
+
+def _step_dict(state: CanaryState) -> dict[str, Any]:
+    c, s = state.canary_counts, state.stable_counts
+    return {"canary": {"requests": c.requests, "errors": c.errors},
+            "stable": {"requests": s.requests, "errors": s.errors},
+            "since": state.step_started_at.isoformat() if state.step_started_at else None}
+
+
+def _insufficient(policy: CanaryPolicy, state: CanaryState, reason: str, now: dt.datetime,
+                  evidence: Evidence) -> Decision:
+    """Hold for lack of usable evidence; pause or roll back once the budget is spent."""
+    intervals = state.empty_intervals + 1
+    since = state.empty_since or now
+    budget = policy.insufficient_evidence
+    if _spent(budget, intervals, since, now):
+        why = f"insufficient evidence for {intervals} intervals since {since.isoformat()} ({reason})"
+        if budget.action == "rollback":
+            return _rollback(state, "budget", why, now, evidence,
+                             empty_intervals=intervals, empty_since=since)
+        return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE, f"{why}: paused", now, evidence,
+                     phase=Phase.PAUSED, pause_reason=f"paused: {why}",
+                     empty_intervals=intervals, empty_since=since)
+    return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE, f"insufficient evidence: {reason}", now,
+                 evidence, empty_intervals=intervals, empty_since=since)
+
+
+def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
+           now: dt.datetime) -> Decision:
+    """Decide what the rollout does after one window; see the module docstring."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    obs = observations
+    base = Evidence(weight=state.weight, window=_window_dict(obs), step=_step_dict(state))
+
+    # 1. Nothing in flight.
+    if not state.phase.active:
+        what = "no canary in progress" if state.phase is Phase.IDLE else \
+            f"rollout finished ({state.phase.value})"
+        return Hold(reason=what, cause=HoldCause.INACTIVE.value, evidence=base, state=state)
+
+    # 2. Humans first.
+    if state.requested == "abort":
+        return _rollback(state, "requested", f"aborted by {state.requested_by or 'human'}", now,
+                         base)
+    if state.requested == "promote":
+        return _promote(state, "requested", f"promoted by {state.requested_by or 'human'}", now,
+                        base)
+    if state.phase is Phase.PAUSED:
+        reason = state.pause_reason or "paused by human"
+        return Hold(reason=reason, cause=HoldCause.PAUSED.value, evidence=base, state=state)
+
+    # 3. Faults: we could not look.
+    if obs.fault is not None:
+        intervals = state.fault_intervals + 1
+        since = state.fault_since or now
+        if _spent(policy.faults, intervals, since, now):
+            why = f"metric source failing for {intervals} intervals: {obs.fault}"
+            if policy.faults.action == "rollback":
+                return _rollback(state, "budget", why, now, base, fault_intervals=intervals,
+                                 fault_since=since)
+            return _hold(state, HoldCause.FAULT, f"{why}: paused", now, base,
+                         phase=Phase.PAUSED, pause_reason=f"paused: {why}",
+                         fault_intervals=intervals, fault_since=since)
+        return _hold(state, HoldCause.FAULT, f"metric source fault: {obs.fault}", now, base,
+                     fault_intervals=intervals, fault_since=since)
+    state = state.with_(fault_intervals=0, fault_since=None) if state.fault_intervals else state
+
+    # 4. No data.
+    if obs.total_requests == 0:
+        return _insufficient(policy, state, "no requests in the window", now, base)
+
+    # 5. Traffic.
+    expected = state.weight / 100.0
+    share = obs.observed_share
+    assert share is not None
+    tolerance = policy.traffic_tolerance / 100.0
+    if obs.canary.requests == 0 and obs.stable.requests > 0:
+        streak = state.stable_requests_without_canary + obs.stable.requests
+        silent_since = state.canary_silent_since or \
+            (now - dt.timedelta(seconds=obs.window_seconds))
+        chance = (1.0 - expected) ** streak
+        check = Check(name="traffic", verdict="fail" if chance < TRAFFIC_ALPHA else "unknown",
+                      value=0.0, threshold=float(state.weight), samples=streak,
+                      statistic=chance,
+                      detail=f"canary served 0 of the last {streak} requests")
+        evidence = base.model_copy(update={"checks": (check,)})
+        state = state.with_(stable_requests_without_canary=streak,
+                            canary_silent_since=silent_since)
+        if chance < TRAFFIC_ALPHA:
+            silent_for = (now - silent_since).total_seconds()
+            if silent_for >= policy.no_traffic_grace:
+                return _rollback(state, "verdict",
+                                 f"canary receives no traffic ({streak} stable requests, "
+                                 f"none to the canary for {silent_for:.0f}s): it is down",
+                                 now, evidence)
+            return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE,
+                         f"canary receives no traffic for {silent_for:.0f}s "
+                         f"(grace {policy.no_traffic_grace:.0f}s)", now, evidence)
+    elif obs.canary.requests > 0 and state.stable_requests_without_canary:
+        state = state.with_(stable_requests_without_canary=0, canary_silent_since=None)
+
+    chance = _chance(obs.total_requests, share, expected)
+    shifted = abs(share - expected) <= tolerance or chance >= TRAFFIC_ALPHA
+    traffic = Check(name="traffic", verdict="pass" if shifted else "fail",
+                    value=round(share * 100, 4), threshold=float(state.weight),
+                    samples=obs.total_requests, statistic=chance,
+                    detail=f"observed canary share vs weight, tolerance "
+                           f"{policy.traffic_tolerance:g} points")
+    if not shifted:
+        return _insufficient(
+            policy, state,
+            f"traffic not shifted: canary got {share:.1%} of {obs.total_requests} requests, "
+            f"weight is {state.weight}%", now, base.model_copy(update={"checks": (traffic,)}))
+
+    # 6. Count the window and judge.
+    canary = Counts(requests=state.canary_counts.requests + obs.canary.requests,
+                    errors=state.canary_counts.errors + obs.canary.errors,
+                    latency=merge_histograms(state.canary_counts.latency, obs.canary.latency))
+    stable = Counts(requests=state.stable_counts.requests + obs.stable.requests,
+                    errors=state.stable_counts.errors + obs.stable.errors,
+                    latency=merge_histograms(state.stable_counts.latency, obs.stable.latency))
+    relative = stats.update_relative(state.statistics.relative, obs.canary.errors,
+                                     obs.stable.errors, obs.canary.requests, obs.stable.requests)
+    limit = stats.update_limit(state.statistics.limit, obs.canary.errors, obs.canary.requests,
+                               policy.max_error_rate)
+    state = state.with_(
+        canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
+        statistics=Statistics(relative=tuple(float(x) for x in relative),
+                              limit=tuple(float(x) for x in limit)),
+    )
+    threshold = stats.rejection_log_threshold(policy.alpha)
+    rel_e = float(stats.log_e_value(relative))
+    lim_e = float(stats.log_e_value(limit))
+    canary_rate = canary.errors / canary.requests if canary.requests else None
+    stable_rate = stable.errors / stable.requests if stable.requests else None
+
+    checks = [traffic]
+    checks.append(Check(
+        name="errors_vs_stable", verdict="fail" if rel_e >= threshold else "pass",
+        value=canary_rate, threshold=stable_rate, samples=canary.requests,
+        statistic=rel_e, detail=f"mixture SPRT, conditional binomial, alpha/2={policy.alpha / 2:g}, "
+                                f"rejects at log e >= {threshold:.3f}"))
+    checks.append(Check(
+        name="error_rate_limit", verdict="fail" if lim_e >= threshold else (
+            "pass" if canary_rate is not None and canary_rate <= policy.max_error_rate
+            else "unknown"),
+        value=canary_rate, threshold=policy.max_error_rate, samples=canary.requests,
+        statistic=lim_e, detail="mixture SPRT vs max_error_rate; the step's rate must be within it"))
+
+    latency_configured = obs.canary.latency is not None
+    p99_c = histogram_quantile(0.99, canary.latency)
+    p99_s = histogram_quantile(0.99, stable.latency)
+    n_lat_c = int(round(max(canary.latency.values()))) if canary.latency else 0
+    n_lat_s = int(round(max(stable.latency.values()))) if stable.latency else 0
+    if not latency_configured:
+        checks.append(Check(name="latency_p99", verdict="skipped",
+                            detail="the metric source has no latency histogram"))
+    else:
+        enough = n_lat_c >= policy.min_latency_samples and p99_c is not None
+        p99_c_ms = None if p99_c is None else p99_c * 1000
+        checks.append(Check(
+            name="latency_p99", value=p99_c_ms, threshold=policy.max_p99_ms, samples=n_lat_c,
+            verdict="unknown" if not enough else (
+                "fail" if p99_c_ms is not None and p99_c_ms > policy.max_p99_ms else "pass"),
+            detail=f"hard limit; needs {policy.min_latency_samples} samples"))
+        if state.weight >= 100:
+            checks.append(Check(name="latency_ratio", verdict="skipped",
+                                detail="stable serves no traffic at 100%"))
+        else:
+            both = enough and n_lat_s >= policy.min_latency_samples and p99_s is not None
+            ratio = (p99_c / p99_s) if (both and p99_c is not None and p99_s) else None
+            worse = (ratio is not None and p99_c is not None and p99_s is not None
+                     and ratio > policy.max_latency_ratio
+                     and (p99_c - p99_s) * 1000 > policy.min_latency_difference_ms)
+            checks.append(Check(
+                name="latency_ratio", value=ratio, threshold=policy.max_latency_ratio,
+                samples=min(n_lat_c, n_lat_s),
+                verdict="unknown" if not both else ("fail" if worse else "pass"),
+                detail=(f"canary p99 / stable p99 (ms: {p99_c_ms}, "
+                        f"{None if p99_s is None else p99_s * 1000}); a difference under "
+                        f"{policy.min_latency_difference_ms:g} ms never fails")))
+    checks.append(Check(
+        name="requests", value=float(canary.requests), threshold=float(policy.min_requests),
+        samples=canary.requests,
+        verdict="pass" if canary.requests >= policy.min_requests else "unknown",
+        detail="canary requests in this step"))
+    evidence = Evidence(weight=state.weight, window=base.window, step=_step_dict(state),
+                        checks=tuple(checks))
+
+    failed = [c for c in checks if c.verdict == "fail"]
+    if failed:
+        names = {
+            "errors_vs_stable": "canary errors exceed stable's",
+            "error_rate_limit": f"canary error rate above {policy.max_error_rate:g}",
+            "latency_p99": f"canary p99 above {policy.max_p99_ms:g} ms",
+            "latency_ratio": f"canary p99 over {policy.max_latency_ratio:g}x stable's",
+        }
+        reason = "; ".join(names.get(c.name, c.name) for c in failed)
+        return _rollback(state, "verdict", reason, now, evidence)
+
+    # 7. Good enough to move on?
+    waiting = [c for c in checks if c.verdict == "unknown"]
+    if waiting:
+        missing = ", ".join(
+            f"{c.name} ({c.samples or 0} samples)" if c.name != "requests"
+            else f"{canary.requests}/{policy.min_requests} canary requests" for c in waiting)
+        return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE, f"collecting evidence: {missing}",
+                     now, evidence)
+    nxt = policy.next_step(state.weight)
+    if nxt is None:
+        return _promote(state, "passed", f"all checks passed at {state.weight}%", now, evidence)
+    reason = f"{state.weight}% -> {nxt}%: all checks passed"
+    moved = state.reset_step(now)
+    return Step(to=nxt, reason=reason, cause="passed", evidence=evidence,
+                state=_record(moved, "step", reason, "passed", now, weight=nxt))

@@ -1,0 +1,103 @@
+"""Query presets: PromQL templates kept as data files, found by name.
+
+Queries are data (STYLE 7): each preset is one YAML file in `presets/`
+with three templates (`requests`, `errors`, `latency`) and the unit of the
+latency buckets. Templates use `string.Template` placeholders (`$model`,
+`$version`, `$workload`, `$namespace`, `$window`) because PromQL's own braces
+would fight `str.format`. Tests pin every rendered query.
+
+The registry fails loudly (STYLE 6): an unknown preset name is an error that
+lists the choices, never a silent fallback to a default.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import string
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = ["PRESET_NAMES", "PresetError", "QueryPreset", "get_preset", "render_window"]
+
+PRESET_DIR = pathlib.Path(__file__).with_name("presets")
+PRESET_NAMES = frozenset(p.stem for p in PRESET_DIR.glob("*.yaml"))
+PLACEHOLDERS = ("model", "version", "workload", "namespace", "window")
+QueryKind = Literal["requests", "errors", "latency"]
+
+
+class PresetError(ValueError):
+    """Unknown preset or a broken template; the message says which and why."""
+
+    exit_code = 2
+
+
+class QueryPreset(BaseModel):
+    """Three PromQL templates and the unit of the latency histogram's `le`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    latency_unit: Literal["seconds", "milliseconds"] = "seconds"
+    requests: str
+    errors: str
+    latency: str | None = None
+
+    @classmethod
+    def from_mapping(cls, name: str, data: Mapping[str, Any]) -> QueryPreset:
+        """Validate a preset (file content or a policy's custom queries)."""
+        try:
+            preset = cls.model_validate({"name": name, **dict(data)})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+            raise PresetError(f"metrics preset {name!r}: {problems}") from None
+        for kind in ("requests", "errors", "latency"):
+            template = getattr(preset, kind)
+            if template is None:
+                continue
+            for match in string.Template.pattern.finditer(template):
+                placeholder = match.group("named") or match.group("braced")
+                if placeholder and placeholder not in PLACEHOLDERS:
+                    raise PresetError(
+                        f"metrics preset {name!r}, query {kind!r}: unknown placeholder "
+                        f"${placeholder}; use {', '.join('$' + p for p in PLACEHOLDERS)}")
+        return preset
+
+    @property
+    def latency_scale(self) -> float:
+        """Factor that turns the histogram's `le` into seconds."""
+        return 0.001 if self.latency_unit == "milliseconds" else 1.0
+
+    def render(self, kind: QueryKind, **values: str) -> str | None:
+        """The query `kind` with placeholders filled in (None: no such query)."""
+        template = getattr(self, kind)
+        if template is None:
+            return None
+        return string.Template(template).substitute(values)
+
+
+@functools.lru_cache(maxsize=None)
+def get_preset(name: str) -> QueryPreset:
+    """The preset called `name`; an unknown name lists the choices."""
+    if name not in PRESET_NAMES:
+        raise PresetError(
+            f"unknown metrics preset {name!r}; choose one of {', '.join(sorted(PRESET_NAMES))} "
+            "or 'custom' with your own queries")
+    data = yaml.safe_load((PRESET_DIR / f"{name}.yaml").read_text())
+    return QueryPreset.from_mapping(name, data)
+
+
+def render_window(seconds: float) -> str:
+    """A PromQL range duration for `seconds` (`30s`, `1m`, `90s`, `1500ms`)."""
+    if seconds <= 0:
+        raise PresetError(f"window must be positive, got {seconds!r}")
+    millis = int(round(seconds * 1000))
+    if millis % 60000 == 0:
+        return f"{millis // 60000}m"
+    if millis % 1000 == 0:
+        return f"{millis // 1000}s"
+    return f"{millis}ms"

@@ -1,0 +1,122 @@
+"""Prometheus as a metric source, over its HTTP API (`/api/v1/query`).
+
+Each observation is a handful of instant queries (requests, errors and the
+latency buckets of each version) evaluated at one `time`, so both versions
+are read over exactly the same window: the comparison with stable is fair by
+construction. Anything that goes wrong on the way (connection refused,
+timeout, HTTP error, `status: error`, a non-vector answer) becomes
+`Observations.faulted(...)`; an empty vector is a zero (no data).
+
+`increase()` extrapolates, so counts come back as floats; they are rounded
+to whole requests because the statistics count requests.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import requests
+
+from promotion.metrics.presets import QueryKind, QueryPreset, get_preset, render_window
+from promotion.observations import Histogram, Observations, VersionWindow
+
+__all__ = ["MetricFault", "PrometheusSource"]
+
+
+class MetricFault(RuntimeError):
+    """The metric source could not answer (as opposed to answering "no data")."""
+
+
+def _workload(model: str, version: str) -> str:
+    # The Deployment name is the serving room's to define; ask it.
+    from serving.manifests import deployment_name
+
+    return deployment_name(model, version)
+
+
+class PrometheusSource:
+    """`MetricSource` over a Prometheus server's query API."""
+
+    def __init__(self, url: str, preset: QueryPreset | str = "model", namespace: str = "default",
+                 timeout: float = 5.0, session: requests.Session | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.preset = get_preset(preset) if isinstance(preset, str) else preset
+        self.namespace = namespace
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    def queries(self, model: str, version: str, window: float) -> dict[str, str | None]:
+        """The rendered queries for one version (what tests pin)."""
+        values = {"model": model, "version": version, "workload": _workload(model, version),
+                  "namespace": self.namespace, "window": render_window(window)}
+        kinds: tuple[QueryKind, ...] = ("requests", "errors", "latency")
+        return {kind: self.preset.render(kind, **values) for kind in kinds}
+
+    def query(self, promql: str, at: dt.datetime | None = None) -> list[dict[str, Any]]:
+        """Run one instant query; the result vector, or MetricFault."""
+        params: dict[str, str] = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at.timestamp():.3f}"
+        try:
+            resp = self.session.get(f"{self.url}/api/v1/query", params=params,
+                                    timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise MetricFault(f"prometheus at {self.url} unreachable: {exc}") from None
+        try:
+            body = resp.json()
+        except ValueError:
+            raise MetricFault(f"prometheus answered HTTP {resp.status_code} without JSON") from None
+        if resp.status_code != 200 or body.get("status") != "success":
+            raise MetricFault(f"prometheus query failed (HTTP {resp.status_code}): "
+                              f"{body.get('errorType', '')} {body.get('error', '')}".strip())
+        data = body.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise MetricFault(f"expected a vector, got {data.get('resultType')!r} for {promql}")
+        return list(data.get("result") or [])
+
+    def _scalar(self, promql: str, at: dt.datetime | None) -> int:
+        total = 0.0
+        for sample in self.query(promql, at):
+            value = float(sample["value"][1])
+            if not math.isnan(value):
+                total += value
+        return max(0, int(round(total)))
+
+    def _histogram(self, promql: str, at: dt.datetime | None) -> Histogram:
+        hist: Histogram = {}
+        for sample in self.query(promql, at):
+            le_text = sample.get("metric", {}).get("le")
+            if le_text is None:
+                raise MetricFault(f"latency query returned a series without 'le': {promql}")
+            value = float(sample["value"][1])
+            le = math.inf if le_text in ("+Inf", "Inf", "inf") else float(le_text) \
+                * self.preset.latency_scale
+            hist[le] = 0.0 if math.isnan(value) else value
+        return dict(sorted(hist.items()))
+
+    def _version(self, model: str, version: str, window: float,
+                 at: dt.datetime | None) -> VersionWindow:
+        q = self.queries(model, version, window)
+        assert q["requests"] is not None and q["errors"] is not None
+        latency = None if q["latency"] is None else self._histogram(q["latency"], at)
+        return VersionWindow(requests=self._scalar(q["requests"], at),
+                             errors=self._scalar(q["errors"], at), latency=latency)
+
+    def observe(self, model: str, stable: str, canary: str, window: float,
+                at: dt.datetime | None = None) -> Observations:
+        """Both versions over the same `window` seconds ending at `at`."""
+        try:
+            return Observations(stable=self._version(model, stable, window, at),
+                                canary=self._version(model, canary, window, at),
+                                window_seconds=window)
+        except MetricFault as exc:
+            return Observations.faulted(str(exc), window_seconds=window)
+
+    def is_online(self) -> bool:
+        """True when Prometheus says it is ready."""
+        try:
+            return self.session.get(f"{self.url}/-/ready", timeout=self.timeout).status_code == 200
+        except requests.RequestException:
+            return False

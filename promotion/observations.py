@@ -1,0 +1,126 @@
+"""What a metric source saw in one analysis window: plain data, no I/O.
+
+Per version: requests, errors (5xx and the router's own failures) and a
+latency histogram as Prometheus keeps it (cumulative buckets, upper bound in
+seconds -> count, `inf` included). The observed traffic share is derived from
+the request counts unless the source measured it separately.
+
+A `fault` (the metric source failed: Prometheus down, a broken query) is a
+different thing from "no data" (the source answered, nobody sent requests):
+the first is our problem, the second is the world's, and `decide()` treats
+them differently (STYLE 10). A faulted `Observations` carries no numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["Histogram", "Observations", "VersionWindow", "histogram_quantile", "merge_histograms"]
+
+Histogram = dict[float, float]
+"""Cumulative latency buckets: upper bound in seconds (`math.inf` last) -> count."""
+
+
+class VersionWindow(BaseModel):
+    """One version's counts in one window."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requests: int = Field(default=0, ge=0)
+    errors: int = Field(default=0, ge=0)
+    latency: Histogram | None = None
+    """None: the source has no latency histogram (e.g. the haproxy preset)."""
+
+    @field_validator("errors")
+    @classmethod
+    def _errors(cls, errors: int, info: object) -> int:
+        requests = getattr(info, "data", {}).get("requests", errors)
+        return min(errors, requests)
+
+    @property
+    def latency_count(self) -> int:
+        """Number of requests in the histogram (its `+Inf` bucket)."""
+        if not self.latency:
+            return 0
+        return int(round(max(self.latency.values())))
+
+
+class Observations(BaseModel):
+    """Canary and stable in the same window, or a fault."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    canary: VersionWindow = VersionWindow()
+    stable: VersionWindow = VersionWindow()
+    window_seconds: float = Field(default=30.0, gt=0)
+    canary_share: float | None = Field(default=None, ge=0, le=1)
+    """Measured share of traffic on the canary; None: derived from requests."""
+    fault: str | None = None
+    """Why the metric source failed; when set, the numbers mean nothing."""
+
+    @classmethod
+    def faulted(cls, reason: str, window_seconds: float = 30.0) -> Observations:
+        """Observations for a window the source could not read."""
+        return cls(fault=reason or "metric source failed", window_seconds=window_seconds)
+
+    @property
+    def total_requests(self) -> int:
+        """Requests to both versions."""
+        return self.canary.requests + self.stable.requests
+
+    @property
+    def observed_share(self) -> float | None:
+        """Canary share of requests in the window; None when there were none."""
+        if self.canary_share is not None:
+            return self.canary_share
+        if self.total_requests == 0:
+            return None
+        return self.canary.requests / self.total_requests
+
+
+def merge_histograms(a: Mapping[float, float] | None, b: Mapping[float, float] | None) -> Histogram:
+    """Bucket-wise sum of two cumulative histograms (missing buckets count as 0)."""
+    out: Histogram = {}
+    for hist in (a or {}, b or {}):
+        for le, count in hist.items():
+            out[float(le)] = out.get(float(le), 0.0) + float(count)
+    return dict(sorted(out.items()))
+
+
+def histogram_quantile(q: float, hist: Mapping[float, float] | None) -> float | None:
+    """The q-quantile in seconds, interpolated like PromQL's `histogram_quantile`.
+
+    None when the histogram is empty. A quantile in the `+Inf` bucket returns
+    the highest finite bound (as Prometheus does): a lower bound, which is what
+    a "p99 <= limit" check needs to stay honest.
+    """
+    if not hist:
+        return None
+    buckets = sorted((float(le), float(c)) for le, c in hist.items())
+    # Cumulative counts can dip through scrape jitter; PromQL fixes that by
+    # taking the running maximum, and so do we.
+    fixed: list[tuple[float, float]] = []
+    running = 0.0
+    for le, count in buckets:
+        running = max(running, count)
+        fixed.append((le, running))
+    total = fixed[-1][1]
+    if total <= 0:
+        return None
+    if not math.isinf(fixed[-1][0]):
+        fixed.append((math.inf, total))
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for le, count in fixed:
+        if count >= rank:
+            if math.isinf(le):
+                finite = [b for b, _ in fixed if not math.isinf(b)]
+                return finite[-1] if finite else None
+            if count == lower_count:
+                return le
+            return lower_bound + (le - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = le, count
+    return None

@@ -1,0 +1,171 @@
+"""The canary policy: what a model's `mlops.yaml` says about `promotion.canary`.
+
+Checked once at the boundary (STYLE 13): everything below `decide()` sees a
+frozen, valid `CanaryPolicy` and never a raw dict. Durations are accepted as
+seconds or as Prometheus-style strings (`30s`, `1m`, `1m30s`), because that is
+how Flagger and Argo Rollouts users already write them.
+
+Why these defaults:
+
+- `alpha = 0.01`: at most 1 % of healthy canaries are rolled back by the
+  statistics over a whole rollout (anytime-valid, see `promotion/stats.py`),
+  however often the controller looks.
+- `max_error_rate = 0.01` and `max_p99_ms = 500`: Flagger's usual
+  `request-success-rate >= 99` and `request-duration <= 500` checks, kept as
+  hard limits next to the comparison with stable.
+- `min_requests = 200` canary requests per step: enough for the error test to
+  see a tenfold regression of a 0.5 % baseline and for a p99 to mean something.
+- Insufficient evidence pauses after 20 intervals instead of rolling back: a
+  quiet night is not a verdict on the model.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["Budget", "CanaryPolicy", "MetricsSpec", "PolicyError", "load_policy", "parse_duration"]
+
+
+class PolicyError(ValueError):
+    """The canary policy is invalid; the message names the field."""
+
+    exit_code = 2
+
+
+_DURATION = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string such as `30s`, `1m`, `1h30m`."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '30s'")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if not value.strip() or match is None:
+            raise ValueError(f"bad duration {value!r}: write seconds or e.g. '30s', '1m', '1h30m'")
+        seconds = sum(float(match.group(k) or 0) * f for k, f in (("h", 3600), ("m", 60), ("s", 1)))
+    else:
+        raise ValueError("a duration is a number of seconds or a string like '30s'")
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(_Frozen):
+    """How long a condition may last before the policy acts (`action`).
+
+    The budget is spent when either limit is reached: `max_intervals`
+    consecutive analysis intervals, or `max_seconds` since the condition began.
+    """
+
+    max_intervals: int | None = Field(default=20, ge=1)
+    max_seconds: float | None = None
+    action: Literal["pause", "rollback"] = "pause"
+
+    @field_validator("max_seconds", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration(value)
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Budget:
+        if self.max_intervals is None and self.max_seconds is None:
+            raise ValueError("a budget needs max_intervals or max_seconds")
+        return self
+
+
+class MetricsSpec(_Frozen):
+    """Where the observations come from: a preset name, or custom query templates.
+
+    `queries` (for `preset: custom`) has the keys `requests`, `errors` and
+    optionally `latency` and `latency_unit`, written like the preset files in
+    `promotion/metrics/presets/`.
+    """
+
+    preset: str = "model"
+    queries: dict[str, str] | None = None
+    namespace: str = "default"
+
+    @model_validator(mode="after")
+    def _known(self) -> MetricsSpec:
+        from promotion.metrics.presets import PRESET_NAMES, QueryPreset
+
+        if self.preset == "custom":
+            if not self.queries:
+                raise ValueError("preset 'custom' needs 'queries' (requests, errors, latency)")
+            QueryPreset.from_mapping("custom", self.queries)
+        elif self.preset not in PRESET_NAMES:
+            raise ValueError(
+                f"unknown metrics preset {self.preset!r}; choose one of "
+                f"{', '.join(sorted(PRESET_NAMES))} or 'custom'"
+            )
+        elif self.queries:
+            raise ValueError("'queries' is only read with preset: custom")
+        return self
+
+
+class CanaryPolicy(_Frozen):
+    """Steps, interval, statistics and limits of one model's canary."""
+
+    steps: tuple[int, ...] = (10, 25, 50, 100)
+    interval: float = 30.0
+    min_requests: int = Field(default=200, ge=1)
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    max_error_rate: float = Field(default=0.01, gt=0, lt=1)
+    max_p99_ms: float = Field(default=500.0, gt=0)
+    max_latency_ratio: float = Field(default=1.5, gt=1)
+    min_latency_difference_ms: float = Field(default=5.0, ge=0)
+    min_latency_samples: int = Field(default=100, ge=1)
+    traffic_tolerance: float = Field(default=5.0, gt=0, lt=100)
+    no_traffic_grace: float = 60.0
+    insufficient_evidence: Budget = Budget(max_intervals=20, action="pause")
+    faults: Budget = Budget(max_intervals=10, action="pause")
+    metrics: MetricsSpec = MetricsSpec()
+
+    @field_validator("interval", "no_traffic_grace", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("steps")
+    @classmethod
+    def _steps(cls, steps: tuple[int, ...]) -> tuple[int, ...]:
+        if not steps:
+            raise ValueError("at least one step is needed")
+        if any(not 0 < s <= 100 for s in steps):
+            raise ValueError("each step is a weight in percent, 1..100")
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError("steps must increase strictly")
+        if steps[-1] != 100:
+            raise ValueError("the last step must be 100 (the candidate takes all traffic)")
+        return steps
+
+    def next_step(self, weight: int) -> int | None:
+        """The weight after `weight`, or None when `weight` is the last step."""
+        for step in self.steps:
+            if step > weight:
+                return step
+        return None
+
+
+def load_policy(data: Any, source: str = "promotion.canary") -> CanaryPolicy:
+    """Validate a mapping into a policy; errors name `source` and the field."""
+    if data is None:
+        data = {}
+    try:
+        return CanaryPolicy.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{source}.{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise PolicyError(problems) from None
