@@ -1,0 +1,72 @@
+"""Errors of the GitOps room, named after what the caller should do next.
+
+Every class carries an integer ``exit_code`` so the CLI prints ``error: ...``
+without a traceback. Messages never contain credentials: URLs pass through
+:func:`gitops.git.redact` before they reach a message.
+
+* :class:`ConflictError` -- the remote changed the same lines we change; no
+  retry can fix it, a human must look at the named files. Remote untouched.
+* :class:`PushRejectedError` -- the remote kept moving and the bounded retries
+  ran out; running again later may succeed.
+* :class:`BrokenManifestError` -- a file in the GitOps repo does not parse;
+  fix that file (the message names it). Nothing was committed.
+* :class:`DigestMismatchError` -- approval refused: the merged Deployment does
+  not carry the weights digest that was evaluated.
+* :class:`GitError` -- git itself failed (network, auth, hook); message is git's.
+"""
+
+from __future__ import annotations
+
+
+class GitOpsError(Exception):
+    """Base of every user-facing GitOps error."""
+
+    exit_code = 2
+
+
+class GitError(GitOpsError):
+    """A git command failed for a reason retrying will not fix by itself."""
+
+    exit_code = 1
+
+
+class ConflictError(GitOpsError):
+    """Our change and the remote's change touch the same lines: stop, ask a human."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, files: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.files = list(files or [])
+
+
+class PushRejectedError(GitOpsError):
+    """The remote kept moving; the bounded retries are exhausted."""
+
+    exit_code = 4
+
+
+class BrokenManifestError(GitOpsError):
+    """A file in the GitOps repo cannot be parsed or has the wrong shape."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class DigestMismatchError(GitOpsError):
+    """The merged Deployment's weights digest is not the evaluated one."""
+
+    exit_code = 3
+
+
+class ForgeError(GitOpsError):
+    """A forge (GitHub, GitLab, Gitea, local) refused or failed a request."""
+
+
+class UnknownForgeError(ForgeError):
+    """A forge name that no backend registered."""
+
+
+class PullRequestNotFound(ForgeError):
+    """No pull request with that number (or for that branch)."""

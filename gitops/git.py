@@ -1,0 +1,177 @@
+"""Thin runner for the git CLI: environment, credentials, redaction.
+
+We drive the real ``git`` binary (2.38+ for ``merge-tree --write-tree``)
+through ``subprocess`` rather than a library, so behaviour is exactly what a
+human sees with the same commands, and hooks on the server side apply to us.
+
+Credentials never touch disk or logs:
+
+* a URL such as ``https://user:token@host/repo.git`` is split: the clone's
+  ``remote.origin.url`` is the URL *without* ``user:token@``, and the token
+  travels only in the child's environment (``MLOPS_GIT_TOKEN``);
+* a token may also come from ``MLOPS_GIT_TOKEN`` (and ``MLOPS_GIT_USERNAME``)
+  directly; otherwise the user's own credential helper applies;
+* git is pointed at an inline credential helper given with ``-c`` on the
+  command line that *reads the variable at run time*, so argv holds no secret;
+* every message we raise goes through :func:`redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from gitops.errors import GitError
+
+_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+# Reads the token from the environment when git asks; only answers "get".
+_HELPER = (
+    '!f() { test "$1" = get || exit 0; '
+    'echo "username=${MLOPS_GIT_USERNAME:-x-access-token}"; '
+    'echo "password=${MLOPS_GIT_TOKEN}"; }; f'
+)
+
+
+def redact(text: str) -> str:
+    """Replace ``scheme://user:secret@`` with ``scheme://***@`` everywhere in text."""
+    return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Author and committer of our commits; the workflows room filters on it."""
+
+    name: str = "mlops-bot"
+    email: str = "mlops-bot@localhost"
+
+
+DEFAULT_IDENTITY = Identity()
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A repository address split into a clean URL and its credential environment."""
+
+    url: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def display(self) -> str:
+        return redact(self.url)
+
+
+def remote(url_or_path: str | os.PathLike[str]) -> Remote:
+    """Split credentials out of a URL; local paths become absolute paths."""
+    text = os.fspath(url_or_path)
+    if "://" not in text and not re.match(r"^[\w.-]+@[\w.-]+:", text):
+        return Remote(str(pathlib.Path(text).expanduser().resolve()))
+    env: dict[str, str] = {}
+    parts = urllib.parse.urlsplit(text)
+    if parts.password is not None or parts.username is not None:
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        if parts.password is not None:
+            env["MLOPS_GIT_TOKEN"] = urllib.parse.unquote(parts.password)
+            if parts.username:
+                env["MLOPS_GIT_USERNAME"] = urllib.parse.unquote(parts.username)
+        else:  # a bare token as user name (GitHub style https://TOKEN@github.com)
+            env["MLOPS_GIT_TOKEN"] = urllib.parse.unquote(parts.username or "")
+        text = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return Remote(text, env)
+
+
+class Git:
+    """Run git in one directory with a fixed identity and credentials from the env."""
+
+    def __init__(
+        self,
+        cwd: pathlib.Path,
+        *,
+        identity: Identity = DEFAULT_IDENTITY,
+        credentials: Mapping[str, str] | None = None,
+    ) -> None:
+        self.cwd = pathlib.Path(cwd)
+        self.identity = identity
+        env = dict(os.environ)
+        env.update(credentials or {})
+        env.update(
+            {
+                "GIT_TERMINAL_PROMPT": "0",
+                "LC_ALL": "C",
+                "LANGUAGE": "C",
+                "GIT_AUTHOR_NAME": identity.name,
+                "GIT_AUTHOR_EMAIL": identity.email,
+                "GIT_COMMITTER_NAME": identity.name,
+                "GIT_COMMITTER_EMAIL": identity.email,
+            }
+        )
+        self.env = env
+        self._config: list[str] = [
+            "-c", "commit.gpgsign=false",
+            "-c", "advice.detachedHead=false",
+            "-c", "core.autocrlf=false",
+            "-c", "init.defaultBranch=main",
+        ]
+        if env.get("MLOPS_GIT_TOKEN"):
+            self._config += ["-c", "credential.helper=", "-c", f"credential.helper={_HELPER}"]
+
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,
+        cwd: pathlib.Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``git args``; on failure (with check) raise GitError with redacted output."""
+        proc = subprocess.run(
+            ["git", *self._config, *args],
+            cwd=cwd or self.cwd,
+            env=self.env,
+            input=input,
+            capture_output=True,
+            text=True,
+        )
+        if check and proc.returncode != 0:
+            raise GitError(
+                redact(
+                    f"git {' '.join(args[:3])} failed (exit {proc.returncode}): "
+                    f"{(proc.stderr or proc.stdout).strip()}"
+                )
+            )
+        return proc
+
+    def out(self, *args: str, input: str | None = None) -> str:
+        """Stdout of a successful git command, stripped."""
+        return self.run(*args, input=input).stdout.strip()
+
+    def ok(self, *args: str) -> bool:
+        """True when the command exits 0 (for questions such as is-ancestor)."""
+        return self.run(*args, check=False).returncode == 0
+
+
+def format_message(
+    git: Git, subject: str, body: str = "", trailers: Sequence[tuple[str, str]] = ()
+) -> str:
+    """Commit message text with ``Key: value`` trailers (via git interpret-trailers)."""
+    if not subject.strip() or "\n" in subject.strip():
+        raise ValueError(f"commit subject must be one non-empty line, got {subject!r}")
+    text = subject.strip() + "\n"
+    if body.strip():
+        text += "\n" + body.strip() + "\n"
+    if not trailers:
+        return text
+    args = ["interpret-trailers", "--no-divider"]
+    for key, value in trailers:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9-]*$", key):
+            raise ValueError(f"trailer key {key!r} must be letters, digits and '-'")
+        if "\n" in str(value):
+            raise ValueError(f"trailer {key} value must be one line, got {value!r}")
+        args += ["--trailer", f"{key}: {value}"]
+    return git.run(*args, input=text, cwd=pathlib.Path.cwd()).stdout

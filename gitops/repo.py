@@ -1,0 +1,194 @@
+"""Create a GitOps repository and read any of its commits without a work tree.
+
+* :func:`init_repo` -- ``mlops gitops init DIR|URL``: a local path becomes a
+  bare repository (the local platform's "remote"); a URL must point at an
+  existing (possibly empty) repository. The skeleton from
+  :func:`gitops.layout.init_tree` is committed to ``main`` through the
+  write-back, so it is idempotent and never forced.
+* :class:`Mirror` -- a bare cache clone for *reading*: resolve refs, show a
+  file at a commit, list commits with their trailers, test ancestry, compute a
+  merge without touching a work tree (``git merge-tree --write-tree``), export
+  a commit into a directory (what the local sync loop applies).
+"""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitops import layout
+from gitops.errors import ConflictError, GitError, GitOpsError
+from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, remote
+from gitops.writeback import Backoff, Message, WriteBack, WriteResult
+
+DEFAULT_BRANCH = "main"
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One commit as read back: who, what, and its ``Mlops-*`` trailers."""
+
+    sha: str
+    author_name: str
+    author_email: str
+    subject: str
+    trailers: dict[str, str] = field(default_factory=dict)
+
+
+def init_repo(
+    target: str | pathlib.Path,
+    *,
+    repo_url: str | None = None,
+    namespace: str = "models",
+    branch: str = DEFAULT_BRANCH,
+    identity: Identity = DEFAULT_IDENTITY,
+    workdir: pathlib.Path | None = None,
+) -> WriteResult:
+    """Create (or complete) the GitOps repo at ``target``; ``unchanged`` if complete.
+
+    ``repo_url`` is what Argo CD should clone (defaults to the target without
+    credentials).
+    """
+    where = remote(target)
+    if where.url.startswith("/"):
+        path = pathlib.Path(where.url)
+        if path.exists() and not path.is_dir():
+            raise GitOpsError(f"{path} exists and is not a directory")
+        if not path.exists() or not any(path.iterdir()):
+            path.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["git", "init", "-q", "--bare", f"--initial-branch={branch}", str(path)],
+                check=True, capture_output=True,
+            )
+        elif Git(path).run("rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true":
+            raise GitOpsError(
+                f"{path} is not a bare git repository; give an empty or new directory "
+                "(the GitOps repo is pushed to, so it must be bare)"
+            )
+    config = layout.RepoConfig(repo_url=repo_url or where.url, target_revision=branch,
+                               namespace=namespace)
+    writer = WriteBack(target, identity=identity, workdir=workdir, backoff=Backoff(tries=3))
+    return writer.commit(
+        branch,
+        lambda root: layout.init_tree(root, config),
+        Message("gitops: initialise repository layout", trailers=[("Mlops-Decision", "init")]),
+    )
+
+
+class Mirror:
+    """A bare cache clone of a remote, for reads. Use as a context manager."""
+
+    def __init__(
+        self,
+        repo: str | pathlib.Path,
+        *,
+        path: pathlib.Path | None = None,
+        identity: Identity = DEFAULT_IDENTITY,
+    ) -> None:
+        self.remote: Remote = remote(repo)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if path is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="mlops-mirror-")
+            path = pathlib.Path(self._tmp.name)
+        self.path = pathlib.Path(path)
+        self.git = Git(self.path, identity=identity, credentials=self.remote.env)
+        if not (self.path / "HEAD").exists():
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.git.run("init", "-q", "--bare")
+            self.git.run("remote", "add", "origin", self.remote.url)
+        self.fetch()
+
+    def __enter__(self) -> "Mirror":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def fetch(self) -> None:
+        """Bring the remote branches into ``refs/remotes/origin/*``."""
+        self.git.run("fetch", "-q", "--prune", "origin")
+
+    def sha(self, branch: str) -> str | None:
+        """Commit at the tip of remote ``branch`` (None if it does not exist)."""
+        proc = self.git.run("rev-parse", "-q", "--verify",
+                            f"refs/remotes/origin/{branch}^{{commit}}", check=False)
+        return proc.stdout.strip() or None
+
+    def resolve(self, rev: str) -> str:
+        """A branch name (remote) or any revision -> commit sha."""
+        sha = self.sha(rev)
+        if sha is not None:
+            return sha
+        proc = self.git.run("rev-parse", "-q", "--verify", f"{rev}^{{commit}}", check=False)
+        if not proc.stdout.strip():
+            raise GitError(f"no branch or commit {rev!r} in {self.remote.display}")
+        return proc.stdout.strip()
+
+    def show(self, rev: str, path: str) -> str | None:
+        """Text of ``path`` at ``rev`` (a commit or tree sha), None if absent."""
+        proc = self.git.run("show", f"{rev}:{path}", check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def ls(self, rev: str, folder: str) -> list[str]:
+        """File names directly inside ``folder`` at ``rev``."""
+        proc = self.git.run("ls-tree", "--name-only", f"{rev}:{folder}", check=False)
+        return sorted(proc.stdout.split()) if proc.returncode == 0 else []
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """True when ``older`` is reachable from ``newer`` (equal counts)."""
+        return self.git.ok("merge-base", "--is-ancestor", older, newer)
+
+    def log(self, rev_range: str) -> list[CommitInfo]:
+        """Commits in ``rev_range`` (e.g. ``a..b``), newest first, with trailers."""
+        sep, end = "\x1f", "\x1e"
+        fmt = sep.join(["%H", "%an", "%ae", "%s", "%(trailers:only,unfold)"]) + end
+        out = self.git.run("log", f"--format={fmt}", rev_range).stdout
+        commits = []
+        for record in out.split(end):
+            record = record.strip("\n")
+            if not record:
+                continue
+            sha, name, email, subject, trailers = record.split(sep)
+            parsed = {}
+            for line in trailers.splitlines():
+                key, _, value = line.partition(":")
+                if value:
+                    parsed[key.strip()] = value.strip()
+            commits.append(CommitInfo(sha, name, email, subject, parsed))
+        return commits
+
+    def merge_tree(self, base: str, head: str) -> str:
+        """Tree of merging ``head`` into ``base``; ConflictError names the files."""
+        proc = self.git.run("merge-tree", "--write-tree", "--name-only", "--no-messages",
+                            base, head, check=False)
+        lines = proc.stdout.split("\n")
+        if proc.returncode == 1:
+            files = sorted({line for line in lines[1:] if line.strip()})
+            raise ConflictError(
+                f"merging {head[:12]} into {base[:12]} conflicts in {', '.join(files)}", files
+            )
+        if proc.returncode != 0:
+            raise GitError(f"git merge-tree failed: {proc.stderr.strip()}")
+        return lines[0].strip()
+
+    def export(self, rev: str, dest: pathlib.Path) -> str:
+        """Write the files of ``rev`` into ``dest``; return the commit (or tree) sha."""
+        sha = self.sha(rev) or self.git.out("rev-parse", "--verify", rev)
+        proc = subprocess.run(["git", "archive", "--format=tar", sha], cwd=self.path,
+                              env=self.git.env, capture_output=True)
+        if proc.returncode != 0:
+            raise GitError(f"git archive {sha[:12]} failed: {proc.stderr.decode().strip()}")
+        pathlib.Path(dest).mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+            tar.extractall(dest, filter="data")
+        return sha
