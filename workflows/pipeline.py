@@ -1,0 +1,523 @@
+"""The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
+
+checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> propose
+
+Argo runs this object once submitted; the local runner (`workflows.runner`)
+walks the very same object. So every template carries what a machine
+without Kubernetes needs to act it out, in a form Argo itself ignores:
+
+* container templates run `mlops step NAME ...` (or any other command) with
+  their paths written as `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`.
+  Kubernetes expands `$(VAR)` in command/args from the container's env; the
+  runner expands the same names to local directories.
+* templates that only make sense in a cluster (git clone into a volume, an
+  image build, a PaddleJob) carry the annotation `mlops.dev/local`, naming
+  the local stand-in: `checkout`, `environment-digest`, `step:<name>`.
+
+Adding a task here is all it takes for both runtimes to run it.
+
+The run's files live on one ReadWriteMany volume (`workspace`, created per
+workflow from a claim template and deleted with it): the checkout at
+/workspace/repo, the training output at /workspace/out/{smoke,full}. The
+PaddleJob pods mount the same claim (Argo names it `<workflow>-workspace`),
+so training, evaluation and the gate see the same files without copying.
+"""
+
+from typing import Any
+
+import yaml
+from hera.workflows import (
+    DAG,
+    Artifact,
+    Container,
+    Counter,
+    Env,
+    Gauge,
+    Label,
+    NoneArchiveStrategy,
+    Parameter,
+    Resource,
+    RetryStrategy,
+    Task,
+    WorkflowTemplate,
+)
+from hera.workflows import models as m
+
+from workflows.config import LoadedConfig
+from workflows.resources import ResourceTemplate
+from workflows.settings import PipelineSettings
+from workflows.training import training_args
+
+# Paths inside the pods. The runner maps these env names to local paths.
+WORKSPACE = "/workspace"
+PATH_ENV = {
+    "MLOPS_REPO": f"{WORKSPACE}/repo",
+    "MLOPS_OUT": f"{WORKSPACE}/out",
+    "MLOPS_OUTPUTS": "/tmp/outputs",
+}
+LOCAL_ANNOTATION = "mlops.dev/local"
+ENTRYPOINT = "pipeline"
+EXIT_HANDLER = "record-outcome"
+PADDLEJOB_API = "batch.paddlepaddle.org/v1"
+# Workflow parameters: what a trigger passes for one commit.
+PARAMETERS = ("repo", "revision", "ref")
+
+
+def workflow_name(model: str, sha: str) -> str:
+    """Deterministic Workflow name for a commit: duplicate deliveries collide."""
+    return f"{model}-{sha[:12].lower()}"
+
+
+def _out(path: str) -> str:
+    return f"{PATH_ENV['MLOPS_OUTPUTS']}/{path}"
+
+
+def _workspace_mount() -> m.VolumeMount:
+    return m.VolumeMount(name="workspace", mount_path=WORKSPACE)
+
+
+def _restricted() -> m.SecurityContext:
+    return m.SecurityContext(
+        allow_privilege_escalation=False,
+        capabilities=m.Capabilities(drop=["ALL"]),
+        read_only_root_filesystem=False,
+    )
+
+
+def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
+    # OnError = infrastructure errors (pod evicted, node lost, image pull);
+    # a step that ran and failed (exit code != 0) is not retried, and the
+    # gate has no retry at all: its verdict is an output, not an error.
+    return RetryStrategy(
+        limit=settings.retry_limit,
+        retry_policy="OnError",
+        backoff=m.Backoff(duration="30s", factor=2, max_duration="30m"),
+    )
+
+
+def _tool_env(model: str) -> list[Env]:
+    env = [Env(name=k, value=v) for k, v in PATH_ENV.items()]
+    env += [
+        Env(name="MLOPS_MODEL", value=model),
+        Env(name="MLOPS_TRAINING_COMMIT", value="{{workflow.parameters.revision}}"),
+        Env(name="MLOPS_WORKFLOW_ID", value="{{workflow.name}}"),
+        Env(name="HOME", value="/tmp"),
+    ]
+    return env
+
+
+def _step_args(name: str, *extra: str) -> list[str]:
+    return [
+        "step", name,
+        "--repo", "$(MLOPS_REPO)", "--out", "$(MLOPS_OUT)", "--outputs", "$(MLOPS_OUTPUTS)",
+        *extra,
+    ]
+
+
+def paddlejob_manifest(
+    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings
+) -> dict[str, Any]:
+    """The PaddleJob for one training job (`which` is `smoke` or `full`).
+
+    Collective mode (workers only, no parameter servers). Each worker pod
+    runs the model repo's own command from the checkout on the shared
+    workspace, in the image built for this commit. `/dev/shm` is a memory
+    emptyDir because NCCL/Gloo and Paddle's DataLoader use shared memory and
+    the container default (64 MiB) makes collective jobs crash.
+    """
+    model = loaded.config.model
+    out_dir = f"$(MLOPS_OUT)/{which}"
+    args = training_args(job, out_dir, f"{out_dir}/checkpoints")
+    resources: dict[str, Any] = {
+        "requests": {"cpu": job.cpu, "memory": job.memory},
+        "limits": {"cpu": job.cpu, "memory": job.memory},
+    }
+    if job.gpus:
+        resources["limits"]["nvidia.com/gpu"] = str(job.gpus)
+    env = [{"name": k, "value": v} for k, v in PATH_ENV.items()]
+    env += [
+        {"name": "MLOPS_TRAINING_COMMIT", "value": "{{workflow.parameters.revision}}"},
+        {"name": "MLOPS_WORKFLOW_ID", "value": "{{workflow.name}}"},
+        {"name": "HOME", "value": "/tmp"},
+    ]
+    return {
+        "apiVersion": PADDLEJOB_API,
+        "kind": "PaddleJob",
+        "metadata": {
+            "name": f"{{{{workflow.name}}}}-{which}",
+            "labels": {
+                "app.kubernetes.io/part-of": "mlops",
+                "mlops.dev/model": model,
+                "mlops.dev/job": which,
+                "workflows.argoproj.io/workflow": "{{workflow.name}}",
+            },
+        },
+        "spec": {
+            # Pods of a finished job are removed; a failed job keeps its pods
+            # (and logs) until the workflow, their owner, is deleted.
+            "cleanPodPolicy": "OnCompletion",
+            "intranet": "PodIP",
+            "worker": {
+                "replicas": job.workers,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": settings.run_as_user,
+                            "runAsGroup": settings.run_as_user,
+                            "fsGroup": settings.run_as_user,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [
+                            {
+                                "name": "paddle",
+                                "image": "{{inputs.parameters.image}}",
+                                "workingDir": PATH_ENV["MLOPS_REPO"],
+                                "command": list(loaded.config.training.command),
+                                "args": args,
+                                "env": env,
+                                "resources": resources,
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                                "volumeMounts": [
+                                    {"name": "workspace", "mountPath": WORKSPACE},
+                                    {"name": "dshm", "mountPath": "/dev/shm"},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {
+                                "name": "workspace",
+                                "persistentVolumeClaim": {
+                                    "claimName": "{{workflow.name}}-workspace"
+                                },
+                            },
+                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": job.shm}},
+                        ],
+                    }
+                },
+            },
+        },
+    }
+
+
+def _training_template(
+    loaded: LoadedConfig,
+    job: ResourceTemplate,
+    name: str,
+    which: str,
+    deadline: int,
+    settings: PipelineSettings,
+) -> Resource:
+    manifest = paddlejob_manifest(loaded, job, which, settings)
+    return Resource(
+        name=name,
+        # `apply` with a fixed name is idempotent: a retried step adopts the
+        # job it already created instead of failing on AlreadyExists.
+        action="apply",
+        manifest=yaml.safe_dump(manifest, sort_keys=False),
+        success_condition="status.phase == Completed",
+        failure_condition="status.phase == Failed",
+        # Argo adds the Workflow as owner, so deleting the workflow (or its
+        # TTL expiring) garbage-collects the PaddleJob and its pods. Writing
+        # the ownerReference by hand as well would duplicate it.
+        set_owner_reference=True,
+        inputs=[Parameter(name="image")],
+        outputs=[
+            Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
+        ],
+        annotations={LOCAL_ANNOTATION: f"step:{name}"},
+        active_deadline_seconds=deadline,
+        retry_strategy=_infra_retry(settings),
+    )
+
+
+def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) -> WorkflowTemplate:
+    """The model repo's pipeline as a WorkflowTemplate (named after the model)."""
+    model = loaded.config.model
+    image_repo = settings.training_image(model)
+    tool_env = _tool_env(model)
+    model_label = Label(key="model", value=model)
+    smoke_job = loaded.smoke.model_copy(update={"workers": 1})  # smoke is always one worker
+
+    pvc_spec: dict[str, Any] = {
+        "access_modes": ["ReadWriteMany"],
+        "resources": m.VolumeResourceRequirements(requests={"storage": m.Quantity(settings.workspace_size)}),
+    }
+    if settings.workspace_storage_class:
+        pvc_spec["storage_class_name"] = settings.workspace_storage_class
+
+    with WorkflowTemplate(
+        name=model,
+        namespace=settings.namespace,
+        labels={"app.kubernetes.io/part-of": "mlops", "mlops.dev/model": model},
+        annotations={"mlops.dev/config": loaded.path.name},
+        entrypoint=ENTRYPOINT,
+        on_exit=EXIT_HANDLER,
+        service_account_name=settings.service_account,
+        arguments=[
+            Parameter(name="repo", description="git URL of the model repo"),
+            Parameter(name="revision", description="commit sha to train"),
+            Parameter(name="ref", value=f"refs/heads/{settings.branch}", description="pushed ref"),
+        ],
+        active_deadline_seconds=settings.workflow_deadline_seconds,
+        pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        ttl_strategy=m.TTLStrategy(
+            seconds_after_success=settings.ttl_after_success_seconds,
+            seconds_after_failure=settings.ttl_after_failure_seconds,
+        ),
+        security_context=m.PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=settings.run_as_user,
+            run_as_group=settings.run_as_user,
+            fs_group=settings.run_as_user,
+            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
+        ),
+        artifact_repository_ref=m.ArtifactRepositoryRef(
+            config_map=settings.artifact_repository_configmap, key=settings.artifact_repository_key
+        ),
+        workflow_metadata=m.WorkflowMetadata(
+            labels={"mlops.dev/model": model},
+            labels_from={"mlops.dev/commit": m.LabelValueFrom(expression="workflow.parameters.revision")},
+        ),
+        volume_claim_templates=[
+            m.PersistentVolumeClaim(
+                metadata=m.ObjectMeta(name="workspace"),
+                spec=m.PersistentVolumeClaimSpec(**pvc_spec),
+            )
+        ],
+        volumes=[
+            m.Volume(
+                name="registry-auth",
+                secret=m.SecretVolumeSource(
+                    secret_name=settings.registry_secret,
+                    items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")],
+                ),
+            ),
+            m.Volume(name="buildkit-state", empty_dir=m.EmptyDirVolumeSource()),
+        ],
+        metrics=[
+            Counter(
+                name="mlops_pipeline_runs_total",
+                help="Pipeline runs by outcome",
+                labels=[model_label, Label(key="status", value="{{workflow.status}}")],
+                value="1",
+            ),
+            Gauge(
+                name="mlops_pipeline_duration_seconds",
+                help="Duration of the last pipeline run",
+                labels=[model_label],
+                realtime=False,
+                value="{{workflow.duration}}",
+            ),
+        ],
+    ) as wt:
+        checkout = Container(
+            name="checkout",
+            image=settings.git_image,
+            command=["sh", "-c"],
+            args=[
+                "set -eu\n"
+                'rm -rf "$MLOPS_REPO" "$MLOPS_OUT" && mkdir -p "$MLOPS_OUT" "$MLOPS_OUTPUTS"\n'
+                'git clone --no-checkout "$REPO_URL" "$MLOPS_REPO"\n'
+                'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
+                'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
+            ],
+            env=tool_env
+            + [
+                Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
+                Env(name="REVISION", value="{{workflow.parameters.revision}}"),
+            ],
+            volume_mounts=[_workspace_mount()],
+            security_context=_restricted(),
+            outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
+            annotations={LOCAL_ANNOTATION: "checkout"},
+            active_deadline_seconds=settings.step_deadline_seconds,
+            retry_strategy=_infra_retry(settings),
+        )
+
+        # BuildKit rootless, daemonless (buildctl-daemonless.sh starts a
+        # private buildkitd as uid 1000 for this one build). Chosen over
+        # Kaniko: Google archived Kaniko in 2025 (only third-party forks are
+        # maintained), while BuildKit is the maintained engine behind
+        # `docker build`, runs without privileges, and caches layers in the
+        # registry. Rootless BuildKit needs seccomp/AppArmor unconfined
+        # (user namespaces) and the no-process-sandbox flag inside a pod.
+        # Registry credentials come from a dockerconfigjson Secret mounted as
+        # ~/.docker/config.json, never from parameters.
+        build_image = Container(
+            name="build-image",
+            image=settings.buildkit_image,
+            command=["sh", "-c"],
+            args=[
+                "set -eu\n"
+                'mkdir -p "$MLOPS_OUTPUTS"\n'
+                "buildctl-daemonless.sh build --frontend dockerfile.v0 "
+                '--local context="$MLOPS_REPO" --local dockerfile="$MLOPS_REPO" '
+                '--opt build-arg:BASE_IMAGE="$BASE_IMAGE" '
+                '--output type=image,name="$IMAGE",push=true '
+                '--import-cache type=registry,ref="$CACHE" '
+                '--export-cache type=registry,ref="$CACHE",mode=max\n'
+                'printf %s "$IMAGE" > "$MLOPS_OUTPUTS/image"\n'
+            ],
+            env=tool_env
+            + [
+                Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
+                Env(name="CACHE", value=f"{image_repo}:buildcache"),
+                Env(name="BASE_IMAGE", value=loaded.full.image),
+                Env(name="BUILDKITD_FLAGS", value="--oci-worker-no-process-sandbox"),
+                Env(name="DOCKER_CONFIG", value="/home/user/.docker"),
+            ],
+            volume_mounts=[
+                _workspace_mount(),
+                m.VolumeMount(name="registry-auth", mount_path="/home/user/.docker", read_only=True),
+                m.VolumeMount(name="buildkit-state", mount_path="/home/user/.local/share/buildkit"),
+            ],
+            security_context=m.SecurityContext(
+                seccomp_profile=m.SeccompProfile(type="Unconfined"),
+                app_armor_profile=m.AppArmorProfile(type="Unconfined"),
+                run_as_user=1000,
+                run_as_group=1000,
+            ),
+            outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
+            annotations={LOCAL_ANNOTATION: "environment-digest"},
+            active_deadline_seconds=settings.step_deadline_seconds,
+            retry_strategy=_infra_retry(settings),
+        )
+
+        smoke = _training_template(
+            loaded, smoke_job, "smoke-train", "smoke", settings.smoke_deadline_seconds, settings
+        )
+        train = _training_template(
+            loaded, loaded.full, "train", "full", settings.train_deadline_seconds, settings
+        )
+
+        evaluate = Container(
+            name="evaluate",
+            image=settings.tool_image,
+            command=["mlops"],
+            args=_step_args("evaluate"),
+            env=tool_env,
+            volume_mounts=[_workspace_mount()],
+            security_context=_restricted(),
+            outputs=[
+                Parameter(name="map50", value_from=m.ValueFrom(path=_out("map50"))),
+                Parameter(name="map", value_from=m.ValueFrom(path=_out("map"))),
+                Artifact(
+                    name="report",
+                    path=f"{PATH_ENV['MLOPS_OUT']}/full/metrics.json",
+                    archive=NoneArchiveStrategy(),
+                ),
+                Artifact(name="model", path=f"{PATH_ENV['MLOPS_OUT']}/full/model"),
+            ],
+            metrics=[
+                Gauge(
+                    name="mlops_candidate_map50",
+                    help="COCO mAP@0.5 of the latest candidate",
+                    labels=[model_label],
+                    realtime=False,
+                    value="{{outputs.parameters.map50}}",
+                ),
+                Gauge(
+                    name="mlops_candidate_map",
+                    help="COCO mAP@[.5:.95] of the latest candidate",
+                    labels=[model_label],
+                    realtime=False,
+                    value="{{outputs.parameters.map}}",
+                ),
+            ],
+            active_deadline_seconds=settings.step_deadline_seconds,
+            retry_strategy=_infra_retry(settings),
+        )
+
+        gate = Container(
+            name="gate",
+            image=settings.tool_image,
+            command=["mlops"],
+            args=_step_args("gate"),
+            env=tool_env,
+            volume_mounts=[_workspace_mount()],
+            security_context=_restricted(),
+            outputs=[
+                Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
+                Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
+                Parameter(name="value", value_from=m.ValueFrom(path=_out("value"))),
+                Artifact(
+                    name="verdict",
+                    path=f"{PATH_ENV['MLOPS_OUT']}/full/gate.json",
+                    archive=NoneArchiveStrategy(),
+                ),
+            ],
+            metrics=[
+                Counter(
+                    name="mlops_gate_outcomes_total",
+                    help="Gate verdicts on candidates",
+                    labels=[model_label, Label(key="passed", value="{{outputs.parameters.passed}}")],
+                    value="1",
+                ),
+            ],
+            active_deadline_seconds=settings.step_deadline_seconds,
+        )
+
+        propose = Container(
+            name="propose",
+            image=settings.tool_image,
+            command=["mlops"],
+            args=["promote", "propose", "--repo", "$(MLOPS_REPO)", "--out", "$(MLOPS_OUT)",
+                  "--outputs", "$(MLOPS_OUTPUTS)"],
+            env=tool_env,
+            volume_mounts=[_workspace_mount()],
+            security_context=_restricted(),
+            active_deadline_seconds=settings.step_deadline_seconds,
+            retry_strategy=_infra_retry(settings),
+        )
+
+        Container(
+            name=EXIT_HANDLER,
+            image=settings.tool_image,
+            command=["python", "-m", "workflows.outcome"],
+            args=[
+                "--status", "{{workflow.status}}",
+                "--workflow", "{{workflow.name}}",
+                "--failures", "{{workflow.failures}}",
+                "--out", "$(MLOPS_OUT)",
+            ],
+            env=tool_env,
+            volume_mounts=[_workspace_mount()],
+            security_context=_restricted(),
+            active_deadline_seconds=600,
+        )
+
+        with DAG(name=ENTRYPOINT):
+            t_checkout = Task(name="checkout", template=checkout)
+            t_build = Task(name="build-image", template=build_image, depends="checkout")
+            image_arg = Parameter(name="image", value="{{tasks.build-image.outputs.parameters.image}}")
+            t_smoke = Task(
+                name="smoke-train", template=smoke, arguments=[image_arg], depends="build-image"
+            )
+            t_train = Task(
+                name="train", template=train, arguments=[image_arg], depends="smoke-train"
+            )
+            t_eval = Task(name="evaluate", template=evaluate, depends="train")
+            Task(name="gate", template=gate, depends="evaluate.Succeeded")
+            Task(
+                name="propose",
+                template=propose,
+                depends="gate.Succeeded",
+                when="{{tasks.gate.outputs.parameters.passed}} == true",
+            )
+            del t_checkout, t_build, t_smoke, t_train, t_eval
+    return wt
+
+
+def embedded_manifests(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(template name, parsed manifest) of every resource template in a rendered doc."""
+    found = []
+    for tmpl in doc.get("spec", {}).get("templates", []):
+        manifest = (tmpl.get("resource") or {}).get("manifest")
+        if manifest:
+            found.append((tmpl["name"], yaml.safe_load(manifest)))
+    return found

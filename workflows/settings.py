@@ -1,0 +1,98 @@
+"""Cluster-side settings of the pipeline: images, secrets, storage, limits.
+
+`mlops.yaml` says what the model repo needs (training command, jobs, gate);
+these settings say how one platform runs it (which registry, which Secret
+holds the push credentials, which artifact repository, which bot identity
+writes back to git). They are separate because one platform team serves
+many model repos with the same settings. Defaults render a complete,
+valid set of manifests; a platform overrides them with a YAML file
+(`mlops workflows render --settings FILE`), checked once here.
+"""
+
+import pathlib
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workflows.errors import ConfigError
+
+_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class PipelineSettings(BaseModel):
+    """How the WorkflowTemplate, the trigger and the RBAC are rendered."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field(default="mlops", pattern=_NAME)
+    service_account: str = Field(default="mlops-pipeline", pattern=_NAME)
+    # Images. The tool image holds this package (`mlops step ...`); the
+    # training image is built per commit from the model repo's Dockerfile.
+    tool_image: str = "registry.example.com/mlops/mlops:0.1.0"
+    git_image: str = "alpine/git:v2.49.1"
+    buildkit_image: str = "moby/buildkit:v0.23.2-rootless"
+    image_repository: str = ""  # default: registry.example.com/mlops/<model>-train
+    # A kubernetes.io/dockerconfigjson Secret with push rights on the registry.
+    registry_secret: str = Field(default="mlops-registry", pattern=_NAME)
+    # Argo's artifact repository (S3-compatible): a ConfigMap and key holding
+    # the `s3:` block, as in Argo's "artifact repository ref" feature.
+    artifact_repository_configmap: str = Field(default="artifact-repositories", pattern=_NAME)
+    artifact_repository_key: str = "mlops-s3"
+    # Shared workspace of one run (checkout, training output, checkpoints).
+    # ReadWriteMany because PaddleJob workers on several nodes write to it.
+    workspace_size: str = "20Gi"
+    workspace_storage_class: str | None = None
+    # Limits.
+    workflow_deadline_seconds: int = Field(default=12 * 3600, ge=60)
+    smoke_deadline_seconds: int = Field(default=30 * 60, ge=60)
+    train_deadline_seconds: int = Field(default=8 * 3600, ge=60)
+    step_deadline_seconds: int = Field(default=3600, ge=60)
+    retry_limit: int = Field(default=3, ge=0)
+    ttl_after_success_seconds: int = Field(default=24 * 3600, ge=0)
+    ttl_after_failure_seconds: int = Field(default=7 * 24 * 3600, ge=0)
+    run_as_user: int = Field(default=1000, ge=1)
+    # Triggers.
+    branch: str = "main"
+    bot_identity: str = "mlops-bot"
+    github_secret: str = Field(default="github-webhook", pattern=_NAME)
+    github_secret_key: str = "secret"
+    webhook_secret: str = Field(default="mlops-webhook", pattern=_NAME)
+    webhook_secret_key: str = "token"
+    github_owner: str = "example-org"  # GitHub organisation or user of the model repos
+    github_repository: str = ""  # repository name; default: the model's name
+    github_port: int = Field(default=12000, ge=1, le=65535)
+    webhook_port: int = Field(default=12001, ge=1, le=65535)
+    sensor_service_account: str = Field(default="mlops-sensor", pattern=_NAME)
+    eventbus: str = "default"
+
+    def training_image(self, model: str) -> str:
+        """The repository the per-commit training image is pushed to."""
+        return self.image_repository or f"registry.example.com/mlops/{model}-train"
+
+
+def load_settings(path: str | pathlib.Path | None = None, **overrides: Any) -> PipelineSettings:
+    """Defaults, then the YAML file (if any), then explicit overrides (CLI flags)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = pathlib.Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: settings file not found")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: expected a mapping of setting -> value")
+        data.update(loaded)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return PipelineSettings(**data)
+    except ValidationError as exc:
+        where = str(path) if path else "settings"
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: "
+            + ("unknown setting" if e["type"] == "extra_forbidden" else e["msg"])
+            for e in exc.errors()
+        )
+        raise ConfigError(f"{where}: {problems}") from exc
