@@ -39,35 +39,85 @@ class InputConfig(pydantic.BaseModel):
     size: tuple[int, int] = (128, 128)  # height, width
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    scale: float = 1.0 / 255.0  # applied to 0..255 pixels before mean/std
+    scale: float = 1.0 / 255.0  # applied to 0..255 pixels before mean/std; "1/255" accepted
     channel_order: Literal["RGB", "BGR"] = "RGB"
 
+    @pydantic.field_validator("scale", mode="before")
+    @classmethod
+    def _fraction(cls, value: Any) -> Any:
+        if isinstance(value, str) and "/" in value:
+            num, _, den = value.partition("/")
+            try:
+                return float(num) / float(den)
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"not a number or a fraction: {value!r}") from None
+        return value
 
-class PostprocessConfig(pydantic.BaseModel):
+
+class OutputRole(pydantic.BaseModel):
+    """Which exported tensor plays which decoder role (heatmap, size, offset)."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+
+    name: str  # the role
+    tensor: str | None = None  # the predictor's output name (e.g. fetch_name_0)
+
+
+class Label(pydantic.BaseModel):
+    """One class: its index in the heatmap, its (COCO category) id and name."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+
+    index: int | None = None
+    id: int
+    name: str
+
+
+class DecodeConfig(pydantic.BaseModel):
     """A CenterNet-family decoder: peaks of a per-class heatmap, size and offset maps."""
 
     model_config = pydantic.ConfigDict(extra="ignore")
 
     type: Literal["centernet"] = "centernet"
-    stride: int = 4
-    top_k: int = 100
+    stride: float = 4
+    top_k: int = pydantic.Field(100, ge=1)
     score_threshold: float = 0.05
-    pool_size: int = 3  # max-pool window that stands in for NMS
+    nms_kernel: int = pydantic.Field(3, ge=1)  # max-pool window that stands in for NMS
     size_unit: Literal["cells", "pixels"] = "cells"  # size head in grid cells or input pixels
     heatmap_activation: Literal["none", "sigmoid"] = "none"  # "none": already in (0, 1)
-    outputs: dict[str, str] = {}  # role (heatmap/size/offset) -> output tensor name
-    label_offset: int = 1  # class index + offset = category id (COCO ids start at 1)
 
 
 class InferConfig(pydantic.BaseModel):
-    """The typed `infer_cfg.yml`."""
+    """The typed `infer_cfg.yml` (the format `examples/shapes-detector/train.py` writes)."""
 
     model_config = pydantic.ConfigDict(extra="ignore")
 
     input: InputConfig = InputConfig()
-    labels: list[str] = []
-    output_names: list[str] = []  # role names of the outputs, in predictor order
-    postprocess: PostprocessConfig = PostprocessConfig()
+    outputs: list[OutputRole] = []
+    labels: list[Label] = []
+    decode: DecodeConfig = DecodeConfig()
+
+    @pydantic.field_validator("labels", mode="before")
+    @classmethod
+    def _plain_names(cls, value: Any) -> Any:
+        """A bare list of names means ids 0, 1, 2, ..."""
+        if isinstance(value, list):
+            return [
+                {"index": i, "id": i, "name": v} if isinstance(v, str) else v
+                for i, v in enumerate(value)
+            ]
+        return value
+
+    def category_ids(self) -> list[int]:
+        """Category id of each heatmap channel, in channel order."""
+        ordered = sorted(
+            enumerate(self.labels), key=lambda item: item[1].index if item[1].index is not None else item[0]
+        )
+        return [label.id for _, label in ordered]
+
+    def label_names(self) -> dict[int, str]:
+        """Category id -> class name."""
+        return {label.id: label.name for label in self.labels}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,8 +4,8 @@ The model outputs a per-class heatmap [N, C, H, W] with values in (0, 1)
 (or logits, if `heatmap_activation: sigmoid`), a size map [N, 2, H, W]
 (width, height, in grid cells or input pixels) and an offset map
 [N, 2, H, W] (sub-cell dx, dy). A detection is a heatmap cell that is the
-maximum of its `pool_size` neighbourhood (the max-pool stands in for NMS),
-among the `top_k` best, above `score_threshold`.
+maximum of its `nms_kernel` neighbourhood (the max-pool stands in for NMS),
+among the `top_k` best, above `score_threshold` (`decode:` in infer_cfg.yml).
 
 This is the decoder family the training example documents
 (`examples/shapes-detector/postprocess.py`); the server does not import
@@ -20,7 +20,7 @@ Detections are returned PaddleDetection-style: `bbox` [M, 6] rows of
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from serving.modeldir import PostprocessConfig
+from serving.modeldir import DecodeConfig
 
 ROLES = ("heatmap", "size", "offset")
 
@@ -40,22 +40,28 @@ def decode_centernet(
     heatmap: np.ndarray,
     size: np.ndarray,
     offset: np.ndarray,
-    cfg: PostprocessConfig,
+    cfg: DecodeConfig,
     input_hw: tuple[int, int],
+    category_ids: list[int] | None = None,
     original_hw: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Heads -> (`bbox` [M, 6] float32, `bbox_num` [N] int32).
 
     `input_hw` is the network input size; boxes are clipped to it and then
     scaled to `original_hw` [N, 2] (height, width per image) when given.
+    Column 0 is the category id of the heatmap channel (`category_ids`,
+    default: the channel index).
     """
     heat = heatmap.astype(np.float32, copy=False)
     if cfg.heatmap_activation == "sigmoid":
         heat = 1.0 / (1.0 + np.exp(-heat))
-    peaks = np.where(_max_pool_same(heat, cfg.pool_size) == heat, heat, 0.0)
+    peaks = np.where(_max_pool_same(heat, cfg.nms_kernel) == heat, heat, 0.0)
     batch, classes, height, width = heat.shape
     in_h, in_w = input_hw
     unit = 1.0 if cfg.size_unit == "pixels" else float(cfg.stride)
+    ids = np.asarray(category_ids if category_ids else range(classes), dtype=np.float32)
+    if len(ids) != classes:
+        raise ValueError(f"{len(ids)} labels for a heatmap of {classes} classes")
     rows: list[np.ndarray] = []
     counts = np.zeros(batch, dtype=np.int32)
     for b in range(batch):
@@ -78,7 +84,7 @@ def decode_centernet(
             sy, sx = original_hw[b, 0] / in_h, original_hw[b, 1] / in_w
             x1, x2, y1, y2 = x1 * sx, x2 * sx, y1 * sy, y2 * sy
         det = np.stack(
-            [cls.astype(np.float32) + cfg.label_offset, flat[best], x1, y1, x2, y2], axis=1
+            [ids[cls], flat[best], x1, y1, x2, y2], axis=1
         )
         rows.append(det.astype(np.float32))
         counts[b] = len(best)
@@ -86,11 +92,9 @@ def decode_centernet(
     return bbox, counts
 
 
-def label_names(bbox: np.ndarray, labels: list[str], label_offset: int) -> np.ndarray:
+def label_names(bbox: np.ndarray, names: dict[int, str]) -> np.ndarray:
     """Class names for the rows of `bbox` (object array of bytes; the id if unnamed)."""
-    names = np.empty(len(bbox), dtype=object)
+    out = np.empty(len(bbox), dtype=object)
     for i, class_id in enumerate(bbox[:, 0].astype(np.int64)):
-        index = int(class_id) - label_offset
-        name = labels[index] if 0 <= index < len(labels) else str(int(class_id))
-        names[i] = name.encode("utf-8")
-    return names
+        out[i] = names.get(int(class_id), str(int(class_id))).encode("utf-8")
+    return out

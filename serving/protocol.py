@@ -175,7 +175,7 @@ def _parse_input(raw: Any, index: int, binary: bytes, offset: int) -> tuple[Tens
         chunk = binary[offset:offset + binary_size]
         if len(chunk) != binary_size:
             raise BadRequest(f"input '{name}': binary data shorter than binary_data_size")
-        data = _from_binary(name, datatype, count, chunk)
+        data = binary_to_array(name, datatype, count, chunk)
         used = binary_size
     else:
         if "data" not in raw:
@@ -221,7 +221,8 @@ def _flatten(values: Any) -> list[Any]:
     return out
 
 
-def _from_binary(name: str, datatype: str, count: int, chunk: bytes) -> np.ndarray[Any, Any]:
+def binary_to_array(name: str, datatype: str, count: int, chunk: bytes) -> np.ndarray[Any, Any]:
+    """Flat array of `count` elements from binary-extension bytes; `BadRequest` if malformed."""
     if datatype == "BYTES":
         out = np.empty(count, dtype=object)
         pos = 0
@@ -270,7 +271,7 @@ def encode_infer_response(
             "shape": list(tensor.shape),
         }
         if tensor.name in binary_outputs:
-            blob = _to_binary(tensor)
+            blob = tensor_to_binary(tensor)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         elif tensor.datatype == "BYTES":
@@ -288,7 +289,8 @@ def encode_infer_response(
     return body + b"".join(blobs), len(body)
 
 
-def _to_binary(tensor: Tensor) -> bytes:
+def tensor_to_binary(tensor: Tensor) -> bytes:
+    """Raw bytes of a tensor for the binary extension (BYTES: length-prefixed)."""
     if tensor.datatype == "BYTES":
         parts = []
         for value in tensor.data.reshape(-1):

@@ -244,8 +244,14 @@ def build_app(state: ServerState) -> Starlette:
         return _json({
             "name": SERVER_NAME,
             "version": SERVER_VERSION,
-            "extensions": ["binary_tensor_data", "paddle_serving_compat"],
+            "extensions": ["binary_tensor_data", "model_repository", "paddle_serving_compat"],
         })
+
+    async def repository_index(request: Request) -> Response:
+        state_name = "READY" if state.ready and not state.shutting_down else "UNAVAILABLE"
+        return _json([{
+            "name": settings.model_name, "version": settings.model_version, "state": state_name,
+        }])
 
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(), 200, media_type=CONTENT_TYPE)
@@ -274,6 +280,7 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v2/models/{model_name}/versions/{model_version}/ready", model_ready, methods=["GET"]),
         Route("/v2/models/{model_name}/infer", infer, methods=["POST"]),
         Route("/v2/models/{model_name}/versions/{model_version}/infer", infer, methods=["POST"]),
+        Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/GeneralModelService/inference", paddle_serving, methods=["POST"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]

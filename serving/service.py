@@ -87,19 +87,31 @@ class ModelService:
         return TensorSpec(name, dtype, (-1, 3, *self.cfg.input.size))
 
     def _output_roles(self) -> dict[str, int]:
-        """Index of the heatmap/size/offset outputs among the predictor's outputs."""
+        """Index of the heatmap/size/offset outputs among the predictor's outputs.
+
+        `infer_cfg.yml` `outputs:` lists the roles, each with the exported tensor
+        name; without tensor names the listed order is the predictor's order,
+        and without the list the order is heatmap, size, offset.
+        """
         names = self.pool.output_names
-        explicit = self.cfg.postprocess.outputs
         roles: dict[str, int] = {}
-        for role in ROLES:
-            if role in explicit and explicit[role] in names:
-                roles[role] = names.index(explicit[role])
-            elif role in self.cfg.output_names:
-                roles[role] = self.cfg.output_names.index(role)
-            elif role in names:
-                roles[role] = names.index(role)
-        if len(roles) != len(ROLES):
+        for position, entry in enumerate(self.cfg.outputs):
+            if entry.name not in ROLES:
+                continue
+            if entry.tensor is not None and entry.tensor in names:
+                roles[entry.name] = names.index(entry.tensor)
+            elif entry.tensor is None and position < len(names):
+                roles[entry.name] = position
+            elif entry.name in names:
+                roles[entry.name] = names.index(entry.name)
+        if not self.cfg.outputs:
             roles = {role: i for i, role in enumerate(ROLES) if i < len(names)}
+        missing = [r for r in ROLES if r not in roles]
+        if missing:
+            raise ModelDirError(
+                f"{self.model.path}/infer_cfg.yml: outputs lack the decoder role(s) "
+                f"{', '.join(missing)} (predictor outputs: {', '.join(names)})"
+            )
         return roles
 
     # ---- metadata ---------------------------------------------------------------
@@ -113,7 +125,7 @@ class ModelService:
             "inputs": [_spec_doc(s) for s in self.inputs],
             "outputs": [_spec_doc(s) for s in self.outputs],
             "parameters": {
-                "labels": list(self.cfg.labels),
+                "labels": [label.model_dump() for label in self.cfg.labels],
                 "image_input": {
                     "datatype": "BYTES",
                     "shape": [-1],
@@ -172,24 +184,25 @@ class ModelService:
         )
         arrays, seconds = self.pool.infer({self.image_input: batch})
         bbox, counts = self.decode(arrays, original)
-        names = label_names(bbox, self.cfg.labels, self.cfg.postprocess.label_offset)
+        names = label_names(bbox, self.cfg.label_names())
         return [
             Tensor("bbox", "FP32", tuple(bbox.shape), bbox),
             Tensor("bbox_num", "INT32", tuple(counts.shape), counts),
             Tensor("labels", "BYTES", (len(names),), names),
         ], seconds
 
-    def decode(self, arrays: list[np.ndarray], original_hw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def decode(
+        self, arrays: list[np.ndarray], original_hw: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Raw predictor outputs -> (`bbox`, `bbox_num`)."""
+        heatmap, size, offset = (arrays[self.roles[r]] for r in ROLES)
         try:
-            heatmap, size, offset = (arrays[self.roles[r]] for r in ROLES)
-        except (KeyError, IndexError):
-            raise InferenceFailed(
-                "the model's outputs do not match a heatmap/size/offset decoder"
-            ) from None
-        return decode_centernet(
-            heatmap, size, offset, self.cfg.postprocess, self.cfg.input.size, original_hw
-        )
+            return decode_centernet(
+                heatmap, size, offset, self.cfg.decode, self.cfg.input.size,
+                self.cfg.category_ids() or None, original_hw,
+            )
+        except (ValueError, IndexError) as exc:
+            raise InferenceFailed(f"decoding the model's outputs failed: {exc}") from exc
 
     def _validate_raw(self, inputs: list[Tensor]) -> dict[str, np.ndarray]:
         expected = {s.name: s for s in self.inputs}
