@@ -1,0 +1,120 @@
+"""`mlops up`, `mlops down`, `mlops status`: the local platform (see mlops.platform)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from typing import Any
+
+from mlops.platform import lifecycle
+from mlops.platform.workdir import Workdir, default_workdir
+
+
+def _workdir(args: argparse.Namespace) -> Workdir:
+    root = pathlib.Path(args.workdir).expanduser().resolve() if args.workdir else default_workdir()
+    return Workdir(root)
+
+
+def _add_workdir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workdir", metavar="DIR",
+        help="platform work dir (default: $MLOPS_WORKDIR, ./.mlops if it exists, else ~/.mlops)",
+    )
+
+
+def register(subparsers: Any) -> None:
+    up = subparsers.add_parser(
+        "up", help="start the local platform (Prometheus, HAProxy, GitOps sync)",
+        description="Start Prometheus, HAProxy and the sync loop for a GitOps repo; "
+        "reuses whatever is already running in the work dir.",
+    )
+    _add_workdir(up)
+    up.add_argument("--gitops", metavar="REPO", help="GitOps repo (bare repo path or URL); "
+                    "needed on the first `up` of a work dir")
+    up.add_argument("--controller-port", type=int, metavar="PORT",
+                    help="let Prometheus scrape the promotion controller's /metrics on this port")
+    up.add_argument("--poll-interval", type=float, metavar="SECONDS",
+                    help="how often the sync polls the GitOps repo (default 0.5)")
+    up.add_argument("--json", action="store_true", help="print the result as JSON")
+    up.set_defaults(func=_up)
+
+    down = subparsers.add_parser("down", help="stop every process of the local platform")
+    _add_workdir(down)
+    down.set_defaults(func=_down)
+
+    status = subparsers.add_parser("status", help="models, weights, applied commit, process health")
+    _add_workdir(status)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=_status)
+
+
+def _up(args: argparse.Namespace) -> int:
+    workdir = _workdir(args)
+    result = lifecycle.up(workdir, args.gitops, controller_port=args.controller_port,
+                          poll_interval=args.poll_interval)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    config = result["config"]
+    print(f"platform up in {result['workdir']}")
+    if result["started"]:
+        print(f"  started: {', '.join(result['started'])}")
+    if result["reused"]:
+        print(f"  already running: {', '.join(result['reused'])}")
+    print(f"  GitOps repo:   {config['gitops']} ({config['branch']})")
+    print(f"  Prometheus:    http://127.0.0.1:{config['prometheus_port']}")
+    print(f"  HAProxy stats: http://127.0.0.1:{config['haproxy_stats_port']}/stats")
+    print("  `mlops status` shows models and weights once the sync has applied the repo.")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    result = lifecycle.down(_workdir(args))
+    stopped = ", ".join(result["stopped"]) or "nothing was running"
+    print(f"platform down in {result['workdir']}: {stopped}")
+    return 0
+
+
+def _fmt_weight(value: Any) -> str:
+    return "-" if value is None else f"{value}%"
+
+
+def _status(args: argparse.Namespace) -> int:
+    doc = lifecycle.status(_workdir(args))
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    print(f"work dir:   {doc['workdir']}")
+    print(f"GitOps:     {doc['gitops']} ({doc['branch']})")
+    applied = doc["applied_commit"] or "none yet"
+    print(f"applied:    {applied[:12]}" + (
+        f"  (newest seen {doc['seen_commit'][:12]} has errors)"
+        if doc["seen_commit"] and doc["seen_commit"] != doc["applied_commit"] else ""))
+    for name, svc in doc["services"].items():
+        state = f"running (pid {svc['pid']})" if svc["running"] else "NOT RUNNING"
+        print(f"{name + ':':<12}{state}")
+    if doc["services"]["sync"]["running"] and not doc["sync_fresh"]:
+        print("warning: the sync has not written its status for 10 s")
+    print(f"Prometheus: {doc['urls']['prometheus']}")
+    print(f"HAProxy:    {doc['urls']['haproxy_stats']}")
+    for error in doc["errors"]:
+        print(f"ERROR in {error['file']}: {error['message']} (keeping the last good state)")
+    if doc["git_error"]:
+        print(f"ERROR reading the GitOps repo: {doc['git_error']}")
+    if not doc["models"]:
+        print("no models yet")
+    for model, info in sorted(doc["models"].items()):
+        print(f"\nmodel {model}  {info.get('url') or '(no frontend yet)'}")
+        print(f"  {'version':<20}{'weight':>8}{'haproxy':>9}  {'phase':<9}{'up':<4}{'pid':>8}{'port':>7}{'restarts':>9}")
+        for version, v in sorted(info["versions"].items()):
+            up = {True: "yes", False: "no", None: "-"}[v.get("haproxy_up")]
+            print(f"  {version:<20}{_fmt_weight(v.get('desired_weight')):>8}"
+                  f"{_fmt_weight(v.get('haproxy_weight')):>9}  {v['phase']:<9}{up:<4}"
+                  f"{v['pid'] or '-':>8}{v['port'] or '-':>7}{v['restarts']:>9}")
+    prs = doc.get("pull_requests")
+    if isinstance(prs, list):
+        print(f"\nopen pull requests: {len(prs)}")
+        for pr in prs:
+            print(f"  {pr}")
+    return 0

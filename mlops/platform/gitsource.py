@@ -1,0 +1,104 @@
+"""Read the GitOps repo's main branch with the git CLI.
+
+``head()`` is one ``git ls-remote`` (cheap enough to run twice a second, and
+it works the same for a local bare repo and a remote URL); only when the sha
+moved does ``files(sha)`` fetch into a private bare cache in the work dir and
+read ``apps/`` from that commit with ``git ls-tree`` + ``git cat-file
+--batch``. The sync never checks out a working tree, so it can never modify
+the repo, and it reads exactly one commit.
+
+Authentication for remote URLs is git's (credential helper, environment);
+nothing is written into the cache's config.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+_GIT_ENV_TIMEOUT = 30.0
+
+
+class GitSourceError(RuntimeError):
+    """The GitOps repo could not be read (message says which command failed)."""
+
+
+class GitSource:
+    """The ``branch`` of ``repo`` (a path or URL), cached under ``cache``."""
+
+    def __init__(self, repo: str, branch: str, cache: pathlib.Path) -> None:
+        self.repo = repo
+        self.branch = branch
+        self.cache = cache
+
+    def _git(self, *args: str, cwd: pathlib.Path | None = None, stdin: bytes | None = None) -> bytes:
+        try:
+            done = subprocess.run(
+                ["git", *args],
+                cwd=str(cwd) if cwd else None,
+                input=stdin,
+                capture_output=True,
+                timeout=_GIT_ENV_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise GitSourceError(f"git {args[0]} timed out on {self.repo}") from None
+        if done.returncode != 0:
+            err = done.stderr.decode(errors="replace").strip()
+            raise GitSourceError(f"git {args[0]} failed on {self.repo}: {err}")
+        return done.stdout
+
+    def head(self) -> str | None:
+        """Sha of the branch, or None if the branch does not exist yet."""
+        out = self._git("ls-remote", self.repo, f"refs/heads/{self.branch}").decode()
+        for line in out.splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref == f"refs/heads/{self.branch}":
+                return sha
+        return None
+
+    def _ensure_cache(self) -> None:
+        if not (self.cache / "HEAD").exists():
+            self.cache.mkdir(parents=True, exist_ok=True)
+            self._git("init", "--bare", "--quiet", str(self.cache))
+
+    def files(self, sha: str, prefix: str = "apps") -> dict[str, str]:
+        """``{path: text}`` of every blob under ``prefix`` at commit ``sha``."""
+        self._ensure_cache()
+        have = subprocess.run(
+            ["git", "cat-file", "-e", f"{sha}^{{commit}}"],
+            cwd=self.cache,
+            capture_output=True,
+            check=False,
+        )
+        if have.returncode != 0:
+            self._git(
+                "fetch", "--quiet", "--no-tags", self.repo,
+                f"+refs/heads/{self.branch}:refs/remotes/gitops/{self.branch}",
+                cwd=self.cache,
+            )
+        listing = self._git("ls-tree", "-r", "-z", sha, "--", prefix, cwd=self.cache)
+        entries: list[tuple[str, str]] = []
+        for item in listing.split(b"\0"):
+            if not item:
+                continue
+            meta, _, path = item.partition(b"\t")
+            _mode, kind, oid = meta.decode().split()
+            if kind == "blob":
+                entries.append((oid, path.decode()))
+        if not entries:
+            return {}
+        batch = self._git(
+            "cat-file", "--batch", cwd=self.cache,
+            stdin="".join(f"{oid}\n" for oid, _ in entries).encode(),
+        )
+        out: dict[str, str] = {}
+        pos = 0
+        for oid, path in entries:
+            header_end = batch.index(b"\n", pos)
+            _oid, _kind, size = batch[pos:header_end].decode().split()
+            start = header_end + 1
+            body = batch[start : start + int(size)]
+            pos = start + int(size) + 1
+            out[path] = body.decode(errors="replace")
+        return out

@@ -1,0 +1,275 @@
+"""`mlops up`, `mlops down`, `mlops status`: start, stop and read the platform.
+
+``up`` is idempotent: each of Prometheus, HAProxy and the sync is started
+only if its pid file does not name a live process, and ports chosen on the
+first run are kept (a port taken by someone else meanwhile is replaced).
+``down`` stops the sync first (so it restarts nothing), then the model
+servers, HAProxy and Prometheus, each by process group, and checks that no
+process mentioning the work dir survives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import pathlib
+import sys
+import time
+from typing import Any
+
+from mlops.errors import UserError
+from mlops.platform import binaries, haproxy, procs, prometheus
+from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
+from mlops.platform.runtime import RuntimeApi
+from mlops.platform.sync import free_port, port_free
+from mlops.platform.workdir import PlatformConfig, Workdir, load_config, save_config
+
+SERVICES = ("prometheus", "haproxy", "sync")
+READY_TIMEOUT = 30.0
+
+
+class PlatformError(UserError):
+    """The platform could not be started or stopped as asked."""
+
+
+def _http_ok(port: int, path: str, timeout: float = 0.5) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def _alive(workdir: Workdir, name: str) -> procs.ProcRecord | None:
+    record = procs.read_record(workdir.pidfile(name))
+    return record if record is not None and procs.record_alive(record) else None
+
+
+def _tail(path: pathlib.Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def _wait(check: Any, what: str, log: pathlib.Path, record: procs.ProcRecord) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if not procs.record_alive(record):
+            raise PlatformError(f"{what} exited during start-up; its log ({log}) ends with:\n{_tail(log)}")
+        time.sleep(0.1)
+    raise PlatformError(f"{what} not ready after {READY_TIMEOUT:.0f} s; see {log}:\n{_tail(log)}")
+
+
+def _resolve_config(
+    workdir: Workdir, gitops: str | None, controller_port: int | None,
+    server_command: list[str] | None, poll_interval: float | None, running: bool,
+) -> PlatformConfig:
+    old = load_config(workdir)
+    if old is None and not gitops:
+        raise PlatformError(
+            f"no platform in {workdir.root} yet: pass --gitops REPO (a bare repo path or URL); "
+            "create one with `mlops gitops init`"
+        )
+    if gitops and not ("://" in gitops or gitops.startswith("git@")):
+        gitops = str(pathlib.Path(gitops).expanduser().resolve())
+    config = old or PlatformConfig(gitops=gitops or "")
+    if gitops and gitops != config.gitops:
+        if running:
+            raise PlatformError(
+                f"the platform in {workdir.root} syncs {config.gitops}; run `mlops down` "
+                f"before pointing it at {gitops}, or use another --workdir"
+            )
+        config = dataclasses.replace(config, gitops=gitops)
+    if controller_port is not None:
+        config = dataclasses.replace(config, controller_port=controller_port)
+    if server_command:
+        config = dataclasses.replace(config, server_command=tuple(server_command))
+    if poll_interval is not None:
+        config = dataclasses.replace(config, poll_interval=poll_interval)
+    return config
+
+
+def up(
+    workdir: Workdir,
+    gitops: str | None = None,
+    *,
+    controller_port: int | None = None,
+    server_command: list[str] | None = None,
+    poll_interval: float | None = None,
+    path: str | None = None,
+) -> dict[str, Any]:
+    """Start what is not running; return a summary (what started, what was reused)."""
+    found = binaries.require(path)
+    running = {name: _alive(workdir, name) for name in SERVICES}
+    config = _resolve_config(
+        workdir, gitops, controller_port, server_command, poll_interval,
+        running=any(running.values()),
+    )
+    for sub in (workdir.run, workdir.logs, workdir.targets, workdir.haproxy, workdir.status.parent):
+        sub.mkdir(parents=True, exist_ok=True)
+
+    # Ports: keep the chosen ones unless a stopped service's port was taken.
+    if not config.prometheus_port or (running["prometheus"] is None and not port_free(config.prometheus_port)):
+        config = dataclasses.replace(config, prometheus_port=free_port())
+    if not config.haproxy_stats_port or (running["haproxy"] is None and not port_free(config.haproxy_stats_port)):
+        config = dataclasses.replace(config, haproxy_stats_port=free_port())
+    save_config(workdir, config)
+
+    started: list[str] = []
+    if running["prometheus"] is None:
+        atomic_write_text(workdir.prometheus / "prometheus.yml", prometheus.render_config(workdir, config))
+        if not (workdir.targets / prometheus.MODELS_TARGETS).exists():
+            prometheus.write_model_targets(workdir, [])
+        prometheus.write_controller_targets(workdir, config.controller_port)
+        _popen, record = procs.spawn(
+            "prometheus", prometheus.command(found["prometheus"], workdir, config),
+            workdir.logs / "prometheus.log",
+        )
+        procs.write_record(workdir.pidfile("prometheus"), record)
+        _wait(lambda: _http_ok(config.prometheus_port, "/-/ready"), "prometheus",
+              workdir.logs / "prometheus.log", record)
+        started.append("prometheus")
+    elif controller_port is not None:
+        prometheus.write_controller_targets(workdir, config.controller_port)
+
+    if running["haproxy"] is None:
+        frontends = {str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()}
+        moved = {m: p for m, p in frontends.items() if not port_free(p)}
+        for model in moved:
+            frontends[model] = free_port()
+        if moved:
+            atomic_write_json(workdir.frontends, frontends)
+        # Servers are added by the sync through the runtime API.
+        atomic_write_text(workdir.haproxy_cfg, haproxy.render_config(
+            workdir, stats_port=config.haproxy_stats_port, frontends=frontends))
+        socket_path = workdir.admin_socket()
+        socket_path.unlink(missing_ok=True)
+        _popen, record = procs.spawn(
+            "haproxy", haproxy.command(found["haproxy"], workdir), workdir.logs / "haproxy.log",
+        )
+        procs.write_record(workdir.pidfile("haproxy"), record)
+        api = RuntimeApi(socket_path, timeout=1.0)
+
+        def haproxy_ready() -> bool:
+            try:
+                return "Name: HAProxy" in api.info()
+            except OSError:
+                return False
+
+        _wait(haproxy_ready, "haproxy", workdir.logs / "haproxy.log", record)
+        started.append("haproxy")
+
+    if running["sync"] is None:
+        before = time.time()
+        _popen, record = procs.spawn(
+            "sync", [sys.executable, "-m", "mlops.platform.sync", "--workdir", str(workdir.root)],
+            workdir.logs / "sync.log",
+        )
+        procs.write_record(workdir.pidfile("sync"), record)
+
+        def sync_ready() -> bool:
+            doc = read_json(workdir.status, {}) or {}
+            return doc.get("sync_pid") == record.pid and doc.get("updated_at", 0) >= before
+
+        _wait(sync_ready, "the sync loop", workdir.logs / "sync.log", record)
+        started.append("sync")
+    return {
+        "workdir": str(workdir.root),
+        "started": started,
+        "reused": [name for name in SERVICES if name not in started],
+        "config": config.to_json(),
+    }
+
+
+def down(workdir: Workdir, timeout: float = 10.0) -> dict[str, Any]:
+    """Stop every process of the platform; raise if one survives."""
+    stopped: list[str] = []
+    survivors: list[str] = []
+
+    def stop_file(path: pathlib.Path, label: str) -> None:
+        record = procs.read_record(path)
+        if record is None:
+            path.unlink(missing_ok=True)
+            return
+        was_alive = procs.record_alive(record)
+        if procs.stop(record, timeout=timeout):
+            path.unlink(missing_ok=True)
+            if was_alive:
+                stopped.append(label)
+        else:
+            survivors.append(f"{label} (pid {record.pid})")
+
+    stop_file(workdir.pidfile("sync"), "sync")
+    if workdir.server_pids.is_dir():
+        for path in sorted(workdir.server_pids.glob("*.json")):
+            stop_file(path, f"model server {path.stem}")
+    stop_file(workdir.pidfile("haproxy"), "haproxy")
+    stop_file(workdir.pidfile("prometheus"), "prometheus")
+    if survivors:
+        raise PlatformError(f"could not stop: {', '.join(survivors)}")
+    return {"workdir": str(workdir.root), "stopped": stopped}
+
+
+def status(workdir: Workdir) -> dict[str, Any]:
+    """Everything `mlops status` shows, as data (the CLI formats it)."""
+    config = load_config(workdir)
+    if config is None:
+        raise PlatformError(f"no platform in {workdir.root}; start it with `mlops up --gitops REPO`")
+    services = {}
+    for name in SERVICES:
+        record = _alive(workdir, name)
+        services[name] = {"running": record is not None, "pid": record.pid if record else None}
+    doc = read_json(workdir.status, {}) or {}
+    models = doc.get("models", {})
+    # Live weights from HAProxy itself (the sync's record may be a tick old).
+    if services["haproxy"]["running"]:
+        try:
+            states = RuntimeApi(workdir.admin_socket(), timeout=1.0).servers_state()
+        except OSError:
+            states = []
+        for state in states:
+            version = models.get(state.backend, {}).get("versions", {}).get(state.name)
+            if version is not None:
+                version["haproxy_weight"] = state.weight
+                version["haproxy_up"] = state.up and state.enabled
+    fresh = services["sync"]["running"] and time.time() - float(doc.get("updated_at", 0)) < 10
+    return {
+        "workdir": str(workdir.root),
+        "gitops": config.gitops,
+        "branch": config.branch,
+        "services": services,
+        "sync_fresh": bool(fresh),
+        "urls": {
+            "prometheus": f"http://127.0.0.1:{config.prometheus_port}",
+            "haproxy_stats": f"http://127.0.0.1:{config.haproxy_stats_port}/stats",
+            "haproxy_metrics": f"http://127.0.0.1:{config.haproxy_stats_port}/metrics",
+        },
+        "applied_commit": doc.get("applied_commit"),
+        "seen_commit": doc.get("seen_commit"),
+        "errors": doc.get("errors", []),
+        "git_error": doc.get("git_error"),
+        "models": models,
+        "pull_requests": _open_prs(config.gitops),
+    }
+
+
+def _open_prs(gitops: str) -> Any:
+    """Open PRs from the local forge, if the GitOps room provides one."""
+    try:
+        from gitops.forges import local as local_forge  # optional, the GitOps room's
+    except ImportError:
+        return None
+    lister = getattr(local_forge, "list_open", None)
+    if lister is None:
+        return None
+    try:
+        return [dict(pr) if isinstance(pr, dict) else getattr(pr, "__dict__", str(pr))
+                for pr in lister(gitops)]
+    except Exception as exc:  # noqa: BLE001 - status must render even if the forge fails
+        return {"error": str(exc)}

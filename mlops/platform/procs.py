@@ -1,0 +1,207 @@
+"""Supervised processes: start detached, identify by pid file, stop for sure.
+
+Every process the platform starts runs in its own session (so its whole
+process group can be signalled, children included) with stdout/stderr
+appended to a log file, and gets a pid file: JSON with the pid *and* the
+process start time read from ``/proc/<pid>/stat``. A pid alone is not an
+identity -- after a reboot or a long pause the number may belong to an
+unrelated process -- so "alive" means "a process with this pid and this
+start time exists and is not a zombie". Linux only, like the platform.
+
+Stopping sends SIGTERM to the process group, waits, then SIGKILLs the group,
+and reports whether anything survived; `mlops down` relies on that to promise
+"no process left behind".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+from typing import Any, Sequence
+
+from mlops.platform.files import atomic_write_text
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcRecord:
+    """What a pid file holds."""
+
+    name: str
+    pid: int
+    start_time: int
+    argv: tuple[str, ...]
+    started_at: float
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "argv": list(self.argv),
+            "started_at": self.started_at,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ProcRecord:
+        return cls(
+            name=str(doc["name"]),
+            pid=int(doc["pid"]),
+            start_time=int(doc["start_time"]),
+            argv=tuple(doc.get("argv", ())),
+            started_at=float(doc.get("started_at", 0.0)),
+            extra=dict(doc.get("extra", {})),
+        )
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces.
+    rest = raw[raw.rfind(")") + 2 :].split()
+    return rest  # rest[0] is field 3 (state)
+
+
+def start_time_of(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return int(fields[19])  # field 22 overall
+
+
+def is_running(pid: int, start_time: int | None = None) -> bool:
+    """True if ``pid`` exists, is not a zombie and (if given) started at ``start_time``."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return start_time is None or int(fields[19]) == start_time
+
+
+def record_alive(record: ProcRecord) -> bool:
+    """True if the process a pid file describes is still that process and alive."""
+    return is_running(record.pid, record.start_time)
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    log_path: pathlib.Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: pathlib.Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[subprocess.Popen[bytes], ProcRecord]:
+    """Start ``argv`` in a new session, output appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=str(cwd) if cwd else None,
+            close_fds=True,
+        )
+    start = start_time_of(proc.pid)
+    record = ProcRecord(
+        name=name,
+        pid=proc.pid,
+        start_time=start if start is not None else -1,
+        argv=tuple(argv),
+        started_at=time.time(),
+        extra=dict(extra or {}),
+    )
+    return proc, record
+
+
+def write_record(path: pathlib.Path, record: ProcRecord) -> None:
+    atomic_write_text(path, json.dumps(record.to_json(), indent=2) + "\n")
+
+
+def read_record(path: pathlib.Path) -> ProcRecord | None:
+    """The pid file at ``path``, or None if it is missing or unreadable."""
+    try:
+        return ProcRecord.from_json(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) succeeds while zombies of the group exist; check members.
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def stop(record: ProcRecord, *, timeout: float = 10.0, popen: subprocess.Popen[bytes] | None = None) -> bool:
+    """Stop the process group of ``record``; True if nothing of it survives.
+
+    The group is signalled only while the leader is still the recorded
+    process (pid + start time), so a recycled pid is never killed. Members
+    of the group that outlive their leader are still found by group id.
+    """
+    pgid = record.pid
+    leader_ours = record_alive(record)
+    if not leader_ours and not _group_alive(pgid):
+        _reap(popen)
+        return True
+    if not leader_ours:
+        # Leader gone; its group may still hold children it started. The
+        # group id cannot be reused while any member lives, so this is safe.
+        pass
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            _reap(popen)
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(popen)
+            if not _group_alive(pgid):
+                return True
+            time.sleep(0.05)
+    _reap(popen)
+    return not _group_alive(pgid)
+
+
+def _reap(popen: subprocess.Popen[bytes] | None) -> None:
+    if popen is not None:
+        popen.poll()
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text`` (for checks)."""
+    found = []
+    me = os.getpid()
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and is_running(int(entry.name)):
+            found.append(int(entry.name))
+    return found

@@ -1,0 +1,487 @@
+"""The local sync loop: our stand-in for Argo CD, run as a daemon by `mlops up`.
+
+Every tick (``poll_interval``, 0.5 s by default) it
+
+1. asks git for the GitOps repo's main sha; when it moved, reads
+   ``apps/`` at that commit and parses it (:mod:`desired`) -- a model whose
+   files are broken keeps its last good spec, and the error, naming the
+   file, goes to the log and the status file;
+2. looks at its model-server processes (exited? ready yet?) and at HAProxy
+   through the runtime API;
+3. calls the pure :func:`plan.plan` and executes the actions it returns;
+4. writes ``state/status.json`` atomically: the applied commit, errors,
+   and per version its process, port, phase, restart count and weights.
+
+Model servers are started in their own sessions with a pid file each
+(``run/servers/``); a restarted sync adopts the ones still alive, so
+`mlops up` after a sync crash does not restart healthy servers. On SIGTERM
+the sync exits and leaves servers running; `mlops down` stops them by their
+pid files.
+
+Run directly: ``python -m mlops.platform.sync --workdir DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import http.client
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from mlops.platform import haproxy as haproxy_cfg
+from mlops.platform import prometheus, procs
+from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, parse_tree
+from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
+from mlops.platform.gitsource import GitSource, GitSourceError
+from mlops.platform.plan import (
+    Action,
+    Actual,
+    AddRoute,
+    OpenFrontend,
+    RemoveRoute,
+    RouteView,
+    ServerView,
+    SetRoute,
+    StartServer,
+    StopServer,
+    WriteTargets,
+    plan,
+)
+from mlops.platform.runtime import RuntimeApi, RuntimeApiError
+from mlops.platform.workdir import PlatformConfig, Workdir, load_config
+
+log = logging.getLogger("mlops.sync")
+
+#: A server that is not ready this long after start counts as crashed.
+START_TIMEOUT = 300.0
+MAX_BACKOFF = 30.0
+
+
+def backoff(failures: int) -> float:
+    """Delay before restart number ``failures`` of a crash loop: 0, 1, 2, 4 ... 30 s."""
+    if failures <= 1:
+        return 0.0
+    return min(MAX_BACKOFF, 2.0 ** (failures - 2))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    """True if a server could listen on ``port`` now (TIME_WAIT leftovers allowed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def server_argv(config: PlatformConfig, model: str, version: str, model_dir: str, port: int) -> list[str]:
+    """Command line of one model server (``mlops serve`` unless configured)."""
+    if config.server_command:
+        values = {
+            "model_dir": model_dir, "port": str(port), "model": model,
+            "version": version, "python": sys.executable,
+        }
+        return [part.format(**values) for part in config.server_command]
+    return [
+        sys.executable, "-m", "mlops", "serve", model_dir,
+        "--port", str(port), "--host", "127.0.0.1",
+        "--model-name", model, "--model-version", version,
+    ]
+
+
+@dataclasses.dataclass
+class ServerProc:
+    """One model-server process the sync owns (or adopted)."""
+
+    model: str
+    version: str
+    model_dir: str
+    port: int
+    record: procs.ProcRecord | None
+    popen: subprocess.Popen[bytes] | None = None
+    phase: str = "starting"
+    restarts: int = 0
+    failures: int = 0
+    retry_at: float = 0.0
+    started: float = 0.0
+    last_exit: str | None = None
+
+    def alive(self) -> bool:
+        if self.record is None:
+            return False
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return procs.record_alive(self.record)
+
+    def view(self) -> ServerView:
+        return ServerView(port=self.port, phase=self.phase, model_dir=self.model_dir, retry_at=self.retry_at)  # type: ignore[arg-type]
+
+
+def probe_ready(port: int, timeout: float = 0.5) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/v2/health/ready")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+class Sync:
+    """State and executor of the sync loop (decisions live in :mod:`plan`)."""
+
+    def __init__(self, workdir: Workdir, config: PlatformConfig) -> None:
+        self.workdir = workdir
+        self.config = config
+        self.source = GitSource(config.gitops, config.branch, workdir.gitops_cache)
+        self.api = RuntimeApi(workdir.admin_socket(), timeout=2.0)
+        self.desired: dict[str, ModelSpec] = {}
+        self.errors: list[ModelError] = []
+        self.git_error: str | None = None
+        self.seen_commit: str | None = None
+        self.applied_commit: str | None = None
+        self.applied_at: float | None = None
+        self.servers: dict[tuple[str, str], ServerProc] = {}
+        self.frontends: dict[str, int] = {
+            str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()
+        }
+        self.targets: frozenset[tuple[str, str, int]] | None = None
+        self.routes: dict[str, dict[str, RouteView]] | None = None
+        self.haproxy_up: dict[tuple[str, str], bool] = {}
+        self.stopping = False
+        self.reload_grace_until = 0.0
+        self._adopt()
+
+    # -- start-up -------------------------------------------------------
+    def _adopt(self) -> None:
+        """Take over model servers a previous sync started and left running."""
+        if not self.workdir.server_pids.is_dir():
+            return
+        for path in sorted(self.workdir.server_pids.glob("*.json")):
+            record = procs.read_record(path)
+            if record is None:
+                path.unlink(missing_ok=True)
+                continue
+            extra = record.extra
+            key = (str(extra.get("model")), str(extra.get("version")))
+            server = ServerProc(
+                model=key[0], version=key[1], model_dir=str(extra.get("model_dir")),
+                port=int(extra.get("port", 0)), record=record,
+                restarts=int(extra.get("restarts", 0)), started=time.monotonic(),
+            )
+            if procs.record_alive(record):
+                log.info("adopted model server %s-%s (pid %d, port %d)", *key, record.pid, server.port)
+            else:
+                server.phase = "exited"
+                server.last_exit = "exited while the sync was not running"
+            self.servers[key] = server
+
+    # -- observe ----------------------------------------------------------
+    def poll_git(self) -> None:
+        try:
+            head = self.source.head()
+            if head is None or head == self.seen_commit:
+                self.git_error = None
+                return
+            files = self.source.files(head)
+        except GitSourceError as exc:
+            if str(exc) != self.git_error:
+                log.error("cannot read the GitOps repo: %s", exc)
+            self.git_error = str(exc)
+            return
+        self.git_error = None
+        specs, errors = parse_tree(files)
+        self.desired = merge_last_good(self.desired, specs, errors)
+        self.errors = errors
+        self.seen_commit = head
+        for error in errors:
+            log.error(
+                "commit %s: %s -- keeping the last good state of model %s",
+                head[:12], error.message, error.model,
+            )
+        if not errors:
+            self.applied_commit = head
+            self.applied_at = time.time()
+        log.info(
+            "commit %s read: %s", head[:12],
+            ", ".join(f"{m}={dict(s.weights)}" for m, s in sorted(self.desired.items())) or "no models",
+        )
+
+    def refresh_processes(self, now: float) -> None:
+        for server in self.servers.values():
+            if server.phase == "exited":
+                continue
+            if not server.alive():
+                code = server.popen.returncode if server.popen is not None else None
+                server.phase = "exited"
+                server.failures += 1
+                server.retry_at = now + backoff(server.failures)
+                server.last_exit = f"exit code {code}" if code is not None else "process gone"
+                log.error(
+                    "model server %s-%s (pid %s) died: %s; restart in %.0f s",
+                    server.model, server.version,
+                    server.record.pid if server.record else "?", server.last_exit,
+                    server.retry_at - now,
+                )
+                self._write_pidfile(server)
+                continue
+            if server.phase == "starting":
+                if probe_ready(server.port):
+                    server.phase = "ready"
+                    server.failures = 0
+                    log.info("model server %s-%s ready on port %d", server.model, server.version, server.port)
+                elif now - server.started > START_TIMEOUT:
+                    log.error("model server %s-%s not ready after %.0f s; stopping it",
+                              server.model, server.version, START_TIMEOUT)
+                    if server.record is not None:
+                        procs.stop(server.record, popen=server.popen, timeout=5)
+                    server.phase = "exited"
+                    server.failures += 1
+                    server.retry_at = now + backoff(server.failures)
+                    server.last_exit = "not ready in time"
+
+    def observe_haproxy(self) -> None:
+        try:
+            backends = set(self.api.backends())
+            states = self.api.servers_state()
+        except (OSError, RuntimeApiError) as exc:
+            if self.routes is not None:
+                log.warning("haproxy runtime API unreachable: %s", exc)
+            self.routes = None
+            return
+        routes: dict[str, dict[str, RouteView]] = {
+            model: {} for model in self.frontends if model in backends
+        }
+        up: dict[tuple[str, str], bool] = {}
+        for state in states:
+            if state.backend in routes:
+                routes[state.backend][state.name] = RouteView(
+                    port=state.port, weight=state.weight, enabled=state.enabled
+                )
+                up[(state.backend, state.name)] = state.up and state.enabled
+        self.routes = routes
+        self.haproxy_up = up
+
+    def actual(self, now: float) -> Actual:
+        # A frontend counts once HAProxy really has its backend; a config
+        # HAProxy never loaded (it was down when we wrote it) is re-rendered,
+        # but not while a reload we just triggered is still settling.
+        if self.routes is None or now < self.reload_grace_until:
+            frontends = dict(self.frontends)
+        else:
+            frontends = {m: p for m, p in self.frontends.items() if m in self.routes}
+        return Actual(
+            servers={key: s.view() for key, s in self.servers.items()},
+            frontends=frontends,
+            routes=self.routes,
+            targets=self.targets if self.targets is not None else frozenset({("", "", -1)}),
+        )
+
+    # -- execute ----------------------------------------------------------
+    def execute(self, action: Action, now: float) -> None:
+        try:
+            if isinstance(action, OpenFrontend):
+                self._open_frontend(action.model)
+                self.reload_grace_until = now + 3.0
+            elif isinstance(action, StartServer):
+                self._start_server(action, now)
+            elif isinstance(action, StopServer):
+                self._stop_server(action.model, action.version)
+            elif isinstance(action, AddRoute):
+                self.api.add_server(
+                    action.model, action.version,
+                    haproxy_cfg.server_line_args(action.port, action.weight),
+                )
+                log.info("haproxy: added %s/%s port %d weight %d",
+                         action.model, action.version, action.port, action.weight)
+            elif isinstance(action, SetRoute):
+                if action.port is not None:
+                    self.api.set_addr(action.model, action.version, action.port)
+                self.api.set_weight(action.model, action.version, action.weight)
+                if action.enable:
+                    self.api.enable_server(action.model, action.version)
+                log.info("haproxy: %s/%s weight %d%s", action.model, action.version, action.weight,
+                         f" port {action.port}" if action.port else "")
+            elif isinstance(action, RemoveRoute):
+                try:
+                    self.api.disable_server(action.model, action.version)
+                except RuntimeApiError:
+                    pass
+                self.api.del_server(action.model, action.version)
+                log.info("haproxy: removed %s/%s", action.model, action.version)
+            elif isinstance(action, WriteTargets):
+                prometheus.write_model_targets(self.workdir, action.targets)
+                self.targets = action.targets
+        except (OSError, RuntimeApiError, subprocess.SubprocessError) as exc:
+            log.error("%s failed: %s (retrying next tick)", action, exc)
+
+    def _open_frontend(self, model: str) -> None:
+        port = self.frontends.get(model) or free_port()
+        self.frontends[model] = port
+        atomic_write_json(self.workdir.frontends, self.frontends)
+        servers = {
+            backend: {name: (r.port, r.weight) for name, r in routes.items()}
+            for backend, routes in (self.routes or {}).items()
+        }
+        text = haproxy_cfg.render_config(
+            self.workdir, stats_port=self.config.haproxy_stats_port,
+            frontends=self.frontends, servers=servers,
+        )
+        atomic_write_text(self.workdir.haproxy_cfg, text)
+        record = procs.read_record(self.workdir.pidfile("haproxy"))
+        if record is not None and procs.record_alive(record):
+            os.kill(record.pid, signal.SIGUSR2)  # master-worker reload
+            log.info("haproxy: frontend for %s on port %d (reloaded)", model, port)
+            self.routes = None  # re-observe after the reload
+        else:
+            log.warning("haproxy is not running; frontend for %s written to the config", model)
+
+    def _start_server(self, action: StartServer, now: float) -> None:
+        key = (action.model, action.version)
+        old = self.servers.get(key)
+        port = old.port if (old is not None and old.port and port_free(old.port)) else free_port()
+        argv = server_argv(self.config, action.model, action.version, action.model_dir, port)
+        popen, record = procs.spawn(
+            f"{action.model}-{action.version}", argv,
+            self.workdir.server_log(action.model, action.version),
+        )
+        server = ServerProc(
+            model=action.model, version=action.version, model_dir=action.model_dir,
+            port=port, record=record, popen=popen, started=now,
+            restarts=(old.restarts + 1) if (old is not None and action.restart) else (old.restarts if old else 0),
+            failures=old.failures if old is not None else 0,
+            last_exit=old.last_exit if old is not None else None,
+        )
+        self.servers[key] = server
+        self._write_pidfile(server)
+        log.info("%s model server %s-%s (pid %d, port %d, %s)",
+                 "restarted" if action.restart else "started",
+                 action.model, action.version, record.pid, port, action.model_dir)
+
+    def _write_pidfile(self, server: ServerProc) -> None:
+        if server.record is None:
+            return
+        record = dataclasses.replace(server.record, extra={
+            "model": server.model, "version": server.version, "model_dir": server.model_dir,
+            "port": server.port, "restarts": server.restarts,
+        })
+        procs.write_record(self.workdir.server_pidfile(server.model, server.version), record)
+
+    def _stop_server(self, model: str, version: str) -> None:
+        server = self.servers.pop((model, version), None)
+        if server is not None and server.record is not None:
+            procs.stop(server.record, popen=server.popen, timeout=10)
+        self.workdir.server_pidfile(model, version).unlink(missing_ok=True)
+        log.info("stopped model server %s-%s", model, version)
+
+    # -- record ----------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        models: dict[str, Any] = {}
+        for model in sorted(set(self.desired) | {m for m, _ in self.servers}):
+            spec = self.desired.get(model)
+            versions: dict[str, Any] = {}
+            names = set(spec.versions if spec else ()) | {v for m, v in self.servers if m == model}
+            for version in sorted(names):
+                server = self.servers.get((model, version))
+                route = (self.routes or {}).get(model, {}).get(version)
+                versions[version] = {
+                    "desired_weight": spec.weights.get(version) if spec else None,
+                    "haproxy_weight": route.weight if route else None,
+                    "haproxy_up": self.haproxy_up.get((model, version)),
+                    "phase": server.phase if server else "pending",
+                    "pid": server.record.pid if server and server.record else None,
+                    "port": server.port if server else None,
+                    "restarts": server.restarts if server else 0,
+                    "last_exit": server.last_exit if server else None,
+                    "model_dir": (spec.versions[version].model_dir
+                                  if spec and version in spec.versions
+                                  else (server.model_dir if server else None)),
+                    "weights_sha256": (spec.versions[version].weights_sha256
+                                       if spec and version in spec.versions else None),
+                    "log": str(self.workdir.server_log(model, version)),
+                }
+            port = self.frontends.get(model)
+            models[model] = {
+                "frontend_port": port,
+                "url": f"http://127.0.0.1:{port}" if port else None,
+                "versions": versions,
+            }
+        return {
+            "sync_pid": os.getpid(),
+            "updated_at": time.time(),
+            "gitops": self.config.gitops,
+            "branch": self.config.branch,
+            "seen_commit": self.seen_commit,
+            "applied_commit": self.applied_commit,
+            "applied_at": self.applied_at,
+            "errors": [dataclasses.asdict(e) for e in self.errors],
+            "git_error": self.git_error,
+            "haproxy_reachable": self.routes is not None,
+            "models": models,
+        }
+
+    # -- loop ------------------------------------------------------------
+    def tick(self) -> None:
+        now = time.monotonic()
+        self.poll_git()
+        self.refresh_processes(now)
+        self.observe_haproxy()
+        for action in plan(self.desired, self.actual(now), now):
+            self.execute(action, now)
+        if any(s.phase == "starting" for s in self.servers.values()):
+            self.refresh_processes(time.monotonic())
+        atomic_write_json(self.workdir.status, self.status())
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        log.info("sync started: %s (%s), every %.2f s", self.config.gitops, self.config.branch,
+                 self.config.poll_interval)
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the loop must survive one bad tick
+                log.exception("sync tick failed")
+            elapsed = time.monotonic() - started
+            time.sleep(max(0.05, self.config.poll_interval - elapsed))
+        log.info("sync stopping (model servers keep running until `mlops down`)")
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mlops.platform.sync")
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    workdir = Workdir(__import__("pathlib").Path(args.workdir).resolve())
+    config = load_config(workdir)
+    if config is None:
+        log.error("%s has no platform config; start the platform with `mlops up`", workdir.config)
+        return 2
+    Sync(workdir, config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

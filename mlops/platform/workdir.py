@@ -1,0 +1,150 @@
+"""The work dir of the local platform: where every file lives, and its config.
+
+One directory holds everything the platform owns, so a second `mlops up`
+finds its state and `mlops down` finds every process::
+
+    platform.json           config written by `mlops up` (ports, GitOps repo)
+    run/<name>.json         pid files: prometheus, haproxy, sync
+    run/servers/<m>-<v>.json  pid files of model servers (written by the sync)
+    logs/                   one log per process (servers under logs/servers/)
+    prometheus/             prometheus.yml, targets/*.json (file_sd), data/
+    haproxy/haproxy.cfg     rendered config (the admin socket sits beside it
+                            unless the path is too long for a unix socket)
+    state/status.json       what the sync applied (read by `mlops status`)
+    state/frontends.json    model -> HAProxy frontend port (owned by the sync)
+    gitops-cache/           bare git repo the sync fetches the GitOps main into
+
+The default work dir is ``$MLOPS_WORKDIR``, else ``./.mlops`` if it exists,
+else ``~/.mlops``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+from mlops.platform.files import atomic_write_json, read_json
+
+# sun_path is 108 bytes on Linux, including the terminating NUL.
+_MAX_SOCKET_PATH = 100
+
+
+def default_workdir() -> pathlib.Path:
+    env = os.environ.get("MLOPS_WORKDIR")
+    if env:
+        return pathlib.Path(env).expanduser().resolve()
+    local = pathlib.Path.cwd() / ".mlops"
+    if local.is_dir():
+        return local.resolve()
+    return (pathlib.Path.home() / ".mlops").resolve()
+
+
+@dataclasses.dataclass(frozen=True)
+class Workdir:
+    """Paths inside one platform work dir."""
+
+    root: pathlib.Path
+
+    @property
+    def config(self) -> pathlib.Path:
+        return self.root / "platform.json"
+
+    @property
+    def run(self) -> pathlib.Path:
+        return self.root / "run"
+
+    @property
+    def server_pids(self) -> pathlib.Path:
+        return self.run / "servers"
+
+    @property
+    def logs(self) -> pathlib.Path:
+        return self.root / "logs"
+
+    @property
+    def prometheus(self) -> pathlib.Path:
+        return self.root / "prometheus"
+
+    @property
+    def targets(self) -> pathlib.Path:
+        return self.prometheus / "targets"
+
+    @property
+    def haproxy(self) -> pathlib.Path:
+        return self.root / "haproxy"
+
+    @property
+    def haproxy_cfg(self) -> pathlib.Path:
+        return self.haproxy / "haproxy.cfg"
+
+    @property
+    def status(self) -> pathlib.Path:
+        return self.root / "state" / "status.json"
+
+    @property
+    def frontends(self) -> pathlib.Path:
+        return self.root / "state" / "frontends.json"
+
+    @property
+    def gitops_cache(self) -> pathlib.Path:
+        return self.root / "gitops-cache"
+
+    def pidfile(self, name: str) -> pathlib.Path:
+        return self.run / f"{name}.json"
+
+    def server_pidfile(self, model: str, version: str) -> pathlib.Path:
+        return self.server_pids / f"{model}-{version}.json"
+
+    def server_log(self, model: str, version: str) -> pathlib.Path:
+        return self.logs / "servers" / f"{model}-{version}.log"
+
+    def admin_socket(self) -> pathlib.Path:
+        """HAProxy's admin socket: in the work dir, or a short path in /tmp if too long."""
+        path = self.haproxy / "admin.sock"
+        if len(str(path)) <= _MAX_SOCKET_PATH:
+            return path
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
+        return pathlib.Path(tempfile.gettempdir()) / f"mlops-haproxy-{digest}.sock"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlatformConfig:
+    """``platform.json``: chosen once by `mlops up`, reused by later runs."""
+
+    gitops: str
+    branch: str = "main"
+    prometheus_port: int = 0
+    haproxy_stats_port: int = 0
+    controller_port: int | None = None
+    poll_interval: float = 0.5
+    #: argv template for a model server; ``None`` runs ``mlops serve``.
+    #: Placeholders: {model_dir} {port} {model} {version} {python}.
+    server_command: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["server_command"] = list(self.server_command) if self.server_command else None
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> PlatformConfig:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in doc.items() if k in fields}
+        if values.get("server_command"):
+            values["server_command"] = tuple(values["server_command"])
+        return cls(**values)
+
+
+def load_config(workdir: Workdir) -> PlatformConfig | None:
+    doc = read_json(workdir.config)
+    if not isinstance(doc, dict) or "gitops" not in doc:
+        return None
+    return PlatformConfig.from_json(doc)
+
+
+def save_config(workdir: Workdir, config: PlatformConfig) -> None:
+    atomic_write_json(workdir.config, config.to_json())
