@@ -128,7 +128,9 @@ def render_image(rng, params):
         cat = rng.randint(1, len(CATEGORIES))
         side = rng.randint(params["min_size"], params["max_size"])
         w = side
-        h = side if cat != 3 else max(params["min_size"], int(side * rng.uniform(0.8, 1.1)))
+        h = side
+        if cat == 3:  # triangles: aspect ratio varies a little
+            h = min(params["max_size"], max(params["min_size"], int(side * rng.uniform(0.8, 1.1))))
         x0 = rng.randint(0, size - w)
         y0 = rng.randint(0, size - h)
         box = (x0, y0, x0 + w, y0 + h)

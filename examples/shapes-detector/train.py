@@ -91,8 +91,9 @@ def parse_args(argv=None):
     return args
 
 
-def lr_at(step, total, peak, warmup=50):
-    """Linear warm-up, then cosine decay to 2 % of the peak at ``total``."""
+def lr_at(step, total, peak):
+    """Linear warm-up (50 steps, less for short runs), then cosine decay to 2 % of the peak."""
+    warmup = min(50, max(1, total // 10))
     if step < warmup:
         return peak * (step + 1) / warmup
     t = min(1.0, (step - warmup) / max(1, total - warmup))
@@ -169,6 +170,7 @@ class Metrics:
     def close(self):
         if self.enabled:
             self.server.shutdown()
+            self.server.server_close()
 
 
 def weights_digest(state):

@@ -1,0 +1,88 @@
+"""The example's dataset generator: deterministic, idempotent, valid COCO, clear errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pycocotools.coco import COCO
+
+from tests.fixtures.training import EXAMPLE, example_module, training_env
+
+shapes_data = example_module("shapes_data")
+
+TINY = dict(shapes_data.DEFAULT_PARAMS, num_train=12, num_val=4)
+
+
+def test_same_seed_same_digest_and_bytes(tmp_path):
+    a = shapes_data.ensure_dataset(tmp_path / "a", TINY)
+    b = shapes_data.ensure_dataset(tmp_path / "b", TINY)
+    c = shapes_data.ensure_dataset(tmp_path / "c", dict(TINY, seed=TINY["seed"] + 1))
+    assert a == b != c
+    assert a.startswith("sha256:")
+    for name in ("train.json", "val.json", "train/000003.png", "val/000001.png"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_second_call_is_a_no_op(tmp_path):
+    first = shapes_data.ensure_dataset(tmp_path, TINY)
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.png")}
+    assert shapes_data.ensure_dataset(tmp_path, TINY) == first
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.png")} == stamps
+
+
+def test_damaged_annotations_are_regenerated(tmp_path):
+    first = shapes_data.ensure_dataset(tmp_path, TINY)
+    (tmp_path / "val.json").write_text("{}")
+    assert shapes_data.existing_digest(tmp_path, TINY) is None
+    assert shapes_data.ensure_dataset(tmp_path, TINY) == first
+
+
+def test_coco_files_load_and_make_sense(tmp_path):
+    shapes_data.ensure_dataset(tmp_path, TINY)
+    for split, count in (("train", 12), ("val", 4)):
+        coco = COCO(str(tmp_path / f"{split}.json"))
+        assert len(coco.getImgIds()) == count
+        assert sorted(coco.getCatIds()) == [1, 2, 3]
+        assert [c["name"] for c in coco.loadCats([1, 2, 3])] == ["circle", "square", "triangle"]
+        anns = coco.loadAnns(coco.getAnnIds())
+        assert len(anns) >= 2 * count  # min_objects per image
+        for ann in anns:
+            x, y, w, h = ann["bbox"]
+            assert ann["iscrowd"] == 0 and ann["area"] == w * h
+            assert 0 <= x and 0 <= y and x + w <= 128 and y + h <= 128
+            assert TINY["min_size"] <= max(w, h) <= TINY["max_size"]
+        for img in coco.loadImgs(coco.getImgIds()):
+            assert (tmp_path / img["file_name"]).is_file()
+    marker = json.loads((tmp_path / "DATASET.json").read_text())
+    assert marker["params"] == TINY
+
+
+def test_uncreatable_data_dir_is_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(shapes_data.DatasetError, match="cannot create data dir"):
+        shapes_data.ensure_dataset(blocker / "data", TINY)
+    proc = subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--output-dir",
+                           str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ck"),
+                           "--data-dir", str(blocker / "data")],
+                          capture_output=True, text=True, env=training_env(), timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert lines and "cannot create data dir" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--lr", "-1"], "--lr must be > 0"),
+    (["--subset", "-3"], "--subset must be >= 0"),
+])
+def test_bad_flags_are_one_line_errors(tmp_path, flags, message):
+    proc = subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--output-dir",
+                           str(tmp_path / "out"), "--checkpoint-dir", str(tmp_path / "ck"),
+                           *flags], capture_output=True, text=True, env=training_env(),
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}, got ")
+    assert "Traceback" not in proc.stderr
