@@ -1,0 +1,523 @@
+"""The local runner: act out the pipeline's Hera DAG on one machine.
+
+It walks the WorkflowTemplate object that `workflows.pipeline` builds, in
+its rendered form (exactly what Argo would receive), never a hand-copied
+list of steps. For each task, in `depends` order:
+
+* resolve its arguments (`{{tasks.X.outputs.parameters.Y}}`, workflow
+  parameters), honour `depends` and `when` as Argo does;
+* pick its local action from the template itself: a container runs its own
+  command and args (`mlops step NAME` runs in-process, other commands as
+  subprocesses), with `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`
+  expanded to local directories; a template annotated `mlops.dev/local`
+  runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
+  a digest of the Python environment instead of an image build;
+  `step:NAME`: the PaddleJob's step entrypoint, which launches
+  `paddle.distributed.launch` with the job's workers capped at the cores);
+* read its declared output parameters and artifacts from the mapped paths,
+  and the template's Prometheus metrics into `OUT/metrics.prom`.
+
+On the first failure it stops scheduling (Argo's DAG fail-fast), runs the
+exit handler, and reports the failing step with the end of its log.
+Everything lands under OUT: `logs/<task>.log`, `run.json` (phases, timings,
+outputs), `report.md`, `metrics.prom`, `outcome.json`.
+"""
+
+import contextlib
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+import yaml
+from hera.workflows import WorkflowTemplate
+
+from workflows.errors import StepError
+from workflows.expressions import (
+    ExpressionError,
+    depends_on,
+    eval_depends,
+    eval_when,
+    expand_env,
+    substitute,
+)
+from workflows.pipeline import LOCAL_ANNOTATION, PATH_ENV, workflow_name
+from workflows.steps import STEPS
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class TaskRecord:
+    """What happened to one task."""
+
+    name: str
+    template: str
+    phase: str = "Pending"  # Succeeded | Failed | Skipped | Omitted
+    seconds: float = 0.0
+    log: str = ""
+    message: str = ""
+    outputs: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """A finished local run."""
+
+    workflow: str
+    status: str
+    out: pathlib.Path
+    seconds: float
+    tasks: list[TaskRecord]
+    parameters: dict[str, str]
+
+    def task(self, name: str) -> TaskRecord:
+        """The record of one task."""
+        return next(t for t in self.tasks if t.name == name)
+
+    def output(self, key: str) -> str | None:
+        """The last task's value of an output parameter named `key`."""
+        for record in reversed(self.tasks):
+            if key in record.outputs:
+                return record.outputs[key]
+        return None
+
+
+class _TaskFailed(Exception):
+    """Internal: a task failed; message says why."""
+
+
+# --- planning ----------------------------------------------------------------
+
+
+def dag_tasks(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entrypoint DAG's tasks in a dependency order (stable by definition)."""
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    entry = templates[doc["spec"]["entrypoint"]]
+    if "dag" not in entry:
+        raise StepError(f"entrypoint template {entry['name']!r} is not a DAG")
+    tasks = entry["dag"]["tasks"]
+    names = [t["name"] for t in tasks]
+    deps = {
+        t["name"]: depends_on(t["depends"]) if t.get("depends") else list(t.get("dependencies") or [])
+        for t in tasks
+    }
+    for name, ds in deps.items():
+        unknown = [d for d in ds if d not in names]
+        if unknown:
+            raise StepError(f"task {name!r} depends on unknown task(s) {unknown}")
+    ordered: list[dict[str, Any]] = []
+    done: set[str] = set()
+    while len(ordered) < len(tasks):
+        ready = [t for t in tasks if t["name"] not in done and all(d in done for d in deps[t["name"]])]
+        if not ready:
+            cycle = [n for n in names if n not in done]
+            raise StepError(f"the DAG has a dependency cycle among {cycle}")
+        ordered.append(ready[0])
+        done.add(ready[0]["name"])
+    return ordered
+
+
+# --- local stand-ins -----------------------------------------------------------
+
+
+def _git(repo: pathlib.Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def environment_digest() -> tuple[str, str]:
+    """(sha256, text) of the Python version and installed distributions (`pip freeze`)."""
+    dists = sorted(
+        {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]},
+        key=str.lower,
+    )
+    text = f"python {platform.python_version()} {platform.machine()}\n" + "\n".join(dists) + "\n"
+    return hashlib.sha256(text.encode()).hexdigest(), text
+
+
+@dataclass
+class _Ctx:
+    repo: pathlib.Path
+    out: pathlib.Path
+    model: str
+    scope: dict[str, str]
+    echo: Echo
+    commands: set[str] | None
+    metrics: list[str] = field(default_factory=list)
+
+
+def _standin_checkout(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
+    sha = _git(ctx.repo, "rev-parse", "HEAD") or ctx.scope["workflow.parameters.revision"]
+    dirty = _git(ctx.repo, "status", "--porcelain", "--", ".")
+    log.write(f"local checkout: using {ctx.repo} at {sha}" + (" (with uncommitted changes)" if dirty else "") + "\n")
+    (outputs / "revision").write_text(sha)
+
+
+def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
+    digest, text = environment_digest()
+    (ctx.out / "environment.txt").write_text(text)
+    log.write(f"no container engine here: recorded the environment instead ({ctx.out / 'environment.txt'})\n")
+    log.write(f"environment digest sha256:{digest}\n")
+    (outputs / "image").write_text(f"local/{ctx.model}-train@sha256:{digest}")
+
+
+STANDINS: dict[str, Callable[..., None]] = {
+    "checkout": _standin_checkout,
+    "environment-digest": _standin_environment,
+}
+
+
+@contextlib.contextmanager
+def _captured(log: Any, env: dict[str, str]) -> Iterator[None]:
+    old_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            yield
+    finally:
+        for key, value in old_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run_step(name: str, argv: list[str], log: Any, env: dict[str, str]) -> None:
+    if name not in STEPS:
+        raise _TaskFailed(f"unknown step {name!r}; known: {', '.join(sorted(STEPS))}")
+    module = importlib.import_module(STEPS[name])
+    with _captured(log, env):
+        try:
+            code = module.main(argv)
+        except SystemExit as exc:  # argparse errors
+            code = exc.code if isinstance(exc.code, int) else 2
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    if code != 0:
+        raise _TaskFailed(f"step {name} exited with code {code}")
+
+
+def _standin_paddlejob(ctx: _Ctx, outputs: pathlib.Path, log: Any, tmpl: dict[str, Any], env: dict[str, str],
+                       manifest: dict[str, Any], step: str, **_: Any) -> None:
+    replicas = int(manifest["spec"]["worker"]["replicas"])
+    workers = local_workers_for(replicas)
+    log.write(
+        f"PaddleJob {manifest['metadata']['name']}: {replicas} worker(s) -> "
+        f"local step {step} (paddle.distributed.launch, {workers} rank(s) on {os.cpu_count()} core(s))\n"
+    )
+    log.flush()
+    _run_step(step, ["--repo", str(ctx.repo), "--out", str(ctx.out), "--outputs", str(outputs)], log, env)
+
+
+def local_workers_for(replicas: int) -> int:
+    """A PaddleJob's worker count as local ranks (capped at the cores, as `workflows.training`)."""
+    return max(1, min(replicas, os.cpu_count() or 1))
+
+
+def _command_available(group: str, commands: set[str] | None) -> bool:
+    if commands is not None:
+        return group in commands
+    proc = subprocess.run([sys.executable, "-m", "mlops", group, "--help"], capture_output=True)
+    return proc.returncode == 0
+
+
+def _run_container(ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.Path) -> str:
+    """Run a container's command locally; returns 'Skipped' or ''."""
+    if argv[:2] == ["mlops", "step"] and len(argv) > 2:
+        _run_step(argv[2], argv[3:], log, env)
+        return ""
+    if argv[0] == "mlops":
+        group = argv[1] if len(argv) > 1 else ""
+        if not _command_available(group, ctx.commands):
+            msg = f"`mlops {group}` is not available in this installation; {task} is skipped locally"
+            log.write(msg + "\n")
+            return msg
+        argv = [sys.executable, "-m", "mlops", *argv[1:]]
+    elif argv[0] in ("python", "python3"):
+        argv = [sys.executable, *argv[1:]]
+    log.write("$ " + " ".join(argv) + "\n")
+    log.flush()
+    proc = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise _TaskFailed(f"{argv[0]} exited with code {proc.returncode}")
+    return ""
+
+
+# --- one task ------------------------------------------------------------------
+
+
+def _path_mapper(container_env: dict[str, str], local_env: dict[str, str]) -> Callable[[str], pathlib.Path]:
+    prefixes = sorted(
+        ((container_env[k], local_env[k]) for k in PATH_ENV if k in container_env),
+        key=lambda kv: -len(kv[0]),
+    )
+
+    def mapped(path: str) -> pathlib.Path:
+        for cpath, lpath in prefixes:
+            if path == cpath or path.startswith(cpath.rstrip("/") + "/"):
+                return pathlib.Path(lpath + path[len(cpath):])
+        raise _TaskFailed(f"path {path} is outside the mapped directories ({', '.join(c for c, _ in prefixes)})")
+
+    return mapped
+
+
+def _jsonpath(obj: Any, expr: str) -> str:
+    match = re.fullmatch(r"\{\.([A-Za-z0-9_.-]+)\}", expr)
+    if not match:
+        raise _TaskFailed(f"jsonPath {expr!r}: only {{.a.b}} paths are supported locally")
+    for key in match.group(1).split("."):
+        obj = obj[key]
+    return str(obj)
+
+
+def _metric_lines(tmpl: dict[str, Any], scope: dict[str, str]) -> list[str]:
+    lines = []
+    for metric in (tmpl.get("metrics") or {}).get("prometheus") or []:
+        labels = ",".join(
+            f'{lb["key"]}="{substitute(lb["value"], scope)}"' for lb in metric.get("labels") or []
+        )
+        kind = "gauge" if "gauge" in metric else "counter" if "counter" in metric else None
+        if kind is None:
+            continue
+        value = substitute(metric[kind]["value"], scope)
+        name = metric["name"]
+        lines += [f"# HELP {name} {metric.get('help', '')}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {value}"]
+    return lines
+
+
+def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+    name = task["name"]
+    scope = dict(ctx.scope)
+    args = {p["name"]: substitute(str(p.get("value", "")), scope, f"task {name}") for p in
+            (task.get("arguments") or {}).get("parameters") or []}
+    for p in (tmpl.get("inputs") or {}).get("parameters") or []:
+        value = args.get(p["name"], p.get("value", p.get("default")))
+        if value is None:
+            raise _TaskFailed(f"input parameter {p['name']!r} has no value")
+        scope[f"inputs.parameters.{p['name']}"] = str(value)
+
+    outputs = ctx.out / "outputs" / name
+    shutil.rmtree(outputs, ignore_errors=True)
+    outputs.mkdir(parents=True)
+    local_paths = {"MLOPS_REPO": str(ctx.repo), "MLOPS_OUT": str(ctx.out), "MLOPS_OUTPUTS": str(outputs)}
+    container = tmpl.get("container") or {}
+    container_env = {e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
+                     for e in container.get("env") or []}
+    if not container:
+        container_env = dict(PATH_ENV)
+    env = {**container_env, **local_paths}
+    mapped = _path_mapper(container_env, local_paths)
+    action = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(LOCAL_ANNOTATION, "")
+    manifest: dict[str, Any] | None = None
+
+    with open(record.log, "w") as log:
+        if action.startswith("step:"):
+            manifest_text = (tmpl.get("resource") or {}).get("manifest")
+            if not manifest_text:
+                raise _TaskFailed(f"template {tmpl['name']} is annotated {action} but has no resource manifest")
+            manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
+            _standin_paddlejob(ctx, outputs, log, tmpl=tmpl, env=env, manifest=manifest, step=action[5:])
+        elif action:
+            if action not in STANDINS:
+                raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
+            STANDINS[action](ctx, outputs, log)
+        elif container:
+            argv = [expand_env(substitute(str(a), scope, f"template {tmpl['name']}"), env)
+                    for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+            if not argv:
+                raise _TaskFailed(f"template {tmpl['name']} has no command")
+            cwd = mapped(container["workingDir"]) if container.get("workingDir") else ctx.repo
+            skipped = _run_container(ctx, name, log, argv, env, cwd)
+            if skipped:
+                record.phase, record.message = "Skipped", skipped
+                return
+        else:
+            raise _TaskFailed(f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})")
+
+    # Everything the step wrote is kept; the declared outputs must be there.
+    for f in sorted(outputs.iterdir()):
+        if f.is_file() and not f.name.startswith("."):
+            record.outputs[f.name] = f.read_text().strip()
+    for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+        source = p.get("valueFrom") or {}
+        if "path" in source:
+            path = mapped(source["path"])
+            if not path.is_file():
+                raise _TaskFailed(f"output parameter {p['name']!r} was not written ({path})")
+            record.outputs[p["name"]] = path.read_text().strip()
+        elif "jsonPath" in source and manifest is not None:
+            record.outputs[p["name"]] = _jsonpath(manifest, source["jsonPath"])
+    for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
+        path = mapped(a["path"])
+        if not path.exists() and not a.get("optional"):
+            raise _TaskFailed(f"output artifact {a['name']!r} is missing ({path})")
+        record.artifacts[a["name"]] = str(path)
+    metric_scope = {**scope, **{f"outputs.parameters.{k}": v for k, v in record.outputs.items()}}
+    ctx.metrics += _metric_lines(tmpl, metric_scope)
+    record.phase = "Succeeded"
+
+
+def _tail(path: str, lines: int = 25) -> str:
+    try:
+        return "\n".join(pathlib.Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# --- the run -------------------------------------------------------------------
+
+
+def run_workflow(
+    wt: WorkflowTemplate | dict[str, Any],
+    repo: pathlib.Path,
+    out: pathlib.Path,
+    *,
+    parameters: dict[str, str] | None = None,
+    commands: set[str] | None = None,
+    echo: Echo = print,
+) -> RunResult:
+    """Run the DAG of `wt` locally on `repo`, writing everything under `out`."""
+    doc = wt.to_dict() if isinstance(wt, WorkflowTemplate) else wt
+    repo, out = pathlib.Path(repo).resolve(), pathlib.Path(out).resolve()
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    ordered = dag_tasks(doc)
+    model = doc["metadata"].get("labels", {}).get("mlops.dev/model") or doc["metadata"]["name"]
+
+    params = {p["name"]: str(p.get("value", "")) for p in (doc["spec"].get("arguments") or {}).get("parameters") or []}
+    sha = _git(repo, "rev-parse", "HEAD")
+    params.setdefault("repo", "")
+    params["repo"] = params["repo"] or str(repo)
+    params["revision"] = params.get("revision") or sha or "local"
+    params.update(parameters or {})
+    name = workflow_name(model, params["revision"]) if re.fullmatch(r"[0-9a-fA-F]{7,40}", params["revision"]) else f"{model}-local"
+
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
+    scope.update({"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local"})
+    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, commands=commands)
+
+    echo(f"local run {name}: {repo} -> {out}")
+    start = time.monotonic()
+    records: list[TaskRecord] = []
+    status: dict[str, str] = {}
+    failed: TaskRecord | None = None
+    for task in ordered:
+        record = TaskRecord(name=task["name"], template=task["template"], log=str(out / "logs" / f"{task['name']}.log"))
+        records.append(record)
+        if failed is not None:
+            record.phase, record.message = "Omitted", f"not run: {failed.name} failed"
+        elif task.get("depends") and not eval_depends(task["depends"], status):
+            record.phase, record.message = "Omitted", f"depends {task['depends']!r} is false"
+        elif task.get("when") and not eval_when(substitute(task["when"], ctx.scope, f"task {record.name} when")):
+            record.phase, record.message = "Skipped", f"when {task['when']!r} is false"
+        else:
+            echo(f"  {record.name:<14} running   (log: {record.log})")
+            t0 = time.monotonic()
+            try:
+                _run_task(ctx, task, templates[task["template"]], record)
+            except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
+                record.phase, record.message = "Failed", str(exc)
+            record.seconds = round(time.monotonic() - t0, 3)
+            if record.phase == "Failed":
+                failed = record
+        status[record.name] = record.phase
+        for key, value in record.outputs.items():
+            ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
+        ctx.scope[f"tasks.{record.name}.status"] = record.phase
+        if record.phase != "Omitted" or failed is None or failed is record:
+            echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
+                 + (f"  {record.message}" if record.message and record.phase != "Succeeded" else ""))
+
+    wf_status = "Failed" if failed else "Succeeded"
+    ctx.scope["workflow.status"] = wf_status
+    ctx.scope["workflow.failures"] = json.dumps(
+        [{"displayName": failed.name, "templateName": failed.template, "phase": "Failed", "message": failed.message}]
+        if failed else []
+    )
+    ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
+    exit_name = doc["spec"].get("onExit")
+    if exit_name:
+        record = TaskRecord(name=exit_name, template=exit_name, log=str(out / "logs" / f"{exit_name}.log"))
+        t0 = time.monotonic()
+        try:
+            _run_task(ctx, {"name": exit_name}, templates[exit_name], record)
+        except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
+            record.phase, record.message = "Failed", str(exc)
+        record.seconds = round(time.monotonic() - t0, 3)
+        records.append(record)
+        echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
+    ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
+    ctx.metrics += _metric_lines(doc["spec"], ctx.scope)
+
+    result = RunResult(workflow=name, status=wf_status, out=out, seconds=round(time.monotonic() - start, 3),
+                       tasks=records, parameters=params)
+    _write_records(result, ctx.metrics)
+    if failed:
+        echo(f"\nFAILED at {failed.name}: {failed.message}\n--- {failed.log} (last lines) ---\n{_tail(failed.log)}")
+    _print_summary(result, echo)
+    return result
+
+
+def _write_records(result: RunResult, metrics: list[str]) -> None:
+    out = result.out
+    data = {
+        "workflow": result.workflow,
+        "status": result.status,
+        "seconds": result.seconds,
+        "parameters": result.parameters,
+        "tasks": [asdict(t) for t in result.tasks],
+    }
+    (out / "run.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out / "metrics.prom").write_text("\n".join(metrics) + ("\n" if metrics else ""))
+    rows = "\n".join(
+        f"| {t.name} | {t.phase} | {t.seconds:.1f} | {t.message.splitlines()[0] if t.message else ''} |"
+        for t in result.tasks
+    )
+    lines = [
+        f"# Pipeline run `{result.workflow}`: {result.status}",
+        "",
+        f"- commit: `{result.parameters.get('revision', '')}`",
+        f"- model dir: `{result.output('model_dir') or '-'}` (version `{result.output('version') or '-'}`)",
+        f"- mAP@0.5: {result.output('map50') or '-'}; mAP@[.5:.95]: {result.output('map') or '-'}",
+        f"- gate: {result.output('reason') or 'did not run'}",
+        "",
+        "| task | phase | seconds | note |",
+        "|---|---|---|---|",
+        rows,
+        "",
+    ]
+    (out / "report.md").write_text("\n".join(lines))
+
+
+def _print_summary(result: RunResult, echo: Echo) -> None:
+    out = result.out
+    echo("")
+    echo(f"run {result.workflow}: {result.status} in {result.seconds:.1f}s")
+    if result.output("model_dir"):
+        echo(f"  model:   {result.output('model_dir')} (version {result.output('version')})")
+    if result.output("map50"):
+        echo(f"  mAP@0.5: {result.output('map50')}   mAP@[.5:.95]: {result.output('map')}")
+    if result.output("passed"):
+        echo(f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - {result.output('reason')}")
+    echo(f"  report:  {out / 'report.md'}")
+    echo(f"  timings: {out / 'run.json'}   logs: {out / 'logs'}/")
