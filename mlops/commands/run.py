@@ -1,0 +1,44 @@
+"""`mlops run PATH`: run the model repo's pipeline locally (the same Hera DAG)."""
+
+import argparse
+import pathlib
+
+from workflows.config import load_config
+from workflows.pipeline import build_workflow_template
+from workflows.runner import run_workflow
+from workflows.settings import load_settings
+
+
+def _available_commands() -> set[str]:
+    from mlops.cli import build_parser
+
+    parser = build_parser()
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        choices = getattr(action, "choices", None)
+        if choices:
+            return set(choices)
+    return set()
+
+
+def _run(args: argparse.Namespace) -> int:
+    loaded = load_config(args.path)
+    settings = load_settings(args.settings)
+    wt = build_workflow_template(loaded, settings)
+    params = dict(p.split("=", 1) for p in args.param or [])
+    out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
+    result = run_workflow(wt, loaded.repo_dir, out, parameters=params, commands=_available_commands())
+    return 0 if result.status == "Succeeded" else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `mlops run`."""
+    parser = subparsers.add_parser(
+        "run", help="run the pipeline locally: the same DAG Argo runs, on this machine"
+    )
+    parser.add_argument("path", help="model repo (directory with mlops.yaml)")
+    parser.add_argument("--out", help="run directory (default: ./mlops-out/<model>)")
+    parser.add_argument("--settings", help="platform settings YAML (same file as for render)")
+    parser.add_argument(
+        "--param", action="append", metavar="NAME=VALUE", help="workflow parameter (repo, revision, ref)"
+    )
+    parser.set_defaults(func=_run)
