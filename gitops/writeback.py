@@ -96,7 +96,13 @@ def _lock_for(url: str, branch: str) -> threading.Lock:
         return _LOCKS.setdefault((url, branch), threading.Lock())
 
 
-_REJECTED = re.compile(r"^!\s.*\[rejected\].*\((fetch first|non-fast-forward|stale info)\)", re.M)
+# The remote moved: the client saw it (fetch first / non-fast-forward), or two
+# pushes raced inside the server and ours lost the ref lock.
+_REJECTED = re.compile(
+    r"^!\s.*(\[rejected\].*\((fetch first|non-fast-forward|stale info)\)"
+    r"|\[remote rejected\].*\((failed to update ref|failed to lock)\))",
+    re.M,
+)
 
 
 class WriteBack:
