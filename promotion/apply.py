@@ -1,0 +1,256 @@
+"""One decision, one commit: turn a decided `CanaryState` into files and a message.
+
+The analysis (`promotion/analysis.py`) returns the next state; this module
+says what that state means for the model's folder in the GitOps repo and
+writes it as **one** commit (STYLE 4: a decision produces a change, one place
+applies it). `plan()` is pure -- it edits copies of the documents read from
+`main` -- and `commit()` hands the plan to `gitops.writeback`, which pushes
+without force and rebases only over a moved remote.
+
+What each outcome writes (besides `promotion.yaml`):
+
+* step / hold at weight W: the VirtualService routes `100-W` to `stable` and
+  `W` to `canary`;
+* promote: the candidate becomes the `stable` subset at 100 %, the canary
+  route and subset disappear, and the old stable's Deployment is removed;
+  the committed state is `promoted` with `stable` = the new version;
+* rollback: the route goes to stable 100 / canary 0 and the candidate's
+  Deployment is removed (`on_rollback="remove"`, the default: the canary
+  subset and route go with it, since Istio answers 503 for a route to a subset
+  that selects no pods) or scaled to 0 replicas (`"scale-to-zero"`: keeps the
+  Deployment for inspection; subset and a 0-weight route stay).
+
+Existing documents are edited in place rather than rebuilt, so anything a
+human added (gateways, hosts, a trafficPolicy, replicas) survives.
+
+Guarding against a stale decision: the change function re-reads
+`promotion.yaml` in the clone it commits into and refuses (`StaleDecision`)
+when it is not the state the decision was computed from. With the rebase of
+the write-back, that makes "a decision already committed is not written
+again" hold even when two controllers race or a human commits meanwhile.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from gitops import layout
+from gitops.writeback import Message, WriteBack, WriteResult
+from promotion.state import CanaryState, Phase, dump_state_yaml, load_state
+
+__all__ = [
+    "POLICY_FILE",
+    "OnRollback",
+    "Plan",
+    "StaleDecision",
+    "commit",
+    "message",
+    "plan",
+    "window_id",
+]
+
+POLICY_FILE = "canary-policy.yaml"
+"""The model's canary policy, written by `propose` beside `promotion.yaml`."""
+
+OnRollback = Literal["remove", "scale-to-zero"]
+
+Kind = Literal["step", "hold", "rollback", "promote", "manual", "start"]
+
+
+class StaleDecision(RuntimeError):
+    """`main` moved under the decision (its base state changed): decide again."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one commit writes into `apps/<model>/`."""
+
+    model: str
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    remove_versions: list[str] = field(default_factory=list)
+    state: CanaryState | None = None
+
+
+def window_id(at: dt.datetime) -> str:
+    """The decision's identity: the end of its analysis window (UTC, ISO 8601)."""
+    return at.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+# -- pure document edits ----------------------------------------------------------------
+
+
+def _route(vs: dict[str, Any]) -> list[dict[str, Any]]:
+    http = vs.setdefault("spec", {}).setdefault("http", [])
+    if not http:
+        http.append({"name": "primary", "route": []})
+    return http[0].setdefault("route", [])
+
+
+def set_weights(vs: dict[str, Any], canary_weight: int, *, with_canary: bool) -> dict[str, Any]:
+    """A copy of VirtualService `vs` with stable `100-w` and canary `w` (or stable alone)."""
+    out = copy.deepcopy(vs)
+    route = _route(out)
+    stable = next((r for r in route if r.get("destination", {}).get("subset") == "stable"), None)
+    if stable is None:
+        raise ValueError(f"VirtualService {vs.get('metadata', {}).get('name')!r} has no route "
+                         "to subset 'stable'")
+    canary = next((r for r in route if r.get("destination", {}).get("subset") == "canary"), None)
+    if with_canary and canary is None:
+        canary = {"destination": {**copy.deepcopy(stable["destination"]), "subset": "canary"}}
+    stable["weight"] = 100 - canary_weight if with_canary else 100
+    new_route = [stable]
+    if with_canary:
+        assert canary is not None
+        canary["weight"] = canary_weight
+        new_route.append(canary)
+    new_route += [r for r in route if r.get("destination", {}).get("subset")
+                  not in ("stable", "canary")]
+    route[:] = new_route
+    return out
+
+
+def set_subsets(dr: dict[str, Any], stable: str, canary: str | None) -> dict[str, Any]:
+    """A copy of DestinationRule `dr` with subsets `stable` (and `canary` when given)."""
+    out = copy.deepcopy(dr)
+    subsets = out.setdefault("spec", {}).setdefault("subsets", [])
+    old = {s.get("name"): s for s in subsets}
+    wanted = [("stable", stable)] + ([("canary", canary)] if canary else [])
+    new = []
+    for name, version in wanted:
+        subset = copy.deepcopy(old.get(name) or {"name": name})
+        subset["labels"] = {**(subset.get("labels") or {}), "version": version}
+        new.append(subset)
+    new += [s for s in subsets if s.get("name") not in ("stable", "canary")]
+    subsets[:] = new
+    return out
+
+
+def plan(current: layout.ModelState, before: CanaryState, after: CanaryState,
+         on_rollback: OnRollback = "remove") -> Plan:
+    """The documents that make `apps/<model>/` say what `after` says.
+
+    `current` is the folder as read from `main`; `before` is the state the
+    decision started from (it names the versions being replaced).
+    """
+    model = current.model
+    if current.virtual_service is None or current.destination_rule is None:
+        raise ValueError(f"apps/{model}/ lacks its VirtualService or DestinationRule")
+    docs: list[dict[str, Any]] = []
+    remove: list[str] = []
+    vs, dr = current.virtual_service, current.destination_rule
+    candidate = before.candidate
+    if after.phase is Phase.PROMOTED:
+        new_stable = after.stable
+        assert new_stable is not None
+        docs.append(set_subsets(dr, new_stable, None))
+        docs.append(set_weights(vs, 0, with_canary=False))
+        if before.stable and before.stable != new_stable and before.stable in current.deployments:
+            remove.append(before.stable)
+    elif after.phase is Phase.ROLLED_BACK:
+        assert before.stable is not None
+        if on_rollback == "remove":
+            docs.append(set_subsets(dr, before.stable, None))
+            docs.append(set_weights(vs, 0, with_canary=False))
+            if candidate and candidate in current.deployments:
+                remove.append(candidate)
+        else:
+            docs.append(set_subsets(dr, before.stable, candidate))
+            docs.append(set_weights(vs, 0, with_canary=candidate is not None))
+            if candidate and candidate in current.deployments:
+                dep = copy.deepcopy(current.deployments[candidate])
+                dep.setdefault("spec", {})["replicas"] = 0
+                docs.append(dep)
+    else:
+        docs.append(set_weights(vs, after.weight, with_canary=after.candidate is not None))
+    return Plan(model=model, documents=docs, remove_versions=remove, state=after)
+
+
+def finalise_promoted(state: CanaryState) -> CanaryState:
+    """The committed form of a promotion: the candidate is the stable version now."""
+    # A fresh state: the finished rollout's counters are history (they are in
+    # the commits' trailers), not something the next rollout should inherit.
+    return CanaryState(model=state.model, phase=Phase.PROMOTED, stable=state.candidate,
+                       last_decision=state.last_decision)
+
+
+# -- commit message -----------------------------------------------------------------------
+
+
+def subject(kind: Kind, before: CanaryState, after: CanaryState) -> str:
+    """`canary(<model>): 10% -> 25% (v2 over v1)` and its siblings."""
+    model, cand, stable = before.model, before.candidate, before.stable
+    pair = f"({cand} over {stable})"
+    if kind == "promote":
+        return f"promote({model}): {cand} is stable at 100% (replaces {stable})"
+    if kind == "rollback":
+        return f"rollback({model}): {before.weight}% -> 0% {pair}"
+    if kind == "manual":
+        return f"canary({model}): {before.weight}% -> {after.weight}% by hand {pair}"
+    if kind == "start":
+        return f"canary({model}): start at {after.weight}% {pair}"
+    if kind == "step":
+        return f"canary({model}): {before.weight}% -> {after.weight}% {pair}"
+    if after.phase is Phase.PAUSED and before.phase is not Phase.PAUSED:
+        return f"pause({model}): at {after.weight}% {pair}"
+    return f"hold({model}): at {after.weight}% {pair}"
+
+
+def message(kind: Kind, before: CanaryState, after: CanaryState, *, at: dt.datetime,
+            reason: str, cause: str, evidence: dict[str, Any] | None = None,
+            extra_trailers: dict[str, str] | None = None) -> Message:
+    """The commit message: subject, a readable body, and the `Mlops-*` trailers."""
+    evidence = evidence or {}
+    lines = [reason, ""]
+    for check in evidence.get("checks", []):
+        parts = [f"{check.get('name')}: {check.get('verdict')}"]
+        for key in ("value", "threshold", "samples", "statistic"):
+            if key in check:
+                parts.append(f"{key}={check[key]}")
+        lines.append("- " + " ".join(str(p) for p in parts))
+    trailers = [
+        ("Mlops-Decision", f"{kind}/{cause}"),
+        ("Mlops-Model", before.model),
+        ("Mlops-Step", f"{before.weight}->{after.weight if after.phase is not Phase.PROMOTED else 100}"),
+        ("Mlops-Candidate", str(before.candidate)),
+        ("Mlops-Stable", str(before.stable)),
+        ("Mlops-Window", window_id(at)),
+        ("Mlops-Reason", " ".join(reason.split())),
+        ("Mlops-Evidence", json.dumps(evidence, sort_keys=True, separators=(",", ":"))),
+    ]
+    trailers += list((extra_trailers or {}).items())
+    return Message(subject(kind, before, after), "\n".join(lines).strip(), trailers)
+
+
+# -- the write -----------------------------------------------------------------------------
+
+
+def change_for(the_plan: Plan, base: CanaryState) -> Callable[[pathlib.Path], None]:
+    """The write-back change function: refuse a moved base, then write the plan."""
+    model = the_plan.model
+
+    def change(root: pathlib.Path) -> None:
+        path = root / layout.APPS / model / layout.PROMOTION
+        text = path.read_text() if path.is_file() else None
+        if text is None or load_state(text, f"apps/{model}/promotion.yaml") != base:
+            raise StaleDecision(
+                f"apps/{model}/promotion.yaml changed on the branch since the decision was "
+                "made; deciding again from the new state"
+            )
+        extra = {layout.PROMOTION: dump_state_yaml(the_plan.state)} if the_plan.state else None
+        layout.write_model(root, model, the_plan.documents, extra=extra,
+                           remove_versions=the_plan.remove_versions)
+
+    return change
+
+
+def commit(writer: WriteBack, branch: str, the_plan: Plan, base: CanaryState,
+           msg: Message) -> WriteResult:
+    """Write `the_plan` on `branch` as one commit (unchanged when already there)."""
+    return writer.commit(branch, change_for(the_plan, base), msg)

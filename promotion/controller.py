@@ -1,0 +1,471 @@
+"""The promotion controller: read git, look at the metrics, decide, commit. Repeat.
+
+One pass (`Controller.tick`) per poll, for every model under `apps/` on the
+GitOps repo's `main`:
+
+1. Read the folder and `promotion.yaml` from `main` (a bare mirror in the
+   work dir; `git archive` of the tip). Git is the only durable memory.
+2. A human changed the canary weight by hand in `virtualservice.yaml`? Adopt
+   it and record it (one commit; weight 0 is a rollback by hand).
+3. A rollout in flight? Analyse every *due window*: windows are
+   `policy.interval` long and aligned to the last committed decision
+   (`last_decision.at`), or to the merge that started the canary. For each:
+   `MetricSource.observe(...)` over exactly that window, then the pure
+   `decide(policy, state, observations, window_end)`.
+4. Decisions that change the rollout (step, promote, rollback, a budget that
+   pauses) are committed, one commit each (`promotion/apply.py`), with the
+   evidence in the trailers. Plain holds are not committed.
+
+**Why holds are not committed, and how their counters survive a restart.**
+A hold's state (the step's accumulated counts, the sequential tests' log
+likelihood ratios, the insufficient-evidence budget counter) changes every
+interval; committing it would write a commit every 30 s for as long as a
+canary waits for traffic. Instead the controller keeps the uncommitted state
+in memory and, after a restart, *rebuilds it by replaying the windows since
+the last committed decision*: the windows are aligned to the committed
+`last_decision.at`, Prometheus still holds their data, and `decide()` is a
+pure function, so the replay reaches the same in-memory state the killed
+controller had (the budget counter included) without a single extra commit.
+A step that the killed controller decided but did not push is decided again
+in the replay and pushed once; a step it did push is in `promotion.yaml`, so
+the replay starts after it: no step is repeated or skipped. Replays are
+bounded (`max_catchup` windows; older time is one long window). Optionally,
+`checkpoint_every=N` commits a hold after N uncommitted intervals, to bound
+the replay by commits instead of by Prometheus' retention.
+
+**Idempotence of the write.** A decision is committed only on top of the
+`promotion.yaml` it was computed from (`apply.StaleDecision` otherwise), and
+the write-back never forces: if `main` moved (a human paused, someone merged),
+the decision is dropped and made again from the new state.
+
+Side effects after a commit -- the notification webhook, the Argo CD refresh
+after a rollback, the canary report and the PR comment at the end of a rollout
+-- are best-effort: the commit is the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import math
+import pathlib
+import shutil
+import threading
+import time
+from typing import Any, Callable, Mapping, Protocol
+
+from gitops import layout
+from gitops.errors import GitOpsError
+from gitops.repo import Mirror
+from gitops.writeback import Backoff, WriteBack
+from promotion import apply, report
+from promotion.analysis import Decision, Hold, Promote, Rollback, Step, decide
+from promotion.controller_metrics import ControllerMetrics
+from promotion.metrics import MetricSource
+from promotion.observations import Observations, histogram_quantile
+from promotion.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.propose import current_state
+from promotion.state import CanaryState, LastDecision, Phase, StateError
+
+__all__ = ["Controller", "ControllerConfig", "Outcome"]
+
+log = logging.getLogger("mlops.controller")
+
+_MATERIAL = ("phase", "weight", "stable", "candidate", "requested", "pause_reason")
+
+
+def _utc(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+
+
+class Commenter(Protocol):
+    """Posts a comment on the pull request that proposed `candidate` (forge glue)."""
+
+    def __call__(self, model: str, candidate: str, body: str) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerConfig:
+    """How the controller runs (all plain values; the CLI builds it)."""
+
+    repo: str
+    workdir: pathlib.Path
+    branch: str = "main"
+    interval: float | None = None
+    """Overrides every model's `policy.interval` (seconds) when set."""
+    settle: float = 0.0
+    """Seconds to wait after a window ends before reading it (scrape lag)."""
+    on_rollback: apply.OnRollback = "remove"
+    checkpoint_every: int = 0
+    max_catchup: int = 240
+    report_url: str | None = None
+    """Base URL under which the work dir's `rollouts/` is published (for links)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one analysed window (or human edit) led to."""
+
+    model: str
+    kind: str
+    cause: str
+    reason: str
+    at: dt.datetime
+    committed: str | None = None
+    subject: str | None = None
+
+
+@dataclasses.dataclass
+class _Track:
+    """The uncommitted continuation of one model's committed state."""
+
+    base: CanaryState
+    state: CanaryState
+    as_of: dt.datetime
+    uncommitted: int = 0
+
+
+class Controller:
+    """Reconciles every model of one GitOps repo against one metric source."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        source: MetricSource,
+        *,
+        metrics: ControllerMetrics | None = None,
+        notifier: Any = None,
+        refresher: Any = None,
+        commenter: Commenter | None = None,
+        clock: Callable[[], float] = time.time,
+        backoff: Backoff = Backoff(tries=5, first=0.5, cap=5.0),
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.metrics = metrics or ControllerMetrics()
+        self.notifier = notifier
+        self.refresher = refresher
+        self.commenter = commenter
+        self.clock = clock
+        self.workdir = pathlib.Path(config.workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.writer = WriteBack(config.repo, workdir=self.workdir / "writeback", backoff=backoff)
+        self._mirror: Mirror | None = None
+        self._tree_sha: str | None = None
+        self._tracks: dict[str, _Track] = {}
+
+    # -- reading main ----------------------------------------------------------------------
+
+    @property
+    def mirror(self) -> Mirror:
+        if self._mirror is None:
+            self._mirror = Mirror(self.config.repo, path=self.workdir / "mirror.git")
+        return self._mirror
+
+    def close(self) -> None:
+        """Release the mirror (the work dir stays for the next run)."""
+        if self._mirror is not None:
+            self._mirror.close()
+            self._mirror = None
+
+    def _checkout(self) -> pathlib.Path | None:
+        """The tip of the branch as files in the work dir (re-exported when it moves)."""
+        self.mirror.fetch()
+        sha = self.mirror.sha(self.config.branch)
+        if sha is None:
+            return None
+        tree = self.workdir / "main"
+        if sha != self._tree_sha:
+            tmp = self.workdir / "main.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.mirror.export(sha, tmp)
+            shutil.rmtree(tree, ignore_errors=True)
+            tmp.rename(tree)
+            self._tree_sha = sha
+        return tree
+
+    def _last_change(self, path: str) -> tuple[float, dict[str, str], str] | None:
+        """(commit time, trailers, 'sha author') of the last first-parent commit touching path."""
+        assert self._tree_sha is not None
+        sep = "\x1f"
+        proc = self.mirror.git.run(
+            "log", "-1", "--first-parent", f"--format=%ct{sep}%h %an{sep}%(trailers:only,unfold)",
+            self._tree_sha, "--", path, check=False)
+        text = proc.stdout.strip()
+        if proc.returncode != 0 or not text:
+            return None
+        stamp, who, trailers = (text.split(sep) + ["", ""])[:3]
+        parsed = {}
+        for line in trailers.splitlines():
+            key, _, value = line.partition(":")
+            if value:
+                parsed[key.strip()] = value.strip()
+        return float(stamp), parsed, who
+
+    def _anchor(self, model: str, state: CanaryState) -> dt.datetime:
+        """Where the committed state's analysis windows start (see the module docstring)."""
+        candidates = [t for t in (state.last_decision.at if state.last_decision else None,
+                                  state.step_started_at, state.started_at) if t is not None]
+        anchor = max(candidates) if candidates else None
+        change = self._last_change(f"{layout.APPS}/{model}/{layout.PROMOTION}")
+        if change is not None and "Mlops-Window" not in change[1]:
+            # Written by a human or a merge (not a controller decision): time
+            # spent before that commit was not under this state.
+            merged = _utc(change[0])
+            anchor = merged if anchor is None else max(anchor, merged)
+        return anchor or _utc(self.clock())
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def tick(self) -> list[Outcome]:
+        """One pass over every model; returns what happened."""
+        outcomes: list[Outcome] = []
+        try:
+            root = self._checkout()
+        except GitOpsError as exc:
+            log.error("cannot read %s: %s", self.config.repo, exc)
+            self.metrics.error("-", "git")
+            return outcomes
+        if root is None:
+            return outcomes
+        for model in layout.list_models(root):
+            try:
+                outcomes += self.reconcile(root, model)
+            except apply.StaleDecision as exc:
+                log.info("%s: %s", model, exc)
+                self._tracks.pop(model, None)
+            except (GitOpsError, StateError, PolicyError) as exc:
+                log.error("%s: %s", model, exc)
+                self.metrics.error(model, type(exc).__name__)
+                self._tracks.pop(model, None)
+        self.metrics.tick()
+        return outcomes
+
+    def run(self, stop: threading.Event, poll: float = 1.0) -> None:
+        """Tick every `poll` seconds until `stop` is set."""
+        while not stop.is_set():
+            started = time.monotonic()
+            self.tick()
+            stop.wait(max(0.0, poll - (time.monotonic() - started)))
+
+    # -- one model -------------------------------------------------------------------------
+
+    def _policy(self, folder: layout.ModelState) -> CanaryPolicy:
+        raw = folder.extra.get(apply.POLICY_FILE)
+        return load_policy(raw if isinstance(raw, Mapping) else {},
+                           f"apps/{folder.model}/{apply.POLICY_FILE}")
+
+    def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
+        """Bring one model forward by every window that is due."""
+        folder = layout.read_model(root, model)
+        committed = current_state(folder)
+        if committed is None:
+            return []
+        self.metrics.state(model, committed.phase.value, committed.weight)
+        track = self._tracks.get(model)
+        if track is None or track.base != committed:
+            as_of = self._anchor(model, committed)
+            state = committed
+            if state.phase.active and state.started_at is None:
+                state = state.with_(started_at=as_of, step_started_at=as_of)
+            track = _Track(base=committed, state=state, as_of=as_of)
+            self._tracks[model] = track
+        if not committed.phase.active or committed.candidate is None:
+            return []
+
+        now = _utc(self.clock())
+        manual = self._manual_weight(folder, track, now)
+        if manual is not None:
+            return [manual]
+
+        policy = self._policy(folder)
+        interval = float(self.config.interval or policy.interval)
+        if committed.requested is not None:
+            empty = Observations(window_seconds=interval)
+            return [self._apply(folder, track, decide(policy, track.state, empty, now), now)]
+        if committed.phase is Phase.PAUSED:
+            return []
+
+        outcomes: list[Outcome] = []
+        ready = now - dt.timedelta(seconds=self.config.settle)
+        while track.as_of + dt.timedelta(seconds=interval) <= ready:
+            due = int((ready - track.as_of).total_seconds() // interval)
+            window = interval * (due - self.config.max_catchup + 1) \
+                if due > self.config.max_catchup else interval
+            end = track.as_of + dt.timedelta(seconds=window)
+            assert committed.stable is not None and committed.candidate is not None
+            obs = self.source.observe(model, committed.stable, committed.candidate, window,
+                                      at=end)
+            decision = decide(policy, track.state, obs, end)
+            self._record_point(model, committed, track.state, obs, decision, end)
+            outcome = self._apply(folder, track, decision, end)
+            outcomes.append(outcome)
+            if outcome.committed is not None or self._tracks.get(model) is not track:
+                break  # main moved: the next tick starts from the new commit
+        return outcomes
+
+    def _material(self, before: CanaryState, decision: Decision, track: _Track) -> bool:
+        if not isinstance(decision, Hold):
+            return True
+        after = decision.state
+        if any(getattr(before, f) != getattr(after, f) for f in _MATERIAL):
+            return True
+        every = self.config.checkpoint_every
+        return bool(every) and track.uncommitted + 1 >= every
+
+    def _apply(self, folder: layout.ModelState, track: _Track, decision: Decision,
+               at: dt.datetime) -> Outcome:
+        model = folder.model
+        evidence = decision.evidence.to_dict()
+        self.metrics.decision(model, decision.kind, decision.cause, at.timestamp(), evidence)
+        log.info("%s: %s/%s at %s%%: %s %s", model, decision.kind, decision.cause,
+                 track.state.weight, decision.reason,
+                 json.dumps(evidence, sort_keys=True, separators=(",", ":")))
+        if not self._material(track.base, decision, track):
+            track.state = decision.state
+            track.as_of = at
+            track.uncommitted += 1
+            return Outcome(model, decision.kind, decision.cause, decision.reason, at)
+        after = decision.state
+        if isinstance(decision, Promote):
+            after = apply.finalise_promoted(after)
+        kind = decision.kind
+        return self._commit(folder, track, kind, after, at, decision.reason, decision.cause,
+                            evidence)
+
+    def _commit(self, folder: layout.ModelState, track: _Track, kind: str,
+                after: CanaryState, at: dt.datetime, reason: str, cause: str,
+                evidence: dict[str, Any]) -> Outcome:
+        model = folder.model
+        before = track.state
+        the_plan = apply.plan(folder, before, after, self.config.on_rollback)
+        msg = apply.message(kind, before, after, at=at, reason=reason, cause=cause,  # type: ignore[arg-type]
+                            evidence=evidence)
+        result = apply.commit(self.writer, self.config.branch, the_plan, track.base, msg)
+        self._tracks.pop(model, None)  # the next tick starts from what main says
+        if result.status == "committed":
+            self.metrics.committed(model, kind)
+            self.metrics.state(model, after.phase.value, after.weight)
+            log.info("%s: committed %s %s", model, (result.commit or "")[:12], msg.subject)
+            self._after_commit(model, kind, before, after, msg.subject, reason, result.commit)
+        return Outcome(model, kind, cause, reason, at, result.commit, msg.subject)
+
+    # -- humans ----------------------------------------------------------------------------
+
+    def _manual_weight(self, folder: layout.ModelState, track: _Track,
+                       now: dt.datetime) -> Outcome | None:
+        """A weight edited by hand in the VirtualService is adopted and recorded."""
+        state = track.base
+        assert state.candidate is not None
+        weights = folder.weights()
+        observed = weights.get(state.candidate, 0)
+        if observed == state.weight:
+            return None
+        change = self._last_change(f"{layout.APPS}/{folder.model}/virtualservice.yaml")
+        who = f" ({change[2]})" if change else ""
+        if observed == 0:
+            reason = f"canary weight set to 0% by hand{who}: rolled back"
+            last = LastDecision(kind="rollback", reason=reason, at=now, cause="manual", weight=0)
+            after = state.with_(phase=Phase.ROLLED_BACK, weight=0, requested=None,
+                                last_decision=last)
+            kind = "rollback"
+        else:
+            reason = f"canary weight set to {observed}% by hand{who}: adopted"
+            last = LastDecision(kind="step", reason=reason, at=now, cause="manual",
+                                weight=observed)
+            after = state.reset_step(now).with_(weight=observed, last_decision=last)
+            kind = "manual"
+        track.state = state
+        return self._commit(folder, track, kind, after, now, reason, "manual",
+                            {"weight": state.weight, "observed_weight": observed})
+
+    # -- after a commit --------------------------------------------------------------------
+
+    def rollout_dir(self, model: str, candidate: str) -> pathlib.Path:
+        """Where one rollout's timeline and report live in the work dir."""
+        return self.workdir / "rollouts" / model / candidate
+
+    def _record_point(self, model: str, committed: CanaryState, state: CanaryState,
+                      obs: Observations, decision: Decision, end: dt.datetime) -> None:
+        if obs.fault is not None or committed.candidate is None:
+            return
+        point: dict[str, Any] = {"t": end.timestamp(), "weight": state.weight,
+                                 "decision": decision.kind}
+        for version, window in (("stable", obs.stable), ("canary", obs.canary)):
+            p99 = histogram_quantile(0.99, window.latency) if window.latency else None
+            point[version] = {
+                "requests": window.requests, "errors": window.errors,
+                "rps": window.requests / obs.window_seconds,
+                "error_rate": (window.errors / window.requests) if window.requests else None,
+                "p99_ms": None if p99 is None or math.isinf(p99) else p99 * 1000.0,
+            }
+        path = self.rollout_dir(model, committed.candidate) / "timeline.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.write(json.dumps(point, sort_keys=True) + "\n")
+
+    def _after_commit(self, model: str, kind: str, before: CanaryState, after: CanaryState,
+                      subject: str, reason: str, commit: str | None) -> None:
+        report_link = None
+        if after.phase in (Phase.PROMOTED, Phase.ROLLED_BACK) and before.candidate:
+            report_link = self._write_report(model, before, after)
+        if kind == "rollback" and self.refresher is not None:
+            self.refresher.refresh(model)
+        if self.notifier is not None and kind in ("step", "promote", "rollback", "manual"):
+            from promotion.notify import format_text
+
+            self.notifier.send(format_text(kind, subject, reason, commit, report_link))
+
+    def _write_report(self, model: str, before: CanaryState, after: CanaryState) -> str | None:
+        candidate = before.candidate
+        assert candidate is not None
+        directory = self.rollout_dir(model, candidate)
+        outcome = "promoted" if after.phase is Phase.PROMOTED else "rolled back"
+        try:
+            points = _dedupe(report.read_timeline(directory / "timeline.jsonl"))
+            decisions = self.decisions(model, candidate)
+            md, _png = report.write_canary_report(directory, model, before.stable, candidate,
+                                                  outcome, decisions, points)
+        except Exception as exc:  # a report must never stop a rollback
+            log.warning("%s: canary report failed: %s", model, exc)
+            return None
+        link = str(md) if not self.config.report_url else \
+            f"{self.config.report_url.rstrip('/')}/rollouts/{model}/{candidate}/report.md"
+        if self.commenter is not None:
+            try:
+                body = md.read_text() + f"\n\nFull report and plot: {link}\n"
+                self.commenter(model, candidate, body)
+            except Exception as exc:
+                log.warning("%s: PR comment failed: %s", model, exc)
+        return link
+
+    def decisions(self, model: str, candidate: str) -> list[dict[str, Any]]:
+        """The committed decisions of one rollout, oldest first, read from git trailers."""
+        self.mirror.fetch()
+        tip = self.mirror.sha(self.config.branch)
+        out: list[dict[str, Any]] = []
+        for info in self.mirror.log(tip) if tip else []:
+            t = info.trailers
+            if t.get("Mlops-Model") != model or t.get("Mlops-Candidate") != candidate:
+                continue
+            when = t.get("Mlops-Window")
+            stamp = None
+            if when:
+                try:
+                    stamp = dt.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    stamp = None
+            out.append({"kind": t.get("Mlops-Decision", "?").split("/")[0],
+                        "subject": info.subject, "commit": info.sha,
+                        "time": stamp, "reason": t.get("Mlops-Reason", "")})
+        return list(reversed(out))
+
+
+def _dedupe(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per window end (a replay after a restart appends windows again)."""
+    by_t: dict[float, dict[str, Any]] = {}
+    for point in points:
+        by_t[float(point["t"])] = point
+    return [by_t[t] for t in sorted(by_t)]

@@ -1,0 +1,231 @@
+"""Propose a candidate: its serving manifests on a branch of the GitOps repo, and a PR.
+
+The workflow's last step (and `mlops promote propose MODEL_DIR`). Two halves:
+
+* `plan_proposal()` is pure: from the candidate's `model.yaml` record, the
+  model's folder as it is on `main` and the canary policy it decides what the
+  branch holds:
+
+  - **canary** (a stable version exists): the candidate's Deployment next to
+    the stable one, the DestinationRule with subsets `stable`/`canary`, the
+    VirtualService with the canary at the policy's first step (10 % by
+    default), `promotion.yaml` in phase `progressing` with the candidate, its
+    weight and no start time yet (the controller starts the clock at the merge
+    commit: a PR may wait for days and that wait is not canary time), and
+    `canary-policy.yaml` (the policy travels with the manifests, so the
+    controller needs nothing but the GitOps repo);
+  - **bootstrap** (first version ever): the candidate alone as `stable` at
+    100 %, `promotion.yaml` in phase `idle`.
+
+  Leftovers of earlier rollouts (a rolled-back candidate scaled to 0) are
+  removed. A rollout in flight is refused: one candidate at a time.
+
+* `propose()` does the I/O through `gitops.proposal` (idempotent branch + PR
+  per model version, so proposing the same version twice finds the same
+  branch and PR) and merges at once with `approval="auto"`.
+
+Before anything is written the weights file is hashed and compared with the
+`weights_sha256` that was evaluated: a model directory changed after its
+evaluation is not proposed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gitops import layout
+from promotion import apply
+from promotion.policy import CanaryPolicy
+from promotion.state import CanaryState, Phase, dump_state_yaml, load_state
+from serving import manifests
+
+__all__ = [
+    "ModelRecord",
+    "ProposalPlan",
+    "ProposeError",
+    "branch_name",
+    "plan_proposal",
+    "read_record",
+]
+
+PARAMS_FILE = "inference.pdiparams"
+
+
+class ProposeError(Exception):
+    """The candidate cannot be proposed; the message says why and what to do."""
+
+    exit_code = 2
+
+
+class ModelRecord(BaseModel):
+    """The fields of `model.yaml` that a proposal needs (others are carried along)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    training_commit: str = ""
+    workflow_id: str = ""
+    dataset_digest: str = ""
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, including the extra ones (hyperparameters, paddle_version...)."""
+        return self.model_dump()
+
+
+def read_record(model_dir: pathlib.Path, *, check_weights: bool = True) -> ModelRecord:
+    """Read and check `MODEL_DIR/model.yaml` (and the weights' digest)."""
+    path = pathlib.Path(model_dir) / "model.yaml"
+    if not path.is_file():
+        raise ProposeError(f"{path}: not found; MODEL_DIR must be a trained model directory "
+                           "(model.yaml, inference.pdiparams, infer_cfg.yml)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProposeError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProposeError(f"{path}: expected a mapping")
+    try:
+        record = ModelRecord.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        raise ProposeError(f"{path}: {problems}") from None
+    if check_weights:
+        params = path.parent / PARAMS_FILE
+        if not params.is_file():
+            raise ProposeError(f"{params}: not found; cannot check the evaluated weights")
+        digest = hashlib.sha256()
+        with params.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != record.weights_sha256:
+            raise ProposeError(
+                f"{params}: sha256 {digest.hexdigest()[:12]}... is not the evaluated "
+                f"weights_sha256 {record.weights_sha256[:12]}... in {path}; "
+                "re-run evaluation on these weights before proposing them"
+            )
+    return record
+
+
+def branch_name(model: str, version: str) -> str:
+    """The proposal branch of one model version (stable, so proposals are idempotent)."""
+    return f"mlops/propose/{model}/{version}"
+
+
+@dataclass(frozen=True)
+class ProposalPlan:
+    """What the proposal branch writes into `apps/<model>/`."""
+
+    model: str
+    version: str
+    bootstrap: bool
+    stable: str | None
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    remove_versions: list[str] = field(default_factory=list)
+    extra: dict[str, str] = field(default_factory=dict)
+    weight: int = 100
+
+    def write(self, root: pathlib.Path) -> None:
+        """Write the plan into a checkout (the write-back's change function)."""
+        layout.write_model(root, self.model, self.documents, extra=self.extra,
+                           remove_versions=self.remove_versions)
+
+    @property
+    def title(self) -> str:
+        """The PR title."""
+        if self.bootstrap:
+            return f"propose({self.model}): {self.version} as the first stable version"
+        return f"propose({self.model}): canary {self.version} over {self.stable} at {self.weight}%"
+
+
+def current_state(current: layout.ModelState | None) -> CanaryState | None:
+    """The `promotion.yaml` of a model folder read from main (None when absent)."""
+    if current is None or layout.PROMOTION not in current.extra:
+        return None
+    raw = current.extra[layout.PROMOTION]
+    return load_state(raw if isinstance(raw, (str, Mapping)) else {},
+                      f"apps/{current.model}/promotion.yaml")
+
+
+def _stable_version(current: layout.ModelState, state: CanaryState | None) -> str | None:
+    if state is not None and state.stable:
+        return state.stable
+    if current.destination_rule is not None:
+        for subset in current.destination_rule.get("spec", {}).get("subsets", []) or []:
+            if subset.get("name") == "stable":
+                return (subset.get("labels") or {}).get("version")
+    if len(current.deployments) == 1:
+        return next(iter(current.deployments))
+    return None
+
+
+def plan_proposal(
+    record: ModelRecord,
+    current: layout.ModelState | None,
+    policy: CanaryPolicy,
+    *,
+    model: str | None = None,
+    image: str,
+    model_uri: str,
+    replicas: int = 1,
+    port: int = 8080,
+    resources: dict[str, Any] | None = None,
+) -> ProposalPlan:
+    """Decide the branch's content; see the module docstring."""
+    name = model or record.name
+    version = record.version
+    deployment = manifests.deployment(
+        name, version, image=image, model_uri=model_uri, weights_sha256=record.weights_sha256,
+        replicas=replicas, port=port, resources=resources,
+    )
+    policy_text = yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False)
+    state = current_state(current)
+    stable = _stable_version(current, state) if current is not None else None
+    if stable is not None and stable not in (current.deployments if current else {}):
+        stable = None  # its Deployment is gone: nothing serves it, start afresh
+    if stable is None:
+        new = CanaryState(model=name, phase=Phase.IDLE, stable=version)
+        docs = [deployment, manifests.service(name, port=port),
+                manifests.destination_rule(name, version),
+                manifests.virtual_service(name, 100, 0, canary=False, port=port)]
+        leftovers = [v for v in (current.deployments if current else {}) if v != version]
+        return ProposalPlan(model=name, version=version, bootstrap=True, stable=None,
+                            documents=docs, remove_versions=leftovers,
+                            extra={layout.PROMOTION: dump_state_yaml(new),
+                                   apply.POLICY_FILE: policy_text}, weight=100)
+    assert current is not None
+    if stable == version:
+        raise ProposeError(f"{name} {version} is already the stable version; nothing to propose")
+    if state is not None and state.phase.active and state.candidate != version:
+        raise ProposeError(
+            f"{name}: a canary of {state.candidate} is in progress ({state.phase.value} at "
+            f"{state.weight}%); wait for it to finish or run `mlops canary abort {name}`"
+        )
+    weight = policy.steps[0]
+    new = CanaryState(model=name, phase=Phase.PROGRESSING, stable=stable, candidate=version,
+                      weight=weight)
+    docs: list[dict[str, Any]] = [deployment]
+    if current.service is None:
+        docs.append(manifests.service(name, port=port))
+    dr = current.destination_rule or manifests.destination_rule(name, stable)
+    vs = current.virtual_service or manifests.virtual_service(name, 100, 0, canary=False,
+                                                              port=port)
+    docs.append(apply.set_subsets(dr, stable, version))
+    docs.append(apply.set_weights(vs, weight, with_canary=True))
+    leftovers = [v for v in current.deployments if v not in (stable, version)]
+    return ProposalPlan(model=name, version=version, bootstrap=False, stable=stable,
+                        documents=docs, remove_versions=leftovers,
+                        extra={layout.PROMOTION: dump_state_yaml(new),
+                               apply.POLICY_FILE: policy_text}, weight=weight)
+
+
+Approval = Literal["pr", "auto"]

@@ -1,0 +1,305 @@
+"""Reports a human reads: the evaluation report (a PR body) and the canary report.
+
+Both are plain Markdown that GitHub, GitLab and Gitea render the same way
+(pipe tables, no HTML), built by pure functions from plain data so tests pin
+their text. Only `write_canary_report` touches the disk: it renders the PNG
+with matplotlib's `Agg` backend (no display on a controller pod) and writes
+the Markdown summary next to it.
+
+The canary report's data is a *timeline*: one point per analysis interval
+(time, weight, and per version request rate, error rate, p99), appended by
+the controller to `timeline.jsonl` in its work dir. The git history holds the
+decisions; the timeline holds what was seen between them, which git does not
+need to carry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = [
+    "METRIC_NAMES",
+    "canary_summary",
+    "evaluation_report",
+    "plot_timeline",
+    "read_timeline",
+    "write_canary_report",
+]
+
+METRIC_NAMES: dict[str, str] = {
+    "map50": "mAP@0.5",
+    "map": "mAP@[.5:.95]",
+    "map75": "mAP@0.75",
+}
+
+_LINEAGE = (
+    ("version", "version"),
+    ("weights_sha256", "weights sha256"),
+    ("training_commit", "training commit"),
+    ("workflow_id", "workflow id"),
+    ("dataset_digest", "dataset digest"),
+    ("paddle_version", "Paddle"),
+)
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    # A pipe or a newline would break the table; backticks keep digests readable.
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(value: Any) -> str:
+    text = _cell(value)
+    return f"`{text}`" if text and text != "–" else "–"
+
+
+def evaluation_report(
+    record: Mapping[str, Any],
+    production: Mapping[str, Any] | None = None,
+    *,
+    gate: Mapping[str, Any] | None = None,
+    steps: Sequence[int] = (10, 25, 50, 100),
+    approval: str = "pr",
+    model_uri: str | None = None,
+    bootstrap: bool = False,
+) -> str:
+    """The PR body: metrics vs production, gate verdict, lineage, rollout plan.
+
+    `record` and `production` are `model.yaml` mappings (the production one may
+    lack fields: it was perhaps written by hand). `gate` is the gate step's
+    `gate.json` when there is one.
+    """
+    name = record.get("name", "model")
+    version = record.get("version", "?")
+    lines = [f"## Promote `{_cell(name)}` `{_cell(version)}`", ""]
+    if bootstrap:
+        lines += [
+            "First version of this model: it becomes **stable at 100 %** when this "
+            "PR is merged (no canary, there is nothing to compare with).",
+            "",
+        ]
+    else:
+        prod_version = (production or {}).get("version", "?")
+        lines += [
+            f"Canary of `{_cell(version)}` against stable `{_cell(prod_version)}`: "
+            f"merging starts it at **{steps[0]} %**; the promotion controller then "
+            f"steps {' → '.join(f'{s} %' for s in steps)} or rolls back, one commit per decision.",
+            "",
+        ]
+
+    metrics = dict(record.get("metrics") or {})
+    prod_metrics = dict((production or {}).get("metrics") or {})
+    lines += ["### Evaluation", ""]
+    if not metrics:
+        lines += ["No metrics recorded in `model.yaml` (was the evaluate step run?).", ""]
+    else:
+        keys = [k for k in METRIC_NAMES if k in metrics] + sorted(
+            k for k in metrics if k not in METRIC_NAMES
+        )
+        lines += ["| metric | candidate | production | change |", "|---|---:|---:|---:|"]
+        for key in keys:
+            cand = metrics.get(key)
+            prod = prod_metrics.get(key)
+            change = "–"
+            if isinstance(cand, (int, float)) and isinstance(prod, (int, float)):
+                change = f"{float(cand) - float(prod):+.4f}"
+            lines.append(
+                f"| {METRIC_NAMES.get(key, _cell(key))} | {_fmt(_num(cand))} "
+                f"| {_fmt(_num(prod))} | {change} |"
+            )
+        lines.append("")
+
+    if gate:
+        verdict = "✅ passed" if gate.get("passed") else "❌ failed"
+        lines += ["### Gate", "", f"{verdict}: {_cell(gate.get('reason', ''))}", ""]
+
+    lines += ["### Lineage", "", "| | candidate | production |", "|---|---|---|"]
+    for key, label in _LINEAGE:
+        lines.append(f"| {label} | {_code(record.get(key, '–'))} | "
+                     f"{_code((production or {}).get(key, '–'))} |")
+    if model_uri:
+        lines.append(f"| model URI | {_code(model_uri)} | |")
+    lines.append("")
+
+    hyper = record.get("hyperparameters") or {}
+    if isinstance(hyper, Mapping) and hyper:
+        lines += ["<details><summary>Hyperparameters</summary>", "", "| name | value |",
+                  "|---|---|"]
+        lines += [f"| {_cell(k)} | {_code(v)} |" for k, v in hyper.items()]
+        lines += ["", "</details>", ""]
+
+    lines += [
+        "### Approval",
+        "",
+        "Merged automatically (`approval: auto`)." if approval == "auto"
+        else "Merge this PR to approve (`approval: pr`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# --- canary report -----------------------------------------------------------------------
+
+
+def read_timeline(path: pathlib.Path) -> list[dict[str, Any]]:
+    """Points of a `timeline.jsonl`; a torn last line (a crash mid-write) is ignored."""
+    if not path.is_file():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        try:
+            point = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(point, dict) and "t" in point:
+            points.append(point)
+    return points
+
+
+def _series(points: Sequence[Mapping[str, Any]], version: str, key: str) -> list[float]:
+    out = []
+    for p in points:
+        v = (p.get(version) or {}).get(key)
+        out.append(float("nan") if v is None else float(v))
+    return out
+
+
+def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title: str) -> None:
+    """Four panels over time: weight, request rate, error rate, p99 (stable vs canary)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = points[0]["t"] if points else 0.0
+    xs = [(p["t"] - t0) / 60.0 for p in points]
+    fig, axes = plt.subplots(4, 1, figsize=(8, 9), sharex=True)
+    try:
+        # A point is the window that *ends* at t, at the weight it had meanwhile.
+        axes[0].step(xs, [p.get("weight", 0) for p in points], where="pre", color="tab:purple")
+        axes[0].set_ylabel("canary weight %")
+        axes[0].set_ylim(-5, 105)
+        panels = (("rps", "requests/s", 1.0), ("error_rate", "error rate %", 100.0),
+                  ("p99_ms", "p99 ms", 1.0))
+        for ax, (key, label, scale) in zip(axes[1:], panels):
+            for version, color in (("stable", "tab:blue"), ("canary", "tab:orange")):
+                ys = [v * scale for v in _series(points, version, key)]
+                ax.plot(xs, ys, marker=".", color=color, label=version)
+            if all(math.isnan(v) for v in _series(points, "stable", key) + _series(points, "canary", key)):
+                ax.text(0.5, 0.5, "not measured by this metric source", ha="center",
+                        va="center", transform=ax.transAxes, color="grey")
+            ax.set_ylabel(label)
+            ax.legend(loc="upper left", fontsize="small")
+        for p, x in zip(points, xs):
+            kind = p.get("decision")
+            if kind in ("step", "promote", "rollback"):
+                color = {"step": "grey", "promote": "green", "rollback": "red"}[kind]
+                for ax in axes:
+                    ax.axvline(x, color=color, alpha=0.3, linewidth=1)
+        axes[-1].set_xlabel("minutes since the canary started")
+        axes[0].set_title(title)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.png")
+        fig.savefig(tmp, dpi=80)
+        tmp.replace(path)
+    finally:
+        plt.close(fig)
+
+
+def canary_summary(
+    model: str,
+    stable: str | None,
+    candidate: str,
+    outcome: str,
+    decisions: Iterable[Mapping[str, Any]],
+    points: Sequence[Mapping[str, Any]] = (),
+    *,
+    plot_name: str | None = "canary.png",
+) -> str:
+    """Markdown summary of one rollout: outcome, the decisions in order, totals per version.
+
+    `decisions` are the committed decisions (from git trailers): each with
+    `kind`, `subject`, `commit`, `time` and optionally `reason`.
+    """
+    lines = [f"## Canary report: `{_cell(model)}` `{_cell(candidate)}` over "
+             f"`{_cell(stable or '–')}`", "", f"**Outcome: {outcome}**", ""]
+    if plot_name:
+        lines += [f"![canary timeline]({plot_name})", ""]
+    decisions = list(decisions)
+    if decisions:
+        lines += ["| # | time (UTC) | decision | commit | reason |", "|---:|---|---|---|---|"]
+        for i, d in enumerate(decisions, 1):
+            when = d.get("time")
+            stamp = (time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(when)))
+                     if isinstance(when, (int, float)) else _cell(when or "–"))
+            lines.append(
+                f"| {i} | {stamp} | {_cell(d.get('subject') or d.get('kind', '?'))} | "
+                f"{_code(str(d.get('commit', ''))[:12] or '–')} | {_cell(d.get('reason') or '')} |"
+            )
+        lines.append("")
+    if points:
+        lines += ["| version | requests | errors | error rate | worst p99 ms |",
+                  "|---|---:|---:|---:|---:|"]
+        for version in ("stable", "canary"):
+            req = sum(float((p.get(version) or {}).get("requests") or 0) for p in points)
+            err = sum(float((p.get(version) or {}).get("errors") or 0) for p in points)
+            p99s = [v for v in _series(points, version, "p99_ms") if not math.isnan(v)]
+            rate = f"{100.0 * err / req:.3f} %" if req else "–"
+            worst = f"{max(p99s):.1f}" if p99s else "–"
+            lines.append(f"| {version} | {int(req)} | {int(err)} | {rate} | {worst} |")
+        span = (points[-1]["t"] - points[0]["t"]) / 60.0
+        lines += ["", f"{len(points)} analysis intervals over {span:.1f} min.", ""]
+    else:
+        lines += ["No analysis intervals were recorded by this controller.", ""]
+    return "\n".join(lines)
+
+
+def write_canary_report(
+    directory: pathlib.Path,
+    model: str,
+    stable: str | None,
+    candidate: str,
+    outcome: str,
+    decisions: Iterable[Mapping[str, Any]],
+    points: Sequence[Mapping[str, Any]],
+) -> tuple[pathlib.Path, pathlib.Path | None]:
+    """Write `canary.png` (when there are points) and `report.md` into `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    png: pathlib.Path | None = None
+    if points:
+        png = directory / "canary.png"
+        plot_timeline(points, png, f"{model}: {candidate} over {stable or '–'} ({outcome})")
+    text = canary_summary(model, stable, candidate, outcome, decisions, points,
+                          plot_name=png.name if png else None)
+    md = directory / "report.md"
+    tmp = directory / ".report.md.tmp"
+    tmp.write_text(text)
+    tmp.replace(md)
+    return md, png
