@@ -99,7 +99,9 @@ def _status(args: argparse.Namespace) -> int:
     print(f"Prometheus: {doc['urls']['prometheus']}")
     print(f"HAProxy:    {doc['urls']['haproxy_stats']}")
     for error in doc["errors"]:
-        print(f"ERROR in {error['file']}: {error['message']} (keeping the last good state)")
+        message = error["message"]
+        where = "" if error["file"] in message else f"{error['file']}: "
+        print(f"ERROR {where}{message} (keeping the last good state)")
     if doc["git_error"]:
         print(f"ERROR reading the GitOps repo: {doc['git_error']}")
     if not doc["models"]:

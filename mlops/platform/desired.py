@@ -1,8 +1,11 @@
 """What the GitOps repo asks for: ``apps/<model>/`` parsed into plain data (pure).
 
-Input is the repo's files as ``{path: text}`` (the sync reads them from one
-commit), output one :class:`ModelSpec` per model folder, or a
-:class:`ModelError` naming the file when a human broke something. Errors are
+Input is a tree exported from one commit, read with the GitOps room's own
+reader (:func:`gitops.layout.read_model`, so both rooms agree on what the
+layout means); output one :class:`ModelSpec` per model folder, or a
+:class:`ModelError` naming the file when a human broke something.
+:func:`spec_from_state` is the pure part and carries the checks only running
+processes need (a local ``file://`` model URI, weights that add up). Errors are
 per model: a broken ``apps/a/`` does not stop ``apps/b/`` from applying, and
 the sync keeps the last good spec of ``a``.
 
@@ -23,10 +26,13 @@ behind it is an error, as it would be a 503 in the mesh.
 from __future__ import annotations
 
 import dataclasses
-import posixpath
+import pathlib
 import urllib.parse
 from typing import Any, Mapping
 
+from gitops import layout
+from gitops.errors import GitOpsError
+from gitops.layout import ModelState
 from serving.manifests import ANNOTATION_MODEL_URI, ANNOTATION_WEIGHTS_SHA256
 
 APPS = "apps"
@@ -67,29 +73,6 @@ class _Broken(Exception):
         self.file = file
 
 
-def _load_all(path: str, text: str) -> list[Any]:
-    try:
-        from gitops.yamlio import parse  # the GitOps room's loader names file+line
-    except ImportError:  # pragma: no cover - only before the gitops room lands
-        parse = None
-    try:
-        if parse is not None:
-            docs = parse(text, path)
-        else:
-            import yaml
-
-            docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except Exception as exc:  # noqa: BLE001 - any parse failure names the file
-        message = str(exc)
-        if path not in message:
-            message = f"{path}: not valid YAML: {message}"
-        raise _Broken(path, message) from None
-    for doc in docs:
-        if not isinstance(doc, dict):
-            raise _Broken(path, f"{path}: expected a mapping document, got {type(doc).__name__}")
-    return docs
-
-
 def _get(doc: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(doc, dict):
@@ -103,121 +86,92 @@ def _model_dir(uri: Any, path: str) -> str:
         raise _Broken(path, f"{path}: Deployment has no annotation {ANNOTATION_MODEL_URI}")
     parsed = urllib.parse.urlparse(uri)
     if parsed.scheme == "file":
-        local = urllib.parse.unquote(parsed.path)
-    elif parsed.scheme == "" and uri.startswith("/"):
-        local = uri
-    else:
-        raise _Broken(
-            path,
-            f"{path}: annotation {ANNOTATION_MODEL_URI}={uri!r} is not a file:// URI; "
-            "the local platform serves model directories on this machine",
-        )
-    return local
+        return urllib.parse.unquote(parsed.path)
+    if parsed.scheme == "" and uri.startswith("/"):
+        return uri
+    raise _Broken(
+        path,
+        f"{path}: annotation {ANNOTATION_MODEL_URI}={uri!r} is not a file:// URI; "
+        "the local platform serves model directories on this machine",
+    )
 
 
-def parse_model(model: str, files: Mapping[str, str]) -> ModelSpec:
-    """Parse one model folder's files (``{repo path: text}``); raises ``_Broken``."""
+def spec_from_state(state: ModelState) -> ModelSpec:
+    """What to run for one parsed model folder (pure); raises ``_Broken`` naming the file."""
+    model = state.model
+    folder = f"{APPS}/{model}"
     versions: dict[str, VersionSpec] = {}
-    subsets: dict[str, str] = {}
-    routes: list[tuple[str, Any, str]] = []  # (subset, weight, file)
-    n_routes_docs = 0
-    for path in sorted(files):
-        for doc in _load_all(path, files[path]):
-            kind = doc.get("kind")
-            if kind == "Deployment":
-                version = _get(doc, "metadata", "labels", "version")
-                if not isinstance(version, str) or not version:
-                    raise _Broken(path, f"{path}: Deployment has no metadata.labels.version")
-                if version in versions:
-                    raise _Broken(
-                        path,
-                        f"{path}: version {version!r} has a second Deployment "
-                        f"(first in {versions[version].source})",
-                    )
-                annotations = _get(doc, "metadata", "annotations") or {}
-                versions[version] = VersionSpec(
-                    model_dir=_model_dir(annotations.get(ANNOTATION_MODEL_URI), path),
-                    weights_sha256=annotations.get(ANNOTATION_WEIGHTS_SHA256),
-                    source=path,
-                )
-            elif kind == "DestinationRule":
-                for subset in _get(doc, "spec", "subsets") or []:
-                    name = _get(subset, "name")
-                    version = _get(subset, "labels", "version")
-                    if not isinstance(name, str) or not isinstance(version, str):
-                        raise _Broken(
-                            path, f"{path}: every subset needs a name and labels.version"
-                        )
-                    subsets[name] = version
-            elif kind == "VirtualService":
-                n_routes_docs += 1
-                http = _get(doc, "spec", "http")
-                if not isinstance(http, list) or not http or not isinstance(http[0], dict):
-                    raise _Broken(path, f"{path}: VirtualService has no spec.http[0]")
-                route = http[0].get("route")
-                if not isinstance(route, list) or not route:
-                    raise _Broken(path, f"{path}: spec.http[0].route is empty")
-                for entry in route:
-                    subset = _get(entry, "destination", "subset")
-                    weight = _get(entry, "weight")
-                    if weight is None and len(route) == 1:
-                        weight = 100
-                    routes.append((subset, weight, path))
-    if n_routes_docs > 1:
-        raise _Broken(routes[-1][2], f"apps/{model}/: more than one VirtualService")
+    for version, doc in sorted(state.deployments.items()):
+        path = f"{folder}/deployment-{version}.yaml"
+        annotations = _get(doc, "metadata", "annotations") or {}
+        versions[version] = VersionSpec(
+            model_dir=_model_dir(annotations.get(ANNOTATION_MODEL_URI), path),
+            weights_sha256=annotations.get(ANNOTATION_WEIGHTS_SHA256),
+            source=path,
+        )
     weights: dict[str, int] = {v: 0 for v in versions}
-    if routes:
-        total = 0
-        for subset, weight, path in routes:
-            if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
-                raise _Broken(path, f"{path}: route weight {weight!r} must be an integer 0-100")
-            if subset not in subsets:
-                raise _Broken(
-                    path,
-                    f"{path}: route to subset {subset!r}, which the DestinationRule "
-                    f"does not define (subsets: {sorted(subsets)})",
-                )
-            version = subsets[subset]
-            if version not in versions:
-                raise _Broken(
-                    path,
-                    f"{path}: subset {subset!r} selects version {version!r}, "
-                    f"which has no Deployment in apps/{model}/",
-                )
-            weights[version] += weight
-            total += weight
-        if total != 100:
-            raise _Broken(routes[0][2], f"{routes[0][2]}: route weights sum to {total}, not 100")
-    elif len(versions) == 1:
-        # No VirtualService yet: the single version takes all traffic.
-        weights = {v: 100 for v in versions}
+    vs_path = f"{folder}/virtualservice.yaml"
+    dr_path = f"{folder}/destinationrule.yaml"
+    if state.virtual_service is None:
+        if len(versions) == 1:  # no VirtualService yet: the one version takes all traffic
+            weights = {v: 100 for v in versions}
+        return ModelSpec(versions=versions, weights=weights)
+    subsets: dict[str, str] = {}
+    for subset in _get(state.destination_rule, "spec", "subsets") or []:
+        name, version = _get(subset, "name"), _get(subset, "labels", "version")
+        if not isinstance(name, str) or not isinstance(version, str):
+            raise _Broken(dr_path, f"{dr_path}: every subset needs a name and labels.version")
+        subsets[name] = version
+    http = _get(state.virtual_service, "spec", "http")
+    route = http[0].get("route") if isinstance(http, list) and http and isinstance(http[0], dict) else None
+    if not isinstance(route, list) or not route:
+        raise _Broken(vs_path, f"{vs_path}: spec.http[0].route is missing or empty")
+    total = 0
+    for entry in route:
+        subset = _get(entry, "destination", "subset")
+        weight = _get(entry, "weight")
+        if weight is None and len(route) == 1:
+            weight = 100
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+            raise _Broken(vs_path, f"{vs_path}: route weight {weight!r} must be an integer 0-100")
+        if subset not in subsets:
+            raise _Broken(
+                vs_path,
+                f"{vs_path}: route to subset {subset!r}, which {dr_path} does not define "
+                f"(subsets: {sorted(subsets)})",
+            )
+        version = subsets[subset]
+        if version not in versions:
+            if weight == 0:
+                continue  # a subset kept at 0 while its Deployment is gone: harmless
+            raise _Broken(
+                vs_path,
+                f"{vs_path}: subset {subset!r} (version {version!r}) gets weight {weight} "
+                f"but {folder}/ has no deployment-{version}.yaml",
+            )
+        weights[version] += weight
+        total += weight
+    if total != 100:
+        raise _Broken(vs_path, f"{vs_path}: route weights sum to {total}, not 100")
     return ModelSpec(versions=versions, weights=weights)
 
 
-def group_by_model(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """``apps/<model>/*.yaml|yml`` grouped by model (other files ignored)."""
-    out: dict[str, dict[str, str]] = {}
-    for path, text in files.items():
-        parts = path.split("/")
-        if len(parts) != 3 or parts[0] != APPS:
-            continue
-        if posixpath.splitext(parts[2])[1] not in (".yaml", ".yml"):
-            continue
-        out.setdefault(parts[1], {})[path] = text
-    return out
+def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelError]]:
+    """Every model of a checked-out (exported) GitOps tree, through the GitOps room's reader.
 
-
-def parse_tree(
-    files: Mapping[str, str],
-) -> tuple[dict[str, ModelSpec], list[ModelError]]:
-    """Every model in the tree; broken models come back as errors, not specs."""
+    Broken models come back as errors naming the file, not as specs.
+    """
     specs: dict[str, ModelSpec] = {}
     errors: list[ModelError] = []
-    for model, model_files in sorted(group_by_model(files).items()):
+    for model in layout.list_models(root):
         try:
-            spec = parse_model(model, model_files)
+            spec = spec_from_state(layout.read_model(root, model))
         except _Broken as exc:
             errors.append(ModelError(model=model, file=exc.file, message=str(exc)))
+            continue
+        except GitOpsError as exc:
+            file = getattr(exc, "path", None) or f"{APPS}/{model}/"
+            errors.append(ModelError(model=model, file=file, message=str(exc)))
             continue
         if spec.versions:
             specs[model] = spec

@@ -3,8 +3,7 @@
 ``head()`` is one ``git ls-remote`` (cheap enough to run twice a second, and
 it works the same for a local bare repo and a remote URL); only when the sha
 moved does ``files(sha)`` fetch into a private bare cache in the work dir and
-read ``apps/`` from that commit with ``git ls-tree`` + ``git cat-file
---batch``. The sync never checks out a working tree, so it can never modify
+exports that one commit (``git archive``) into a temp dir to be parsed. The sync never checks out a working tree, so it can never modify
 the repo, and it reads exactly one commit.
 
 Authentication for remote URLs is git's (credential helper, environment);
@@ -13,8 +12,10 @@ nothing is written into the cache's config.
 
 from __future__ import annotations
 
+import io
 import pathlib
 import subprocess
+import tarfile
 
 _GIT_ENV_TIMEOUT = 30.0
 
@@ -62,14 +63,12 @@ class GitSource:
             self.cache.mkdir(parents=True, exist_ok=True)
             self._git("init", "--bare", "--quiet", str(self.cache))
 
-    def files(self, sha: str, prefix: str = "apps") -> dict[str, str]:
-        """``{path: text}`` of every blob under ``prefix`` at commit ``sha``."""
+    def export(self, sha: str, dest: pathlib.Path) -> None:
+        """Write the tree of commit ``sha`` into ``dest`` (fetching it first if needed)."""
         self._ensure_cache()
         have = subprocess.run(
             ["git", "cat-file", "-e", f"{sha}^{{commit}}"],
-            cwd=self.cache,
-            capture_output=True,
-            check=False,
+            cwd=self.cache, capture_output=True, check=False,
         )
         if have.returncode != 0:
             self._git(
@@ -77,28 +76,6 @@ class GitSource:
                 f"+refs/heads/{self.branch}:refs/remotes/gitops/{self.branch}",
                 cwd=self.cache,
             )
-        listing = self._git("ls-tree", "-r", "-z", sha, "--", prefix, cwd=self.cache)
-        entries: list[tuple[str, str]] = []
-        for item in listing.split(b"\0"):
-            if not item:
-                continue
-            meta, _, path = item.partition(b"\t")
-            _mode, kind, oid = meta.decode().split()
-            if kind == "blob":
-                entries.append((oid, path.decode()))
-        if not entries:
-            return {}
-        batch = self._git(
-            "cat-file", "--batch", cwd=self.cache,
-            stdin="".join(f"{oid}\n" for oid, _ in entries).encode(),
-        )
-        out: dict[str, str] = {}
-        pos = 0
-        for oid, path in entries:
-            header_end = batch.index(b"\n", pos)
-            _oid, _kind, size = batch[pos:header_end].decode().split()
-            start = header_end + 1
-            body = batch[start : start + int(size)]
-            pos = start + int(size) + 1
-            out[path] = body.decode(errors="replace")
-        return out
+        archive = self._git("archive", "--format=tar", sha, cwd=self.cache)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(dest, filter="data")

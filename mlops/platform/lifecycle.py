@@ -129,7 +129,7 @@ def up(
         prometheus.write_controller_targets(workdir, config.controller_port)
         _popen, record = procs.spawn(
             "prometheus", prometheus.command(found["prometheus"], workdir, config),
-            workdir.logs / "prometheus.log",
+            workdir.logs / "prometheus.log", env=procs.marked_env(str(workdir.root)),
         )
         procs.write_record(workdir.pidfile("prometheus"), record)
         _wait(lambda: _http_ok(config.prometheus_port, "/-/ready"), "prometheus",
@@ -152,6 +152,7 @@ def up(
         socket_path.unlink(missing_ok=True)
         _popen, record = procs.spawn(
             "haproxy", haproxy.command(found["haproxy"], workdir), workdir.logs / "haproxy.log",
+            env=procs.marked_env(str(workdir.root)),
         )
         procs.write_record(workdir.pidfile("haproxy"), record)
         api = RuntimeApi(socket_path, timeout=1.0)
@@ -169,7 +170,7 @@ def up(
         before = time.time()
         _popen, record = procs.spawn(
             "sync", [sys.executable, "-m", "mlops.platform.sync", "--workdir", str(workdir.root)],
-            workdir.logs / "sync.log",
+            workdir.logs / "sync.log", env=procs.marked_env(str(workdir.root)),
         )
         procs.write_record(workdir.pidfile("sync"), record)
 
@@ -213,6 +214,12 @@ def down(workdir: Workdir, timeout: float = 10.0) -> dict[str, Any]:
     stop_file(workdir.pidfile("prometheus"), "prometheus")
     if survivors:
         raise PlatformError(f"could not stop: {', '.join(survivors)}")
+    strays = procs.processes_of(str(workdir.root))
+    if strays:
+        raise PlatformError(
+            f"processes of {workdir.root} without a pid file are still running: {strays}; "
+            "stop them by hand (kill PID)"
+        )
     return {"workdir": str(workdir.root), "stopped": stopped}
 
 

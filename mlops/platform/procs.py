@@ -191,17 +191,31 @@ def _reap(popen: subprocess.Popen[bytes] | None) -> None:
         popen.poll()
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Pids of live processes whose command line contains ``text`` (for checks)."""
+#: Set in the environment of every process the platform starts, so a check
+#: can find them all (model servers' command lines do not name the work dir).
+MARKER = "MLOPS_PLATFORM_WORKDIR"
+
+
+def marked_env(workdir: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) plus the work-dir marker."""
+    env = dict(os.environ if base is None else base)
+    env[MARKER] = workdir
+    return env
+
+
+def processes_of(workdir: str) -> list[int]:
+    """Pids of live processes started for ``workdir`` (found by the marker)."""
     found = []
     me = os.getpid()
+    marker = f"{MARKER}={workdir}".encode()
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if text in cmdline and is_running(int(entry.name)):
-            found.append(int(entry.name))
+        if marker in environ.split(b"\0"):
+            if is_running(int(entry.name)):
+                found.append(int(entry.name))
     return found

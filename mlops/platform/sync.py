@@ -28,16 +28,18 @@ import dataclasses
 import http.client
 import logging
 import os
+import pathlib
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 from mlops.platform import haproxy as haproxy_cfg
 from mlops.platform import prometheus, procs
-from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, parse_tree
+from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
 from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
 from mlops.platform.gitsource import GitSource, GitSourceError
 from mlops.platform.plan import (
@@ -62,6 +64,9 @@ log = logging.getLogger("mlops.sync")
 #: A server that is not ready this long after start counts as crashed.
 START_TIMEOUT = 300.0
 MAX_BACKOFF = 30.0
+#: Defaults for model servers: one math thread each (several versions share
+#: the machine), quiet Paddle, unbuffered logs. The caller's environment wins.
+SERVER_ENV = {"OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2", "PYTHONUNBUFFERED": "1"}
 
 
 def backoff(failures: int) -> float:
@@ -198,14 +203,15 @@ class Sync:
             if head is None or head == self.seen_commit:
                 self.git_error = None
                 return
-            files = self.source.files(head)
+            with tempfile.TemporaryDirectory(prefix="mlops-sync-") as tree:
+                self.source.export(head, pathlib.Path(tree))
+                specs, errors = read_checkout(pathlib.Path(tree))
         except GitSourceError as exc:
             if str(exc) != self.git_error:
                 log.error("cannot read the GitOps repo: %s", exc)
             self.git_error = str(exc)
             return
         self.git_error = None
-        specs, errors = parse_tree(files)
         self.desired = merge_last_good(self.desired, specs, errors)
         self.errors = errors
         self.seen_commit = head
@@ -356,9 +362,10 @@ class Sync:
         old = self.servers.get(key)
         port = old.port if (old is not None and old.port and port_free(old.port)) else free_port()
         argv = server_argv(self.config, action.model, action.version, action.model_dir, port)
+        env = procs.marked_env(str(self.workdir.root), {**SERVER_ENV, **os.environ})
         popen, record = procs.spawn(
             f"{action.model}-{action.version}", argv,
-            self.workdir.server_log(action.model, action.version),
+            self.workdir.server_log(action.model, action.version), env=env,
         )
         server = ServerProc(
             model=action.model, version=action.version, model_dir=action.model_dir,
@@ -474,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    workdir = Workdir(__import__("pathlib").Path(args.workdir).resolve())
+    workdir = Workdir(pathlib.Path(args.workdir).resolve())
     config = load_config(workdir)
     if config is None:
         log.error("%s has no platform config; start the platform with `mlops up`", workdir.config)
