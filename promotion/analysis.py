@@ -51,6 +51,7 @@ from promotion.policy import Budget, CanaryPolicy
 from promotion.state import CanaryState, Counts, LastDecision, Phase, Statistics
 
 __all__ = [
+    "DOWN_ALPHA",
     "TRAFFIC_ALPHA",
     "Check",
     "Decision",
@@ -64,8 +65,15 @@ __all__ = [
 ]
 
 TRAFFIC_ALPHA = 1e-3
-"""A traffic share is called off (or a canary down) only when chance explains
-it with probability below this (Chernoff bound on the binomial tail)."""
+"""A window's traffic share is called off only when chance explains it with
+probability below this (Chernoff bound on the binomial tail). Being off only
+holds the window, so a per-window level is enough."""
+
+DOWN_ALPHA = 1e-6
+"""A canary is called down when its run of zero requests has chance below
+this. Stricter than `TRAFFIC_ALPHA` because the run is re-examined every
+interval and the verdict is a rollback: at 0.2 req/s, 10 % weight, a healthy
+canary then sees a false "down" less than once in thousands of hours."""
 
 
 class HoldCause(str, enum.Enum):
@@ -147,6 +155,20 @@ class _Decision(BaseModel):
             out["to"] = getattr(self, "to")
         out["evidence"] = self.evidence.to_dict()
         return out
+
+    def subject(self) -> str:
+        """A commit subject, e.g. `canary(shapes-detector): 10% -> 25% (v2 over v1)`."""
+        s = self.state
+        kind = getattr(self, "kind")
+        before = self.evidence.weight
+        over = f"({s.candidate} over {s.stable})"
+        if kind == "step":
+            return f"canary({s.model}): {before}% -> {s.weight}% {over}"
+        if kind == "promote":
+            return f"canary({s.model}): promote {s.candidate} at 100% {over}"
+        if kind == "rollback":
+            return f"canary({s.model}): rollback {s.candidate} {before}% -> 0% ({self.cause})"
+        return f"canary({s.model}): hold at {s.weight}% ({self.cause})"
 
     def trailers(self) -> dict[str, str]:
         """Git commit trailers: `Mlops-Decision`, `Mlops-Reason`, `Mlops-Evidence`."""
@@ -328,14 +350,14 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
         silent_since = state.canary_silent_since or \
             (now - dt.timedelta(seconds=obs.window_seconds))
         chance = (1.0 - expected) ** streak
-        check = Check(name="traffic", verdict="fail" if chance < TRAFFIC_ALPHA else "unknown",
+        check = Check(name="traffic", verdict="fail" if chance < DOWN_ALPHA else "unknown",
                       value=0.0, threshold=float(state.weight), samples=streak,
                       statistic=chance,
                       detail=f"canary served 0 of the last {streak} requests")
         evidence = base.model_copy(update={"checks": (check,)})
         state = state.with_(stable_requests_without_canary=streak,
                             canary_silent_since=silent_since)
-        if chance < TRAFFIC_ALPHA:
+        if chance < DOWN_ALPHA:
             silent_for = (now - silent_since).total_seconds()
             if silent_for >= policy.no_traffic_grace:
                 return _rollback(state, "verdict",

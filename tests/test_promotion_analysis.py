@@ -352,3 +352,15 @@ def test_evidence_names_values_thresholds_and_statistics() -> None:
     assert checks["requests"]["samples"] == 400
     assert record["evidence"]["window"]["canary"] == {"requests": 400, "errors": 40}
     assert json.loads(decision.trailers()["Mlops-Evidence"]) == record["evidence"]
+
+
+def test_commit_subjects() -> None:
+    state = state_at(Phase.PROGRESSING, 10)
+    assert decide(POLICY, state, window(10), NOW).subject() == \
+        "canary(shapes-detector): 10% -> 25% (v2 over v1)"
+    assert decide(POLICY, state, window(10, canary_errors=0.2), NOW).subject() == \
+        "canary(shapes-detector): rollback v2 10% -> 0% (verdict)"
+    assert decide(POLICY, state, Observations(), NOW).subject() == \
+        "canary(shapes-detector): hold at 10% (insufficient-evidence)"
+    assert decide(POLICY, state_at(Phase.PROGRESSING, 100), window(100), NOW).subject() == \
+        "canary(shapes-detector): promote v2 at 100% (v2 over v1)"
