@@ -1,0 +1,56 @@
+"""HAProxy config rendering (checked by the real `haproxy -c`) and runtime-API parsing."""
+
+import subprocess
+
+from mlops.platform import binaries, haproxy, prometheus
+from mlops.platform.runtime import parse_servers_state
+from mlops.platform.workdir import PlatformConfig, Workdir
+
+STATE = """1
+# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port
+4 shapes 1 v1 127.0.0.1 2 0 90 90 0 1 0 0 0 0 0 0 - 18501 - 0 0 - - 0
+4 shapes 2 v2 127.0.0.1 0 1 10 10 0 1 0 0 0 0 0 0 - 18502 - 0 0 - - 0
+
+"""
+
+
+def test_parse_servers_state():
+    v1, v2 = parse_servers_state(STATE)
+    assert (v1.backend, v1.name, v1.port, v1.weight, v1.up, v1.enabled) == ("shapes", "v1", 18501, 90, True, True)
+    assert (v2.name, v2.port, v2.weight, v2.up, v2.enabled) == ("v2", 18502, 10, False, False)
+
+
+def test_rendered_config_is_valid_for_haproxy(tmp_path):
+    wd = Workdir(tmp_path)
+    text = haproxy.render_config(
+        wd, stats_port=18404, frontends={"shapes": 18405, "other": 18406},
+        servers={"shapes": {"v1": (18501, 90), "v2": (18502, 10)}},
+    )
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(text)
+    exe = binaries.which("haproxy")
+    done = subprocess.run(haproxy.check_command(exe, wd), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "server v2 127.0.0.1:18502 weight 10" in text
+    assert "backend other" in text and "use-service prometheus-exporter" in text
+
+
+def test_long_work_dir_moves_the_socket_to_a_short_path(tmp_path):
+    wd = Workdir(tmp_path / ("x" * 120))
+    assert len(str(wd.admin_socket())) < 108
+    assert Workdir(tmp_path / "a").admin_socket() != Workdir(tmp_path / "b").admin_socket()
+
+
+def test_prometheus_config_is_valid_for_promtool(tmp_path):
+    wd = Workdir(tmp_path)
+    config = PlatformConfig(gitops="/g", prometheus_port=19090, haproxy_stats_port=18404)
+    (wd.prometheus).mkdir(parents=True)
+    path = wd.prometheus / "prometheus.yml"
+    path.write_text(prometheus.render_config(wd, config))
+    prometheus.write_model_targets(wd, [("shapes", "v1", 18501)])
+    prometheus.write_controller_targets(wd, None)
+    done = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    targets = prometheus.model_targets([("shapes", "v1", 18501)])
+    assert targets == [{"targets": ["127.0.0.1:18501"],
+                        "labels": {"app": "shapes", "version": "v1", "deployment": "shapes-v1"}}]
