@@ -223,7 +223,9 @@ def _standin_paddlejob(ctx: _Ctx, outputs: pathlib.Path, log: Any, tmpl: dict[st
     workers = local_workers_for(replicas)
     log.write(
         f"PaddleJob {manifest['metadata']['name']}: {replicas} worker(s) -> "
-        f"local step {step} (paddle.distributed.launch, {workers} rank(s) on {os.cpu_count()} core(s))\n"
+        f"local step {step} ("
+        + (f"paddle.distributed.launch, {workers} ranks" if workers > 1 else "one process")
+        + f" on {os.cpu_count()} core(s))\n"
     )
     log.flush()
     _run_step(step, ["--repo", str(ctx.repo), "--out", str(ctx.out), "--outputs", str(outputs)], log, env)
@@ -336,6 +338,10 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
             if not manifest_text:
                 raise _TaskFailed(f"template {tmpl['name']} is annotated {action} but has no resource manifest")
             manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
+            # The worker container's env (lineage, paths) is the step's env.
+            pod = manifest["spec"]["worker"]["template"]["spec"]
+            worker_env = {e["name"]: str(e.get("value", "")) for e in pod["containers"][0].get("env") or []}
+            env = {**worker_env, **local_paths}
             _standin_paddlejob(ctx, outputs, log, tmpl=tmpl, env=env, manifest=manifest, step=action[5:])
         elif action:
             if action not in STANDINS:

@@ -1,0 +1,196 @@
+"""The local runner acts out the same Hera DAG: order, parameters, `when`, failures.
+
+Uses the fake model repo (tests/fixtures/workflows.py): its train.py writes
+a stub export at once, so these tests check orchestration; evaluation and
+the gate that follow are the real steps.
+"""
+
+import json
+
+import pytest
+from hera.workflows import DAG, Container, Env, Parameter, Task
+from hera.workflows import models as m
+
+from mlops.cli import main as cli
+from tests.fixtures.workflows import make_fake_model_repo
+from workflows.config import load_config
+from workflows.expressions import ExpressionError, depends_on, eval_depends, eval_when, expand_env, substitute
+from workflows.pipeline import PATH_ENV, build_workflow_template
+from workflows.runner import dag_tasks, run_workflow
+from workflows.settings import load_settings
+
+PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "propose"]
+
+
+def _wt(repo):
+    return build_workflow_template(load_config(repo), load_settings())
+
+
+def _quiet(_line):
+    pass
+
+
+def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
+    out = tmp_path / "run"
+    result = run_workflow(_wt(fake_model_repo), fake_model_repo, out, commands=set(), echo=_quiet)
+    assert [t.name for t in result.tasks] == [*PIPELINE, "record-outcome"]
+    phases = {t.name: t.phase for t in result.tasks}
+    assert all(phases[n] == "Succeeded" for n in PIPELINE[:6] + ["record-outcome"]), phases
+    # The gate passed, so `when` let propose through; without `mlops promote`
+    # in this installation it is skipped with a message that says so.
+    assert phases["propose"] == "Skipped"
+    assert "mlops promote" in result.task("propose").message
+    assert result.status == "Succeeded"
+    sha = result.task("checkout").outputs["revision"]
+    assert result.workflow == f"fake-detector-{sha[:12]}"
+    assert result.task("build-image").outputs["image"].startswith("local/fake-detector-train@sha256:")
+    assert result.task("evaluate").outputs["map50"] == "1.000000"
+    assert result.task("gate").outputs["passed"] == "true"
+    assert result.task("train").outputs["job"] == f"{result.workflow}-full"
+    assert result.task("train").outputs["model_dir"] == str(out / "full" / "model")
+    assert result.task("evaluate").artifacts["report"] == str(out / "full" / "metrics.json")
+    # Lineage: the training saw the commit and the workflow id.
+    text = (out / "full" / "model" / "model.yaml").read_text()
+    assert f"training_commit: {sha}" in text and f"workflow_id: {result.workflow}" in text, text
+    # Records a user can find.
+    run = json.loads((out / "run.json").read_text())
+    assert [t["name"] for t in run["tasks"]][:7] == PIPELINE
+    assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:6])
+    assert "'--max-steps', '20'" in (out / "logs" / "smoke-train.log").read_text()
+    assert "PASS" in (out / "report.md").read_text()
+    outcome = json.loads((out / "outcome.json").read_text())
+    assert outcome["status"] == "Succeeded" and outcome["gate"]["passed"] is True
+    prom = (out / "metrics.prom").read_text()
+    assert 'mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
+    assert 'mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
+    assert (out / "environment.txt").read_text().startswith("python ")
+
+
+def test_failed_gate_skips_propose_by_its_when(tmp_path, monkeypatch):
+    repo = make_fake_model_repo(tmp_path / "repo", gate_min=0.9)
+    monkeypatch.setenv("FAKE_BOX_SHIFT", "12")  # IoU 0.25: mAP 0
+    result = run_workflow(_wt(repo), repo, tmp_path / "run", commands={"promote"}, echo=_quiet)
+    assert result.task("gate").phase == "Succeeded"  # a FAIL verdict is an output, not a crash
+    assert result.task("gate").outputs["passed"] == "false"
+    assert result.task("propose").phase == "Skipped"
+    assert "when" in result.task("propose").message
+    assert result.status == "Succeeded"
+
+
+def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
+    repo = make_fake_model_repo(tmp_path / "repo")
+    monkeypatch.setenv("FAKE_TRAIN_FAIL", "full")
+    lines = []
+    result = run_workflow(_wt(repo), repo, tmp_path / "run", commands=set(), echo=lines.append)
+    phases = {t.name: t.phase for t in result.tasks}
+    assert phases["smoke-train"] == "Succeeded"
+    assert phases["train"] == "Failed"
+    assert [phases[n] for n in ("evaluate", "gate", "propose")] == ["Omitted"] * 3
+    assert phases["record-outcome"] == "Succeeded"  # the exit handler still records
+    assert result.status == "Failed"
+    printed = "\n".join(lines)
+    assert "FAILED at train" in printed and "crashes on purpose" in printed
+    assert str(tmp_path / "run" / "logs" / "train.log") in printed
+    outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
+    assert outcome["status"] == "Failed" and outcome["failures"][0]["displayName"] == "train"
+
+
+def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, tmp_path):
+    """One definition: a new task in the Hera object runs locally with no second edit."""
+    wt = _wt(fake_model_repo)
+    card = Container(
+        name="report-card",
+        image="python:3.11",
+        command=["python", "-c"],
+        args=[
+            "import os, pathlib, sys; "
+            "pathlib.Path(os.environ['MLOPS_OUTPUTS'], 'card').write_text('map50=' + sys.argv[1])",
+            "{{inputs.parameters.map50}}",
+        ],
+        env=[Env(name=k, value=v) for k, v in PATH_ENV.items()],
+        inputs=[Parameter(name="map50")],
+        outputs=[Parameter(name="card", value_from=m.ValueFrom(path=f"{PATH_ENV['MLOPS_OUTPUTS']}/card"))],
+    )
+    wt.templates.append(card)
+    dag = next(t for t in wt.templates if isinstance(t, DAG))
+    dag.tasks.append(
+        Task(
+            name="report-card",
+            template=card,
+            depends="evaluate",
+            arguments=[Parameter(name="map50", value="{{tasks.evaluate.outputs.parameters.map50}}")],
+        )
+    )
+    result = run_workflow(wt, fake_model_repo, tmp_path / "run", commands=set(), echo=_quiet)
+    assert result.task("report-card").phase == "Succeeded"
+    assert result.task("report-card").outputs["card"] == "map50=1.000000"
+    names = [t.name for t in result.tasks]
+    assert names.index("evaluate") < names.index("report-card")
+
+
+def test_dag_order_follows_depends_not_definition_order(fake_model_repo):
+    doc = _wt(fake_model_repo).to_dict()
+    dag = next(t for t in doc["spec"]["templates"] if t["name"] == "pipeline")
+    dag["dag"]["tasks"].reverse()
+    assert [t["name"] for t in dag_tasks(doc)] == PIPELINE
+
+
+def test_cycles_and_unknown_dependencies_are_errors(fake_model_repo):
+    from workflows.errors import StepError
+
+    doc = _wt(fake_model_repo).to_dict()
+    dag = next(t for t in doc["spec"]["templates"] if t["name"] == "pipeline")
+    dag["dag"]["tasks"][0]["depends"] = "propose"
+    with pytest.raises(StepError, match="cycle"):
+        dag_tasks(doc)
+    dag["dag"]["tasks"][0]["depends"] = "nope"
+    with pytest.raises(StepError, match="unknown task"):
+        dag_tasks(doc)
+
+
+def test_cli_run(fake_model_repo, tmp_path, capsys):
+    out = tmp_path / "cli-run"
+    code = cli(["run", str(fake_model_repo), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "mAP@0.5: 1.000000" in printed and "PASSED" in printed
+    assert str(out / "report.md") in printed and str(out / "run.json") in printed
+
+
+def test_cli_run_broken_config(tmp_path, capsys):
+    (tmp_path / "mlops.yaml").write_text("model: Bad_Name\n")
+    assert cli(["run", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "mlops.yaml" in err and "model" in err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("true == true", True),
+        ("false == true", False),
+        ("0.91 >= 0.9 && 'a' != \"b\"", True),
+        ("!(1 < 2) || false", False),
+        ("(true)", True),
+    ],
+)
+def test_when_expressions(text, expected):
+    assert eval_when(text) is expected
+
+
+def test_depends_expressions():
+    status = {"a": "Succeeded", "b": "Failed", "c": "Skipped"}
+    assert depends_on("a && (b.Failed || c)") == ["a", "b", "c"]
+    assert eval_depends("a && c", status)  # bare name: Succeeded or Skipped
+    assert not eval_depends("b", status)
+    assert eval_depends("b.Failed", status)
+    assert not eval_depends("c.Succeeded", status)
+    with pytest.raises(ExpressionError):
+        eval_depends("a.Finished", status)
+
+
+def test_substitution_and_env_expansion():
+    assert substitute("x={{ a.b }}", {"a.b": "1"}) == "x=1"
+    with pytest.raises(ExpressionError, match="unresolved"):
+        substitute("{{tasks.nope.outputs.parameters.x}}", {}, "task t")
+    assert expand_env("$(MLOPS_OUT)/full $(OTHER)", {"MLOPS_OUT": "/o"}) == "/o/full $(OTHER)"
