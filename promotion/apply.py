@@ -41,7 +41,14 @@ from typing import Any, Callable, Literal
 
 from gitops import layout
 from gitops.writeback import Message, WriteBack, WriteResult
-from promotion.state import CanaryState, Phase, dump_state_yaml, load_state
+from promotion.state import (
+    CanaryState,
+    LastDecision,
+    Phase,
+    StateError,
+    dump_state_yaml,
+    load_state,
+)
 
 __all__ = [
     "POLICY_FILE",
@@ -254,3 +261,57 @@ def commit(writer: WriteBack, branch: str, the_plan: Plan, base: CanaryState,
            msg: Message) -> WriteResult:
     """Write `the_plan` on `branch` as one commit (unchanged when already there)."""
     return writer.commit(branch, change_for(the_plan, base), msg)
+
+
+# -- humans ----------------------------------------------------------------------------------
+
+HumanAction = Literal["pause", "resume", "abort", "promote"]
+
+
+def human_change(state: CanaryState, action: HumanAction, by: str,
+                 now: dt.datetime) -> CanaryState:
+    """The state after a human's `mlops canary <action>` (validated by `promotion.state`).
+
+    Pause and resume take effect at once and are stamped as the latest decision
+    (so the controller's next window starts at `now`, not before the pause);
+    abort and promote are *requests* the controller carries out with its next
+    decision, because only a decision commit moves the weights.
+    """
+    from promotion import state as st
+
+    if action == "pause":
+        new = st.pause(state, by)
+        return new.with_(last_decision=LastDecision(kind="hold", reason=f"paused by {by}",
+                                                    at=now, cause="human", weight=state.weight))
+    if action == "resume":
+        new = st.resume(state, now)
+        return new.with_(last_decision=LastDecision(kind="hold", reason=f"resumed by {by}",
+                                                    at=now, cause="human", weight=state.weight))
+    if action == "abort":
+        return st.request_abort(state, by)
+    if action == "promote":
+        return st.request_promote(state, by)
+    raise ValueError(f"unknown action {action!r}")
+
+
+def human_commit(writer: WriteBack, branch: str, model: str, action: HumanAction, by: str,
+                 now: dt.datetime) -> tuple[WriteResult, CanaryState]:
+    """Commit a human action to `apps/<model>/promotion.yaml` (one commit, no force)."""
+    seen: dict[str, CanaryState] = {}
+
+    def change(root: pathlib.Path) -> None:
+        path = root / layout.APPS / model / layout.PROMOTION
+        if not path.is_file():
+            raise StateError(f"apps/{model}/promotion.yaml not found on {branch!r}: "
+                             f"is {model!r} served from this GitOps repo?")
+        before = load_state(path.read_text(), f"apps/{model}/promotion.yaml")
+        after = human_change(before, action, by, now)
+        seen["before"], seen["after"] = before, after
+        layout.write_model(root, model, extra={layout.PROMOTION: dump_state_yaml(after)})
+
+    result = writer.commit(branch, change, Message(
+        f"{action}({model}): requested by {by}",
+        body=f"`mlops canary {action} {model}` by {by}.",
+        trailers=[("Mlops-Decision", f"{action}/human"), ("Mlops-Model", model),
+                  ("Mlops-Requested-By", by)]))
+    return result, seen["after"]

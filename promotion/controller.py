@@ -133,7 +133,7 @@ class Controller:
     def __init__(
         self,
         config: ControllerConfig,
-        source: MetricSource,
+        source: MetricSource | Callable[[CanaryPolicy], MetricSource],
         *,
         metrics: ControllerMetrics | None = None,
         notifier: Any = None,
@@ -143,7 +143,8 @@ class Controller:
         backoff: Backoff = Backoff(tries=5, first=0.5, cap=5.0),
     ) -> None:
         self.config = config
-        self.source = source
+        # One source for every model, or one per model's policy (its preset).
+        self._source = source
         self.metrics = metrics or ControllerMetrics()
         self.notifier = notifier
         self.refresher = refresher
@@ -250,6 +251,12 @@ class Controller:
             self.tick()
             stop.wait(max(0.0, poll - (time.monotonic() - started)))
 
+    def source_for(self, policy: CanaryPolicy) -> MetricSource:
+        """The metric source for a model's policy."""
+        if isinstance(self._source, MetricSource):
+            return self._source
+        return self._source(policy)
+
     # -- one model -------------------------------------------------------------------------
 
     def _policy(self, folder: layout.ModelState) -> CanaryPolicy:
@@ -296,7 +303,7 @@ class Controller:
                 if due > self.config.max_catchup else interval
             end = track.as_of + dt.timedelta(seconds=window)
             assert committed.stable is not None and committed.candidate is not None
-            obs = self.source.observe(model, committed.stable, committed.candidate, window,
+            obs = self.source_for(policy).observe(model, committed.stable, committed.candidate, window,
                                       at=end)
             decision = decide(policy, track.state, obs, end)
             self._record_point(model, committed, track.state, obs, decision, end)

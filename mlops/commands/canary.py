@@ -1,0 +1,82 @@
+"""`mlops canary pause|resume|abort|promote MODEL`: a human steers a rollout.
+
+Each is one commit to `apps/<model>/promotion.yaml` on the GitOps repo's main
+branch, with trailers naming the action and who asked (`Mlops-Decision:
+pause/human`, `Mlops-Requested-By:`), so the history records humans exactly as
+it records the controller. Pause and resume act at once; abort and promote are
+requests that the controller carries out with its next decision commit (only
+a decision moves the weights). `mlops canary status MODEL` prints the state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import json
+import os
+import pathlib
+import tempfile
+
+from gitops.repo import Mirror
+from gitops.writeback import Backoff, WriteBack
+from promotion.apply import human_commit
+from promotion.state import dump_state, load_state
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in a container
+        return os.environ.get("USER", "human")
+
+
+def _act(args: argparse.Namespace) -> int:
+    workdir = pathlib.Path(args.workdir) if args.workdir else None
+    writer = WriteBack(args.gitops, workdir=workdir, backoff=Backoff(tries=5, first=0.5))
+    now = dt.datetime.now(dt.timezone.utc)
+    result, state = human_commit(writer, args.branch, args.model, args.action, _who(args), now)
+    what = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
+            "promote": "promotion requested"}[args.action]
+    commit = (result.commit or "")[:12]
+    print(f"{args.model}: {what} at {state.weight}% ({state.phase.value}); commit {commit}"
+          if result.status == "committed" else f"{args.model}: nothing to change")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="mlops-canary-") as tmp:
+        with Mirror(args.gitops, path=pathlib.Path(tmp) / "m.git") as mirror:
+            tip = mirror.sha(args.branch)
+            text = mirror.show(tip, f"apps/{args.model}/promotion.yaml") if tip else None
+    if text is None:
+        from mlops.errors import UserError
+
+        raise UserError(f"apps/{args.model}/promotion.yaml not found on {args.branch!r} of "
+                        f"{args.gitops}")
+    state = load_state(text, f"apps/{args.model}/promotion.yaml")
+    print(json.dumps(dump_state(state), indent=2))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `mlops canary`."""
+    parser = subparsers.add_parser("canary", help="pause, resume, abort or promote a rollout")
+    sub = parser.add_subparsers(dest="canary_command", metavar="ACTION", required=True)
+    for action, text in (("pause", "stop the analysis; weights stay"),
+                         ("resume", "resume the analysis of a paused rollout"),
+                         ("abort", "roll the candidate back at the next decision"),
+                         ("promote", "promote the candidate at the next decision"),
+                         ("status", "print promotion.yaml of MODEL")):
+        p = sub.add_parser(action, help=text)
+        p.add_argument("model", metavar="MODEL")
+        p.add_argument("--gitops", required=True, help="GitOps repository (path or URL)")
+        p.add_argument("--branch", default="main")
+        if action != "status":
+            p.add_argument("--by", help="who asks (default: the current user)")
+            p.add_argument("--workdir", help="reuse clones here (default: a temporary dir)")
+            p.set_defaults(func=_act, action=action)
+        else:
+            p.set_defaults(func=_status)

@@ -1,0 +1,144 @@
+"""`mlops controller run`: the promotion controller as a long-running process.
+
+Glue only: builds the metric source (Prometheus with a preset, or each
+model's own preset from its `canary-policy.yaml`), the webhook notifier, the
+optional Argo CD refresher and the PR commenter, then runs
+`promotion.controller.Controller` until SIGTERM/SIGINT (or one pass with
+`--once`). All state is in the GitOps repo; `--workdir` holds only caches, the
+timelines and the canary reports, and may be deleted between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import signal
+import threading
+from typing import Any
+
+from promotion.controller import Controller, ControllerConfig
+from promotion.controller_metrics import ControllerMetrics
+from promotion.metrics.prometheus import PrometheusSource
+from promotion.policy import CanaryPolicy
+
+
+def _sources(url: str, preset: str | None) -> Any:
+    cache: dict[tuple[str, str], PrometheusSource] = {}
+
+    def source_for(policy: CanaryPolicy) -> PrometheusSource:
+        name = preset or policy.metrics.preset
+        key = (name, policy.metrics.namespace)
+        if key not in cache:
+            if name == "custom":
+                from promotion.metrics.presets import QueryPreset
+
+                chosen: Any = QueryPreset.from_mapping("custom", policy.metrics.queries or {})
+            else:
+                chosen = name
+            cache[key] = PrometheusSource(url, chosen, namespace=policy.metrics.namespace)
+        return cache[key]
+
+    return source_for
+
+
+def _commenter(args: argparse.Namespace) -> Any:
+    if not args.forge:
+        return None
+    from mlops.commands.promote import make_forge
+    from promotion.propose import branch_name
+
+    forge = make_forge(args.forge, args.gitops, args.forge_url)
+
+    def comment(model: str, candidate: str, body: str) -> None:
+        pr = forge.find_pr(branch_name(model, candidate))
+        if pr is not None:
+            forge.comment(pr.number, body)
+
+    return comment
+
+
+def build(args: argparse.Namespace) -> Controller:
+    """The controller the arguments describe (tests build it the same way)."""
+    if args.preset:
+        from promotion.metrics.presets import get_preset
+
+        get_preset(args.preset)  # an unknown name fails here, listing the choices
+    notifier = None
+    if args.webhook:
+        from promotion.notify import Notifier
+
+        notifier = Notifier(args.webhook)
+    refresher = None
+    if args.argocd_namespace:
+        from promotion.argocd import ArgoRefresher
+
+        refresher = ArgoRefresher(args.argocd_namespace, host=args.kube_api)
+    config = ControllerConfig(
+        repo=args.gitops, workdir=pathlib.Path(args.workdir), branch=args.branch,
+        interval=args.interval, settle=args.settle, on_rollback=args.on_rollback,
+        checkpoint_every=args.checkpoint_every, report_url=args.report_url,
+    )
+    return Controller(config, _sources(args.prometheus, args.preset), metrics=ControllerMetrics(),
+                      notifier=notifier, refresher=refresher, commenter=_commenter(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    controller = build(args)
+    if args.metrics_port is not None:
+        port = controller.metrics.serve(args.metrics_port, args.metrics_addr)
+        logging.getLogger("mlops.controller").info("metrics on http://%s:%d/metrics",
+                                                    args.metrics_addr, port)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        if args.once:
+            for outcome in controller.tick():
+                print(f"{outcome.model}: {outcome.kind}/{outcome.cause}: {outcome.reason}"
+                      + (f" [{outcome.committed[:12]}] {outcome.subject}"
+                         if outcome.committed else ""))
+        else:
+            controller.run(stop, poll=args.poll)
+    finally:
+        controller.metrics.close()
+        controller.close()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `mlops controller run`."""
+    parser = subparsers.add_parser("controller", help="the promotion controller")
+    sub = parser.add_subparsers(dest="controller_command", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="analyse canaries and commit every decision")
+    run.add_argument("--gitops", required=True, help="GitOps repository (path or URL)")
+    run.add_argument("--prometheus", required=True, help="Prometheus base URL")
+    run.add_argument("--preset", choices=None,
+                     help="metric preset for every model (model|istio|haproxy); "
+                          "default: each model's canary-policy.yaml")
+    run.add_argument("--branch", default="main")
+    run.add_argument("--interval", type=float, default=None,
+                     help="analysis window in seconds for every model (default: the policy's)")
+    run.add_argument("--poll", type=float, default=1.0, help="seconds between passes")
+    run.add_argument("--settle", type=float, default=0.0,
+                     help="seconds to wait after a window ends before reading it (scrape lag)")
+    run.add_argument("--once", action="store_true", help="one pass, then exit")
+    run.add_argument("--workdir", default="mlops-controller",
+                     help="caches, timelines and canary reports (default: ./mlops-controller)")
+    run.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
+    run.add_argument("--metrics-addr", default="127.0.0.1")
+    run.add_argument("--webhook", help="Slack-compatible webhook URL for step/promote/rollback")
+    run.add_argument("--on-rollback", choices=["remove", "scale-to-zero"], default="remove",
+                     help="what happens to a rolled-back candidate's Deployment")
+    run.add_argument("--checkpoint-every", type=int, default=0,
+                     help="commit a hold after this many uncommitted intervals (0: never)")
+    run.add_argument("--argocd-namespace",
+                     help="in a cluster: refresh the Argo CD Application after a rollback")
+    run.add_argument("--kube-api", help="Kubernetes API URL (default: in-cluster or kubeconfig)")
+    run.add_argument("--forge", help="forge for PR comments (local|github|gitlab|gitea)")
+    run.add_argument("--forge-url", help="forge API URL (hosted forges)")
+    run.add_argument("--report-url", help="base URL where the work dir's rollouts/ is published")
+    run.add_argument("--log-level", default="info")
+    run.set_defaults(func=_run)

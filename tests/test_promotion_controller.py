@@ -1,0 +1,289 @@
+"""The controller applies decisions as commits: one per decision, history tells the story.
+
+Real parts: bare git repositories, the write-back, `decide()`. Scripted part:
+the metric source (`RouterStub` in tests/fixtures/promotion_controller.py)
+answers from the weights committed on main with scripted error rates. That is
+legitimate here because the decision and the Prometheus source are tested
+against a real Prometheus elsewhere (tests/test_promotion_replay*.py); these
+tests check what the controller *does* with decisions. Time is a hand-moved
+clock, so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import time
+
+import pytest
+import yaml
+
+from gitops.writeback import Message, WriteBack
+from promotion import apply
+from promotion.controller import Controller, ControllerConfig
+from promotion.state import load_state
+from tests.fixtures.promotion_controller import (
+    MODEL,
+    Clock,
+    RouterStub,
+    canary_weight,
+    decision_log,
+    git,
+    main_file,
+    main_state,
+    merge_to_main,
+    merged_at,
+)
+from tests.manifest_validation import validate_manifest
+
+
+def _controller(repo: pathlib.Path, work: pathlib.Path, source: RouterStub, clock: Clock,
+                **config: object) -> Controller:
+    return Controller(ControllerConfig(repo=str(repo), workdir=work, **config),  # type: ignore[arg-type]
+                      source, clock=clock)
+
+
+def _run(controller: Controller, clock: Clock, seconds: int) -> list:
+    outcomes = []
+    for _ in range(seconds):
+        clock.advance(1.0)
+        outcomes += controller.tick()
+    return outcomes
+
+
+@pytest.fixture
+def canary_repo(gitops_repo: pathlib.Path) -> pathlib.Path:
+    """v1 stable, v2 merged as a canary at 10 %."""
+    merge_to_main(gitops_repo, "v2")
+    return gitops_repo
+
+
+def test_good_canary_steps_to_100_and_becomes_stable(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo), clock)
+    _run(controller, clock, 15)
+
+    log = decision_log(canary_repo)
+    assert [c["subject"] for c in log] == [
+        "canary(shapes): 10% -> 25% (v2 over v1)",
+        "canary(shapes): 25% -> 50% (v2 over v1)",
+        "canary(shapes): 50% -> 100% (v2 over v1)",
+        "promote(shapes): v2 is stable at 100% (replaces v1)",
+    ]
+    assert [c["Mlops-Step"] for c in log] == ["10->25", "25->50", "50->100", "100->100"]
+    assert [c["Mlops-Decision"] for c in log] == ["step/passed"] * 3 + ["promote/passed"]
+    for c in log:
+        assert c["Mlops-Model"] == MODEL and c["Mlops-Candidate"] == "v2"
+        evidence = json.loads(c["Mlops-Evidence"])
+        assert {ch["name"] for ch in evidence["checks"]} >= {"traffic", "errors_vs_stable"}
+    # Windows are strictly increasing: no decision was written twice.
+    windows = [c["Mlops-Window"] for c in log]
+    assert windows == sorted(set(windows))
+
+    state = main_state(canary_repo)
+    assert (state["phase"], state["stable"], state["candidate"]) == ("promoted", "v2", None)
+    files = git(canary_repo, "ls-tree", "--name-only", f"main:apps/{MODEL}").split()
+    assert "deployment-v1.yaml" not in files and "deployment-v2.yaml" in files
+    dr = yaml.safe_load(main_file(canary_repo, f"apps/{MODEL}/destinationrule.yaml"))
+    assert dr["spec"]["subsets"] == [{"name": "stable", "labels": {"version": "v2"}}]
+    vs = yaml.safe_load(main_file(canary_repo, f"apps/{MODEL}/virtualservice.yaml"))
+    assert [(r["destination"]["subset"], r["weight"]) for r in vs["spec"]["http"][0]["route"]] \
+        == [("stable", 100)]
+    validate_manifest(dr)
+    validate_manifest(vs)
+    kustomization = yaml.safe_load(main_file(canary_repo, f"apps/{MODEL}/kustomization.yaml"))
+    assert "deployment-v1.yaml" not in kustomization["resources"]
+
+    report = tmp_path / "work" / "rollouts" / MODEL / "v2"
+    assert (report / "canary.png").stat().st_size > 1000
+    text = (report / "report.md").read_text()
+    assert "Outcome: promoted" in text and "canary(shapes): 25% -> 50% (v2 over v1)" in text
+
+    # Nothing more happens once the rollout is finished.
+    before = git(canary_repo, "rev-parse", "main")
+    _run(controller, clock, 3)
+    assert git(canary_repo, "rev-parse", "main") == before
+
+
+def test_holds_are_not_committed(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    source = RouterStub(canary_repo, rate=10.0)  # 1 canary request per window at 10 %
+    controller = _controller(canary_repo, tmp_path / "work", source, clock)
+    outcomes = _run(controller, clock, 10)
+    assert [o.kind for o in outcomes] == ["hold"] * len(outcomes) and len(outcomes) >= 8
+    assert decision_log(canary_repo) == []
+    assert len(source.calls) == len(outcomes)
+
+
+def test_bad_canary_is_rolled_back_and_removed(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    source = RouterStub(canary_repo, rate=200.0, canary_errors=0.3, stable_errors=0.001)
+    controller = _controller(canary_repo, tmp_path / "work", source, clock)
+    _run(controller, clock, 6)
+
+    log = decision_log(canary_repo)
+    assert [c["subject"] for c in log] == ["rollback(shapes): 10% -> 0% (v2 over v1)"]
+    assert log[0]["Mlops-Decision"] == "rollback/verdict"
+    state = main_state(canary_repo)
+    assert (state["phase"], state["weight"], state["stable"]) == ("rolled_back", 0, "v1")
+    files = git(canary_repo, "ls-tree", "--name-only", f"main:apps/{MODEL}").split()
+    assert "deployment-v2.yaml" not in files and "deployment-v1.yaml" in files
+    assert canary_weight(canary_repo) == 0
+    text = (tmp_path / "work" / "rollouts" / MODEL / "v2" / "report.md").read_text()
+    assert "Outcome: rolled back" in text
+
+
+def test_rollback_can_scale_the_candidate_to_zero(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    source = RouterStub(canary_repo, rate=200.0, canary_errors=0.3)
+    controller = _controller(canary_repo, tmp_path / "work", source, clock,
+                             on_rollback="scale-to-zero")
+    _run(controller, clock, 6)
+    dep = yaml.safe_load(main_file(canary_repo, f"apps/{MODEL}/deployment-v2.yaml"))
+    assert dep["spec"]["replicas"] == 0
+    dr = yaml.safe_load(main_file(canary_repo, f"apps/{MODEL}/destinationrule.yaml"))
+    assert [s["name"] for s in dr["spec"]["subsets"]] == ["stable", "canary"]
+    vs = yaml.safe_load(main_file(canary_repo, f"apps/{MODEL}/virtualservice.yaml"))
+    assert [(r["destination"]["subset"], r["weight"]) for r in vs["spec"]["http"][0]["route"]] \
+        == [("stable", 100), ("canary", 0)]
+    for doc in (dep, dr, vs):
+        validate_manifest(doc)
+
+
+def test_a_new_controller_replays_uncommitted_holds(canary_repo, tmp_path):
+    """Kill after two holds (drop the object); the next one steps at the same window."""
+    start = merged_at(canary_repo)
+    reference = tmp_path / "reference.git"
+    git(tmp_path, "clone", "-q", "--bare", str(canary_repo), str(reference))
+
+    clock = Clock(start)
+    first = _controller(canary_repo, tmp_path / "w1", RouterStub(canary_repo), clock)
+    _run(first, clock, 2)  # two holds at 10 % (10 + 10 of 40 canary requests), nothing committed
+    assert decision_log(canary_repo) == []
+    first.close()
+    second = _controller(canary_repo, tmp_path / "w2", RouterStub(canary_repo), clock)
+    _run(second, clock, 10)
+
+    ref_clock = Clock(start)
+    uninterrupted = _controller(reference, tmp_path / "w3", RouterStub(reference), ref_clock)
+    _run(uninterrupted, ref_clock, 12)
+
+    def story(repo: pathlib.Path) -> list[tuple[str, str]]:
+        return [(c["Mlops-Step"], c["Mlops-Window"]) for c in decision_log(repo)]
+
+    assert story(canary_repo) == story(reference)
+    assert [s for s, _ in story(canary_repo)] == ["10->25", "25->50", "50->100", "100->100"]
+
+
+def test_insufficient_evidence_budget_survives_a_restart(canary_repo, tmp_path):
+    policy = {"steps": [10, 100], "interval": "1s", "min_requests": 40,
+              "insufficient_evidence": {"max_intervals": 4, "action": "pause"}}
+    # Rewrite the policy on main (a human edit of canary-policy.yaml).
+    WriteBack(str(canary_repo)).commit(
+        "main", lambda root: (root / f"apps/{MODEL}/{apply.POLICY_FILE}").write_text(
+            yaml.safe_dump(policy)), Message("tighten the budget"))
+    clock = Clock(merged_at(canary_repo))
+    source = RouterStub(canary_repo)
+    source.silent = True
+    first = _controller(canary_repo, tmp_path / "w1", source, clock)
+    _run(first, clock, 3)  # three empty windows, nothing committed
+    assert decision_log(canary_repo) == []
+    second = _controller(canary_repo, tmp_path / "w2", source, clock)
+    _run(second, clock, 1)  # the fourth empty window spends the budget
+    log = decision_log(canary_repo)
+    assert [c["subject"] for c in log] == ["pause(shapes): at 10% (v2 over v1)"]
+    assert main_state(canary_repo)["phase"] == "paused"
+    assert main_state(canary_repo)["empty_intervals"] == 4
+
+
+def test_human_pause_resume_and_abort(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    source = RouterStub(canary_repo, rate=10.0)
+    controller = _controller(canary_repo, tmp_path / "work", source, clock)
+    writer = WriteBack(str(canary_repo))
+    _run(controller, clock, 2)
+
+    apply.human_commit(writer, "main", MODEL, "pause", "alice", dt.datetime.now(dt.timezone.utc))
+    calls = len(source.calls)
+    _run(controller, clock, 5)
+    assert len(source.calls) == calls  # paused: no analysis at all
+    assert decision_log(canary_repo) == []
+
+    now = dt.datetime.fromtimestamp(clock.now, dt.timezone.utc)
+    apply.human_commit(writer, "main", MODEL, "resume", "alice", now)
+    _run(controller, clock, 2)
+    assert len(source.calls) > calls
+
+    apply.human_commit(writer, "main", MODEL, "abort", "bob", now)
+    _run(controller, clock, 1)
+    log = decision_log(canary_repo)
+    assert [(c["subject"], c["Mlops-Decision"]) for c in log] == [
+        ("rollback(shapes): 10% -> 0% (v2 over v1)", "rollback/requested")]
+    assert "bob" in log[0]["Mlops-Reason"]
+    subjects = git(canary_repo, "log", "--format=%s", "main").splitlines()
+    assert subjects[:4] == ["rollback(shapes): 10% -> 0% (v2 over v1)",
+                            "abort(shapes): requested by bob", "resume(shapes): requested by alice",
+                            "pause(shapes): requested by alice"]
+
+
+def test_human_promote_request(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo, rate=1), clock)
+    apply.human_commit(WriteBack(str(canary_repo)), "main", MODEL, "promote", "carol",
+                       dt.datetime.now(dt.timezone.utc))
+    _run(controller, clock, 1)
+    log = decision_log(canary_repo)
+    assert [(c["subject"], c["Mlops-Decision"]) for c in log] == [
+        ("promote(shapes): v2 is stable at 100% (replaces v1)", "promote/requested")]
+    assert main_state(canary_repo)["stable"] == "v2"
+
+
+def test_manual_weight_edit_is_adopted_and_recorded(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo, rate=10),
+                             clock)
+    _run(controller, clock, 1)
+
+    def set_canary(weight: int):
+        def change(root: pathlib.Path) -> None:
+            path = root / f"apps/{MODEL}/virtualservice.yaml"
+            vs = yaml.safe_load(path.read_text())
+            path.write_text(yaml.safe_dump(apply.set_weights(vs, weight, with_canary=True),
+                                           sort_keys=False))
+        return change
+
+    human = WriteBack(str(canary_repo))
+    human.commit("main", set_canary(30), Message("ops: give v2 more traffic"))
+    _run(controller, clock, 1)
+    log = decision_log(canary_repo)
+    assert [c["subject"] for c in log] == ["canary(shapes): 10% -> 30% by hand (v2 over v1)"]
+    assert main_state(canary_repo)["weight"] == 30
+
+    human.commit("main", set_canary(0), Message("ops: stop v2"))
+    _run(controller, clock, 1)
+    log = decision_log(canary_repo)
+    assert [c["subject"] for c in log][1:] == ["rollback(shapes): 30% -> 0% (v2 over v1)"]
+    assert log[1]["Mlops-Decision"] == "rollback/manual"
+    assert main_state(canary_repo)["phase"] == "rolled_back"
+
+
+def test_a_stale_decision_is_not_written(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo), clock)
+    _run(controller, clock, 4)  # the first step is committed
+    assert len(decision_log(canary_repo)) == 1
+    from gitops import layout
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    git(tmp_path, "--git-dir", str(canary_repo), "--work-tree", str(root), "checkout", "main",
+        "--", ".")
+    folder = layout.read_model(root, MODEL)
+    old = load_state(main_file(canary_repo, f"apps/{MODEL}/promotion.yaml")).with_(weight=10)
+    plan = apply.plan(folder, old, old.with_(weight=25))
+    msg = apply.message("step", old, old.with_(weight=25), at=dt.datetime.now(dt.timezone.utc),
+                        reason="again", cause="passed")
+    with pytest.raises(apply.StaleDecision):
+        apply.commit(WriteBack(str(canary_repo)), "main", plan, old, msg)
+    assert len(decision_log(canary_repo)) == 1
