@@ -22,6 +22,17 @@ from tests.fixtures.gitops import FAST, Human, git, head
 SHA = "cd" * 32
 
 
+# Module-local names (plugin fixture names are global across the suite).
+@pytest.fixture
+def gitops_repo(guarded_repo):
+    return guarded_repo
+
+
+@pytest.fixture
+def human(gitops_human):
+    return gitops_human
+
+
 def model_docs(stable=100, canary=0, versions=("v1",)):
     docs = [
         manifests.service("det"),

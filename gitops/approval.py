@@ -1,0 +1,87 @@
+"""Approve a proposal: merge its PR, but only if it deploys the evaluated weights.
+
+The check is made on the *merged* tree, computed before anything is pushed
+(``git merge-tree --write-tree`` of the PR head into the base): the Deployment
+``apps/<model>/deployment-<version>.yaml`` must carry the
+``mlops.paddle.org/weights-sha256`` recorded in the PR body when it was
+proposed (:func:`gitops.proposal.parse_record`). A mismatch -- someone edited
+the digest or swapped the weights on the branch -- raises
+:class:`DigestMismatchError` and nothing is merged. The merge itself goes
+through the forge with ``head_sha`` pinned to the verified commit, so a push to
+the branch after the check makes the forge refuse rather than merge unverified
+content.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+from typing import Literal
+
+from gitops import yamlio
+from gitops.errors import DigestMismatchError, ForgeError, GitError
+from gitops.forges.base import Forge, PullRequest
+from gitops.git import DEFAULT_IDENTITY, Identity
+from gitops.proposal import ANNOTATION_WEIGHTS_SHA256, ProposalRecord, parse_record
+from gitops.repo import Mirror
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Outcome of :func:`approve`."""
+
+    status: Literal["merged", "already-merged"]
+    pr: PullRequest
+    message: str
+
+
+def check_digest(text: str | None, path: str, record: ProposalRecord, number: int) -> None:
+    """Refuse unless the Deployment text at ``path`` carries the recorded digest."""
+    if text is None:
+        raise DigestMismatchError(
+            f"PR #{number}: the merged tree has no {path}; the evaluated version "
+            f"{record.version} would not be deployed; refusing to merge"
+        )
+    doc = yamlio.parse(text, path)
+    annotations = ((doc[0] if doc else {}).get("metadata") or {}).get("annotations") or {}
+    found = annotations.get(ANNOTATION_WEIGHTS_SHA256)
+    if found != record.weights_sha256:
+        raise DigestMismatchError(
+            f"PR #{number}: {path} carries weights sha256 {found!r} but the evaluated digest is "
+            f"{record.weights_sha256!r}; refusing to merge (re-run the evaluation for these "
+            "weights, or restore the evaluated ones)"
+        )
+
+
+def approve(
+    repo_url: str | pathlib.Path,
+    number: int,
+    forge: Forge,
+    *,
+    identity: Identity = DEFAULT_IDENTITY,
+) -> Approval:
+    """Verify the evaluated digest on the would-be merge, then merge PR ``number``."""
+    pr = forge.get_pr(number)
+    if pr.state == "merged":
+        return Approval("already-merged", pr, f"PR #{number} was already merged")
+    if pr.state == "closed":
+        raise ForgeError(f"PR #{number} is closed; nothing to approve")
+    record = parse_record(pr.body)
+    with Mirror(repo_url, identity=identity) as mirror:
+        head = mirror.sha(pr.branch)
+        if head is None:
+            raise GitError(f"PR #{number}: branch {pr.branch!r} is missing in {mirror.remote.display}")
+        base = mirror.sha(pr.base)
+        if base is None:
+            raise GitError(f"PR #{number}: base {pr.base!r} is missing in {mirror.remote.display}")
+        tree = mirror.merge_tree(base, head)
+        if record is not None:
+            path = f"apps/{record.model}/deployment-{record.version}.yaml"
+            check_digest(mirror.show(tree, path), path, record, number)
+            checked = f"{path} carries the evaluated weights sha256 {record.weights_sha256[:12]}…"
+        else:
+            checked = "no evaluated digest was recorded in the PR; merged without a digest check"
+    merged = forge.merge(number, head_sha=head)
+    if merged.state != "merged":
+        raise ForgeError(f"PR #{number}: the forge did not merge it (state {merged.state})")
+    return Approval("merged", merged, f"merged PR #{number}; {checked}")

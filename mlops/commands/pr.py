@@ -1,0 +1,111 @@
+"""`mlops pr ...`: pull requests as approvals.
+
+* ``mlops pr list [--state open|merged|closed|all]``
+* ``mlops pr show N``
+* ``mlops pr approve N`` -- verifies the evaluated weights digest on the merged
+  tree, then merges with a merge commit (see :mod:`gitops.approval`).
+
+``--repo`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
+(default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges also
+need ``--forge-repo owner/name`` and ``--forge-api URL`` (or
+``$MLOPS_FORGE_REPO`` / ``$MLOPS_FORGE_API``) and a token in their usual
+variable (``GITHUB_TOKEN``, ``GITLAB_TOKEN``, ``GITEA_TOKEN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from mlops.commands.gitops import repo_argument, require_repo
+from mlops.errors import UserError
+
+
+def forge_from_args(args: argparse.Namespace) -> Any:
+    """The forge the options name (local needs only the repo)."""
+    from gitops.forges import registry
+
+    name = args.forge
+    if name == "local":
+        return registry.create("local", require_repo(args))
+    if name not in registry.names():
+        return registry.create(name)  # raises, listing the choices
+    if not args.forge_repo:
+        raise UserError(f"--forge {name} needs --forge-repo (or MLOPS_FORGE_REPO), e.g. owner/name")
+    kwargs = {"api_url": args.forge_api} if args.forge_api else {}
+    if name == "gitea" and not args.forge_api:
+        raise UserError("--forge gitea needs --forge-api https://HOST/api/v1 (or MLOPS_FORGE_API)")
+    return registry.create(name, args.forge_repo, **kwargs)
+
+
+def _list(args: argparse.Namespace) -> int:
+    forge = forge_from_args(args)
+    prs = forge.list_prs(None if args.state == "all" else args.state)
+    if not prs:
+        print(f"no {'' if args.state == 'all' else args.state + ' '}pull requests")
+    for pr in prs:
+        print(f"#{pr.number:<4} {pr.state:<7} {pr.branch} -> {pr.base}  {pr.title}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from gitops.proposal import parse_record
+
+    forge = forge_from_args(args)
+    pr = forge.get_pr(args.number)
+    print(f"#{pr.number} {pr.title}")
+    print(f"state:  {pr.state}")
+    print(f"branch: {pr.branch} -> {pr.base} (head {str(pr.head_sha)[:12]})")
+    if pr.merge_commit:
+        print(f"merged: {pr.merge_commit[:12]}")
+    if pr.url:
+        print(f"url:    {pr.url}")
+    record = parse_record(pr.body)
+    if record is not None:
+        print(f"evaluated: {record.model} {record.version} weights sha256 {record.weights_sha256}")
+    print()
+    print(pr.body.rstrip())
+    comments = getattr(forge, "comments", None)
+    if callable(comments):
+        for note in comments(pr.number):
+            print(f"\n--- comment by {note.get('author', '?')}\n{note.get('body', '').rstrip()}")
+    return 0
+
+
+def _approve(args: argparse.Namespace) -> int:
+    from gitops.approval import approve
+
+    forge = forge_from_args(args)
+    result = approve(require_repo(args), args.number, forge)
+    print(result.message)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("pr", help="pull requests: list, show, approve")
+    sub = parser.add_subparsers(dest="pr_command", metavar="ACTION", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        repo_argument(p)
+        p.add_argument("--forge", default=os.environ.get("MLOPS_FORGE", "local"),
+                       help="local, github, gitlab or gitea (default: $MLOPS_FORGE or local)")
+        p.add_argument("--forge-repo", default=os.environ.get("MLOPS_FORGE_REPO"),
+                       help="owner/name (GitHub, Gitea) or group/name (GitLab)")
+        p.add_argument("--forge-api", default=os.environ.get("MLOPS_FORGE_API"),
+                       help="API base URL of a self-hosted forge")
+
+    lst = sub.add_parser("list", help="list pull requests")
+    common(lst)
+    lst.add_argument("--state", choices=["open", "merged", "closed", "all"], default="open")
+    lst.set_defaults(func=_list)
+
+    show = sub.add_parser("show", help="show one pull request")
+    show.add_argument("number", type=int, metavar="N")
+    common(show)
+    show.set_defaults(func=_show)
+
+    appr = sub.add_parser("approve", help="check the evaluated digest, then merge PR N")
+    appr.add_argument("number", type=int, metavar="N")
+    common(appr)
+    appr.set_defaults(func=_approve)
