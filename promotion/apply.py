@@ -158,8 +158,9 @@ def plan(current: layout.ModelState, before: CanaryState, after: CanaryState,
         assert new_stable is not None
         docs.append(set_subsets(dr, new_stable, None))
         docs.append(set_weights(vs, 0, with_canary=False))
-        if before.stable and before.stable != new_stable and before.stable in current.deployments:
-            remove.append(before.stable)
+        # The old stable goes, and so do leftovers of earlier rollouts (a candidate
+        # that was rolled back and scaled to 0): only the new stable is live.
+        remove += sorted(v for v in current.deployments if v != new_stable)
     elif after.phase is Phase.ROLLED_BACK:
         assert before.stable is not None
         if on_rollback == "remove":

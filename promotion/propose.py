@@ -228,4 +228,129 @@ def plan_proposal(
                                apply.POLICY_FILE: policy_text}, weight=weight)
 
 
+# -- the I/O half ----------------------------------------------------------------------------
+
 Approval = Literal["pr", "auto"]
+
+
+@dataclass(frozen=True)
+class ProposeResult:
+    """What `propose()` did."""
+
+    model: str
+    version: str
+    bootstrap: bool
+    status: str
+    """The proposal's status (opened, updated, unchanged, human-edited, merged)."""
+    branch: str
+    pr_number: int | None
+    pr_url: str | None
+    merged: bool
+    message: str
+
+
+def model_uri_for(model_dir: pathlib.Path, model: str, version: str,
+                  prefix: str | None = None) -> str:
+    """`file://<abs dir>` locally, or `<prefix>/<model>/<version>` with a configured prefix."""
+    if prefix:
+        return f"{prefix.rstrip('/')}/{model}/{version}"
+    return pathlib.Path(model_dir).resolve().as_uri()
+
+
+def _production_record(current: layout.ModelState | None, stable: str | None) -> dict[str, Any] | None:
+    """The stable version's model.yaml, when its Deployment points at a local directory."""
+    if current is None or stable is None or stable not in current.deployments:
+        return None
+    meta = current.deployments[stable].get("metadata") or {}
+    uri = (meta.get("annotations") or {}).get(manifests.ANNOTATION_MODEL_URI, "")
+    if not isinstance(uri, str) or not uri.startswith("file://"):
+        return {"version": stable}
+    path = pathlib.Path(uri[len("file://"):]) / "model.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {"version": stable}
+    return data if isinstance(data, dict) else {"version": stable}
+
+
+_FILES = {"Service": "service.yaml", "DestinationRule": "destinationrule.yaml",
+          "VirtualService": "virtualservice.yaml"}
+
+
+def _file_name(doc: Mapping[str, Any]) -> str:
+    """Where `gitops.layout` keeps a document (it checks the name again on write)."""
+    if doc["kind"] == "Deployment":
+        return f"deployment-{doc['metadata']['labels']['version']}.yaml"
+    return _FILES[doc["kind"]]
+
+
+def propose(
+    model_dir: pathlib.Path,
+    gitops: str,
+    forge: Any,
+    policy: CanaryPolicy,
+    *,
+    model: str | None = None,
+    approval: Approval = "pr",
+    image: str = "registry.example.com/mlops/paddle-serve:0.1.0",
+    replicas: int = 1,
+    port: int = 8080,
+    model_uri_prefix: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    production: Mapping[str, Any] | None = None,
+    gate: Mapping[str, Any] | None = None,
+    base: str = "main",
+    workdir: pathlib.Path | None = None,
+) -> ProposeResult:
+    """Write the proposal branch, open (or find) its PR, merge it with `approval="auto"`."""
+    import tempfile
+
+    from gitops import approval as approvals
+    from gitops import proposal
+    from gitops.repo import Mirror
+    from promotion.report import evaluation_report
+
+    record = read_record(pathlib.Path(model_dir))
+    if metrics:
+        record = record.model_copy(update={"metrics": {**record.metrics, **metrics}})
+    name = model or record.name
+    with tempfile.TemporaryDirectory(prefix="mlops-propose-") as tmp:
+        with Mirror(gitops, path=pathlib.Path(tmp) / "mirror.git") as mirror:
+            tip = mirror.sha(base)
+            if tip is None:
+                raise ProposeError(f"{gitops}: branch {base!r} not found; is it a GitOps repo? "
+                                   "(create one with `mlops gitops init`)")
+            root = pathlib.Path(tmp) / "tree"
+            mirror.export(tip, root)
+        current = layout.read_model(root, name) if (root / layout.APPS / name).is_dir() else None
+    uri = model_uri_for(pathlib.Path(model_dir), name, record.version, model_uri_prefix)
+    the_plan = plan_proposal(record, current, policy, model=name, image=image, model_uri=uri,
+                             replicas=replicas, port=port)
+    if production is None and not the_plan.bootstrap:
+        production = _production_record(current, the_plan.stable)
+    body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,
+                             approval=approval, model_uri=uri, bootstrap=the_plan.bootstrap)
+    files: dict[str, Any] = {}
+    for doc in the_plan.documents:
+        files[f"{layout.APPS}/{name}/{_file_name(doc)}"] = doc
+    for file_name, text in the_plan.extra.items():
+        files[f"{layout.APPS}/{name}/{file_name}"] = text
+    branch = branch_name(name, record.version)
+    result = proposal.propose(
+        gitops, name, branch, files, the_plan.title, body, forge, base=base,
+        version=record.version, weights_sha256=record.weights_sha256,
+        trailers=[("Mlops-Model", name), ("Mlops-Candidate", record.version)],
+        workdir=workdir,
+    )
+    pr = result.pr
+    merged = result.status == "merged" or (pr is not None and pr.state == "merged")
+    message = result.message
+    if approval == "auto" and pr is not None and pr.state == "open":
+        approved = approvals.approve(gitops, pr.number, forge)
+        pr, merged = approved.pr, True
+        message += f"; {approved.message} (approval: auto)"
+    return ProposeResult(
+        model=name, version=record.version, bootstrap=the_plan.bootstrap, status=result.status,
+        branch=branch, pr_number=pr.number if pr else None, pr_url=pr.url if pr else None,
+        merged=merged, message=message,
+    )

@@ -48,7 +48,7 @@ def _commenter(args: argparse.Namespace) -> Any:
     from mlops.commands.promote import make_forge
     from promotion.propose import branch_name
 
-    forge = make_forge(args.forge, args.gitops, args.forge_url)
+    forge = make_forge(args.forge, args.gitops, args.forge_url, args.forge_repo)
 
     def comment(model: str, candidate: str, body: str) -> None:
         pr = forge.find_pr(branch_name(model, candidate))
@@ -139,6 +139,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--kube-api", help="Kubernetes API URL (default: in-cluster or kubeconfig)")
     run.add_argument("--forge", help="forge for PR comments (local|github|gitlab|gitea)")
     run.add_argument("--forge-url", help="forge API URL (hosted forges)")
+    run.add_argument("--forge-repo", help="owner/name of the GitOps repo on a hosted forge")
     run.add_argument("--report-url", help="base URL where the work dir's rollouts/ is published")
     run.add_argument("--log-level", default="info")
     run.set_defaults(func=_run)
