@@ -222,3 +222,14 @@ class LocalForge:
 
         self._update(number, f"pr #{number}: merged", edit)
         return self.get_pr(number)
+
+
+def list_open(repo: str | pathlib.Path) -> list[dict[str, Any]]:
+    """Open PRs of the GitOps repo at ``repo`` as plain dicts (for ``mlops status``)."""
+    from dataclasses import asdict
+
+    forge = LocalForge(repo)
+    try:
+        return [asdict(pr) for pr in forge.list_prs("open")]
+    finally:
+        forge.close()
