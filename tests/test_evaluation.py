@@ -75,8 +75,8 @@ def test_matches_pycocotools_on_random_predictions(tmp_path, seed):
 
 def test_matches_pycocotools_on_real_predictions(trained_model):
     """The session's trained example: real detections from a real Paddle model."""
-    ours = evaluate_detections(pathlib.Path(trained_model["val_json"]), pathlib.Path(trained_model["bbox_json"]))
-    ref_map, ref_map50 = reference_map(pathlib.Path(trained_model["val_json"]), pathlib.Path(trained_model["bbox_json"]))
+    ours = evaluate_detections(trained_model.val_json, trained_model.bbox_json)
+    ref_map, ref_map50 = reference_map(trained_model.val_json, trained_model.bbox_json)
     assert ours["map"] == pytest.approx(ref_map, abs=1e-6)
     assert ours["map50"] == pytest.approx(ref_map50, abs=1e-6)
 

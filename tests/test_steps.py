@@ -1,0 +1,122 @@
+"""The step entrypoints on the real example: smoke-train, evaluate, gate.
+
+These run the example's own train.py for real (one process, 20 steps on a
+subset), reusing the session's generated dataset through a symlink.
+"""
+
+import json
+import pathlib
+import shutil
+import textwrap
+
+import pytest
+import yaml
+
+from mlops.cli import main as cli
+from tests.fixtures.training import copy_example
+from workflows.errors import StepError
+from workflows.steps import evaluate, gate, smoke_train
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, shapes_dataset):
+    """One smoke-train run of a copy of the example (shared by this module)."""
+    base = tmp_path_factory.mktemp("steps")
+    repo = copy_example(base / "repo")
+    (repo / "data").symlink_to(shapes_dataset, target_is_directory=True)
+    out = base / "out"
+    params = smoke_train.run(str(repo), str(out))
+    return repo, out, params
+
+
+def test_smoke_train_produces_a_loadable_artifact(smoke_run):
+    repo, out, params = smoke_run
+    model_dir = pathlib.Path(params["model_dir"])
+    assert model_dir == out / "smoke" / "model"
+    record = yaml.safe_load((model_dir / "model.yaml").read_text())
+    assert params["version"] == record["version"] and params["version"].startswith("v-")
+    assert len(params["weights_sha256"]) == 64
+    assert params["workers"] == 1
+    log = (out / "smoke" / "train.log").read_text()
+    assert "--max-steps 20" in log and "--subset 64" in log  # the small template's args
+
+
+def test_evaluate_and_gate_on_the_smoke_model(smoke_run, capsys):
+    repo, out, _ = smoke_run
+    code = cli(["step", "evaluate", "--repo", str(repo), "--out", str(out), "--which", "smoke"])
+    assert code == 0
+    outputs = out / "outputs"
+    map50 = float((outputs / "map50").read_text())
+    metrics = json.loads((out / "smoke" / "metrics.json").read_text())
+    assert map50 == pytest.approx(metrics["map50"], abs=1e-6)
+    assert 0.0 <= metrics["map"] <= metrics["map50"] <= 1.0
+    record = yaml.safe_load((out / "smoke" / "model" / "model.yaml").read_text())
+    assert record["metrics"]["map50"] == pytest.approx(map50, abs=1e-6)
+
+    # 20 steps cannot reach the example's 0.85 floor: the gate says so, in words.
+    params = gate.run(str(repo), str(out), which="smoke")
+    assert params["passed"] == "false"
+    assert "below the minimum 0.8500" in params["reason"]
+    # --exit-code turns the verdict into exit 3, still writing the outputs.
+    code = cli(["step", "gate", "--repo", str(repo), "--out", str(out), "--which", "smoke",
+                "--exit-code"])
+    assert code == 3
+    assert (outputs / "passed").read_text() == "false"
+
+
+def test_gate_against_a_better_production_model(smoke_run, tmp_path):
+    repo, out, _ = smoke_run
+    metrics = json.loads((out / "smoke" / "metrics.json").read_text())
+    prod = tmp_path / "model.yaml"
+    prod.write_text(yaml.safe_dump({"version": "v-old", "metrics": {"map50": metrics["map50"] + 0.2}}))
+    # lower the floor so only the regression check can fail
+    cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
+    cfg["gate"]["min"] = 0.0
+    lowered = tmp_path / "repo"
+    shutil.copytree(repo, lowered, symlinks=True)
+    (lowered / "mlops.yaml").write_text(yaml.safe_dump(cfg))
+    params = gate.run(str(lowered), str(out), production=str(prod), which="smoke")
+    assert params["passed"] == "false"
+    assert "regresses from production" in params["reason"]
+
+
+def test_smoke_train_fails_fast_on_a_broken_repo(tmp_path):
+    repo = tmp_path / "broken"
+    repo.mkdir()
+    (repo / "train.py").write_text("import no_such_module_here\n")
+    (repo / "mlops.yaml").write_text(textwrap.dedent("""
+        model: broken
+        training: {command: [python, train.py]}
+        evaluation: {annotations: data/val.json}
+    """))
+    with pytest.raises(StepError) as err:
+        smoke_train.run(str(repo), str(tmp_path / "out"))
+    msg = str(err.value)
+    assert "exited with code 1" in msg and "no_such_module_here" in msg
+    assert "train.log" in msg
+
+
+def test_training_without_an_export_is_refused(tmp_path):
+    repo = tmp_path / "lazy"
+    repo.mkdir()
+    (repo / "train.py").write_text("print('trained, honestly')\n")
+    (repo / "mlops.yaml").write_text(textwrap.dedent("""
+        model: lazy
+        training: {command: [python, train.py]}
+        evaluation: {annotations: data/val.json}
+    """))
+    with pytest.raises(StepError) as err:
+        smoke_train.run(str(repo), str(tmp_path / "out"))
+    assert "inference.pdiparams" in str(err.value) and "bbox.json" in str(err.value)
+
+
+def test_evaluate_with_empty_predictions_exits_nonzero(smoke_run, tmp_path, capsys):
+    repo, out, _ = smoke_run
+    fake_out = tmp_path / "out"
+    (fake_out / "full").mkdir(parents=True)
+    (fake_out / "full" / "bbox.json").write_text("[]")
+    code = cli(["step", "evaluate", "--repo", str(repo), "--out", str(fake_out)])
+    assert code == 2
+    assert "no detections" in capsys.readouterr().out
+    assert not (fake_out / "full" / "metrics.json").exists()
+    assert not (fake_out / "outputs").exists()
