@@ -143,3 +143,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--report-url", help="base URL where the work dir's rollouts/ is published")
     run.add_argument("--log-level", default="info")
     run.set_defaults(func=_run)
+
+    man = sub.add_parser("manifests", help="print the controller's Deployment, ServiceAccount "
+                                            "and RBAC for a cluster")
+    man.add_argument("--gitops", required=True, help="GitOps repository URL (as pods see it)")
+    man.add_argument("--prometheus", required=True, help="Prometheus URL (as pods see it)")
+    man.add_argument("--image", default="registry.example.com/mlops/paddle-serve:0.1.0")
+    man.add_argument("--namespace", default="mlops")
+    man.add_argument("--argocd-namespace", default="argocd")
+    man.add_argument("--preset")
+    man.add_argument("--git-secret", default="mlops-gitops-token",
+                     help="Secret with key 'token' for pushing decision commits")
+    man.add_argument("--webhook-secret", help="Secret with key 'url' for notifications")
+    man.set_defaults(func=_manifests)
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    import yaml
+
+    from promotion.deploy import controller_manifests
+
+    docs = controller_manifests(
+        gitops_url=args.gitops, prometheus_url=args.prometheus, image=args.image,
+        namespace=args.namespace, argocd_namespace=args.argocd_namespace, preset=args.preset,
+        git_secret=args.git_secret, webhook_secret=args.webhook_secret)
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    return 0

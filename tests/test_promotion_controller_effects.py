@@ -1,0 +1,208 @@
+"""What the controller does besides committing: webhook, /metrics, PR comment, Argo CD refresh.
+
+Real: bare git repos, the local forge, an HTTP server standing in for the
+webhook receiver (it is just an HTTP endpoint), the controller's own
+prometheus_client server. Fake: the Kubernetes API server for the Argo CD
+refresh -- no API server can run on this machine -- replaced by a small HTTP
+server that answers the PATCH with a response recorded from a real API server
+(an Argo CD Application as `kubectl get -o json` shows it) and records what it
+received. The metric source is the scripted `RouterStub`, legitimate because
+the decision and the Prometheus source are tested against a real Prometheus
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+
+import pytest
+import requests
+import yaml
+
+from gitops.forges.local import LocalForge
+from promotion.controller import Controller, ControllerConfig
+from promotion.controller_metrics import ControllerMetrics
+from promotion.deploy import controller_manifests
+from promotion.notify import Notifier
+from promotion.policy import load_policy
+from promotion.propose import branch_name, propose
+from tests.fixtures.promotion_controller import (
+    TEST_POLICY,
+    Clock,
+    RouterStub,
+    decision_log,
+    merge_to_main,
+    merged_at,
+)
+from tests.manifest_validation import validate_manifest
+
+# An Argo CD Application as the API server returns it after the patch (recorded, trimmed).
+RECORDED_APPLICATION = {
+    "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+    "metadata": {"name": "shapes", "namespace": "argocd", "uid": "3f0c1d5e-1c2b-4a57-9f7e-0d6a",
+                 "resourceVersion": "48211", "generation": 7,
+                 "annotations": {"argocd.argoproj.io/refresh": "hard"}},
+    "spec": {"project": "default", "source": {"repoURL": "https://git.example.com/gitops.git",
+                                              "path": "apps/shapes", "targetRevision": "main"},
+             "destination": {"server": "https://kubernetes.default.svc", "namespace": "models"}},
+    "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}},
+}
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    received: list[dict] = []
+    reply: dict = {}
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length).decode() if length else ""
+        type(self).received.append({"method": self.command, "path": self.path, "body": body,
+                                    "content_type": self.headers.get("Content-Type")})
+        data = json.dumps(type(self).reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = do_PATCH = do_GET = _handle
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_recorder():
+    """Start a loopback HTTP server that records requests; yields (url, received)."""
+    handler = type("Handler", (_Recorder,), {"received": [], "reply": {"ok": True}})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _model_dir(root: pathlib.Path, version: str) -> pathlib.Path:
+    folder = root / f"model-{version}"
+    folder.mkdir()
+    (folder / "inference.pdiparams").write_bytes(version.encode() * 64)
+    (folder / "model.yaml").write_text(yaml.safe_dump({
+        "name": "shapes", "version": version,
+        "weights_sha256": hashlib.sha256(version.encode() * 64).hexdigest(),
+        "metrics": {"map50": 0.9}}))
+    return folder
+
+
+def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_recorder):
+    """Propose v1 and v2 for real (auto approval), let a failing v2 roll back."""
+    from gitops.repo import init_repo
+    from promotion.argocd import ArgoRefresher
+
+    url, hook = http_recorder
+    hook.reply = RECORDED_APPLICATION
+    repo = tmp_path / "gitops.git"
+    init_repo(repo)
+    forge = LocalForge(repo)
+    policy = load_policy(TEST_POLICY)
+    propose(_model_dir(tmp_path, "v1"), str(repo), forge, policy, approval="auto")
+    v2 = propose(_model_dir(tmp_path, "v2"), str(repo), forge, policy, approval="auto")
+
+    def commenter(model: str, candidate: str, body: str) -> None:
+        pr = forge.find_pr(branch_name(model, candidate))
+        forge.comment(pr.number, body)
+
+    clock = Clock(merged_at(repo))
+    controller = Controller(
+        ControllerConfig(repo=str(repo), workdir=tmp_path / "work"),
+        RouterStub(repo, rate=200.0, canary_errors=0.3), clock=clock,
+        notifier=Notifier(f"{url}/hook"), refresher=ArgoRefresher("argocd", host=url),
+        commenter=commenter)
+    for _ in range(5):
+        clock.advance(1.0)
+        controller.tick()
+
+    assert [c["subject"] for c in decision_log(repo)] == \
+        ["rollback(shapes): 10% -> 0% (v2 over v1)"]
+    posts = [r for r in hook.received if r["path"] == "/hook"]
+    assert len(posts) == 1
+    text = json.loads(posts[0]["body"])["text"]
+    assert "rollback(shapes): 10% -> 0% (v2 over v1)" in text and "report:" in text
+
+    patches = [r for r in hook.received if r["method"] == "PATCH"]
+    assert [p["path"] for p in patches] == \
+        ["/apis/argoproj.io/v1alpha1/namespaces/argocd/applications/shapes"]
+    assert json.loads(patches[0]["body"]) == \
+        {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "hard"}}}
+    assert patches[0]["content_type"] == "application/merge-patch+json"
+
+    comments = forge.comments(v2.pr_number)
+    assert len(comments) == 1
+    assert "Outcome: rolled back" in comments[0]["body"]
+    assert "rollouts/shapes/v2/report.md" in comments[0]["body"]
+
+
+def test_controller_metrics_show_weight_phase_and_checks(gitops_repo, tmp_path):
+    merge_to_main(gitops_repo, "v2")
+    metrics = ControllerMetrics()
+    port = metrics.serve(0)
+    try:
+        clock = Clock(merged_at(gitops_repo))
+        controller = Controller(ControllerConfig(repo=str(gitops_repo), workdir=tmp_path / "w"),
+                                RouterStub(gitops_repo), clock=clock, metrics=metrics)
+        for _ in range(5):  # 4 windows at 10 % -> the first step, then one hold at 25 %
+            clock.advance(1.0)
+            controller.tick()
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        metrics.close()
+    assert 'mlops_canary_weight_percent{model="shapes"} 25.0' in text
+    assert 'mlops_canary_phase{model="shapes",phase="progressing"} 1.0' in text
+    assert 'mlops_canary_commits_total{kind="step",model="shapes"} 1.0' in text
+    assert 'mlops_canary_check_threshold{check="error_rate_limit",model="shapes"} 0.05' in text
+    assert 'mlops_canary_check_value{check="error_rate_limit",model="shapes"} 0.0' in text
+    assert 'mlops_canary_check_verdict{check="traffic",model="shapes"} 1.0' in text
+    assert 'mlops_canary_last_decision_timestamp_seconds{cause="passed",kind="step",model="shapes"}' in text
+
+
+def test_cli_once_with_prometheus_down_holds_without_committing(gitops_repo, tmp_path):
+    from tests.fixtures.common import free_port
+
+    merge_to_main(gitops_repo, "v2")
+    import time
+
+    time.sleep(1.2)  # one 1 s window is due
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(gitops_repo),
+         "--prometheus", f"http://127.0.0.1:{free_port()}", "--once", "--interval", "1",
+         "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "shapes: hold/fault: metric source fault: prometheus at" in proc.stdout
+    assert decision_log(gitops_repo) == []
+
+
+def test_controller_manifests_are_valid_and_minimal():
+    docs = controller_manifests(gitops_url="https://git.example.com/gitops.git",
+                                prometheus_url="http://prometheus.monitoring:9090",
+                                webhook_secret="slack")
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "Deployment",
+                                         "Service"]
+    for doc in docs:
+        validate_manifest(doc)
+    role = docs[1]
+    assert role["metadata"]["namespace"] == "argocd"
+    assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["applications"],
+                              "verbs": ["get", "patch"]}]
+    spec = docs[3]["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "mlops-controller"
+    assert docs[3]["spec"]["strategy"] == {"type": "Recreate"}
+    args = spec["containers"][0]["args"]
+    assert args[:2] == ["controller", "run"] and "--argocd-namespace" in args
