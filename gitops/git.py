@@ -38,6 +38,14 @@ _HELPER = (
 )
 
 
+_REPO_LOCATING = {
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_QUARANTINE_PATH", "GIT_NAMESPACE",
+    "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_PUSH_OPTION_COUNT", "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT", "GIT_REFLOG_ACTION",
+}
+
+
 def redact(text: str) -> str:
     """Replace ``scheme://user:secret@`` with ``scheme://***@`` everywhere in text."""
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
@@ -99,7 +107,10 @@ class Git:
     ) -> None:
         self.cwd = pathlib.Path(cwd)
         self.identity = identity
-        env = dict(os.environ)
+        # Drop variables that point git at *another* repository: inside a git
+        # hook (the model repo's post-receive runs the pipeline) GIT_DIR & co.
+        # are set and would silently redirect every command we run.
+        env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATING}
         env.update(credentials or {})
         env.update(
             {
@@ -174,4 +185,4 @@ def format_message(
         if "\n" in str(value):
             raise ValueError(f"trailer {key} value must be one line, got {value!r}")
         args += ["--trailer", f"{key}: {value}"]
-    return git.run(*args, input=text, cwd=pathlib.Path.cwd()).stdout
+    return git.run(*args, input=text).stdout

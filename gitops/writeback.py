@@ -310,7 +310,9 @@ class WriteBack:
             git.run("init", "-q")
             git.run("remote", "add", "origin", self.remote.url)
         # A previous run may have died mid-rebase or mid-merge: start clean.
-        git.run("rebase", "--abort", check=False)
-        git.run("merge", "--abort", check=False)
+        if (path / ".git" / "rebase-merge").exists() or (path / ".git" / "rebase-apply").exists():
+            git.run("rebase", "--abort", check=False)
+        if (path / ".git" / "MERGE_HEAD").exists():
+            git.run("merge", "--abort", check=False)
         self._fetch(git)
         return git

@@ -318,3 +318,32 @@ def test_new_branch_from_base_and_orphan_side_branch(gitops_repo):
     assert r1.status == r2.status == "committed"
     with pytest.raises(GitError, match="'nope' does not exist"):
         wb.commit("x", lambda root: None, Message("x"), create_from="nope")
+
+
+def test_works_inside_a_git_hook_environment(gitops_repo, tmp_path, monkeypatch):
+    """A post-receive hook sets GIT_DIR for *its* repo; our writes must not follow it."""
+    other = tmp_path / "model.git"
+    git(tmp_path, "init", "-q", "--bare", str(other))
+    monkeypatch.setenv("GIT_DIR", str(other))
+    monkeypatch.setenv("GIT_QUARANTINE_PATH", str(other / "objects"))
+    result = writer(gitops_repo).commit("main", lambda root: (root / "h.txt").write_text("h"),
+                                        Message("from a hook"))
+    monkeypatch.delenv("GIT_DIR")
+    monkeypatch.delenv("GIT_QUARANTINE_PATH")
+    assert result.status == "committed" and head(gitops_repo) == result.commit
+    assert git(other, "for-each-ref") == ""
+
+
+def test_interrupted_work_clone_is_recovered(gitops_repo, tmp_path):
+    """A crash mid-rebase leaves the persistent clone dirty; the next write cleans up."""
+    wb = writer(gitops_repo, workdir=tmp_path / "w")
+    wb.commit("main", lambda root: (root / "a.txt").write_text("1"), Message("a"))
+    (clone,) = [p for p in (tmp_path / "w" / "clones").iterdir() if p.is_dir()]
+    (clone / ".git" / "MERGE_HEAD").write_text(head(gitops_repo) + "\n")
+    (clone / "a.txt").write_text("junk")
+    (clone / "stray.txt").write_text("junk")
+    result = wb.commit("main", lambda root: (root / "b.txt").write_text("2"), Message("b"))
+    assert result.status == "committed"
+    assert git(gitops_repo, "ls-tree", "--name-only", "main").split() == [
+        "README.md", "a.txt", "apps", "argocd", "b.txt", "mlops-gitops.yaml"]
+    assert git(gitops_repo, "show", "main:a.txt") == "1"
