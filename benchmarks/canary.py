@@ -87,7 +87,10 @@ class Ours:
         self.silent_since = np.full(runs, np.nan)
         self.rolled_back_down = np.zeros(runs, bool)
         self.rolled_back_budget = np.zeros(runs, bool)
-        self.threshold = stats.rejection_log_threshold(policy.alpha)
+        self.rel_threshold = stats.rejection_log_threshold(
+            policy.alpha, stats.ALPHA_SHARES["errors_vs_stable"])
+        self.lim_threshold = stats.rejection_log_threshold(
+            policy.alpha, stats.ALPHA_SHARES["error_rate_limit"])
 
     def weight(self) -> np.ndarray:
         return np.where(self.phase == ROLLED_BACK, 0, self.steps[self.step])
@@ -139,8 +142,8 @@ class Ours:
             self.lim)
         self.nc = np.where(counted, self.nc + nc, self.nc)
         self.ec = np.where(counted, self.ec + ec, self.ec)
-        reject = counted & ((stats.log_e_value(self.rel) >= self.threshold)
-                            | (stats.log_e_value(self.lim) >= self.threshold))
+        reject = counted & ((stats.log_e_value(self.rel) >= self.rel_threshold)
+                            | (stats.log_e_value(self.lim) >= self.lim_threshold))
         self.phase = np.where(reject, ROLLED_BACK, self.phase)
         decided[reject] = 3
         rate = np.divide(self.ec, self.nc, out=np.ones_like(self.nc), where=self.nc > 0)

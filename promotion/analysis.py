@@ -21,12 +21,17 @@ The order of the rules is the policy, so it is written down here:
    roll back. If its observed share is off its weight (beyond tolerance and
    beyond chance) the traffic has not moved yet: hold, and the window's
    numbers do not count.
-6. The window's counts are added to the step's and to the sequential tests.
-   Rollback when a test rejects (canary errors worse than stable's, or above
-   the hard limit), or when p99 breaks the hard limit or the ratio to stable.
+6. The window's counts are added to the step's and to the four sequential
+   tests (`promotion/stats.py`): errors vs stable, error rate vs its limit,
+   slow requests vs stable, p99 vs its limit. Any test that rejects is a
+   rollback with cause `verdict`; together they are wrong on a healthy
+   canary with probability at most `alpha`, however often we look.
 7. Step (or promote after the last step) when the canary served
-   `min_requests` in this step, its error rate is within the hard limit and
-   latency was judged on enough samples; otherwise hold and keep collecting.
+   `min_requests` in this step and the step's own numbers are within the
+   policy (error rate <= max, p99 <= max and within `max_latency_ratio` of
+   stable's on `min_latency_samples`); otherwise hold and keep collecting.
+   "Not yet rejected" alone is not "good": a canary at 3 % errors against a
+   1 % limit is held, not stepped, until the evidence settles either way.
 
 Three outcomes other than success are three types (STYLE 10): a `Rollback`
 with cause `verdict` (the canary is worse), a `Hold` with cause `fault` (we
@@ -46,7 +51,12 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict
 
 from promotion import stats
-from promotion.observations import Observations, histogram_quantile, merge_histograms
+from promotion.observations import (
+    Observations,
+    count_above,
+    histogram_quantile,
+    merge_histograms,
+)
 from promotion.policy import Budget, CanaryPolicy
 from promotion.state import CanaryState, Counts, LastDecision, Phase, Statistics
 
@@ -260,6 +270,34 @@ def _chance(n: int, share: float, expected: float) -> float:
     return 0.0 if math.isinf(kl) else math.exp(-n * kl)
 
 
+def _floats(values: Any) -> tuple[float, ...]:
+    return tuple(float(x) for x in values)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _latency_updates(policy: CanaryPolicy, rel: tuple[float, ...], lim: tuple[float, ...],
+                     obs: Observations) -> tuple[Any, Any]:
+    """This window's evidence on latency: slow-request share vs stable, tail above the limit."""
+    c, s = obs.canary.latency, obs.stable.latency
+    if not c:
+        return rel, lim
+    above_limit = count_above(c, policy.max_p99_ms / 1000)
+    if above_limit is not None:
+        lim = stats.update_limit(lim, above_limit[0], above_limit[1], stats.P99_TAIL)
+    pooled = merge_histograms(c, s)
+    p99 = histogram_quantile(0.99, pooled)
+    if s and p99 is not None:
+        bound = max(p99 * policy.max_latency_ratio, p99 + policy.min_latency_difference_ms / 1000)
+        edges = sorted(le for le in pooled if not math.isinf(le))
+        slow_c, slow_s = count_above(c, bound, edges), count_above(s, bound, edges)
+        if slow_c is not None and slow_s is not None:
+            rel = stats.update_relative(rel, slow_c[0], slow_s[0], slow_c[1], slow_s[1])
+    return rel, lim
+
+
 def _window_dict(obs: Observations) -> dict[str, Any]:
     share = obs.observed_share
     return {
@@ -390,66 +428,78 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     stable = Counts(requests=state.stable_counts.requests + obs.stable.requests,
                     errors=state.stable_counts.errors + obs.stable.errors,
                     latency=merge_histograms(state.stable_counts.latency, obs.stable.latency))
-    relative = stats.update_relative(state.statistics.relative, obs.canary.errors,
-                                     obs.stable.errors, obs.canary.requests, obs.stable.requests)
-    limit = stats.update_limit(state.statistics.limit, obs.canary.errors, obs.canary.requests,
+    st = state.statistics
+    relative = stats.update_relative(st.relative, obs.canary.errors, obs.stable.errors,
+                                     obs.canary.requests, obs.stable.requests)
+    limit = stats.update_limit(st.limit, obs.canary.errors, obs.canary.requests,
                                policy.max_error_rate)
+    lat_rel, lat_lim = _latency_updates(policy, st.latency_relative, st.latency_limit, obs)
     state = state.with_(
         canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
-        statistics=Statistics(relative=tuple(float(x) for x in relative),
-                              limit=tuple(float(x) for x in limit)),
+        statistics=Statistics(relative=_floats(relative), limit=_floats(limit),
+                              latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim)),
     )
-    threshold = stats.rejection_log_threshold(policy.alpha)
-    rel_e = float(stats.log_e_value(relative))
-    lim_e = float(stats.log_e_value(limit))
+
+    def e_check(name: str, log_lr: Any) -> tuple[float, float, bool]:
+        threshold = stats.rejection_log_threshold(policy.alpha, stats.ALPHA_SHARES[name])
+        value = float(stats.log_e_value(log_lr))
+        return value, threshold, value >= threshold
+
     canary_rate = canary.errors / canary.requests if canary.requests else None
     stable_rate = stable.errors / stable.requests if stable.requests else None
 
     checks = [traffic]
+    rel_e, rel_t, rel_fail = e_check("errors_vs_stable", relative)
     checks.append(Check(
-        name="errors_vs_stable", verdict="fail" if rel_e >= threshold else "pass",
-        value=canary_rate, threshold=stable_rate, samples=canary.requests,
-        statistic=rel_e, detail=f"mixture SPRT, conditional binomial, alpha/2={policy.alpha / 2:g}, "
-                                f"rejects at log e >= {threshold:.3f}"))
+        name="errors_vs_stable", verdict="fail" if rel_fail else "pass",
+        value=canary_rate, threshold=stable_rate, samples=canary.requests, statistic=rel_e,
+        detail=f"mixture SPRT on the canary's share of errors; rejects at log e >= {rel_t:.3f}"))
+    lim_e, lim_t, lim_fail = e_check("error_rate_limit", limit)
     checks.append(Check(
-        name="error_rate_limit", verdict="fail" if lim_e >= threshold else (
+        name="error_rate_limit", verdict="fail" if lim_fail else (
             "pass" if canary_rate is not None and canary_rate <= policy.max_error_rate
             else "unknown"),
         value=canary_rate, threshold=policy.max_error_rate, samples=canary.requests,
-        statistic=lim_e, detail="mixture SPRT vs max_error_rate; the step's rate must be within it"))
+        statistic=lim_e, detail=f"mixture SPRT vs max_error_rate, rejects at log e >= "
+                                f"{lim_t:.3f}; to step, the step's rate must be within it"))
 
-    latency_configured = obs.canary.latency is not None
-    p99_c = histogram_quantile(0.99, canary.latency)
-    p99_s = histogram_quantile(0.99, stable.latency)
-    n_lat_c = int(round(max(canary.latency.values()))) if canary.latency else 0
-    n_lat_s = int(round(max(stable.latency.values()))) if stable.latency else 0
-    if not latency_configured:
+    if obs.canary.latency is None:
         checks.append(Check(name="latency_p99", verdict="skipped",
                             detail="the metric source has no latency histogram"))
     else:
+        p99_c = histogram_quantile(0.99, canary.latency)
+        p99_s = histogram_quantile(0.99, stable.latency)
+        n_lat_c = int(round(max(canary.latency.values()))) if canary.latency else 0
+        n_lat_s = int(round(max(stable.latency.values()))) if stable.latency else 0
         enough = n_lat_c >= policy.min_latency_samples and p99_c is not None
         p99_c_ms = None if p99_c is None else p99_c * 1000
+        p99_s_ms = None if p99_s is None else p99_s * 1000
+        e, t, fail = e_check("latency_p99", lat_lim)
         checks.append(Check(
             name="latency_p99", value=p99_c_ms, threshold=policy.max_p99_ms, samples=n_lat_c,
-            verdict="unknown" if not enough else (
-                "fail" if p99_c_ms is not None and p99_c_ms > policy.max_p99_ms else "pass"),
-            detail=f"hard limit; needs {policy.min_latency_samples} samples"))
+            statistic=e, verdict="fail" if fail else "unknown" if not enough else (
+                "pass" if p99_c_ms is not None and p99_c_ms <= policy.max_p99_ms else "unknown"),
+            detail=f"SPRT: share of canary requests above the limit vs 1 %, rejects at log e >= "
+                   f"{t:.3f}; to step, the step's p99 must be within the limit "
+                   f"on {policy.min_latency_samples}+ samples"))
         if state.weight >= 100:
-            checks.append(Check(name="latency_ratio", verdict="skipped",
+            checks.append(Check(name="latency_vs_stable", verdict="skipped",
                                 detail="stable serves no traffic at 100%"))
         else:
-            both = enough and n_lat_s >= policy.min_latency_samples and p99_s is not None
+            both = enough and n_lat_s >= policy.min_latency_samples and bool(p99_s)
             ratio = (p99_c / p99_s) if (both and p99_c is not None and p99_s) else None
-            worse = (ratio is not None and p99_c is not None and p99_s is not None
-                     and ratio > policy.max_latency_ratio
-                     and (p99_c - p99_s) * 1000 > policy.min_latency_difference_ms)
+            within = ratio is not None and p99_c_ms is not None and p99_s_ms is not None and (
+                ratio <= policy.max_latency_ratio
+                or p99_c_ms - p99_s_ms <= policy.min_latency_difference_ms)
+            e, t, fail = e_check("latency_vs_stable", lat_rel)
             checks.append(Check(
-                name="latency_ratio", value=ratio, threshold=policy.max_latency_ratio,
-                samples=min(n_lat_c, n_lat_s),
-                verdict="unknown" if not both else ("fail" if worse else "pass"),
-                detail=(f"canary p99 / stable p99 (ms: {p99_c_ms}, "
-                        f"{None if p99_s is None else p99_s * 1000}); a difference under "
-                        f"{policy.min_latency_difference_ms:g} ms never fails")))
+                name="latency_vs_stable", value=ratio, threshold=policy.max_latency_ratio,
+                samples=min(n_lat_c, n_lat_s), statistic=e,
+                verdict="fail" if fail else ("pass" if both and within else "unknown"),
+                detail=f"p99 ratio canary/stable (ms {_ms(p99_c_ms)} vs {_ms(p99_s_ms)}); "
+                       f"SPRT on the canary's share of requests slower than "
+                       f"{policy.max_latency_ratio:g}x the pooled p99, rejects at log e >= "
+                       f"{t:.3f}; to step, the ratio must be within it"))
     checks.append(Check(
         name="requests", value=float(canary.requests), threshold=float(policy.min_requests),
         samples=canary.requests,
@@ -464,7 +514,8 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
             "errors_vs_stable": "canary errors exceed stable's",
             "error_rate_limit": f"canary error rate above {policy.max_error_rate:g}",
             "latency_p99": f"canary p99 above {policy.max_p99_ms:g} ms",
-            "latency_ratio": f"canary p99 over {policy.max_latency_ratio:g}x stable's",
+            "latency_vs_stable": f"canary slower than stable (tail beyond "
+                                 f"{policy.max_latency_ratio:g}x the p99)",
         }
         reason = "; ".join(names.get(c.name, c.name) for c in failed)
         return _rollback(state, "verdict", reason, now, evidence)

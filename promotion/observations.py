@@ -18,7 +18,14 @@ from typing import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["Histogram", "Observations", "VersionWindow", "histogram_quantile", "merge_histograms"]
+__all__ = [
+    "Histogram",
+    "Observations",
+    "VersionWindow",
+    "count_above",
+    "histogram_quantile",
+    "merge_histograms",
+]
 
 Histogram = dict[float, float]
 """Cumulative latency buckets: upper bound in seconds (`math.inf` last) -> count."""
@@ -124,3 +131,23 @@ def histogram_quantile(q: float, hist: Mapping[float, float] | None) -> float | 
             return lower_bound + (le - lower_bound) * (rank - lower_count) / (count - lower_count)
         lower_bound, lower_count = le, count
     return None
+
+
+def count_above(hist: Mapping[float, float] | None, seconds: float,
+                bounds: list[float] | None = None) -> tuple[int, int] | None:
+    """(requests slower than the first bucket bound >= `seconds`, all requests).
+
+    Rounding the bound *up* to a bucket edge undercounts slow requests, which
+    keeps a "more than x % are slower than L" test conservative. None when the
+    histogram is empty or no finite bound reaches `seconds`.
+    `bounds` (sorted finite bucket bounds) lets both versions use one edge.
+    """
+    if not hist:
+        return None
+    finite = bounds if bounds is not None else sorted(le for le in hist if not math.isinf(le))
+    edge = next((b for b in finite if b >= seconds - 1e-12), None)
+    if edge is None:
+        return None
+    total = max(hist.values())
+    below = max((c for le, c in hist.items() if le <= edge + 1e-12), default=0.0)
+    return int(round(max(total - below, 0.0))), int(round(total))

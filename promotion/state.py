@@ -114,16 +114,22 @@ class Statistics(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     relative: tuple[float, ...] = tuple(stats.initial(stats.RELATIVE_GRID))
+    """Errors: canary vs stable."""
     limit: tuple[float, ...] = tuple(stats.initial(stats.LIMIT_GRID))
+    """Errors: canary vs `max_error_rate`."""
+    latency_relative: tuple[float, ...] = tuple(stats.initial(stats.RELATIVE_GRID))
+    """Slow requests: canary vs stable."""
+    latency_limit: tuple[float, ...] = tuple(stats.initial(stats.LIMIT_GRID))
+    """Requests above `max_p99_ms`: canary vs 1 %."""
 
-    @field_validator("relative")
+    @field_validator("relative", "latency_relative")
     @classmethod
     def _relative_len(cls, value: tuple[float, ...]) -> tuple[float, ...]:
         if len(value) != len(stats.RELATIVE_GRID):
             raise ValueError(f"expected {len(stats.RELATIVE_GRID)} values (one per alternative)")
         return value
 
-    @field_validator("limit")
+    @field_validator("limit", "latency_limit")
     @classmethod
     def _limit_len(cls, value: tuple[float, ...]) -> tuple[float, ...]:
         if len(value) != len(stats.LIMIT_GRID):

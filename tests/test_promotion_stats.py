@@ -41,6 +41,11 @@ def test_limit_update_is_a_fair_bet_at_the_limit(n: int, p0: float) -> None:
     assert np.allclose(expectation, 1.0)
 
 
+def test_alpha_shares_add_up_to_alpha() -> None:
+    assert sum(stats.ALPHA_SHARES.values()) == pytest.approx(1.0)
+    assert stats.rejection_log_threshold(0.01, 0.5) == pytest.approx(math.log(200))
+
+
 def test_windows_without_both_versions_carry_no_evidence() -> None:
     start = stats.initial(stats.RELATIVE_GRID)
     assert list(stats.update_relative(start, 5, 0, 100, 0)) == start
@@ -67,7 +72,8 @@ def simulate(p_canary: float, p_stable: float, runs: int = 3000, windows: int = 
     weights = np.repeat([0.1, 0.25, 0.5, 0.9], windows // 4)  # the split moves, as in a rollout
     rel = np.zeros((runs, len(stats.RELATIVE_GRID)))
     lim = np.zeros((runs, len(stats.LIMIT_GRID)))
-    threshold = stats.rejection_log_threshold(0.01)
+    rel_threshold = stats.rejection_log_threshold(0.01, stats.ALPHA_SHARES["errors_vs_stable"])
+    lim_threshold = stats.rejection_log_threshold(0.01, stats.ALPHA_SHARES["error_rate_limit"])
     rejected_at = np.full(runs, -1)
     served = np.zeros(runs)
     requests_at = np.full(runs, np.nan)
@@ -78,7 +84,7 @@ def simulate(p_canary: float, p_stable: float, runs: int = 3000, windows: int = 
         rel = stats.update_relative(rel, ec, es, nc, ns)
         lim = stats.update_limit(lim, ec, nc, 0.01)
         served += nc
-        hit = ((stats.log_e_value(rel) >= threshold) | (stats.log_e_value(lim) >= threshold))
+        hit = ((stats.log_e_value(rel) >= rel_threshold) | (stats.log_e_value(lim) >= lim_threshold))
         new = hit & (rejected_at < 0)
         rejected_at[new] = 1
         requests_at[new] = served[new]
@@ -86,9 +92,9 @@ def simulate(p_canary: float, p_stable: float, runs: int = 3000, windows: int = 
 
 
 def test_healthy_canaries_are_rarely_rolled_back() -> None:
-    """alpha = 1 %: looked at 300 times, still at most 1 % of healthy canaries rejected."""
+    """alpha = 1 % (half of it for these two tests): 300 looks, still under 0.5 % rejected."""
     rejected, _ = simulate(0.002, 0.002)
-    assert rejected.mean() <= 0.01
+    assert rejected.mean() <= 0.005
 
 
 def test_a_canary_better_than_stable_is_never_rolled_back_by_the_comparison() -> None:
@@ -117,3 +123,13 @@ def test_histogram_quantile_interpolates_like_promql() -> None:
 def test_merge_histograms_adds_bucketwise() -> None:
     assert merge_histograms({0.1: 1, math.inf: 2}, {0.1: 3, 0.2: 4, math.inf: 5}) == {
         0.1: 4.0, 0.2: 4.0, math.inf: 7.0}
+
+
+def test_count_above_rounds_the_bound_up_to_a_bucket_edge() -> None:
+    from promotion.observations import count_above
+
+    hist = {0.1: 90.0, 0.25: 97.0, 0.5: 99.0, math.inf: 100.0}
+    assert count_above(hist, 0.25) == (3, 100)
+    assert count_above(hist, 0.2) == (3, 100)  # edge 0.25: slow undercounted, conservative
+    assert count_above(hist, 0.6) is None  # no finite edge that high
+    assert count_above({}, 0.1) is None
