@@ -44,6 +44,7 @@ class Window:
     stable_errors: float = 0.002
     canary_p99_ms: float = 60.0
     stable_p99_ms: float = 60.0
+    served: float | None = None  # share the canary really got (None: its weight)
 
 
 QUIET = Window(weight=10, rate=0.0)
@@ -72,7 +73,8 @@ def record(om: OpenMetrics, shape: str, model: str, windows: list[Window]) -> No
             per_tick = w.rate * TICK
             for name, v in versions.items():
                 canary = name == "v2"
-                share = w.weight / 100 if canary else 1 - w.weight / 100
+                served = w.weight / 100 if w.served is None else w.served
+                share = served if canary else 1 - served
                 err = w.canary_errors if canary else w.stable_errors
                 v.requests += per_tick * share
                 v.errors += per_tick * share * err
@@ -88,6 +90,16 @@ def record(om: OpenMetrics, shape: str, model: str, windows: list[Window]) -> No
                         om.add("model_request_duration_seconds", "histogram",
                                "model_request_duration_seconds_bucket",
                                {**labels, "le": "+Inf" if math.isinf(le) else str(le)}, ts, n)
+                elif shape == "haproxy":
+                    # Backend <model>, a server per version; no response_errors
+                    # series at all, so the preset's `or vector(0)` is exercised.
+                    labels = {"proxy": model, "server": name}
+                    for code, n in (("2xx", ok), ("5xx", bad)):
+                        om.add("haproxy_server_http_responses", "counter",
+                               "haproxy_server_http_responses_total",
+                               {**labels, "code": code}, ts, n)
+                    om.add("haproxy_server_connection_errors", "counter",
+                           "haproxy_server_connection_errors_total", labels, ts, 0)
                 else:
                     for reporter in ("destination", "source"):
                         labels = {"reporter": reporter,
@@ -114,6 +126,13 @@ SCENARIOS = {
         ("step", "passed", 25), ("rollback", "verdict", 0)]),
     "istio-slow-canary": ("istio", [Window(10, canary_p99_ms=900.0)], [
         ("rollback", "verdict", 0)]),
+    "model-canary-down": ("model", [Window(10, served=0.0), Window(10, served=0.0)], [
+        ("hold", "insufficient-evidence", 10), ("rollback", "verdict", 0)]),
+    "haproxy-error-canary": ("haproxy", [Window(10), Window(25, canary_errors=0.1)], [
+        ("step", "passed", 25), ("rollback", "verdict", 0)]),
+    "haproxy-good-canary": ("haproxy", [Window(10), Window(25), Window(50), Window(100)], [
+        ("step", "passed", 25), ("step", "passed", 50), ("step", "passed", 100),
+        ("promote", "passed", 100)]),
     "istio-good-canary": ("istio", [Window(10), Window(25), Window(50), Window(100)], [
         ("step", "passed", 25), ("step", "passed", 50), ("step", "passed", 100),
         ("promote", "passed", 100)]),
@@ -136,6 +155,7 @@ def replay_url(tmp_path_factory: pytest.TempPathFactory):
 def test_replayed_rollout_gives_the_expected_decisions(scenario: str, replay_url: str) -> None:
     shape, windows, expected = SCENARIOS[scenario]
     source = PrometheusSource(replay_url, shape, namespace="serving")
+    assert source.is_online()
     start = dt.datetime.fromtimestamp(T0, dt.timezone.utc)
     state = start_canary(scenario, "v1", "v2", windows[0].weight, start)
     got = []
@@ -147,6 +167,8 @@ def test_replayed_rollout_gives_the_expected_decisions(scenario: str, replay_url
         got.append((decision.kind, decision.cause, decision.state.weight))
         state = load_state(dump_state_yaml(decision.state))  # as the controller would
     assert got == expected
+    if "down" in scenario:
+        assert "no traffic" in decision.reason and "down" in decision.reason
 
 
 def test_observed_counts_match_what_was_recorded(replay_url: str) -> None:
