@@ -53,7 +53,9 @@ def tiny_model(dest: pathlib.Path) -> pathlib.Path:
     from tests.fixtures.serving import _TINY_EXPORT, TINY_INFER_CFG, server_env
 
     dest.mkdir(parents=True)
-    subprocess.run([sys.executable, "-c", _TINY_EXPORT, str(dest / "inference")],
+    script = dest.parent / "export_tiny.py"  # paddle.jit.save reads the source: not `-c`
+    script.write_text(_TINY_EXPORT)
+    subprocess.run([sys.executable, str(script), str(dest / "inference")],
                    check=True, capture_output=True, env=server_env(), timeout=300)
     (dest / "infer_cfg.yml").write_text(yaml.safe_dump(TINY_INFER_CFG, sort_keys=False))
     (dest / "model.yaml").write_text(yaml.safe_dump(
