@@ -74,13 +74,31 @@ def _push(repo, *args):
 
 def test_decide():
     author = ("Dev", "dev@example.com")
-    assert decide(SHA, ZERO, "refs/heads/main", branch="main", author=author, bot="mlops-bot").run is False
-    assert decide(ZERO, SHA, "refs/heads/dev", branch="main", author=author, bot="mlops-bot").run is False
-    bot = decide(ZERO, SHA, "refs/heads/main", branch="main", author=("mlops-bot", "x@y"), bot="mlops-bot")
+    assert (
+        decide(SHA, ZERO, "refs/heads/main", branch="main", author=author, bot="mlops-bot").run
+        is False
+    )
+    assert (
+        decide(ZERO, SHA, "refs/heads/dev", branch="main", author=author, bot="mlops-bot").run
+        is False
+    )
+    bot = decide(
+        ZERO, SHA, "refs/heads/main", branch="main", author=("mlops-bot", "x@y"), bot="mlops-bot"
+    )
     assert bot.run is False and "bot" in bot.reason
-    bot_mail = decide(ZERO, SHA, "refs/heads/main", branch="main", author=("Bot", "mlops-bot@x.org"), bot="mlops-bot")
+    bot_mail = decide(
+        ZERO,
+        SHA,
+        "refs/heads/main",
+        branch="main",
+        author=("Bot", "mlops-bot@x.org"),
+        bot="mlops-bot",
+    )
     assert bot_mail.run is False
-    assert decide(ZERO, SHA, "refs/heads/main", branch="main", author=author, bot="mlops-bot").run is True
+    assert (
+        decide(ZERO, SHA, "refs/heads/main", branch="main", author=author, bot="mlops-bot").run
+        is True
+    )
 
 
 def test_push_starts_one_local_run_per_commit(tmp_path, runs_cleanup, capsys):
@@ -123,7 +141,9 @@ def _push_capture(repo, *refspec):
 
     proc = subprocess.run(
         ["git", "-C", str(repo), "push", "origin", *refspec],
-        capture_output=True, text=True, env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stderr  # git shows hook output as "remote: ..." on stderr
@@ -135,8 +155,15 @@ def test_bot_commits_other_branches_and_deletions_start_nothing(tmp_path, runs_c
     assert cli(["hooks", "init-bare", str(bare), "--bot", "mlops-bot"]) == 0
     runs_cleanup.append(bare / "mlops-runs")
     git(repo, "remote", "add", "origin", str(bare))
-    git(repo, "commit", "-q", "--allow-empty", "-m", "write-back",
-        env={"GIT_AUTHOR_NAME": "mlops-bot", "GIT_AUTHOR_EMAIL": "mlops-bot@example.com"})
+    git(
+        repo,
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "write-back",
+        env={"GIT_AUTHOR_NAME": "mlops-bot", "GIT_AUTHOR_EMAIL": "mlops-bot@example.com"},
+    )
     assert "authored by the bot" in _push_capture(repo, "main")
     assert "not refs/heads/main" in _push_capture(repo, "main:refs/heads/feature")
     assert "deleted" in _push_capture(repo, ":refs/heads/feature")
@@ -152,7 +179,9 @@ def test_post_receive_twice_with_the_same_line(tmp_path, runs_cleanup):
     sha = git(repo, "rev-parse", "HEAD")
     wait_for_run(tmp_path / "runs" / sha)
     messages = post_receive(bare, [f"{ZERO} {sha} refs/heads/main\n"])  # a duplicate delivery
-    assert messages == [f"mlops: {sha[:12]} already has a run ({tmp_path / 'runs' / sha}); not starting another"]
+    assert messages == [
+        f"mlops: {sha[:12]} already has a run ({tmp_path / 'runs' / sha}); not starting another"
+    ]
 
 
 def test_install_refuses_non_bare_and_foreign_hooks(tmp_path, fake_model_repo):

@@ -44,7 +44,12 @@ def test_every_rendered_document_validates(docs):
             validate_manifest(doc)  # Argo via $ref, Events via their schemas, core kinds strict
             kinds.append(doc["kind"])
     assert sorted(set(kinds)) == [
-        "EventSource", "Role", "RoleBinding", "Sensor", "ServiceAccount", "WorkflowTemplate"
+        "EventSource",
+        "Role",
+        "RoleBinding",
+        "Sensor",
+        "ServiceAccount",
+        "WorkflowTemplate",
     ]
 
 
@@ -71,13 +76,21 @@ def test_golden_files(docs):
 def test_dag_order_and_conditions(wt_doc):
     tasks = _tasks(wt_doc)
     assert list(tasks) == [
-        "checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "propose"
+        "checkout",
+        "build-image",
+        "smoke-train",
+        "train",
+        "evaluate",
+        "gate",
+        "propose",
     ]
     assert tasks["build-image"]["depends"] == "checkout"
     assert tasks["smoke-train"]["depends"] == "build-image"
     assert tasks["train"]["depends"] == "smoke-train"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"
-    assert tasks["propose"]["when"] == "{{tasks.gate.outputs.parameters.passed}} == true"
+    assert tasks["propose"]["when"] == (
+        "{{tasks.gate.outputs.parameters.passed}} == true && '{{workflow.parameters.gitops-repo}}' != ''"
+    )
     image = "{{tasks.build-image.outputs.parameters.image}}"
     assert tasks["train"]["arguments"]["parameters"] == [{"name": "image", "value": image}]
 
@@ -102,12 +115,17 @@ def test_paddlejob_resource_templates(wt_doc):
         assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
         assert container["command"] == ["python", "train.py"]
         assert container["args"][:4] == [
-            "--output-dir", f"$(MLOPS_OUT)/{which}", "--checkpoint-dir", f"$(MLOPS_OUT)/{which}/checkpoints"
+            "--output-dir",
+            f"$(MLOPS_OUT)/{which}",
+            "--checkpoint-dir",
+            f"$(MLOPS_OUT)/{which}/checkpoints",
         ]
         assert container["image"] == "{{inputs.parameters.image}}"
         assert pod["securityContext"]["runAsNonRoot"] is True
     smoke_args = yaml.safe_load(templates["smoke-train"]["resource"]["manifest"])
-    assert "--max-steps" in smoke_args["spec"]["worker"]["template"]["spec"]["containers"][0]["args"]
+    assert (
+        "--max-steps" in smoke_args["spec"]["worker"]["template"]["spec"]["containers"][0]["args"]
+    )
 
 
 def test_gpu_limits_come_from_the_template(tmp_path):
@@ -123,7 +141,10 @@ def test_gpu_limits_come_from_the_template(tmp_path):
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert job["spec"]["worker"]["replicas"] == 4
     smoke = yaml.safe_load(_templates(doc)["smoke-train"]["resource"]["manifest"])
-    assert "nvidia.com/gpu" not in smoke["spec"]["worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert (
+        "nvidia.com/gpu"
+        not in smoke["spec"]["worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    )
 
 
 def test_production_settings(wt_doc):
@@ -134,10 +155,16 @@ def test_production_settings(wt_doc):
     assert spec["podGC"]["strategy"] == "OnPodSuccess"
     assert spec["ttlStrategy"]["secondsAfterSuccess"] > 0
     assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["artifactRepositoryRef"] == {"configMap": "artifact-repositories", "key": "mlops-s3"}
+    assert spec["artifactRepositoryRef"] == {
+        "configMap": "artifact-repositories",
+        "key": "mlops-s3",
+    }
     assert spec["workflowMetadata"]["labels"]["mlops.dev/model"] == "shapes-detector"
-    assert spec["workflowMetadata"]["labelsFrom"]["mlops.dev/commit"]["expression"] == "workflow.parameters.revision"
-    assert [p["name"] for p in spec["arguments"]["parameters"]] == ["repo", "revision", "ref"]
+    assert (
+        spec["workflowMetadata"]["labelsFrom"]["mlops.dev/commit"]["expression"]
+        == "workflow.parameters.revision"
+    )
+    assert [p["name"] for p in spec["arguments"]["parameters"]] == ["repo", "revision", "ref", "gitops-repo"]
     # Retries on infrastructure errors only, and never on the gate.
     for name in ("checkout", "build-image", "smoke-train", "train", "evaluate"):
         assert templates[name]["retryStrategy"]["retryPolicy"] == "OnError", name
@@ -182,7 +209,9 @@ def test_sensor_filters_and_deterministic_name(docs):
     for trigger in sensor["spec"]["triggers"]:
         params = {p["dest"]: p["src"] for p in trigger["template"]["argoWorkflow"]["parameters"]}
         assert params["spec.arguments.parameters.1.value"]["dataKey"] == "body.after"
-        assert params["metadata.name"]["dataTemplate"].startswith("shapes-detector-{{ .Input.body.after | substr 0 12")
+        assert params["metadata.name"]["dataTemplate"].startswith(
+            "shapes-detector-{{ .Input.body.after | substr 0 12"
+        )
         source = trigger["template"]["argoWorkflow"]["source"]["resource"]
         assert source["spec"]["workflowTemplateRef"] == {"name": "shapes-detector"}
     assert workflow_name("shapes-detector", "ABCDEF0123456789") == "shapes-detector-abcdef012345"
@@ -207,7 +236,10 @@ def test_settings_file_overrides_and_bad_settings(tmp_path):
     settings = load_settings(good)
     docs = render_documents(load_config(EXAMPLE), settings)
     assert docs["workflowtemplate.yaml"][0]["metadata"]["namespace"] == "ml-team"
-    assert '"ci-bot"' in docs["sensor.yaml"][0]["spec"]["dependencies"][0]["filters"]["exprs"][0]["expr"]
+    assert (
+        '"ci-bot"'
+        in docs["sensor.yaml"][0]["spec"]["dependencies"][0]["filters"]["exprs"][0]["expr"]
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text("namespce: x\n")
     with pytest.raises(ConfigError, match="namespce: unknown setting"):
@@ -232,7 +264,9 @@ def test_broken_config_is_a_clear_error_and_nothing_is_written(tmp_path, capsys)
     out = tmp_path / "out"
     assert cli(["workflows", "render", str(repo), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "mlops.yaml" in err and "training.full.overrides.wrokers" in err and "Traceback" not in err
+    assert (
+        "mlops.yaml" in err and "training.full.overrides.wrokers" in err and "Traceback" not in err
+    )
     assert not out.exists()
 
 

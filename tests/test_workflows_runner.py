@@ -14,7 +14,14 @@ from hera.workflows import models as m
 from mlops.cli import main as cli
 from tests.fixtures.workflows import make_fake_model_repo
 from workflows.config import load_config
-from workflows.expressions import ExpressionError, depends_on, eval_depends, eval_when, expand_env, substitute
+from workflows.expressions import (
+    ExpressionError,
+    depends_on,
+    eval_depends,
+    eval_when,
+    expand_env,
+    substitute,
+)
 from workflows.pipeline import PATH_ENV, build_workflow_template
 from workflows.runner import dag_tasks, run_workflow
 from workflows.settings import load_settings
@@ -36,14 +43,15 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert [t.name for t in result.tasks] == [*PIPELINE, "record-outcome"]
     phases = {t.name: t.phase for t in result.tasks}
     assert all(phases[n] == "Succeeded" for n in PIPELINE[:6] + ["record-outcome"]), phases
-    # The gate passed, so `when` let propose through; without `mlops promote`
-    # in this installation it is skipped with a message that says so.
+    # The gate passed, but no GitOps repo is configured: `when` ends the run at the gate.
     assert phases["propose"] == "Skipped"
-    assert "mlops promote" in result.task("propose").message
+    assert "gitops-repo" in result.task("propose").message
     assert result.status == "Succeeded"
     sha = result.task("checkout").outputs["revision"]
     assert result.workflow == f"fake-detector-{sha[:12]}"
-    assert result.task("build-image").outputs["image"].startswith("local/fake-detector-train@sha256:")
+    assert (
+        result.task("build-image").outputs["image"].startswith("local/fake-detector-train@sha256:")
+    )
     assert result.task("evaluate").outputs["map50"] == "1.000000"
     assert result.task("gate").outputs["passed"] == "true"
     assert result.task("train").outputs["job"] == f"{result.workflow}-full"
@@ -66,10 +74,42 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert (out / "environment.txt").read_text().startswith("python ")
 
 
+def test_propose_without_the_promote_command_is_skipped_with_a_message(fake_model_repo, tmp_path):
+    result = run_workflow(
+        _wt(fake_model_repo), fake_model_repo, tmp_path / "run",
+        parameters={"gitops-repo": str(tmp_path / "gitops.git")}, commands=set(), echo=_quiet,
+    )
+    assert result.task("propose").phase == "Skipped"
+    assert "`mlops promote` is not available" in result.task("propose").message
+
+
+def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_path, capsys):
+    """The whole DAG, propose included, against a real GitOps bare repo."""
+    gitops = tmp_path / "gitops.git"
+    assert cli(["gitops", "init", str(gitops)]) == 0
+    out = tmp_path / "run"
+    code = cli(["run", str(fake_model_repo), "--out", str(out), "--param", f"gitops-repo={gitops}"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    run = json.loads((out / "run.json").read_text())
+    phases = {t["name"]: t["phase"] for t in run["tasks"]}
+    assert phases["propose"] == "Succeeded", (out / "logs" / "propose.log").read_text()
+    log = (out / "logs" / "propose.log").read_text()
+    assert "fake-detector" in log
+    import subprocess
+
+    branches = subprocess.run(["git", "--git-dir", str(gitops), "branch", "--list"],
+                              capture_output=True, text=True, check=True).stdout
+    assert len(branches.split()) >= 1
+
+
 def test_failed_gate_skips_propose_by_its_when(tmp_path, monkeypatch):
     repo = make_fake_model_repo(tmp_path / "repo", gate_min=0.9)
     monkeypatch.setenv("FAKE_BOX_SHIFT", "12")  # IoU 0.25: mAP 0
-    result = run_workflow(_wt(repo), repo, tmp_path / "run", commands={"promote"}, echo=_quiet)
+    result = run_workflow(
+        _wt(repo), repo, tmp_path / "run", parameters={"gitops-repo": "/nowhere"},
+        commands={"promote"}, echo=_quiet,
+    )
     assert result.task("gate").phase == "Succeeded"  # a FAIL verdict is an output, not a crash
     assert result.task("gate").outputs["passed"] == "false"
     assert result.task("propose").phase == "Skipped"
@@ -103,13 +143,17 @@ def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, 
         image="python:3.11",
         command=["python", "-c"],
         args=[
-            "import os, pathlib, sys; "
-            "pathlib.Path(os.environ['MLOPS_OUTPUTS'], 'card').write_text('map50=' + sys.argv[1])",
+            (
+                "import os, pathlib, sys; "
+                "pathlib.Path(os.environ['MLOPS_OUTPUTS'], 'card').write_text('map50=' + sys.argv[1])"
+            ),
             "{{inputs.parameters.map50}}",
         ],
         env=[Env(name=k, value=v) for k, v in PATH_ENV.items()],
         inputs=[Parameter(name="map50")],
-        outputs=[Parameter(name="card", value_from=m.ValueFrom(path=f"{PATH_ENV['MLOPS_OUTPUTS']}/card"))],
+        outputs=[
+            Parameter(name="card", value_from=m.ValueFrom(path=f"{PATH_ENV['MLOPS_OUTPUTS']}/card"))
+        ],
     )
     wt.templates.append(card)
     dag = next(t for t in wt.templates if isinstance(t, DAG))
@@ -118,7 +162,9 @@ def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, 
             name="report-card",
             template=card,
             depends="evaluate",
-            arguments=[Parameter(name="map50", value="{{tasks.evaluate.outputs.parameters.map50}}")],
+            arguments=[
+                Parameter(name="map50", value="{{tasks.evaluate.outputs.parameters.map50}}")
+            ],
         )
     )
     result = run_workflow(wt, fake_model_repo, tmp_path / "run", commands=set(), echo=_quiet)

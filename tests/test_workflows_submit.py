@@ -36,8 +36,12 @@ class _ArgoStandIn(http.server.BaseHTTPRequestHandler):
 
     def _record(self, body=None):
         self.server.requests.append(
-            {"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"),
-             "body": json.loads(json.dumps(body))}
+            {
+                "method": self.command,
+                "path": self.path,
+                "auth": self.headers.get("Authorization"),
+                "body": json.loads(json.dumps(body)),
+            }
         )
 
     def do_POST(self):
@@ -83,19 +87,30 @@ def argo_server(port):
         thread.join(timeout=5)
 
 
-def test_submit_sends_a_valid_workflow_referencing_the_template(fake_model_repo, argo_server, monkeypatch, capsys):
+def test_submit_sends_a_valid_workflow_referencing_the_template(
+    fake_model_repo, argo_server, monkeypatch, capsys
+):
     monkeypatch.setenv("ARGO_TOKEN", "s3cret-token")
-    git(fake_model_repo, "remote", "add", "origin", "https://git.example.com/team/fake-detector.git")
+    git(
+        fake_model_repo, "remote", "add", "origin", "https://git.example.com/team/fake-detector.git"
+    )
     sha = git(fake_model_repo, "rev-parse", "HEAD")
     url = f"http://127.0.0.1:{argo_server.server_port}"
-    assert cli(["workflows", "submit", str(fake_model_repo), "--argo-server", url, "--namespace", "ml"]) == 0
+    assert (
+        cli(
+            ["workflows", "submit", str(fake_model_repo), "--argo-server", url, "--namespace", "ml"]
+        )
+        == 0
+    )
     assert f"Workflow ml/fake-detector-{sha[:12]}: submitted" in capsys.readouterr().out
 
     posts = [r for r in argo_server.requests if r["method"] == "POST"]
     assert [r["path"] for r in posts] == ["/api/v1/workflow-templates/ml", "/api/v1/workflows/ml"]
     assert all(r["auth"] == "Bearer s3cret-token" for r in argo_server.requests)
     template = posts[0]["body"]["template"]
-    validate_manifest({"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate", **template})
+    validate_manifest(
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate", **template}
+    )
     assert template["metadata"]["name"] == "fake-detector"
 
     workflow = posts[1]["body"]["workflow"]
@@ -111,10 +126,19 @@ def test_submit_sends_a_valid_workflow_referencing_the_template(fake_model_repo,
     }
 
 
-def test_second_submit_updates_the_template_and_starts_nothing_new(fake_model_repo, argo_server, capsys):
+def test_second_submit_updates_the_template_and_starts_nothing_new(
+    fake_model_repo, argo_server, capsys
+):
     url = f"http://127.0.0.1:{argo_server.server_port}"
-    args = ["workflows", "submit", str(fake_model_repo), "--argo-server", url,
-            "--repo-url", "https://git.example.com/x.git"]
+    args = [
+        "workflows",
+        "submit",
+        str(fake_model_repo),
+        "--argo-server",
+        url,
+        "--repo-url",
+        "https://git.example.com/x.git",
+    ]
     assert cli(args) == 0
     capsys.readouterr()
     assert cli(args) == 0
@@ -135,8 +159,17 @@ def test_submit_needs_a_clone_url(fake_model_repo, argo_server, capsys):
 
 
 def test_unreachable_server_is_a_clear_error(fake_model_repo, port, capsys):
-    code = cli(["workflows", "submit", str(fake_model_repo), "--argo-server", f"http://127.0.0.1:{port}",
-                "--repo-url", "https://git.example.com/x.git"])
+    code = cli(
+        [
+            "workflows",
+            "submit",
+            str(fake_model_repo),
+            "--argo-server",
+            f"http://127.0.0.1:{port}",
+            "--repo-url",
+            "https://git.example.com/x.git",
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "cannot connect" in err and "Traceback" not in err

@@ -49,8 +49,16 @@ def build_eventsource(loaded: LoadedConfig, settings: PipelineSettings) -> dict[
             "eventBusName": settings.eventbus,
             "service": {
                 "ports": [
-                    {"name": "github", "port": settings.github_port, "targetPort": settings.github_port},
-                    {"name": "webhook", "port": settings.webhook_port, "targetPort": settings.webhook_port},
+                    {
+                        "name": "github",
+                        "port": settings.github_port,
+                        "targetPort": settings.github_port,
+                    },
+                    {
+                        "name": "webhook",
+                        "port": settings.webhook_port,
+                        "targetPort": settings.webhook_port,
+                    },
                 ]
             },
             "github": {

@@ -12,7 +12,7 @@
 """
 
 import re
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 _BRACES = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 _KUBE_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -34,7 +34,9 @@ def substitute(text: str, scope: Mapping[str, str], where: str = "") -> str:
     def repl(match: re.Match[str]) -> str:
         key = match.group(1)
         if key not in scope:
-            raise ExpressionError(f"{where}: unresolved {{{{{key}}}}}" if where else f"unresolved {{{{{key}}}}}")
+            raise ExpressionError(
+                f"{where}: unresolved {{{{{key}}}}}" if where else f"unresolved {{{{{key}}}}}"
+            )
         return str(scope[key])
 
     return _BRACES.sub(repl, text)
@@ -70,7 +72,9 @@ class _Parser:
     def parse(self) -> object:
         value = self._or()
         if self.i != len(self.tokens):
-            raise ExpressionError(f"cannot parse {self.text!r}: unexpected {self.tokens[self.i][1]!r}")
+            raise ExpressionError(
+                f"cannot parse {self.text!r}: unexpected {self.tokens[self.i][1]!r}"
+            )
         return value
 
     def _peek(self) -> str | None:

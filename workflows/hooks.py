@@ -26,8 +26,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from workflows.errors import ConfigError
 
@@ -45,7 +45,9 @@ class PushDecision:
     reason: str
 
 
-def decide(old: str, new: str, ref: str, *, branch: str, author: tuple[str, str], bot: str) -> PushDecision:
+def decide(
+    old: str, new: str, ref: str, *, branch: str, author: tuple[str, str], bot: str
+) -> PushDecision:
     """Pure: should this ref update start a run? (duplicates are checked later, on disk)."""
     if set(new) == {"0"}:
         return PushDecision(ref, new, False, f"{ref} deleted: nothing to train")
@@ -53,7 +55,9 @@ def decide(old: str, new: str, ref: str, *, branch: str, author: tuple[str, str]
         return PushDecision(ref, new, False, f"{ref} is not refs/heads/{branch}: not trained")
     name, email = author
     if bot and (name == bot or email == bot or email.split("@")[0] == bot):
-        return PushDecision(ref, new, False, f"{new[:12]} is authored by the bot {bot!r}: never trained")
+        return PushDecision(
+            ref, new, False, f"{new[:12]} is authored by the bot {bot!r}: never trained"
+        )
     return PushDecision(ref, new, True, f"{ref} -> {new[:12]}")
 
 
@@ -72,7 +76,10 @@ def _git(*args: str, cwd: pathlib.Path | None = None) -> str:
 
 def _config(bare: pathlib.Path, key: str, default: str) -> str:
     proc = subprocess.run(
-        ["git", "--git-dir", str(bare), "config", "--get", key], capture_output=True, text=True, env=_clean_env()
+        ["git", "--git-dir", str(bare), "config", "--get", key],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
     )
     return proc.stdout.strip() if proc.returncode == 0 else default
 
@@ -83,7 +90,12 @@ def runs_dir(bare: pathlib.Path) -> pathlib.Path:
 
 
 def install_hook(
-    bare: pathlib.Path, *, branch: str = "main", bot: str = "mlops-bot", runs: pathlib.Path | None = None
+    bare: pathlib.Path,
+    *,
+    branch: str = "main",
+    bot: str = "mlops-bot",
+    runs: pathlib.Path | None = None,
+    gitops: str | None = None,
 ) -> pathlib.Path:
     """Install (or refresh) the post-receive hook of an existing bare repo."""
     bare = pathlib.Path(bare).resolve()
@@ -94,14 +106,20 @@ def install_hook(
     except ConfigError:
         is_bare = "false"
     if is_bare != "true":
-        raise ConfigError(f"{bare}: not a bare git repository (create one with `mlops hooks init-bare`)")
+        raise ConfigError(
+            f"{bare}: not a bare git repository (create one with `mlops hooks init-bare`)"
+        )
     hook = bare / "hooks" / "post-receive"
     if hook.exists() and HOOK_MARK not in hook.read_text(errors="replace"):
-        raise ConfigError(f"{hook}: a post-receive hook that mlops did not write exists; not replacing it")
+        raise ConfigError(
+            f"{hook}: a post-receive hook that mlops did not write exists; not replacing it"
+        )
     _git("--git-dir", str(bare), "config", "mlops.branch", branch)
     _git("--git-dir", str(bare), "config", "mlops.botIdentity", bot)
     if runs is not None:
         _git("--git-dir", str(bare), "config", "mlops.runsDir", str(pathlib.Path(runs).resolve()))
+    if gitops is not None:  # where runs propose candidates (empty: end at the gate)
+        _git("--git-dir", str(bare), "config", "mlops.gitopsRepo", gitops)
     hook.parent.mkdir(exist_ok=True)
     # The interpreter is pinned so the hook works whatever PATH git runs it with.
     hook.write_text(
@@ -113,17 +131,27 @@ def install_hook(
     return hook
 
 
-def init_bare(path: pathlib.Path, *, branch: str = "main", bot: str = "mlops-bot",
-              runs: pathlib.Path | None = None) -> pathlib.Path:
+def init_bare(
+    path: pathlib.Path,
+    *,
+    branch: str = "main",
+    bot: str = "mlops-bot",
+    runs: pathlib.Path | None = None,
+    gitops: str | None = None,
+) -> pathlib.Path:
     """Create a bare model repo with the hook installed."""
     path = pathlib.Path(path).resolve()
     if path.exists() and any(path.iterdir()):
-        raise ConfigError(f"{path}: exists and is not empty; use `mlops hooks install` for an existing repo")
+        raise ConfigError(
+            f"{path}: exists and is not empty; use `mlops hooks install` for an existing repo"
+        )
     _git("init", "--quiet", "--bare", "--initial-branch", branch, str(path))
-    return install_hook(path, branch=branch, bot=bot, runs=runs)
+    return install_hook(path, branch=branch, bot=bot, runs=runs, gitops=gitops)
 
 
-def start_run(bare: pathlib.Path, decision: PushDecision, runs: pathlib.Path) -> tuple[bool, pathlib.Path]:
+def start_run(
+    bare: pathlib.Path, decision: PushDecision, runs: pathlib.Path
+) -> tuple[bool, pathlib.Path]:
     """Claim `<runs>/<sha>` and start `mlops run` there; (started, run dir)."""
     home = runs / decision.sha
     runs.mkdir(parents=True, exist_ok=True)
@@ -137,17 +165,18 @@ def start_run(bare: pathlib.Path, decision: PushDecision, runs: pathlib.Path) ->
     work = home / "repo"
     _git("clone", "--quiet", "--no-checkout", str(bare), str(work))
     _git("-C", str(work), "checkout", "--quiet", "--detach", decision.sha)
-    log = open(home / "run.log", "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlops", "run", str(work), "--out", str(home / "out")],
-        cwd=home,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_clean_env(),
-        start_new_session=True,  # outlives the hook; the push does not wait
-    )
-    log.close()
+    gitops = _config(bare, "mlops.gitopsRepo", "")
+    params = ["--param", f"gitops-repo={gitops}"] if gitops else []
+    with open(home / "run.log", "ab") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlops", "run", str(work), "--out", str(home / "out"), *params],
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_clean_env(),
+            start_new_session=True,  # outlives the hook; the push does not wait
+        )
     (home / "pid").write_text(f"{proc.pid}\n")
     return True, home
 
@@ -183,7 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry of the installed hook (`python -m workflows.hooks post-receive`)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] != ["post-receive"]:
-        print("usage: python -m workflows.hooks post-receive  (reads git's hook stdin)", file=sys.stderr)
+        print(
+            "usage: python -m workflows.hooks post-receive  (reads git's hook stdin)",
+            file=sys.stderr,
+        )
         return 2
     bare = pathlib.Path(os.environ.get("GIT_DIR", ".")).resolve()
     try:

@@ -19,7 +19,8 @@ import functools
 import json
 import pathlib
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import jsonschema
 import yaml
@@ -41,7 +42,7 @@ _ROOTED = {
 _PLACEHOLDER = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(key: str) -> jsonschema.Draft202012Validator:
     if key in _ARGO_KINDS:
         full = json.loads((SCHEMA_DIR / "argo-workflows.schema.json").read_text())
@@ -61,7 +62,9 @@ def _validator(key: str) -> jsonschema.Draft202012Validator:
 
 def fill_placeholders(text: str) -> str:
     """Replace `{{a.b-c}}` by a DNS-safe sample value (`a-b-c`)."""
-    return _PLACEHOLDER.sub(lambda mt: re.sub(r"[^a-z0-9]+", "-", mt.group(1).lower()).strip("-") or "x", text)
+    return _PLACEHOLDER.sub(
+        lambda mt: re.sub(r"[^a-z0-9]+", "-", mt.group(1).lower()).strip("-") or "x", text
+    )
 
 
 def _errors(validator: jsonschema.Draft202012Validator, doc: Any, where: str) -> list[str]:
@@ -78,7 +81,9 @@ def validate_doc(doc: Any) -> list[str]:
         return ["not a Kubernetes object (needs apiVersion and kind)"]
     kind = doc["kind"]
     group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
-    name = (doc.get("metadata") or {}).get("name") or (doc.get("metadata") or {}).get("generateName")
+    name = (doc.get("metadata") or {}).get("name") or (doc.get("metadata") or {}).get(
+        "generateName"
+    )
     where = f"{kind} {name}"
     if group == "argoproj.io" and kind in _ARGO_KINDS:
         problems = _errors(_validator(kind), doc, where)
@@ -88,7 +93,9 @@ def validate_doc(doc: Any) -> list[str]:
                 try:
                     embedded = yaml.safe_load(fill_placeholders(manifest))
                 except yaml.YAMLError as exc:
-                    problems.append(f"{where}: template {tmpl.get('name')}: manifest is not YAML: {exc}")
+                    problems.append(
+                        f"{where}: template {tmpl.get('name')}: manifest is not YAML: {exc}"
+                    )
                     continue
                 problems += [
                     f"{where}: template {tmpl.get('name')}: {p}" for p in validate_doc(embedded)
@@ -105,7 +112,9 @@ def validate_doc(doc: Any) -> list[str]:
     try:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
-        return [f"{where}: {'.'.join(str(p) for p in exc.absolute_path) or '(root)'}: {exc.message}"]
+        return [
+            f"{where}: {'.'.join(str(p) for p in exc.absolute_path) or '(root)'}: {exc.message}"
+        ]
     return []
 
 

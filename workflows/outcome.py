@@ -12,7 +12,8 @@ import json
 import pathlib
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict[str, Any]:

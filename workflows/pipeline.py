@@ -60,7 +60,28 @@ ENTRYPOINT = "pipeline"
 EXIT_HANDLER = "record-outcome"
 PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 # Workflow parameters: what a trigger passes for one commit.
-PARAMETERS = ("repo", "revision", "ref")
+PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
+
+# Clone the pushed commit into the workspace; fresh on every (re)try.
+CHECKOUT_SCRIPT = (
+    "set -eu\n"
+    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT" && mkdir -p "$MLOPS_OUT" "$MLOPS_OUTPUTS"\n'
+    'git clone --no-checkout "$REPO_URL" "$MLOPS_REPO"\n'
+    'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
+    'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
+)
+# Build and push the training image for the commit, with a registry layer cache.
+BUILD_SCRIPT = (
+    "set -eu\n"
+    'mkdir -p "$MLOPS_OUTPUTS"\n'
+    "buildctl-daemonless.sh build --frontend dockerfile.v0 "
+    '--local context="$MLOPS_REPO" --local dockerfile="$MLOPS_REPO" '
+    '--opt build-arg:BASE_IMAGE="$BASE_IMAGE" '
+    '--output type=image,name="$IMAGE",push=true '
+    '--import-cache type=registry,ref="$CACHE" '
+    '--export-cache type=registry,ref="$CACHE",mode=max\n'
+    'printf %s "$IMAGE" > "$MLOPS_OUTPUTS/image"\n'
+)
 
 
 def workflow_name(model: str, sha: str) -> str:
@@ -108,8 +129,14 @@ def _tool_env(model: str) -> list[Env]:
 
 def _step_args(name: str, *extra: str) -> list[str]:
     return [
-        "step", name,
-        "--repo", "$(MLOPS_REPO)", "--out", "$(MLOPS_OUT)", "--outputs", "$(MLOPS_OUTPUTS)",
+        "step",
+        name,
+        "--repo",
+        "$(MLOPS_REPO)",
+        "--out",
+        "$(MLOPS_OUT)",
+        "--outputs",
+        "$(MLOPS_OUTPUTS)",
         *extra,
     ]
 
@@ -195,7 +222,10 @@ def paddlejob_manifest(
                                     "claimName": "{{workflow.name}}-workspace"
                                 },
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": job.shm}},
+                            {
+                                "name": "dshm",
+                                "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
+                            },
                         ],
                     }
                 },
@@ -245,7 +275,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
 
     pvc_spec: dict[str, Any] = {
         "access_modes": ["ReadWriteMany"],
-        "resources": m.VolumeResourceRequirements(requests={"storage": m.Quantity(settings.workspace_size)}),
+        "resources": m.VolumeResourceRequirements(
+            requests={"storage": m.Quantity(settings.workspace_size)}
+        ),
     }
     if settings.workspace_storage_class:
         pvc_spec["storage_class_name"] = settings.workspace_storage_class
@@ -262,6 +294,11 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             Parameter(name="repo", description="git URL of the model repo"),
             Parameter(name="revision", description="commit sha to train"),
             Parameter(name="ref", value=f"refs/heads/{settings.branch}", description="pushed ref"),
+            Parameter(
+                name="gitops-repo",
+                value=loaded.config.promotion.gitops.repo,
+                description="GitOps repo the candidate is proposed to (empty: do not propose)",
+            ),
         ],
         active_deadline_seconds=settings.workflow_deadline_seconds,
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
@@ -281,7 +318,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         ),
         workflow_metadata=m.WorkflowMetadata(
             labels={"mlops.dev/model": model},
-            labels_from={"mlops.dev/commit": m.LabelValueFrom(expression="workflow.parameters.revision")},
+            labels_from={
+                "mlops.dev/commit": m.LabelValueFrom(expression="workflow.parameters.revision")
+            },
         ),
         volume_claim_templates=[
             m.PersistentVolumeClaim(
@@ -319,13 +358,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             name="checkout",
             image=settings.git_image,
             command=["sh", "-c"],
-            args=[
-                "set -eu\n"
-                'rm -rf "$MLOPS_REPO" "$MLOPS_OUT" && mkdir -p "$MLOPS_OUT" "$MLOPS_OUTPUTS"\n'
-                'git clone --no-checkout "$REPO_URL" "$MLOPS_REPO"\n'
-                'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
-                'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
-            ],
+            args=[CHECKOUT_SCRIPT],
             env=tool_env
             + [
                 Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
@@ -352,17 +385,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             name="build-image",
             image=settings.buildkit_image,
             command=["sh", "-c"],
-            args=[
-                "set -eu\n"
-                'mkdir -p "$MLOPS_OUTPUTS"\n'
-                "buildctl-daemonless.sh build --frontend dockerfile.v0 "
-                '--local context="$MLOPS_REPO" --local dockerfile="$MLOPS_REPO" '
-                '--opt build-arg:BASE_IMAGE="$BASE_IMAGE" '
-                '--output type=image,name="$IMAGE",push=true '
-                '--import-cache type=registry,ref="$CACHE" '
-                '--export-cache type=registry,ref="$CACHE",mode=max\n'
-                'printf %s "$IMAGE" > "$MLOPS_OUTPUTS/image"\n'
-            ],
+            args=[BUILD_SCRIPT],
             env=tool_env
             + [
                 Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
@@ -373,7 +396,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ],
             volume_mounts=[
                 _workspace_mount(),
-                m.VolumeMount(name="registry-auth", mount_path="/home/user/.docker", read_only=True),
+                m.VolumeMount(
+                    name="registry-auth", mount_path="/home/user/.docker", read_only=True
+                ),
                 m.VolumeMount(name="buildkit-state", mount_path="/home/user/.local/share/buildkit"),
             ],
             security_context=m.SecurityContext(
@@ -455,7 +480,10 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 Counter(
                     name="mlops_gate_outcomes_total",
                     help="Gate verdicts on candidates",
-                    labels=[model_label, Label(key="passed", value="{{outputs.parameters.passed}}")],
+                    labels=[
+                        model_label,
+                        Label(key="passed", value="{{outputs.parameters.passed}}"),
+                    ],
                     value="1",
                 ),
             ],
@@ -466,8 +494,26 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             name="propose",
             image=settings.tool_image,
             command=["mlops"],
-            args=["promote", "propose", "--repo", "$(MLOPS_REPO)", "--out", "$(MLOPS_OUT)",
-                  "--outputs", "$(MLOPS_OUTPUTS)"],
+            # `mlops promote propose` (the promotion room): the candidate's
+            # serving manifests on a branch of the GitOps repo, and a PR whose
+            # body is the evaluation report and the gate's verdict.
+            args=[
+                "promote",
+                "propose",
+                "$(MLOPS_OUT)/full/model",
+                "--gitops",
+                "{{workflow.parameters.gitops-repo}}",
+                "--config",
+                f"$(MLOPS_REPO)/{loaded.path.name}",
+                "--metrics",
+                "$(MLOPS_OUT)/full/metrics.json",
+                "--gate",
+                "$(MLOPS_OUT)/full/gate.json",
+                "--forge",
+                loaded.config.promotion.gitops.forge,
+                "--branch",
+                loaded.config.promotion.gitops.branch,
+            ],
             env=tool_env,
             volume_mounts=[_workspace_mount()],
             security_context=_restricted(),
@@ -480,10 +526,14 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             image=settings.tool_image,
             command=["python", "-m", "workflows.outcome"],
             args=[
-                "--status", "{{workflow.status}}",
-                "--workflow", "{{workflow.name}}",
-                "--failures", "{{workflow.failures}}",
-                "--out", "$(MLOPS_OUT)",
+                "--status",
+                "{{workflow.status}}",
+                "--workflow",
+                "{{workflow.name}}",
+                "--failures",
+                "{{workflow.failures}}",
+                "--out",
+                "$(MLOPS_OUT)",
             ],
             env=tool_env,
             volume_mounts=[_workspace_mount()],
@@ -494,7 +544,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         with DAG(name=ENTRYPOINT):
             t_checkout = Task(name="checkout", template=checkout)
             t_build = Task(name="build-image", template=build_image, depends="checkout")
-            image_arg = Parameter(name="image", value="{{tasks.build-image.outputs.parameters.image}}")
+            image_arg = Parameter(
+                name="image", value="{{tasks.build-image.outputs.parameters.image}}"
+            )
             t_smoke = Task(
                 name="smoke-train", template=smoke, arguments=[image_arg], depends="build-image"
             )
@@ -507,7 +559,12 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 name="propose",
                 template=propose,
                 depends="gate.Succeeded",
-                when="{{tasks.gate.outputs.parameters.passed}} == true",
+                # Propose only a candidate that passed, and only where a
+                # GitOps repo is configured (empty parameter: end at the gate).
+                when=(
+                    "{{tasks.gate.outputs.parameters.passed}} == true"
+                    " && '{{workflow.parameters.gitops-repo}}' != ''"
+                ),
             )
             del t_checkout, t_build, t_smoke, t_train, t_eval
     return wt

@@ -19,7 +19,9 @@ def _meta(name: str, settings: PipelineSettings) -> dict[str, Any]:
     }
 
 
-def _account(name: str, rules: list[dict[str, Any]], settings: PipelineSettings) -> list[dict[str, Any]]:
+def _account(
+    name: str, rules: list[dict[str, Any]], settings: PipelineSettings
+) -> list[dict[str, Any]]:
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, settings)},
         {

@@ -25,7 +25,9 @@ class RenderError(ConfigError):
     """A rendered manifest does not validate: a bug or an impossible setting."""
 
 
-def render_documents(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, list[dict[str, Any]]]:
+def render_documents(
+    loaded: LoadedConfig, settings: PipelineSettings
+) -> dict[str, list[dict[str, Any]]]:
     """File name -> documents, in a stable order."""
     wt = build_workflow_template(loaded, settings)
     return {
@@ -52,7 +54,9 @@ def render_texts(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, 
     return {name: dump_documents(docs) for name, docs in documents.items()}
 
 
-def write_manifests(loaded: LoadedConfig, settings: PipelineSettings, out: pathlib.Path) -> list[pathlib.Path]:
+def write_manifests(
+    loaded: LoadedConfig, settings: PipelineSettings, out: pathlib.Path
+) -> list[pathlib.Path]:
     """Render, validate, then write; returns the files written."""
     texts = render_texts(loaded, settings)
     out.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,9 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import yaml
 from hera.workflows import WorkflowTemplate
@@ -112,7 +113,9 @@ def dag_tasks(doc: dict[str, Any]) -> list[dict[str, Any]]:
     tasks = entry["dag"]["tasks"]
     names = [t["name"] for t in tasks]
     deps = {
-        t["name"]: depends_on(t["depends"]) if t.get("depends") else list(t.get("dependencies") or [])
+        t["name"]: depends_on(t["depends"])
+        if t.get("depends")
+        else list(t.get("dependencies") or [])
         for t in tasks
     }
     for name, ds in deps.items():
@@ -122,7 +125,9 @@ def dag_tasks(doc: dict[str, Any]) -> list[dict[str, Any]]:
     ordered: list[dict[str, Any]] = []
     done: set[str] = set()
     while len(ordered) < len(tasks):
-        ready = [t for t in tasks if t["name"] not in done and all(d in done for d in deps[t["name"]])]
+        ready = [
+            t for t in tasks if t["name"] not in done and all(d in done for d in deps[t["name"]])
+        ]
         if not ready:
             cycle = [n for n in names if n not in done]
             raise StepError(f"the DAG has a dependency cycle among {cycle}")
@@ -147,7 +152,11 @@ def _git(repo: pathlib.Path, *args: str) -> str | None:
 def environment_digest() -> tuple[str, str]:
     """(sha256, text) of the Python version and installed distributions (`pip freeze`)."""
     dists = sorted(
-        {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]},
+        {
+            f"{d.metadata['Name']}=={d.version}"
+            for d in importlib.metadata.distributions()
+            if d.metadata["Name"]
+        },
         key=str.lower,
     )
     text = f"python {platform.python_version()} {platform.machine()}\n" + "\n".join(dists) + "\n"
@@ -168,14 +177,20 @@ class _Ctx:
 def _standin_checkout(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
     sha = _git(ctx.repo, "rev-parse", "HEAD") or ctx.scope["workflow.parameters.revision"]
     dirty = _git(ctx.repo, "status", "--porcelain", "--", ".")
-    log.write(f"local checkout: using {ctx.repo} at {sha}" + (" (with uncommitted changes)" if dirty else "") + "\n")
+    log.write(
+        f"local checkout: using {ctx.repo} at {sha}"
+        + (" (with uncommitted changes)" if dirty else "")
+        + "\n"
+    )
     (outputs / "revision").write_text(sha)
 
 
 def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
     digest, text = environment_digest()
     (ctx.out / "environment.txt").write_text(text)
-    log.write(f"no container engine here: recorded the environment instead ({ctx.out / 'environment.txt'})\n")
+    log.write(
+        f"no container engine here: recorded the environment instead ({ctx.out / 'environment.txt'})\n"
+    )
     log.write(f"environment digest sha256:{digest}\n")
     (outputs / "image").write_text(f"local/{ctx.model}-train@sha256:{digest}")
 
@@ -217,8 +232,16 @@ def _run_step(name: str, argv: list[str], log: Any, env: dict[str, str]) -> None
         raise _TaskFailed(f"step {name} exited with code {code}")
 
 
-def _standin_paddlejob(ctx: _Ctx, outputs: pathlib.Path, log: Any, tmpl: dict[str, Any], env: dict[str, str],
-                       manifest: dict[str, Any], step: str, **_: Any) -> None:
+def _standin_paddlejob(
+    ctx: _Ctx,
+    outputs: pathlib.Path,
+    log: Any,
+    tmpl: dict[str, Any],
+    env: dict[str, str],
+    manifest: dict[str, Any],
+    step: str,
+    **_: Any,
+) -> None:
     replicas = int(manifest["spec"]["worker"]["replicas"])
     workers = local_workers_for(replicas)
     log.write(
@@ -228,7 +251,9 @@ def _standin_paddlejob(ctx: _Ctx, outputs: pathlib.Path, log: Any, tmpl: dict[st
         + f" on {os.cpu_count()} core(s))\n"
     )
     log.flush()
-    _run_step(step, ["--repo", str(ctx.repo), "--out", str(ctx.out), "--outputs", str(outputs)], log, env)
+    _run_step(
+        step, ["--repo", str(ctx.repo), "--out", str(ctx.out), "--outputs", str(outputs)], log, env
+    )
 
 
 def local_workers_for(replicas: int) -> int:
@@ -243,7 +268,9 @@ def _command_available(group: str, commands: set[str] | None) -> bool:
     return proc.returncode == 0
 
 
-def _run_container(ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.Path) -> str:
+def _run_container(
+    ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.Path
+) -> str:
     """Run a container's command locally; returns 'Skipped' or ''."""
     if argv[:2] == ["mlops", "step"] and len(argv) > 2:
         _run_step(argv[2], argv[3:], log, env)
@@ -251,7 +278,9 @@ def _run_container(ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[st
     if argv[0] == "mlops":
         group = argv[1] if len(argv) > 1 else ""
         if not _command_available(group, ctx.commands):
-            msg = f"`mlops {group}` is not available in this installation; {task} is skipped locally"
+            msg = (
+                f"`mlops {group}` is not available in this installation; {task} is skipped locally"
+            )
             log.write(msg + "\n")
             return msg
         argv = [sys.executable, "-m", "mlops", *argv[1:]]
@@ -259,7 +288,9 @@ def _run_container(ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[st
         argv = [sys.executable, *argv[1:]]
     log.write("$ " + " ".join(argv) + "\n")
     log.flush()
-    proc = subprocess.run(argv, cwd=cwd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.run(
+        argv, cwd=cwd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
+    )
     if proc.returncode != 0:
         raise _TaskFailed(f"{argv[0]} exited with code {proc.returncode}")
     return ""
@@ -268,7 +299,9 @@ def _run_container(ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[st
 # --- one task ------------------------------------------------------------------
 
 
-def _path_mapper(container_env: dict[str, str], local_env: dict[str, str]) -> Callable[[str], pathlib.Path]:
+def _path_mapper(
+    container_env: dict[str, str], local_env: dict[str, str]
+) -> Callable[[str], pathlib.Path]:
     prefixes = sorted(
         ((container_env[k], local_env[k]) for k in PATH_ENV if k in container_env),
         key=lambda kv: -len(kv[0]),
@@ -277,8 +310,10 @@ def _path_mapper(container_env: dict[str, str], local_env: dict[str, str]) -> Ca
     def mapped(path: str) -> pathlib.Path:
         for cpath, lpath in prefixes:
             if path == cpath or path.startswith(cpath.rstrip("/") + "/"):
-                return pathlib.Path(lpath + path[len(cpath):])
-        raise _TaskFailed(f"path {path} is outside the mapped directories ({', '.join(c for c, _ in prefixes)})")
+                return pathlib.Path(lpath + path[len(cpath) :])
+        raise _TaskFailed(
+            f"path {path} is outside the mapped directories ({', '.join(c for c, _ in prefixes)})"
+        )
 
     return mapped
 
@@ -303,15 +338,21 @@ def _metric_lines(tmpl: dict[str, Any], scope: dict[str, str]) -> list[str]:
             continue
         value = substitute(metric[kind]["value"], scope)
         name = metric["name"]
-        lines += [f"# HELP {name} {metric.get('help', '')}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {value}"]
+        lines += [
+            f"# HELP {name} {metric.get('help', '')}",
+            f"# TYPE {name} {kind}",
+            f"{name}{{{labels}}} {value}",
+        ]
     return lines
 
 
 def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
     name = task["name"]
     scope = dict(ctx.scope)
-    args = {p["name"]: substitute(str(p.get("value", "")), scope, f"task {name}") for p in
-            (task.get("arguments") or {}).get("parameters") or []}
+    args = {
+        p["name"]: substitute(str(p.get("value", "")), scope, f"task {name}")
+        for p in (task.get("arguments") or {}).get("parameters") or []
+    }
     for p in (tmpl.get("inputs") or {}).get("parameters") or []:
         value = args.get(p["name"], p.get("value", p.get("default")))
         if value is None:
@@ -321,10 +362,16 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     outputs = ctx.out / "outputs" / name
     shutil.rmtree(outputs, ignore_errors=True)
     outputs.mkdir(parents=True)
-    local_paths = {"MLOPS_REPO": str(ctx.repo), "MLOPS_OUT": str(ctx.out), "MLOPS_OUTPUTS": str(outputs)}
+    local_paths = {
+        "MLOPS_REPO": str(ctx.repo),
+        "MLOPS_OUT": str(ctx.out),
+        "MLOPS_OUTPUTS": str(outputs),
+    }
     container = tmpl.get("container") or {}
-    container_env = {e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
-                     for e in container.get("env") or []}
+    container_env = {
+        e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
+        for e in container.get("env") or []
+    }
     if not container:
         container_env = dict(PATH_ENV)
     env = {**container_env, **local_paths}
@@ -336,20 +383,28 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         if action.startswith("step:"):
             manifest_text = (tmpl.get("resource") or {}).get("manifest")
             if not manifest_text:
-                raise _TaskFailed(f"template {tmpl['name']} is annotated {action} but has no resource manifest")
+                raise _TaskFailed(
+                    f"template {tmpl['name']} is annotated {action} but has no resource manifest"
+                )
             manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
             # The worker container's env (lineage, paths) is the step's env.
             pod = manifest["spec"]["worker"]["template"]["spec"]
-            worker_env = {e["name"]: str(e.get("value", "")) for e in pod["containers"][0].get("env") or []}
+            worker_env = {
+                e["name"]: str(e.get("value", "")) for e in pod["containers"][0].get("env") or []
+            }
             env = {**worker_env, **local_paths}
-            _standin_paddlejob(ctx, outputs, log, tmpl=tmpl, env=env, manifest=manifest, step=action[5:])
+            _standin_paddlejob(
+                ctx, outputs, log, tmpl=tmpl, env=env, manifest=manifest, step=action[5:]
+            )
         elif action:
             if action not in STANDINS:
                 raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
             STANDINS[action](ctx, outputs, log)
         elif container:
-            argv = [expand_env(substitute(str(a), scope, f"template {tmpl['name']}"), env)
-                    for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+            argv = [
+                expand_env(substitute(str(a), scope, f"template {tmpl['name']}"), env)
+                for a in [*(container.get("command") or []), *(container.get("args") or [])]
+            ]
             if not argv:
                 raise _TaskFailed(f"template {tmpl['name']} has no command")
             cwd = mapped(container["workingDir"]) if container.get("workingDir") else ctx.repo
@@ -358,7 +413,9 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
                 record.phase, record.message = "Skipped", skipped
                 return
         else:
-            raise _TaskFailed(f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})")
+            raise _TaskFailed(
+                f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
+            )
 
     # Everything the step wrote is kept; the declared outputs must be there.
     for f in sorted(outputs.iterdir()):
@@ -409,17 +466,26 @@ def run_workflow(
     ordered = dag_tasks(doc)
     model = doc["metadata"].get("labels", {}).get("mlops.dev/model") or doc["metadata"]["name"]
 
-    params = {p["name"]: str(p.get("value", "")) for p in (doc["spec"].get("arguments") or {}).get("parameters") or []}
+    params = {
+        p["name"]: str(p.get("value", ""))
+        for p in (doc["spec"].get("arguments") or {}).get("parameters") or []
+    }
     sha = _git(repo, "rev-parse", "HEAD")
     params.setdefault("repo", "")
     params["repo"] = params["repo"] or str(repo)
     params["revision"] = params.get("revision") or sha or "local"
     params.update(parameters or {})
-    name = workflow_name(model, params["revision"]) if re.fullmatch(r"[0-9a-fA-F]{7,40}", params["revision"]) else f"{model}-local"
+    name = (
+        workflow_name(model, params["revision"])
+        if re.fullmatch(r"[0-9a-fA-F]{7,40}", params["revision"])
+        else f"{model}-local"
+    )
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
     scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
-    scope.update({"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local"})
+    scope.update(
+        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local"}
+    )
     ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, commands=commands)
 
     echo(f"local run {name}: {repo} -> {out}")
@@ -428,13 +494,19 @@ def run_workflow(
     status: dict[str, str] = {}
     failed: TaskRecord | None = None
     for task in ordered:
-        record = TaskRecord(name=task["name"], template=task["template"], log=str(out / "logs" / f"{task['name']}.log"))
+        record = TaskRecord(
+            name=task["name"],
+            template=task["template"],
+            log=str(out / "logs" / f"{task['name']}.log"),
+        )
         records.append(record)
         if failed is not None:
             record.phase, record.message = "Omitted", f"not run: {failed.name} failed"
         elif task.get("depends") and not eval_depends(task["depends"], status):
             record.phase, record.message = "Omitted", f"depends {task['depends']!r} is false"
-        elif task.get("when") and not eval_when(substitute(task["when"], ctx.scope, f"task {record.name} when")):
+        elif task.get("when") and not eval_when(
+            substitute(task["when"], ctx.scope, f"task {record.name} when")
+        ):
             record.phase, record.message = "Skipped", f"when {task['when']!r} is false"
         else:
             echo(f"  {record.name:<14} running   (log: {record.log})")
@@ -451,19 +523,31 @@ def run_workflow(
             ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
         ctx.scope[f"tasks.{record.name}.status"] = record.phase
         if record.phase != "Omitted" or failed is None or failed is record:
-            echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
-                 + (f"  {record.message}" if record.message and record.phase != "Succeeded" else ""))
+            echo(
+                f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
+                + (f"  {record.message}" if record.message and record.phase != "Succeeded" else "")
+            )
 
     wf_status = "Failed" if failed else "Succeeded"
     ctx.scope["workflow.status"] = wf_status
     ctx.scope["workflow.failures"] = json.dumps(
-        [{"displayName": failed.name, "templateName": failed.template, "phase": "Failed", "message": failed.message}]
-        if failed else []
+        [
+            {
+                "displayName": failed.name,
+                "templateName": failed.template,
+                "phase": "Failed",
+                "message": failed.message,
+            }
+        ]
+        if failed
+        else []
     )
     ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
     exit_name = doc["spec"].get("onExit")
     if exit_name:
-        record = TaskRecord(name=exit_name, template=exit_name, log=str(out / "logs" / f"{exit_name}.log"))
+        record = TaskRecord(
+            name=exit_name, template=exit_name, log=str(out / "logs" / f"{exit_name}.log")
+        )
         t0 = time.monotonic()
         try:
             _run_task(ctx, {"name": exit_name}, templates[exit_name], record)
@@ -475,11 +559,19 @@ def run_workflow(
     ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
     ctx.metrics += _metric_lines(doc["spec"], ctx.scope)
 
-    result = RunResult(workflow=name, status=wf_status, out=out, seconds=round(time.monotonic() - start, 3),
-                       tasks=records, parameters=params)
+    result = RunResult(
+        workflow=name,
+        status=wf_status,
+        out=out,
+        seconds=round(time.monotonic() - start, 3),
+        tasks=records,
+        parameters=params,
+    )
     _write_records(result, ctx.metrics)
     if failed:
-        echo(f"\nFAILED at {failed.name}: {failed.message}\n--- {failed.log} (last lines) ---\n{_tail(failed.log)}")
+        echo(
+            f"\nFAILED at {failed.name}: {failed.message}\n--- {failed.log} (last lines) ---\n{_tail(failed.log)}"
+        )
     _print_summary(result, echo)
     return result
 
@@ -524,6 +616,8 @@ def _print_summary(result: RunResult, echo: Echo) -> None:
     if result.output("map50"):
         echo(f"  mAP@0.5: {result.output('map50')}   mAP@[.5:.95]: {result.output('map')}")
     if result.output("passed"):
-        echo(f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - {result.output('reason')}")
+        echo(
+            f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - {result.output('reason')}"
+        )
     echo(f"  report:  {out / 'report.md'}")
     echo(f"  timings: {out / 'run.json'}   logs: {out / 'logs'}/")

@@ -66,7 +66,9 @@ def commit_parameters(
     return {"repo": repo_url, "revision": revision, "ref": ref}
 
 
-def build_submission(loaded: LoadedConfig, settings: PipelineSettings, params: dict[str, str]) -> Workflow:
+def build_submission(
+    loaded: LoadedConfig, settings: PipelineSettings, params: dict[str, str]
+) -> Workflow:
     """The Workflow for one commit, referencing the model's WorkflowTemplate."""
     model = loaded.config.model
     return Workflow(
@@ -90,7 +92,10 @@ def submit(
     """Create-or-update the template, then create the commit's Workflow."""
     token = token if token is not None else os.environ.get(TOKEN_ENV)
     service = WorkflowsService(
-        host=server.rstrip("/") + "/", token=token or None, namespace=settings.namespace, verify_ssl=verify_ssl
+        host=server.rstrip("/") + "/",
+        token=token or None,
+        namespace=settings.namespace,
+        verify_ssl=verify_ssl,
     )
     wt = build_workflow_template(loaded, settings)
     try:
@@ -104,12 +109,16 @@ def submit(
             updated = wt.build()
             updated.metadata.resource_version = current.metadata.resource_version
             service.update_workflow_template(
-                wt.name, m.WorkflowTemplateUpdateRequest(template=updated), namespace=settings.namespace
+                wt.name,
+                m.WorkflowTemplateUpdateRequest(template=updated),
+                namespace=settings.namespace,
             )
             action = "updated"
         wf = build_submission(loaded, settings, params)
         try:
-            service.create_workflow(m.WorkflowCreateRequest(workflow=wf.build()), namespace=settings.namespace)
+            service.create_workflow(
+                m.WorkflowCreateRequest(workflow=wf.build()), namespace=settings.namespace
+            )
             created = True
         except AlreadyExists:
             created = False

@@ -11,6 +11,7 @@ def _options(args: argparse.Namespace) -> dict:
         "branch": args.branch,
         "bot": args.bot,
         "runs": pathlib.Path(args.runs_dir) if args.runs_dir else None,
+        "gitops": args.gitops,
     }
 
 
@@ -29,7 +30,10 @@ def _install(args: argparse.Namespace) -> int:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="bare git repository")
     parser.add_argument("--branch", default="main", help="the branch whose pushes are trained")
-    parser.add_argument("--bot", default="mlops-bot", help="author name/email whose commits never train")
+    parser.add_argument(
+        "--bot", default="mlops-bot", help="author name/email whose commits never train"
+    )
+    parser.add_argument("--gitops", help="GitOps repo that runs propose candidates to (default: none)")
     parser.add_argument("--runs-dir", help="where runs go (default: <bare repo>/mlops-runs)")
 
 

@@ -26,7 +26,9 @@ def _run(args: argparse.Namespace) -> int:
     wt = build_workflow_template(loaded, settings)
     params = dict(p.split("=", 1) for p in args.param or [])
     out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
-    result = run_workflow(wt, loaded.repo_dir, out, parameters=params, commands=_available_commands())
+    result = run_workflow(
+        wt, loaded.repo_dir, out, parameters=params, commands=_available_commands()
+    )
     return 0 if result.status == "Succeeded" else 1
 
 
@@ -39,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="run directory (default: ./mlops-out/<model>)")
     parser.add_argument("--settings", help="platform settings YAML (same file as for render)")
     parser.add_argument(
-        "--param", action="append", metavar="NAME=VALUE", help="workflow parameter (repo, revision, ref)"
+        "--param",
+        action="append",
+        metavar="NAME=VALUE",
+        help="workflow parameter (repo, revision, ref)",
     )
     parser.set_defaults(func=_run)

@@ -37,10 +37,14 @@ def _submit(args: argparse.Namespace) -> int:
     result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.insecure)
     print(f"WorkflowTemplate {result.namespace}/{result.template}: {result.template_action}")
     if result.created:
-        print(f"Workflow {result.namespace}/{result.workflow}: submitted ({params['revision'][:12]})")
+        print(
+            f"Workflow {result.namespace}/{result.workflow}: submitted ({params['revision'][:12]})"
+        )
     else:
-        print(f"Workflow {result.namespace}/{result.workflow}: already submitted for this commit; "
-              "nothing new started")
+        print(
+            f"Workflow {result.namespace}/{result.workflow}: already submitted for this commit; "
+            "nothing new started"
+        )
     return 0
 
 
@@ -55,7 +59,9 @@ def _lint(args: argparse.Namespace) -> int:
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:
-        raise LintFailed(f"{len(problems)} problem(s) in {count} document(s) of {len(files)} file(s)")
+        raise LintFailed(
+            f"{len(problems)} problem(s) in {count} document(s) of {len(files)} file(s)"
+        )
     print(f"{count} document(s) in {len(files)} file(s): valid")
     return 0
 
@@ -65,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     group = subparsers.add_parser("workflows", help="render, submit and lint the Argo pipeline")
     sub = group.add_subparsers(dest="workflows_command", metavar="ACTION", required=True)
 
-    render = sub.add_parser("render", help="write WorkflowTemplate, EventSource, Sensor and RBAC as YAML")
+    render = sub.add_parser(
+        "render", help="write WorkflowTemplate, EventSource, Sensor and RBAC as YAML"
+    )
     render.add_argument("path", help="model repo (directory with mlops.yaml)")
     render.add_argument("--out", required=True, help="output directory")
     render.add_argument("--settings", help="platform settings YAML (images, secrets, branch, ...)")
@@ -76,13 +84,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "submit", help=f"submit the current commit to an Argo Server (token from ${TOKEN_ENV})"
     )
     sub_p.add_argument("path", help="model repo (a git checkout with mlops.yaml)")
-    sub_p.add_argument("--argo-server", required=True, metavar="URL", help="e.g. https://argo.example.com:2746")
+    sub_p.add_argument(
+        "--argo-server", required=True, metavar="URL", help="e.g. https://argo.example.com:2746"
+    )
     sub_p.add_argument("--namespace", help="namespace to submit into")
     sub_p.add_argument("--settings", help="platform settings YAML")
     sub_p.add_argument("--repo-url", help="git URL the cluster clones (default: remote 'origin')")
     sub_p.add_argument("--revision", help="commit sha (default: HEAD)")
     sub_p.add_argument("--ref", help="ref name (default: the current branch)")
-    sub_p.add_argument("--insecure", action="store_true", help="do not verify the server's TLS certificate")
+    sub_p.add_argument(
+        "--insecure", action="store_true", help="do not verify the server's TLS certificate"
+    )
     sub_p.set_defaults(func=_submit)
 
     lint = sub.add_parser("lint", help="validate YAML manifests against the official schemas")

@@ -1,0 +1,81 @@
+"""The real example, pushed into a fresh bare repo set up by mlops, trains for real.
+
+The pushed copy of examples/shapes-detector differs in one line of
+mlops.yaml: the full job runs 1 epoch instead of the example's default,
+so the test takes minutes, not half an hour. Everything else is real: the
+post-receive hook, a checkout of the pushed sha, the smoke PaddleJob and
+the two-worker `paddle.distributed.launch` training, COCO evaluation and
+the gate. The run must end at the gate with a report; the second push of
+the same sha starts nothing.
+"""
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from mlops.cli import main as cli
+from tests.fixtures.workflows import git
+from tests.test_workflows_hooks import _push_capture, runs_cleanup, wait_for_run  # noqa: F401
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "shapes-detector"
+
+
+@pytest.mark.slow
+def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup):  # noqa: F811
+    repo = tmp_path / "shapes-detector"
+    shutil.copytree(
+        EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out")
+    )
+    cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
+    cfg["training"]["full"].setdefault("overrides", {})["epochs"] = 1
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "shapes detector")
+    bare = tmp_path / "shapes-detector.git"
+    assert cli(["hooks", "init-bare", str(bare)]) == 0
+    runs_cleanup.append(bare / "mlops-runs")
+    git(repo, "remote", "add", "origin", str(bare))
+
+    sha = git(repo, "rev-parse", "HEAD")
+    assert "started a local run" in _push_capture(repo, "main")
+    home = bare / "mlops-runs" / sha
+    run = wait_for_run(home, timeout=40 * 60)
+    phases = {t["name"]: t["phase"] for t in run["tasks"]}
+    for name in ("checkout", "build-image", "smoke-train", "train", "evaluate", "gate"):
+        assert phases[name] == "Succeeded", (name, (home / "run.log").read_text()[-3000:])
+    out = home / "out"
+    metrics = json.loads((out / "full" / "metrics.json").read_text())
+    assert 0.0 <= metrics["map50"] <= 1.0
+    gate = json.loads((out / "full" / "gate.json").read_text())
+    assert gate["metric"] == "map50" and gate["value"] == pytest.approx(metrics["map50"], abs=1e-6)
+    report = (out / "report.md").read_text()
+    assert ("PASS" in report) or ("FAIL" in report)
+    assert (out / "full" / "model" / "model.yaml").is_file()
+    record = yaml.safe_load((out / "full" / "model" / "model.yaml").read_text())
+    assert record.get("training_commit") == sha
+    assert "launch-logs" in {p.name for p in (out / "full").iterdir()}  # two ranks, launched
+
+    # Pushing the same sha again (after another commit moved the branch) starts nothing.
+    (repo / "NOTES.md").write_text("next\n")
+    git(repo, "add", "NOTES.md")
+    git(repo, "commit", "-qm", "notes")
+    sha2 = git(repo, "rev-parse", "HEAD")
+    _push_capture(repo, "main")
+    assert "already has a run" in _push_capture(repo, "--force", f"{sha}:refs/heads/main")
+    # Stop the second run at once: it is not what this test measures.
+    import os
+    import signal
+    import time
+
+    pid_file = bare / "mlops-runs" / sha2 / "pid"
+    for _ in range(100):
+        if pid_file.exists():
+            break
+        time.sleep(0.1)
+    try:
+        os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+    except (ProcessLookupError, FileNotFoundError, ValueError):
+        pass
