@@ -1,0 +1,97 @@
+"""The open-loop load generator and the `mlops serve` / `mlops load` command lines."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from serving.loadgen import LoadError, load_images, report_from_json, run_load
+from tests.fixtures.common import ROOT
+from tests.fixtures.serving import server_env
+
+
+def mlops(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "mlops", *args], capture_output=True, text=True,
+                          timeout=timeout, env=server_env(), cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def val_dir(shapes_dataset):
+    return shapes_dataset / "val"
+
+
+def test_run_load_sends_every_scheduled_request(model_server, tiny_model_dir, val_dir):
+    server = model_server(tiny_model_dir)
+    report = run_load(server.url, rps=20, duration=2, images=load_images(val_dir, limit=8))
+    assert report.model == "tiny-detector"  # asked from the server's repository index
+    assert report.scheduled == 40 and report.sent + report.dropped == 40
+    assert report.status_counts == {"200": report.sent} and report.sent > 0
+    assert set(report.latency_ms) == {"p50", "p90", "p99", "max", "mean"}
+    assert 0 < report.latency_ms["p50"] <= report.latency_ms["p99"] <= report.latency_ms["max"]
+    assert report_from_json(report.to_json()) == report
+
+
+def test_open_loop_keeps_offering_load_to_an_overloaded_server(model_server, tiny_model_dir,
+                                                                val_dir):
+    """A closed loop would slow down with the server; the open loop sends on schedule
+    and the overload shows up as 503s."""
+    server = model_server(tiny_model_dir, "--max-in-flight", "1", "--threads", "1")
+    report = run_load(server.url, rps=150, duration=1, images=load_images(val_dir, limit=8),
+                      model="tiny-detector", concurrency_cap=32)
+    assert report.sent + report.dropped == 150
+    assert set(report.status_counts) <= {"200", "503"}
+    assert report.status_counts.get("503", 0) > 0 and report.status_counts.get("200", 0) > 0
+
+
+def test_paddle_serving_route_under_load(model_server, tiny_model_dir, val_dir):
+    server = model_server(tiny_model_dir)
+    report = run_load(server.url, rps=10, duration=1, images=load_images(val_dir, limit=4),
+                      route="paddle-serving")
+    assert report.status_counts == {"200": 10}
+
+
+def test_load_command_prints_and_writes_json(model_server, tiny_model_dir, val_dir, tmp_path):
+    server = model_server(tiny_model_dir)
+    out = tmp_path / "report" / "load.json"
+    proc = mlops("load", server.url, "--rps", "10", "--duration", "1", "--images", str(val_dir),
+                 "--json", str(out), "--model", "tiny-detector")
+    assert proc.returncode == 0, proc.stderr
+    assert "offered  10.0 req/s" in proc.stdout and "200: 10" in proc.stdout
+    assert "p50" in proc.stdout and "p99" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["status_counts"] == {"200": 10} and data["offered_rps"] == 10
+
+
+def test_load_command_errors_are_clear(tmp_path):
+    proc = mlops("load", "http://127.0.0.1:9", "--rps", "1", "--duration", "1",
+                 "--images", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and "error: image directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(LoadError, match="no PNG or JPEG"):
+        load_images(tmp_path / "empty")
+
+
+def test_serve_command_rejects_bad_model_dirs(tmp_path, tiny_model_dir):
+    proc = mlops("serve", str(tmp_path / "nope"), "--port", "1")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    (broken / "infer_cfg.yml").unlink()
+    proc = mlops("serve", str(broken), "--port", "1")
+    assert proc.returncode == 2 and "infer_cfg.yml" in proc.stderr
+
+    cfg = yaml.safe_load((tiny_model_dir / "infer_cfg.yml").read_text())
+    cfg["decode"]["top_k"] = 0
+    (broken / "infer_cfg.yml").write_text(yaml.safe_dump(cfg))
+    proc = mlops("serve", str(broken), "--port", "1")
+    assert proc.returncode == 2 and "decode.top_k" in proc.stderr and "infer_cfg.yml" in proc.stderr
+
+    (broken / "inference.pdiparams").unlink()
+    proc = mlops("serve", str(broken), "--port", "1")
+    assert proc.returncode == 2 and "inference.pdiparams" in proc.stderr
