@@ -106,7 +106,8 @@ class Ours:
         nodata = active & (total == 0)
         # Canary silent while stable serves: is it down?
         silent = active & ~nodata & (nc == 0) & (ns > 0)
-        self.streak = np.where(silent, self.streak + ns, np.where(active & (nc > 0), 0, self.streak))
+        served = active & (nc > 0)
+        self.streak = np.where(silent, self.streak + ns, np.where(served, 0, self.streak))
         self.silent_since = np.where(silent & np.isnan(self.silent_since), now - self.interval,
                                      np.where(active & (nc > 0), np.nan, self.silent_since))
         with np.errstate(divide="ignore"):
@@ -432,7 +433,8 @@ def print_tables(result: dict[str, Any]) -> None:
         print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)))
     print()
     for name, t in result["targets"].items():
-        print(f"{name}: p90 canary requests to rollback {fmt(t['canary_requests_to_rollback_p90'])} "
+        p90 = fmt(t["canary_requests_to_rollback_p90"])
+        print(f"{name}: p90 canary requests to rollback {p90} "
               f"(target <= 50: {'met' if t['p90_le_50'] else 'NOT met'}); "
               f"{fmt(t['failed_requests_ratio_vs_flagger_p90'])}x fewer failed requests than "
               f"flagger-style at p90; false rollbacks {t['false_rollback_rate']:.2%}; "

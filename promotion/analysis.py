@@ -151,6 +151,7 @@ class Evidence(BaseModel):
 class _Decision(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    kind: str
     reason: str
     cause: str
     evidence: Evidence = Evidence()
@@ -159,17 +160,18 @@ class _Decision(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The decision as a plain dict (without the state)."""
-        out: dict[str, Any] = {"kind": getattr(self, "kind"), "cause": self.cause,
+        out: dict[str, Any] = {"kind": self.kind, "cause": self.cause,
                                "reason": self.reason}
-        if getattr(self, "to", None) is not None:
-            out["to"] = getattr(self, "to")
+        to = getattr(self, "to", None)  # only a Step has one
+        if to is not None:
+            out["to"] = to
         out["evidence"] = self.evidence.to_dict()
         return out
 
     def subject(self) -> str:
         """A commit subject, e.g. `canary(shapes-detector): 10% -> 25% (v2 over v1)`."""
         s = self.state
-        kind = getattr(self, "kind")
+        kind = self.kind
         before = self.evidence.weight
         over = f"({s.candidate} over {s.stable})"
         if kind == "step":
@@ -182,7 +184,7 @@ class _Decision(BaseModel):
 
     def trailers(self) -> dict[str, str]:
         """Git commit trailers: `Mlops-Decision`, `Mlops-Reason`, `Mlops-Evidence`."""
-        kind = getattr(self, "kind")
+        kind = self.kind
         return {
             "Mlops-Decision": f"{kind}/{self.cause}",
             "Mlops-Reason": self.reason,
@@ -278,7 +280,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _latency_updates(policy: CanaryPolicy, rel: tuple[float, ...], lim: tuple[float, ...],
+def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any,
                      obs: Observations) -> tuple[Any, Any]:
     """This window's evidence on latency: slow-request share vs stable, tail above the limit."""
     c, s = obs.canary.latency, obs.stable.latency
@@ -322,7 +324,8 @@ def _insufficient(policy: CanaryPolicy, state: CanaryState, reason: str, now: dt
     since = state.empty_since or now
     budget = policy.insufficient_evidence
     if _spent(budget, intervals, since, now):
-        why = f"insufficient evidence for {intervals} intervals since {since.isoformat()} ({reason})"
+        why = (f"insufficient evidence for {intervals} intervals since {since.isoformat()} "
+               f"({reason})")
         if budget.action == "rollback":
             return _rollback(state, "budget", why, now, evidence,
                              empty_intervals=intervals, empty_since=since)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 __all__ = [
     "Histogram",
@@ -43,9 +43,11 @@ class VersionWindow(BaseModel):
 
     @field_validator("errors")
     @classmethod
-    def _errors(cls, errors: int, info: object) -> int:
-        requests = getattr(info, "data", {}).get("requests", errors)
-        return min(errors, requests)
+    def _errors(cls, errors: int, info: ValidationInfo) -> int:
+        # increase() extrapolates each series on its own, so a window's errors
+        # can come out a hair above its requests; a rate above 1 means nothing.
+        requests = info.data.get("requests", errors)
+        return min(errors, int(requests))
 
     @property
     def latency_count(self) -> int:

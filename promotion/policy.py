@@ -35,7 +35,8 @@ class PolicyError(ValueError):
     exit_code = 2
 
 
-_DURATION = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s)?$")
+_NUM = r"\d+(?:\.\d+)?"
+_DURATION = re.compile(rf"^(?:(?P<h>{_NUM})h)?(?:(?P<m>{_NUM})m)?(?:(?P<s>{_NUM})s)?$")
 
 
 def parse_duration(value: Any) -> float:
@@ -143,7 +144,7 @@ class CanaryPolicy(_Frozen):
             raise ValueError("at least one step is needed")
         if any(not 0 < s <= 100 for s in steps):
             raise ValueError("each step is a weight in percent, 1..100")
-        if any(b <= a for a, b in zip(steps, steps[1:])):
+        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             raise ValueError("steps must increase strictly")
         if steps[-1] != 100:
             raise ValueError("the last step must be 100 (the candidate takes all traffic)")

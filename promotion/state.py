@@ -26,7 +26,14 @@ import math
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from promotion import stats
 
@@ -47,7 +54,7 @@ __all__ = [
     "start_canary",
 ]
 
-STATE_VERSION = 1
+STATE_VERSION: Literal[1] = 1
 
 
 class StateError(ValueError):

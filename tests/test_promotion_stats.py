@@ -84,7 +84,8 @@ def simulate(p_canary: float, p_stable: float, runs: int = 3000, windows: int = 
         rel = stats.update_relative(rel, ec, es, nc, ns)
         lim = stats.update_limit(lim, ec, nc, 0.01)
         served += nc
-        hit = ((stats.log_e_value(rel) >= rel_threshold) | (stats.log_e_value(lim) >= lim_threshold))
+        hit = ((stats.log_e_value(rel) >= rel_threshold)
+               | (stats.log_e_value(lim) >= lim_threshold))
         new = hit & (rejected_at < 0)
         rejected_at[new] = 1
         requests_at[new] = served[new]
