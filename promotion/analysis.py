@@ -113,7 +113,8 @@ class Check(BaseModel):
     threshold: float | None = None
     samples: int | None = None
     statistic: float | None = None
-    """For sequential tests: log of the e-value; rejects at log(2/alpha)."""
+    """Sequential tests: log of the e-value (rejects at the threshold in `detail`).
+    Traffic: the Chernoff bound on the chance of a share this far off."""
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
