@@ -271,3 +271,33 @@ def test_deleted_unmerged_branch_reads_as_closed(repo, forge, human):
     (repo / "hooks" / "pre-receive").unlink()
     human.git("push", "-q", "origin", f":refs/heads/{BRANCH}")
     assert forge.get_pr(1).state == "closed"
+
+
+OPENER = """
+import sys
+from gitops.forges.local import LocalForge
+from gitops.writeback import Backoff, Message, WriteBack
+repo, tag = sys.argv[1:3]
+branch = f"feature-{tag}"
+WriteBack(repo).commit(branch, lambda root: (root / f"{tag}.txt").write_text(tag), Message(tag),
+                       create_from="main")
+forge = LocalForge(repo, backoff=Backoff(tries=20, first=0.01, cap=0.05))
+print(forge.open_pr(branch, "main", f"pr {tag}", "body").number)
+forge.close()
+"""
+
+
+def test_two_processes_opening_prs_get_distinct_numbers(repo):
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(repo), tag], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for tag in ("a", "b", "c")]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert sorted(int(out) for out, _ in outs) == [1, 2, 3]
+    forge = LocalForge(repo)
+    assert sorted(p.branch for p in forge.list_prs()) == ["feature-a", "feature-b", "feature-c"]
+    forge.close()

@@ -347,3 +347,16 @@ def test_interrupted_work_clone_is_recovered(gitops_repo, tmp_path):
     assert git(gitops_repo, "ls-tree", "--name-only", "main").split() == [
         "README.md", "a.txt", "apps", "argocd", "b.txt", "mlops-gitops.yaml"]
     assert git(gitops_repo, "show", "main:a.txt") == "1"
+
+
+def test_token_reaches_git_only_through_the_credential_helper(tmp_path):
+    """git asks its credential helper; ours answers from the environment, argv stays clean."""
+    from gitops.git import Git
+
+    r = remote("https://ci-bot:s3cr3t@git.example.com/team/gitops.git")
+    g = Git(tmp_path, credentials=r.env)
+    assert not any("s3cr3t" in part for part in g._config)
+    answer = g.run("credential", "fill",
+                   input="protocol=https\nhost=git.example.com\npath=team/gitops.git\n\n").stdout
+    assert "username=ci-bot" in answer.splitlines()
+    assert "password=s3cr3t" in answer.splitlines()
