@@ -131,7 +131,7 @@ def test_push_starts_one_local_run_per_commit(tmp_path, runs_cleanup, capsys):
     wait_for_run(runs / sha_b)
     again = _push_capture(repo, "--force", f"{sha_a}:refs/heads/main")
     assert "already has a run" in again
-    assert sorted(p.name for p in runs.iterdir()) == sorted([sha_a, sha_b])
+    assert sorted(p.name for p in runs.iterdir() if p.is_dir()) == sorted([sha_a, sha_b])
 
 
 def _push_capture(repo, *refspec):

@@ -15,6 +15,9 @@ The same three rules as the Sensor (`workflows.events`):
   and nothing starts (a second push of the same sha, a re-push after a
   branch deletion, two concurrent pushes).
 
+Runs of one repo queue behind a lock (`<runs>/.queue.lock`) rather than
+train at the same time on the same cores.
+
 Settings live in the bare repo's git config (`mlops.branch`,
 `mlops.botIdentity`, `mlops.runsDir`), written at install time.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from workflows.errors import ConfigError
 
 ZERO = "0" * 40
+QUEUE_LOCK = ".queue.lock"
 HOOK_MARK = "installed by mlops"
 
 
@@ -169,7 +173,10 @@ def start_run(
     params = ["--param", f"gitops-repo={gitops}"] if gitops else []
     with open(home / "run.log", "ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mlops", "run", str(work), "--out", str(home / "out"), *params],
+            [
+                sys.executable, "-m", "workflows.hooks", "run-queued", str(runs / QUEUE_LOCK), "--",
+                sys.executable, "-m", "mlops", "run", str(work), "--out", str(home / "out"), *params,
+            ],  # fmt: skip
             cwd=home,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -208,9 +215,26 @@ def post_receive(bare: pathlib.Path, lines: Iterable[str]) -> list[str]:
     return messages
 
 
+def run_queued(lock: pathlib.Path, argv: list[str]) -> int:
+    """Run `argv` once no other run of this repo holds the queue lock.
+
+    Two pushes in quick succession queue instead of training at the same
+    time on the same cores; the lock is released when the run ends, even if
+    it is killed (the kernel drops a dead process's flock).
+    """
+    import fcntl
+
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        print(f"mlops: {time.strftime('%H:%M:%S')} starting: {' '.join(argv)}", flush=True)
+        return subprocess.call(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry of the installed hook (`python -m workflows.hooks post-receive`)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["run-queued"] and len(args) > 3 and args[2] == "--":
+        return run_queued(pathlib.Path(args[1]), args[3:])
     if args[:1] != ["post-receive"]:
         print(
             "usage: python -m workflows.hooks post-receive  (reads git's hook stdin)",
