@@ -79,6 +79,14 @@ SITUATIONS = {
     "canary_better": lambda w: window(w, canary_errors=0.0, stable_errors=0.002,
                                       canary_p99=40.0),
     "fault": lambda w: Observations.faulted("connection refused", window_seconds=30),
+    "budget_exhausted": lambda w: Observations(window_seconds=30),
+}
+
+# Situations that are about the state as much as the window: changes applied
+# to the state before deciding.
+STATE_BEFORE = {
+    # One empty interval left in the insufficient-evidence budget (default: pause).
+    "budget_exhausted": {"empty_intervals": POLICY.insufficient_evidence.max_intervals - 1},
 }
 
 # What a progressing rollout does, by situation (kind, cause); `next` = step or promote.
@@ -90,6 +98,7 @@ PROGRESSING = {
     "canary_equal": ("next", "passed"),
     "canary_better": ("next", "passed"),
     "fault": ("hold", "fault"),
+    "budget_exhausted": ("hold", "insufficient-evidence"),  # and the rollout is paused
 }
 
 PHASES = [Phase.IDLE, Phase.PROGRESSING, Phase.PAUSED, Phase.PROMOTED, Phase.ROLLED_BACK]
@@ -124,9 +133,13 @@ def expected(situation: str, phase: Phase, weight: int) -> tuple[str, str]:
 @pytest.mark.parametrize("phase", PHASES, ids=[p.value for p in PHASES])
 @pytest.mark.parametrize("situation", list(SITUATIONS))
 def test_situation_by_phase_and_weight(situation: str, phase: Phase, weight: int) -> None:
-    state = state_at(phase, weight)
+    state = state_at(phase, weight).with_(**STATE_BEFORE.get(situation, {}))
     decision = decide(POLICY, state, SITUATIONS[situation](weight), NOW)
     assert (decision.kind, decision.cause) == expected(situation, phase, weight), decision.reason
+    if situation == "budget_exhausted" and phase is Phase.PROGRESSING:
+        assert decision.state.phase is Phase.PAUSED and decision.state.weight == weight
+    elif phase is not Phase.PROGRESSING:
+        assert decision.state.phase is phase  # nothing but a human moves a stopped rollout
     if isinstance(decision, Step):
         assert decision.to == POLICY.next_step(weight)
         assert decision.state.weight == decision.to
