@@ -1,0 +1,156 @@
+"""End to end on the local platform: real servers, real traffic, real Prometheus, real git.
+
+`mlops up` (Prometheus, HAProxy, the GitOps sync), `mlops serve` processes on
+the model the `trained_model` fixture trained, the open-loop load generator
+(`mlops load`) through the HAProxy frontend, and `mlops controller run` with
+the `model` preset as a subprocess. Nothing is scripted:
+
+1. v1 is proposed (auto approval) and becomes stable at 100 %;
+2. v2 (the same weights under another version) is proposed and goes
+   10 -> 25 -> 50 -> 100 and becomes stable: one commit per decision;
+3. v3 is a broken release (its `infer_cfg.yml` lists a fourth label, so every
+   request fails in the decoder with HTTP 500 while the server is ready) and
+   is rolled back; HAProxy ends with v2 alone.
+
+The policy is tuned for a busy 2-core CI machine (short windows, few
+requests per step, generous latency limits, long start-up grace): the test is
+about the mechanics; the statistics have their own tests.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from gitops.forges.local import LocalForge
+from gitops.repo import init_repo
+from mlops.platform.files import read_json
+from promotion.policy import load_policy
+from promotion.propose import propose
+from tests.fixtures.common import ROOT, free_port
+from tests.fixtures.platform import converged, status_doc, wait_for
+from tests.fixtures.promotion_controller import decision_log, git
+
+pytestmark = pytest.mark.slow
+
+MODEL = "shapes-detector"
+SERVER_READY = 240
+POLICY = {
+    "steps": [10, 25, 50, 100],
+    "interval": "4s",
+    "min_requests": 20,
+    "min_latency_samples": 10,
+    "max_p99_ms": 10000,
+    "max_latency_ratio": 5.0,
+    "min_latency_difference_ms": 500,
+    "no_traffic_grace": "300s",
+    "insufficient_evidence": {"max_intervals": 200, "action": "pause"},
+    "metrics": {"preset": "model"},
+}
+
+
+def _version_dir(src: pathlib.Path, dest: pathlib.Path, version: str,
+                 broken: bool = False) -> pathlib.Path:
+    shutil.copytree(src, dest)
+    record = yaml.safe_load((dest / "model.yaml").read_text())
+    record["version"] = version
+    (dest / "model.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    if broken:
+        cfg = yaml.safe_load((dest / "infer_cfg.yml").read_text())
+        cfg["labels"].append({"index": len(cfg["labels"]), "id": 99, "name": "oops"})
+        (dest / "infer_cfg.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return dest
+
+
+def _state(repo: pathlib.Path) -> dict:
+    return yaml.safe_load(git(repo, "show", f"main:apps/{MODEL}/promotion.yaml"))
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
+        tmp_path, trained_model, shapes_dataset, platform_factory):
+    repo = tmp_path / "gitops.git"
+    init_repo(repo)
+    models = tmp_path / "models"
+    v1 = _version_dir(trained_model.model_dir, models / "v1", "v1")
+    v2 = _version_dir(trained_model.model_dir, models / "v2", "v2")
+    v3 = _version_dir(trained_model.model_dir, models / "v3", "v3", broken=True)
+    wd = platform_factory(repo)
+    forge = LocalForge(repo)
+    policy = load_policy(POLICY)
+
+    propose(v1, str(repo), forge, policy, approval="auto")
+    wait_for(lambda: converged(wd, MODEL, {"v1": 100}), SERVER_READY, "v1 to serve")
+    url = status_doc(wd)["models"][MODEL]["url"]
+    prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
+
+    load = controller = None
+    log = tmp_path / "controller.log"
+    try:
+        load = subprocess.Popen(
+            [sys.executable, "-m", "mlops", "load", url, "--rps", "15", "--duration", "1200",
+             "--images", str(shapes_dataset / "val"), "--model", MODEL],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        propose(v2, str(repo), forge, policy, approval="auto")
+        wait_for(lambda: converged(wd, MODEL, {"v1": 90, "v2": 10}), SERVER_READY,
+                 "the 90/10 split")
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(repo),
+             "--prometheus", prometheus, "--settle", "2", "--poll", "0.5",
+             "--workdir", str(tmp_path / "controller"), "--metrics-port", str(free_port()),
+             "--forge", "local"],
+            cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+        def finished(phase: str):
+            def check() -> bool:
+                if controller.poll() is not None:
+                    pytest.fail(f"controller exited:\n{log.read_text()[-3000:]}")
+                return _state(repo)["phase"] == phase
+            return check
+
+        wait_for(finished("promoted"), 300, f"v2 to be promoted; log:\n{log}")
+        story = [c["subject"] for c in decision_log(repo)]
+        assert story == [
+            "canary(shapes-detector): 10% -> 25% (v2 over v1)",
+            "canary(shapes-detector): 25% -> 50% (v2 over v1)",
+            "canary(shapes-detector): 50% -> 100% (v2 over v1)",
+            "promote(shapes-detector): v2 is stable at 100% (replaces v1)",
+        ], log.read_text()[-3000:]
+        wait_for(lambda: converged(wd, MODEL, {"v2": 100}), 60, "v2 alone at 100")
+
+        propose(v3, str(repo), forge, policy, approval="auto")
+        wait_for(finished("rolled_back"), SERVER_READY + 120, "v3 to be rolled back")
+        last = decision_log(repo)[-1]
+        assert last["subject"] == "rollback(shapes-detector): 10% -> 0% (v3 over v2)"
+        assert last["Mlops-Decision"] == "rollback/verdict"
+        wait_for(lambda: converged(wd, MODEL, {"v2": 100}), 60, "v3 removed, v2 at 100")
+    finally:
+        _stop(controller)
+        _stop(load)
+
+    # The history tells the whole story, one commit per decision, humans' merges between.
+    subjects = git(repo, "log", "--first-parent", "--format=%s", "main").splitlines()[::-1]
+    decisions = [s for s in subjects if s.startswith(("canary(", "promote(", "rollback("))]
+    assert len(decisions) == 5
+    report = tmp_path / "controller" / "rollouts" / MODEL
+    assert (report / "v2" / "canary.png").is_file() and (report / "v3" / "report.md").is_file()
+    assert "Outcome: rolled back" in (report / "v3" / "report.md").read_text()
+    pr = forge.find_pr(f"mlops/propose/{MODEL}/v3")
+    assert any("Outcome: rolled back" in c["body"] for c in forge.comments(pr.number))
