@@ -295,3 +295,21 @@ def test_lint_module_agrees_with_the_test_validator(docs):
     for file_docs in docs.values():
         for doc in file_docs:
             assert validate_doc(doc) == []
+
+
+def test_forge_token_comes_from_a_secret(tmp_path):
+    repo = tmp_path / "gh"
+    repo.mkdir()
+    text = (EXAMPLE / "mlops.yaml").read_text().replace(
+        "approval: pr", "approval: pr\n  gitops: {repo: 'https://github.com/org/gitops.git', forge: github}"
+    )
+    (repo / "mlops.yaml").write_text(text)
+    doc = build_workflow_template(load_config(repo), load_settings()).to_dict()
+    validate_manifest(doc)
+    propose = _templates(doc)["propose"]["container"]
+    token = next(e for e in propose["env"] if e["name"] == "GITHUB_TOKEN")
+    assert "value" not in token
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "mlops-forge", "key": "token", "optional": True}
+    assert propose["args"][propose["args"].index("--forge") + 1] == "github"
+    params = {p["name"]: p.get("value") for p in doc["spec"]["arguments"]["parameters"]}
+    assert params["gitops-repo"] == "https://github.com/org/gitops.git"

@@ -37,6 +37,7 @@ from hera.workflows import (
     NoneArchiveStrategy,
     Parameter,
     Resource,
+    SecretEnv,
     RetryStrategy,
     Task,
     WorkflowTemplate,
@@ -61,6 +62,9 @@ EXIT_HANDLER = "record-outcome"
 PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 # Workflow parameters: what a trigger passes for one commit.
 PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
+
+# The env var each forge client reads its API token from (gitops/forges/*).
+FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
 
 # Clone the pushed commit into the workspace; fresh on every (re)try.
 CHECKOUT_SCRIPT = (
@@ -490,6 +494,15 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             active_deadline_seconds=settings.step_deadline_seconds,
         )
 
+        forge = loaded.config.promotion.gitops.forge
+        forge_env = [
+            SecretEnv(
+                name=FORGE_TOKEN_ENV[forge],
+                secret_name=settings.forge_secret,
+                secret_key=settings.forge_secret_key,
+                optional=True,
+            )
+        ] if forge in FORGE_TOKEN_ENV else []  # fmt: skip
         propose = Container(
             name="propose",
             image=settings.tool_image,
@@ -514,7 +527,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--branch",
                 loaded.config.promotion.gitops.branch,
             ],
-            env=tool_env,
+            env=tool_env + forge_env,
             volume_mounts=[_workspace_mount()],
             security_context=_restricted(),
             active_deadline_seconds=settings.step_deadline_seconds,

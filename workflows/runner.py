@@ -371,6 +371,7 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     container_env = {
         e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
         for e in container.get("env") or []
+        if "value" in e  # valueFrom (a Secret in the cluster): the local environment's own value
     }
     if not container:
         container_env = dict(PATH_ENV)
@@ -390,7 +391,9 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
             # The worker container's env (lineage, paths) is the step's env.
             pod = manifest["spec"]["worker"]["template"]["spec"]
             worker_env = {
-                e["name"]: str(e.get("value", "")) for e in pod["containers"][0].get("env") or []
+                e["name"]: str(e.get("value", ""))
+                for e in pod["containers"][0].get("env") or []
+                if "value" in e
             }
             env = {**worker_env, **local_paths}
             _standin_paddlejob(

@@ -63,6 +63,10 @@ class PipelineSettings(BaseModel):
     github_repository: str = ""  # repository name; default: the model's name
     github_port: int = Field(default=12000, ge=1, le=65535)
     webhook_port: int = Field(default=12001, ge=1, le=65535)
+    # Token for the forge the candidate's PR is opened on (GitHub/GitLab/Gitea),
+    # a Secret key exposed to `propose` as the env var the forge client reads.
+    forge_secret: str = Field(default="mlops-forge", pattern=_NAME)
+    forge_secret_key: str = "token"
     sensor_service_account: str = Field(default="mlops-sensor", pattern=_NAME)
     eventbus: str = "default"
 
