@@ -128,7 +128,7 @@ class WriteBack:
     def commit(
         self,
         branch: str,
-        change: Callable[[pathlib.Path], None],
+        change: Callable[[pathlib.Path], object],
         message: Message,
         *,
         create_from: str | None = None,
