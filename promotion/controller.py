@@ -241,6 +241,10 @@ class Controller:
                 log.error("%s: %s", model, exc)
                 self.metrics.error(model, type(exc).__name__)
                 self._tracks.pop(model, None)
+            except Exception as exc:  # one broken model must not stop the others
+                log.exception("%s: unexpected error: %s", model, exc)
+                self.metrics.error(model, type(exc).__name__)
+                self._tracks.pop(model, None)
         self.metrics.tick()
         return outcomes
 

@@ -206,3 +206,48 @@ def test_controller_manifests_are_valid_and_minimal():
     assert docs[3]["spec"]["strategy"] == {"type": "Recreate"}
     args = spec["containers"][0]["args"]
     assert args[:2] == ["controller", "run"] and "--argocd-namespace" in args
+
+
+def test_canary_cli_pause_and_errors(gitops_repo):
+    merge_to_main(gitops_repo, "v2")
+    run = [sys.executable, "-m", "mlops", "canary"]
+    ok = subprocess.run(run + ["pause", "shapes", "--gitops", str(gitops_repo), "--by", "alice"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "shapes: paused at 10% (paused)" in ok.stdout
+    from tests.fixtures.promotion_controller import git, main_state
+
+    assert git(gitops_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[:3] \
+        == ["pause(shapes): requested by alice", "Mlops-Decision: pause/human",
+            "Mlops-Model: shapes"]
+    assert main_state(gitops_repo)["pause_reason"] == "paused by alice"
+    bad = subprocess.run(run + ["resume", "nope", "--gitops", str(gitops_repo)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+    assert "apps/nope/promotion.yaml not found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_weight_and_subset_edits_keep_what_humans_added():
+    from promotion.apply import set_subsets, set_weights
+    from serving import manifests
+
+    vs = manifests.virtual_service("m", 90, 10, gateways=["mesh", "public"], hosts=["m.example"])
+    vs["spec"]["http"][0]["timeout"] = "5s"
+    out = set_weights(vs, 25, with_canary=True)
+    assert out["spec"]["gateways"] == ["mesh", "public"] and out["spec"]["hosts"] == ["m.example"]
+    assert out["spec"]["http"][0]["timeout"] == "5s"
+    assert [r["weight"] for r in out["spec"]["http"][0]["route"]] == [75, 25]
+    assert vs["spec"]["http"][0]["route"][1]["weight"] == 10  # the input is not modified
+    alone = set_weights(out, 0, with_canary=False)
+    assert [r["destination"]["subset"] for r in alone["spec"]["http"][0]["route"]] == ["stable"]
+    again = set_weights(alone, 10, with_canary=True)
+    assert again["spec"]["http"][0]["route"][1]["destination"] == \
+        {**alone["spec"]["http"][0]["route"][0]["destination"], "subset": "canary"}
+
+    dr = manifests.destination_rule("m", "v1", "v2")
+    dr["spec"]["trafficPolicy"] = {"connectionPool": {"http": {"http1MaxPendingRequests": 10}}}
+    promoted = set_subsets(dr, "v2", None)
+    assert promoted["spec"]["subsets"] == [{"name": "stable", "labels": {"version": "v2"}}]
+    assert promoted["spec"]["trafficPolicy"] == dr["spec"]["trafficPolicy"]
+    for doc in (out, alone, again, promoted):
+        validate_manifest(doc)
