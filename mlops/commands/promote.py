@@ -26,6 +26,12 @@ def make_forge(name: str, gitops: str, api_url: str | None = None,
 
     if name == "local":
         return create("local", gitops)
+    if not forge_repo and "://" in gitops:
+        # https://github.com/owner/name.git -> owner/name (GitLab groups keep their path)
+        from urllib.parse import urlsplit
+
+        path = urlsplit(gitops).path.strip("/")
+        forge_repo = path[:-4] if path.endswith(".git") else path
     if not forge_repo:
         raise UserError(f"--forge {name} needs --forge-repo (owner/name on the forge)")
     kwargs: dict[str, Any] = {}
