@@ -1,6 +1,5 @@
 """What the sync reads from ``apps/<model>/``: specs, and errors that name the file."""
 
-import pathlib
 
 import pytest
 

@@ -1,8 +1,10 @@
-"""The local platform end to end: a GitOps commit becomes running servers and a split.
+"""The local platform end to end: proposals, approvals and commits become servers and a split.
 
-Everything is real: a bare GitOps repo written through the GitOps room's
-write-back, Prometheus, HAProxy, the sync daemon, and `mlops serve` on the
-model the ``trained_model`` fixture trained. One platform serves the whole
+Everything is real: a bare GitOps repo, `mlops promote propose` and
+`mlops pr approve` (the local forge: a PR is a branch, approving merges it),
+Prometheus, HAProxy, the sync daemon, and `mlops serve` on the model the
+``trained_model`` fixture trained (the canary is the same weights under
+another version name: what is measured here is routing, not the model). One platform serves the whole
 module (starting Paddle servers is the slow part); the tests run in file
 order and each leaves the platform in the state the next expects.
 """
@@ -16,6 +18,7 @@ import signal
 import orjson
 import pytest
 import requests
+import yaml
 
 from gitops import yamlio
 from gitops.repo import init_repo
@@ -32,6 +35,7 @@ from tests.fixtures.platform import (
 pytestmark = pytest.mark.slow
 
 MODEL = "shapes-detector"
+CANARY = "v-canary"
 #: Paddle start-up on a busy 2-core machine: load + warm-up, with margin.
 SERVER_READY = 180
 
@@ -42,14 +46,18 @@ def env(tmp_path_factory, trained_model):
     repo = base / "gitops.git"
     init_repo(repo)
     guard(repo)  # any forced push would fail the test
+    stable = yaml.safe_load((trained_model.model_dir / "model.yaml").read_text())["version"]
     versions = {}
-    for version in ("v1", "v2"):
+    for version in (stable, CANARY):
         versions[version] = base / "models" / MODEL / version
         shutil.copytree(trained_model.model_dir, versions[version])
+    record = versions[CANARY] / "model.yaml"
+    record.write_text(record.read_text().replace(f"version: {stable}", f"version: {CANARY}"))
     wd = Workdir(base / "platform")
     try:
         lifecycle.up(wd, str(repo))
         yield {"repo": repo, "wd": wd, "versions": versions, "base": base,
+               "v1": stable, "v2": CANARY,
                "image": next(iter(sorted((trained_model.data_dir / "val").glob("*.png"))))}
     finally:
         teardown([wd])
@@ -65,15 +73,24 @@ def prom_query(wd: Workdir, query: str) -> list:
     return r.json()["data"]["result"]
 
 
-def test_commit_becomes_servers_and_a_measured_split(env):
+def approve_proposal(repo, model_dir, number):
+    """`mlops promote propose` then `mlops pr approve N`, as a person would type them."""
+    assert cli.main(["promote", "propose", str(model_dir), "--gitops", str(repo)]) == 0
+    assert cli.main(["pr", "approve", str(number), "--repo", str(repo)]) == 0
+    from tests.fixtures.gitops import head
+    return head(repo)
+
+
+def test_local_pr_flow_serves_the_committed_split(env):
     wd, repo, versions = env["wd"], env["repo"], env["versions"]
-    first = write_model(repo, MODEL, {"v1": versions["v1"]}, stable="v1")
-    wait_for(lambda: converged(wd, MODEL, {"v1": 100}), SERVER_READY, "v1 to serve")
+    v1, v2 = env["v1"], env["v2"]
+    first = approve_proposal(repo, versions[v1], 1)  # bootstrap: stable at 100 %
+    wait_for(lambda: converged(wd, MODEL, {v1: 100}), SERVER_READY, "the stable version to serve")
     assert status_doc(wd)["applied_commit"] == first
 
-    # The canary arrives the way a merged proposal does: a second Deployment, 90/10.
-    second = write_model(repo, MODEL, versions, stable="v1", canary="v2", canary_weight=10)
-    wait_for(lambda: converged(wd, MODEL, {"v1": 90, "v2": 10}), SERVER_READY, "the 90/10 split")
+    # The candidate's PR, approved: a second Deployment and the canary at 10 %.
+    second = approve_proposal(repo, versions[v2], 2)
+    wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
     assert status_doc(wd)["applied_commit"] == second
 
     url = frontend(wd)
@@ -84,8 +101,8 @@ def test_commit_becomes_servers_and_a_measured_split(env):
         assert r.status_code == 200
         seen[r.json()["versions"][0]] += 1
     assert sum(seen.values()) == 1000
-    assert abs(seen["v2"] / 1000 - 0.10) <= 0.03, seen
-    assert abs(seen["v1"] / 1000 - 0.90) <= 0.03, seen
+    assert abs(seen[v2] / 1000 - 0.10) <= 0.03, seen
+    assert abs(seen[v1] / 1000 - 0.90) <= 0.03, seen
 
     # Real inferences through HAProxy answer, and say which version answered.
     image = env["image"].read_bytes()
@@ -97,38 +114,38 @@ def test_commit_becomes_servers_and_a_measured_split(env):
                          headers={"Content-Type": "application/json"}, timeout=30)
         assert r.status_code == 200, r.text[:300]
         answered[r.json()["model_version"]] += 1
-    assert set(answered) == {"v1", "v2"}, answered
+    assert set(answered) == {v1, v2}, answered
 
     # Prometheus scrapes both servers (file_sd targets the sync wrote) and HAProxy.
     def scraped():
         ups = prom_query(wd, 'up{job="model-servers"} == 1')
-        return {r["metric"]["version"] for r in ups} == {"v1", "v2"}
+        return {r["metric"]["version"] for r in ups} == {v1, v2}
     wait_for(scraped, 30, "Prometheus to scrape both model servers")
     def counted():
         rows = prom_query(wd, f'sum by (model_version) (model_requests_total{{model_name="{MODEL}"}})')
-        return {r["metric"].get("model_version") for r in rows} >= {"v1", "v2"}
+        return {r["metric"].get("model_version") for r in rows} >= {v1, v2}
     wait_for(counted, 30, "model_requests_total per version in Prometheus")
     rows = prom_query(wd, f'haproxy_server_http_responses_total{{proxy="{MODEL}",code="2xx"}}')
-    assert {r["metric"]["server"] for r in rows} >= {"v1", "v2"}
+    assert {r["metric"]["server"] for r in rows} >= {v1, v2}
 
 
 def test_killed_server_is_restarted_and_status_shows_it(env, capsys):
-    wd = env["wd"]
-    before = versions_of(wd, MODEL)["v2"]
+    wd, v1, v2 = env["wd"], env["v1"], env["v2"]
+    before = versions_of(wd, MODEL)[v2]
     assert before["restarts"] == 0
     os.kill(before["pid"], signal.SIGKILL)
 
     def restarted():
-        v2 = versions_of(wd, MODEL).get("v2", {})
-        return v2.get("restarts") == 1 and v2.get("phase") == "ready" and v2.get("haproxy_up")
+        info = versions_of(wd, MODEL).get(v2, {})
+        return info.get("restarts") == 1 and info.get("phase") == "ready" and info.get("haproxy_up")
     wait_for(restarted, SERVER_READY, "the sync to restart v2")
-    after = versions_of(wd, MODEL)["v2"]
+    after = versions_of(wd, MODEL)[v2]
     assert after["pid"] != before["pid"] and procs.is_running(after["pid"])
-    wait_for(lambda: converged(wd, MODEL, {"v1": 90, "v2": 10}), 10, "v2 back at 10%")
+    wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), 10, "the canary back at 10%")
 
     assert cli.main(["status", "--workdir", str(wd.root)]) == 0
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.strip().startswith("v2"))
+    row = next(line for line in out.splitlines() if line.strip().startswith(v2))
     assert row.split()[-1] == "1", out  # restarts column
     assert "10%" in row and "ready" in row
     log = pathlib.Path(after["log"]).parent.parent / "sync.log"
@@ -136,7 +153,7 @@ def test_killed_server_is_restarted_and_status_shows_it(env, capsys):
 
 
 def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
-    wd, repo = env["wd"], env["repo"]
+    wd, repo, v1, v2 = env["wd"], env["repo"], env["v1"], env["v2"]
     good = status_doc(wd)["applied_commit"]
     pids = {v: info["pid"] for v, info in versions_of(wd, MODEL).items()}
     human = Human(repo, env["base"] / "ada")
@@ -147,7 +164,7 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
     doc = status_doc(wd)
     assert doc["applied_commit"] == good
     assert [e["file"] for e in doc["errors"]] == [f"apps/{MODEL}/virtualservice.yaml"]
-    assert converged(wd, MODEL, {"v1": 90, "v2": 10})
+    assert converged(wd, MODEL, {v1: 90, v2: 10})
     assert {v: info["pid"] for v, info in versions_of(wd, MODEL).items()} == pids
     assert f"apps/{MODEL}/virtualservice.yaml" in (wd.logs / "sync.log").read_text()
     assert cli.main(["status", "--workdir", str(wd.root)]) == 0
@@ -158,18 +175,18 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
     human.write(f"apps/{MODEL}/virtualservice.yaml",
                 yamlio.dump(manifests.virtual_service(MODEL, 50, 50)))
     fixed = human.commit_push("fix the VirtualService: 50/50")
-    wait_for(lambda: converged(wd, MODEL, {"v1": 50, "v2": 50}), 20, "the 50/50 split")
+    wait_for(lambda: converged(wd, MODEL, {v1: 50, v2: 50}), 20, "the 50/50 split")
     doc = status_doc(wd)
     assert doc["applied_commit"] == fixed and doc["errors"] == []
     assert {v: info["pid"] for v, info in versions_of(wd, MODEL).items()} == pids
 
 
 def test_removed_deployment_stops_its_server(env):
-    wd, repo, versions = env["wd"], env["repo"], env["versions"]
-    v2_pid = versions_of(wd, MODEL)["v2"]["pid"]
-    write_model(repo, MODEL, {"v1": versions["v1"]}, stable="v1", remove_versions=("v2",))
-    wait_for(lambda: converged(wd, MODEL, {"v1": 100}), 30, "v2 to be removed")
+    wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
+    v2_pid = versions_of(wd, MODEL)[v2]["pid"]
+    write_model(repo, MODEL, {v1: versions[v1]}, stable=v1, remove_versions=(v2,))
+    wait_for(lambda: converged(wd, MODEL, {v1: 100}), 30, "the canary to be removed")
     wait_for(lambda: not procs.is_running(v2_pid), 30, "the v2 process to stop")
-    assert not wd.server_pidfile(MODEL, "v2").exists()
+    assert not wd.server_pidfile(MODEL, v2).exists()
     r = requests.get(f"{frontend(wd)}/v2/models/{MODEL}", timeout=10)
-    assert r.json()["versions"] == ["v1"]
+    assert r.json()["versions"] == [v1]

@@ -6,7 +6,6 @@ these tests to a few seconds.
 """
 
 import json
-import pathlib
 
 import pytest
 import requests
@@ -14,7 +13,6 @@ import requests
 from mlops import cli
 from mlops.platform import lifecycle, procs
 from mlops.platform.files import read_json
-from mlops.platform.workdir import Workdir
 from tests.fixtures.platform import wait_for
 
 

@@ -94,6 +94,9 @@ def _status(args: argparse.Namespace) -> int:
     for name, svc in doc["services"].items():
         state = f"running (pid {svc['pid']})" if svc["running"] else "NOT RUNNING"
         print(f"{name + ':':<12}{state}")
+    down = [name for name, svc in doc["services"].items() if not svc["running"]]
+    if down:
+        print(f"hint: {', '.join(down)} not running; `mlops up` starts what is missing")
     if doc["services"]["sync"]["running"] and not doc["sync_fresh"]:
         print("warning: the sync has not written its status for 10 s")
     print(f"Prometheus: {doc['urls']['prometheus']}")
@@ -118,5 +121,10 @@ def _status(args: argparse.Namespace) -> int:
     if isinstance(prs, list):
         print(f"\nopen pull requests: {len(prs)}")
         for pr in prs:
-            print(f"  {pr}")
+            if isinstance(pr, dict) and "number" in pr:
+                print(f"  #{pr['number']:<4} {pr.get('branch', '')}  {pr.get('title', '')}")
+            else:
+                print(f"  {pr}")
+    elif isinstance(prs, dict) and prs.get("error"):
+        print(f"\nopen pull requests: cannot list ({prs['error']})")
     return 0

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
+import os
 import pathlib
+import signal
 import sys
 import time
 from typing import Any
@@ -214,13 +216,33 @@ def down(workdir: Workdir, timeout: float = 10.0) -> dict[str, Any]:
     stop_file(workdir.pidfile("prometheus"), "prometheus")
     if survivors:
         raise PlatformError(f"could not stop: {', '.join(survivors)}")
-    strays = procs.processes_of(str(workdir.root))
-    if strays:
-        raise PlatformError(
-            f"processes of {workdir.root} without a pid file are still running: {strays}; "
-            "stop them by hand (kill PID)"
-        )
+    # Anything else carrying this work dir's marker is ours too (say, a server
+    # whose pid file was lost in a sync crash): stop it the same way.
+    for pid in procs.processes_of(str(workdir.root)):
+        start = procs.start_time_of(pid)
+        record = procs.ProcRecord("stray", pid, start if start is not None else -1, (), 0.0)
+        if not _stop_pid(record, timeout):
+            survivors.append(f"stray process {pid}")
+        else:
+            stopped.append(f"stray process {pid}")
+    if survivors:
+        raise PlatformError(f"could not stop: {', '.join(survivors)}")
     return {"workdir": str(workdir.root), "stopped": stopped}
+
+
+def _stop_pid(record: procs.ProcRecord, timeout: float) -> bool:
+    """Stop one process that may not lead its own group."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        if not procs.record_alive(record):
+            return True
+        try:
+            os.kill(record.pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and procs.record_alive(record):
+            time.sleep(0.05)
+    return not procs.record_alive(record)
 
 
 def status(workdir: Workdir) -> dict[str, Any]:
@@ -234,6 +256,10 @@ def status(workdir: Workdir) -> dict[str, Any]:
         services[name] = {"running": record is not None, "pid": record.pid if record else None}
     doc = read_json(workdir.status, {}) or {}
     models = doc.get("models", {})
+    for info in models.values():
+        for version in info.get("versions", {}).values():
+            if version.get("pid") and not procs.is_running(int(version["pid"])):
+                version["phase"] = "exited" if services["sync"]["running"] else "gone"
     # Live weights from HAProxy itself (the sync's record may be a tick old).
     if services["haproxy"]["running"]:
         try:
