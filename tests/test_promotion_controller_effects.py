@@ -251,3 +251,24 @@ def test_weight_and_subset_edits_keep_what_humans_added():
     assert promoted["spec"]["trafficPolicy"] == dr["spec"]["trafficPolicy"]
     for doc in (out, alone, again, promoted):
         validate_manifest(doc)
+
+
+def test_timeline_survives_a_torn_line_and_replayed_windows(tmp_path):
+    from promotion.controller import _dedupe
+    from promotion.report import canary_summary, read_timeline
+
+    point = {"t": 10.0, "weight": 10, "decision": "hold",
+             "stable": {"requests": 90, "errors": 0, "p99_ms": 40.0},
+             "canary": {"requests": 10, "errors": 1, "p99_ms": 55.0}}
+    path = tmp_path / "timeline.jsonl"
+    lines = [json.dumps(point), json.dumps({**point, "t": 11.0}),
+             json.dumps({**point, "t": 11.0}),  # the same window, replayed after a restart
+             '{"t": 12.0, "weight": 1']         # killed mid-write
+    path.write_text("\n".join(lines))
+    points = _dedupe(read_timeline(path))
+    assert [p["t"] for p in points] == [10.0, 11.0]
+    text = canary_summary("m", "v1", "v2", "rolled back",
+                          [{"kind": "rollback", "subject": "rollback(m): 10% -> 0% (v2 over v1)",
+                            "commit": "a" * 40, "time": 11.0, "reason": "errors"}], points)
+    assert "| canary | 20 | 2 | 10.000 % | 55.0 |" in text
+    assert "| 1 | 1970-01-01 00:00:11 | rollback(m): 10% -> 0% (v2 over v1) | `aaaaaaaaaaaa` | errors |" in text
