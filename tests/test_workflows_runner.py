@@ -240,3 +240,9 @@ def test_substitution_and_env_expansion():
     with pytest.raises(ExpressionError, match="unresolved"):
         substitute("{{tasks.nope.outputs.parameters.x}}", {}, "task t")
     assert expand_env("$(MLOPS_OUT)/full $(OTHER)", {"MLOPS_OUT": "/o"}) == "/o/full $(OTHER)"
+
+
+def test_cli_run_rejects_unknown_parameters(fake_model_repo, tmp_path, capsys):
+    assert cli(["run", str(fake_model_repo), "--out", str(tmp_path / "o"), "--param", "gitops=x"]) == 2
+    assert "NAME one of repo, revision, ref, gitops-repo" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

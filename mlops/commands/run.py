@@ -3,6 +3,7 @@
 import argparse
 import pathlib
 
+from mlops.errors import UserError
 from workflows.config import load_config
 from workflows.pipeline import build_workflow_template
 from workflows.runner import run_workflow
@@ -24,7 +25,13 @@ def _run(args: argparse.Namespace) -> int:
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
     wt = build_workflow_template(loaded, settings)
-    params = dict(p.split("=", 1) for p in args.param or [])
+    known = [p.name for p in wt.arguments or []]
+    params = {}
+    for item in args.param or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in known:
+            raise UserError(f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
+        params[name] = value
     out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
     result = run_workflow(
         wt, loaded.repo_dir, out, parameters=params, commands=_available_commands()
@@ -44,6 +51,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--param",
         action="append",
         metavar="NAME=VALUE",
-        help="workflow parameter (repo, revision, ref)",
+        help="workflow parameter (repo, revision, ref, gitops-repo)",
     )
     parser.set_defaults(func=_run)
