@@ -13,6 +13,7 @@ real request does not pay for lazy initialisation and readiness means
 """
 
 import concurrent.futures
+import math
 import os
 import threading
 import time
@@ -27,11 +28,33 @@ T = TypeVar("T")
 
 
 def default_threads() -> int:
-    """One worker per core this process may use."""
+    """One worker per core this process may use: CPU affinity, capped by a cgroup quota.
+
+    In a pod with `resources.limits.cpu: 2` on a 64-core node, affinity says 64
+    while the CFS quota allows 2; threads beyond the quota only add contention.
+    """
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cores = min(cores, max(1, math.ceil(quota)))
+    return max(1, cores)
+
+
+def _cgroup_cpu_quota(path: str = "/sys/fs/cgroup/cpu.max") -> float | None:
+    """CPUs allowed by a cgroup v2 quota ("max" or absent: no limit)."""
+    try:
+        quota, period = open(path).read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def create_predictor(model: ModelDir, math_threads: int = 1) -> Any:

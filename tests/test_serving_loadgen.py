@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from serving.loadgen import LoadError, load_images, report_from_json, run_load
-from tests.fixtures.common import ROOT
+from tests.fixtures.common import ROOT, free_port
 from tests.fixtures.serving import server_env
 
 
@@ -95,3 +95,13 @@ def test_serve_command_rejects_bad_model_dirs(tmp_path, tiny_model_dir):
     (broken / "inference.pdiparams").unlink()
     proc = mlops("serve", str(broken), "--port", "1")
     assert proc.returncode == 2 and "inference.pdiparams" in proc.stderr
+
+
+def test_serve_exits_nonzero_when_paddle_cannot_load_the_weights(tmp_path, tiny_model_dir):
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(tiny_model_dir, corrupt)
+    weights = (corrupt / "inference.pdiparams").read_bytes()
+    (corrupt / "inference.pdiparams").write_bytes(weights[:len(weights) // 3])
+    proc = mlops("serve", str(corrupt), "--port", str(free_port()))
+    assert proc.returncode == 1
+    assert "paddle.inference cannot load the model" in proc.stderr
