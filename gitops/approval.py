@@ -70,7 +70,9 @@ def approve(
     with Mirror(repo_url, identity=identity) as mirror:
         head = mirror.sha(pr.branch)
         if head is None:
-            raise GitError(f"PR #{number}: branch {pr.branch!r} is missing in {mirror.remote.display}")
+            raise GitError(
+                f"PR #{number}: branch {pr.branch!r} is missing in {mirror.remote.display}"
+            )
         base = mirror.sha(pr.base)
         if base is None:
             raise GitError(f"PR #{number}: base {pr.base!r} is missing in {mirror.remote.display}")

@@ -39,10 +39,19 @@ _HELPER = (
 
 
 _REPO_LOCATING = {
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_QUARANTINE_PATH", "GIT_NAMESPACE",
-    "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_PUSH_OPTION_COUNT", "GIT_CONFIG_PARAMETERS",
-    "GIT_CONFIG_COUNT", "GIT_REFLOG_ACTION",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_QUARANTINE_PATH",
+    "GIT_NAMESPACE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_PUSH_OPTION_COUNT",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_REFLOG_ACTION",
 }
 
 
@@ -91,7 +100,9 @@ def remote(url_or_path: str | os.PathLike[str]) -> Remote:
                 env["MLOPS_GIT_USERNAME"] = urllib.parse.unquote(parts.username)
         else:  # a bare token as user name (GitHub style https://TOKEN@github.com)
             env["MLOPS_GIT_TOKEN"] = urllib.parse.unquote(parts.username or "")
-        text = urllib.parse.urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        text = urllib.parse.urlunsplit(
+            (parts.scheme, host, parts.path, parts.query, parts.fragment)
+        )
     return Remote(text, env)
 
 
@@ -125,10 +136,14 @@ class Git:
         )
         self.env = env
         self._config: list[str] = [
-            "-c", "commit.gpgsign=false",
-            "-c", "advice.detachedHead=false",
-            "-c", "core.autocrlf=false",
-            "-c", "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "advice.detachedHead=false",
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "init.defaultBranch=main",
         ]
         if env.get("MLOPS_GIT_TOKEN"):
             self._config += ["-c", "credential.helper=", "-c", f"credential.helper={_HELPER}"]

@@ -86,7 +86,9 @@ class RepoConfig:
         unknown = set(doc) - set(keys) - {"repoURL"}
         if unknown:
             raise BrokenManifestError(f"{name}: unknown keys {sorted(unknown)}", name)
-        return cls(repo_url=doc["repoURL"], **{keys[k]: str(v) for k, v in doc.items() if k in keys})
+        return cls(
+            repo_url=doc["repoURL"], **{keys[k]: str(v) for k, v in doc.items() if k in keys}
+        )
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,9 @@ def _check_model(model: str) -> None:
         raise GitOpsError(f"model name {model!r} is not a DNS label (a-z, 0-9, '-')")
 
 
-def weights_by_version(destination_rule: dict[str, Any], virtual_service: dict[str, Any]) -> dict[str, int]:
+def weights_by_version(
+    destination_rule: dict[str, Any], virtual_service: dict[str, Any]
+) -> dict[str, int]:
     """Map the first HTTP route's subset weights to versions via the subsets' labels."""
     subsets = {
         s.get("name"): (s.get("labels") or {}).get("version")
@@ -185,18 +189,22 @@ This repository is the desired state of every served model. Argo CD (or, on one
 machine, the `mlops up` sync loop) applies the `{config.target_revision}` branch.
 Everything that changes production is a commit here; `git log` is the audit trail.
 
-## Layout
+## Layout, and who edits what
 
-| path | what | who edits |
-|---|---|---|
-| `apps/<model>/deployment-<version>.yaml` | one Deployment per live version | pipeline adds/removes; you may edit `replicas` and `resources` |
-| `apps/<model>/service.yaml` | the model's Service | rarely anyone |
-| `apps/<model>/destinationrule.yaml` | `stable`/`canary` subsets (by `version` label) | the promotion controller |
-| `apps/<model>/virtualservice.yaml` | traffic weights stable/canary (sum 100) | the promotion controller; a human may set weights by hand to roll back |
-| `apps/<model>/promotion.yaml` | canary state (phase, weight, last decision) | the promotion controller |
-| `apps/<model>/kustomization.yaml` | what kustomize applies | regenerated; entries you add are kept |
-| `argocd/<model>.yaml` | Argo CD Application (automated sync, prune, self-heal) | you, if the cluster needs it |
-| `{CONFIG_FILE}` | repo URL and namespaces for Argo CD | you |
+* `apps/<model>/deployment-<version>.yaml` -- one Deployment per live version.
+  The pipeline adds and removes them; you may edit `replicas` and `resources`.
+* `apps/<model>/service.yaml` -- the model's Service; rarely edited.
+* `apps/<model>/destinationrule.yaml` -- `stable`/`canary` subsets (by the
+  `version` label); owned by the promotion controller.
+* `apps/<model>/virtualservice.yaml` -- traffic weights stable/canary (sum 100);
+  owned by the promotion controller, but a human may set weights to roll back.
+* `apps/<model>/promotion.yaml` -- canary state (phase, weight, last decision);
+  owned by the promotion controller.
+* `apps/<model>/kustomization.yaml` -- what kustomize applies; regenerated,
+  entries you add are kept.
+* `argocd/<model>.yaml` -- the Argo CD Application (automated sync, prune,
+  self-heal); edit it if your cluster needs it.
+* `{CONFIG_FILE}` -- repo URL and namespaces for Argo CD; yours to edit.
 
 ## How to
 
@@ -276,8 +284,11 @@ def read_model(root: pathlib.Path, model: str) -> ModelState:
             state["kustomization"] = _expect_kind(doc, "Kustomization", name)
         elif path.name in by_file:
             kind = by_file[path.name]
-            key = {"Service": "service", "DestinationRule": "destination_rule",
-                   "VirtualService": "virtual_service"}[kind]
+            key = {
+                "Service": "service",
+                "DestinationRule": "destination_rule",
+                "VirtualService": "virtual_service",
+            }[kind]
             state[key] = _expect_kind(doc, kind, name)
         elif (match := _DEPLOYMENT.match(path.name)) is not None:
             doc = _expect_kind(doc, "Deployment", name)
@@ -302,11 +313,15 @@ def read_repo(root: pathlib.Path) -> dict[str, ModelState]:
 
 def _file_for(model: str, doc: Any) -> str:
     if not isinstance(doc, dict):
-        raise GitOpsError(f"model {model!r}: a document must be a mapping, got {type(doc).__name__}")
+        raise GitOpsError(
+            f"model {model!r}: a document must be a mapping, got {type(doc).__name__}"
+        )
     kind = doc.get("kind")
     labels = (doc.get("metadata") or {}).get("labels") or {}
     if labels.get("app") not in (None, model):
-        raise GitOpsError(f"{kind} labelled app={labels.get('app')!r} does not belong to model {model!r}")
+        raise GitOpsError(
+            f"{kind} labelled app={labels.get('app')!r} does not belong to model {model!r}"
+        )
     if kind in _SINGLE:
         return _SINGLE[kind]
     if kind == "Deployment":
@@ -323,8 +338,11 @@ def refresh_model(root: pathlib.Path, model: str) -> None:
     """Rewrite ``kustomization.yaml`` from the files present; add the Application if missing."""
     state = read_model(root, model)
     folder = pathlib.Path(root) / APPS / model
-    ours = [f for f in ("service.yaml", "destinationrule.yaml", "virtualservice.yaml")
-            if (folder / f).exists()]
+    ours = [
+        f
+        for f in ("service.yaml", "destinationrule.yaml", "virtualservice.yaml")
+        if (folder / f).exists()
+    ]
     ours += [f"deployment-{v}.yaml" for v in sorted(state.deployments)]
     kept: list[str] = []
     if state.kustomization is not None:
@@ -366,8 +384,12 @@ def write_model(
     for doc in documents:
         planned[_file_for(model, doc)] = yamlio.dump(doc)
     for name, content in (extra or {}).items():
-        if not _EXTRA.match(name) or name == KUSTOMIZATION or name in _SINGLE.values() \
-                or _DEPLOYMENT.match(name):
+        if (
+            not _EXTRA.match(name)
+            or name == KUSTOMIZATION
+            or name in _SINGLE.values()
+            or _DEPLOYMENT.match(name)
+        ):
             raise GitOpsError(f"extra file name {name!r} is reserved or not a plain file name")
         planned[name] = content if isinstance(content, str) else yamlio.dump(content)
     folder.mkdir(parents=True, exist_ok=True)
@@ -408,8 +430,10 @@ def write_files(root: pathlib.Path, files: Mapping[str, Any]) -> list[str]:
                 if not isinstance(content, dict):
                     content = yamlio.parse(content, rel)[0] if yamlio.parse(content, rel) else None
                 if _file_for(parts[1], content) != name:
-                    raise GitOpsError(f"{rel}: a {content.get('kind')} belongs in "
-                                      f"{APPS}/{parts[1]}/{_file_for(parts[1], content)}")
+                    raise GitOpsError(
+                        f"{rel}: a {content.get('kind')} belongs in "
+                        f"{APPS}/{parts[1]}/{_file_for(parts[1], content)}"
+                    )
                 docs.append(content)
             else:
                 extra[name] = content

@@ -34,7 +34,7 @@ from gitops.errors import GitError, GitOpsError
 from gitops.forges.base import Forge, PullRequest
 from gitops.git import DEFAULT_IDENTITY, Identity
 from gitops.repo import Mirror
-from gitops.writeback import Backoff, Message, WriteBack
+from gitops.writeback import DEFAULT_BACKOFF, Backoff, Message, WriteBack
 
 ANNOTATION_WEIGHTS_SHA256 = "mlops.paddle.org/weights-sha256"  # = serving.manifests'
 _MARKER = re.compile(r"\n*<!-- mlops:proposal (\{.*?\}) -->\s*$", re.S)
@@ -113,7 +113,7 @@ def propose(
     trailers: Sequence[tuple[str, str]] = (),
     identity: Identity = DEFAULT_IDENTITY,
     workdir: pathlib.Path | None = None,
-    backoff: Backoff = Backoff(),
+    backoff: Backoff = DEFAULT_BACKOFF,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Proposal:
     """Commit ``files`` (repo path -> dict or text) on ``branch`` and open its PR once."""
@@ -128,18 +128,31 @@ def propose(
             raise GitError(f"base branch {base!r} does not exist in {mirror.remote.display}")
         pr = forge.find_pr(branch)
         if pr is not None and pr.state == "merged":
-            return Proposal("merged", branch, pr, pr.merge_commit,
-                            f"PR #{pr.number} for {branch!r} is already merged; nothing to do")
+            return Proposal(
+                "merged",
+                branch,
+                pr,
+                pr.merge_commit,
+                f"PR #{pr.number} for {branch!r} is already merged; nothing to do",
+            )
         if mirror.sha(branch) is not None:
-            foreign = [c for c in mirror.log(f"origin/{base}..origin/{branch}")
-                       if c.author_email != identity.email]
+            foreign = [
+                c
+                for c in mirror.log(f"origin/{base}..origin/{branch}")
+                if c.author_email != identity.email
+            ]
             if foreign:
                 if pr is None or pr.state != "open":
                     pr = forge.open_pr(branch, base, title, full_body)
-                who = ", ".join(f"{c.sha[:10]} by {c.author_name} <{c.author_email}> "
-                                f"({c.subject!r})" for c in foreign)
+                who = ", ".join(
+                    f"{c.sha[:10]} by {c.author_name} <{c.author_email}> ({c.subject!r})"
+                    for c in foreign
+                )
                 return Proposal(
-                    "human-edited", branch, pr, None,
+                    "human-edited",
+                    branch,
+                    pr,
+                    None,
                     f"branch {branch!r} has commits not made by {identity.name}: {who}; "
                     "leaving it as it is (not rewriting a human's branch)",
                 )
@@ -147,19 +160,31 @@ def propose(
     if record is not None:
         trail.append(("Mlops-Weights-Sha256", record.weights_sha256))
     writer = WriteBack(repo_url, workdir=workdir, identity=identity, backoff=backoff, sleep=sleep)
-    result = writer.commit(branch, lambda root: layout.write_files(root, files),
-                           Message(title, trailers=[*trail, *trailers]), create_from=base)
+    result = writer.commit(
+        branch,
+        lambda root: layout.write_files(root, files),
+        Message(title, trailers=[*trail, *trailers]),
+        create_from=base,
+    )
     if result.status == "unchanged" and result.commit == base_tip:
         # Nothing to propose: the branch did not exist and base already has this state.
-        return Proposal("unchanged", branch, pr, None, f"{base!r} already holds this state; no PR needed")
+        return Proposal(
+            "unchanged", branch, pr, None, f"{base!r} already holds this state; no PR needed"
+        )
     if pr is not None and pr.state == "open":
         if pr.title != title or pr.body != full_body:
             pr = forge.update_pr(pr.number, title=title, body=full_body)
-            return Proposal("updated", branch, pr, result.commit,
-                            f"PR #{pr.number} refreshed" +
-                            (" with a new commit" if result.status == "committed" else ""))
+            return Proposal(
+                "updated",
+                branch,
+                pr,
+                result.commit,
+                f"PR #{pr.number} refreshed"
+                + (" with a new commit" if result.status == "committed" else ""),
+            )
         status: Literal["updated", "unchanged"] = (
-            "updated" if result.status == "committed" else "unchanged")
+            "updated" if result.status == "committed" else "unchanged"
+        )
         return Proposal(status, branch, pr, result.commit, f"PR #{pr.number} is {status}")
     pr = forge.open_pr(branch, base, title, full_body)
     return Proposal("opened", branch, pr, result.commit, f"opened PR #{pr.number} for {branch!r}")

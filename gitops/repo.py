@@ -63,15 +63,19 @@ def init_repo(
             path.mkdir(parents=True, exist_ok=True)
             subprocess.run(
                 ["git", "init", "-q", "--bare", f"--initial-branch={branch}", str(path)],
-                check=True, capture_output=True,
+                check=True,
+                capture_output=True,
             )
-        elif Git(path).run("rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true":
+        elif (
+            Git(path).run("rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true"
+        ):
             raise GitOpsError(
                 f"{path} is not a bare git repository; give an empty or new directory "
                 "(the GitOps repo is pushed to, so it must be bare)"
             )
-    config = layout.RepoConfig(repo_url=repo_url or where.url, target_revision=branch,
-                               namespace=namespace)
+    config = layout.RepoConfig(
+        repo_url=repo_url or where.url, target_revision=branch, namespace=namespace
+    )
     writer = WriteBack(target, identity=identity, workdir=workdir, backoff=Backoff(tries=3))
     return writer.commit(
         branch,
@@ -120,8 +124,9 @@ class Mirror:
 
     def sha(self, branch: str) -> str | None:
         """Commit at the tip of remote ``branch`` (None if it does not exist)."""
-        proc = self.git.run("rev-parse", "-q", "--verify",
-                            f"refs/remotes/origin/{branch}^{{commit}}", check=False)
+        proc = self.git.run(
+            "rev-parse", "-q", "--verify", f"refs/remotes/origin/{branch}^{{commit}}", check=False
+        )
         return proc.stdout.strip() or None
 
     def resolve(self, rev: str) -> str:
@@ -169,8 +174,9 @@ class Mirror:
 
     def merge_tree(self, base: str, head: str) -> str:
         """Tree of merging ``head`` into ``base``; ConflictError names the files."""
-        proc = self.git.run("merge-tree", "--write-tree", "--name-only", "--no-messages",
-                            base, head, check=False)
+        proc = self.git.run(
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", base, head, check=False
+        )
         lines = proc.stdout.split("\n")
         if proc.returncode == 1:
             files = sorted({line for line in lines[1:] if line.strip()})
@@ -184,8 +190,12 @@ class Mirror:
     def export(self, rev: str, dest: pathlib.Path) -> str:
         """Write the files of ``rev`` into ``dest``; return the commit (or tree) sha."""
         sha = self.sha(rev) or self.git.out("rev-parse", "--verify", rev)
-        proc = subprocess.run(["git", "archive", "--format=tar", sha], cwd=self.path,
-                              env=self.git.env, capture_output=True)
+        proc = subprocess.run(
+            ["git", "archive", "--format=tar", sha],
+            cwd=self.path,
+            env=self.git.env,
+            capture_output=True,
+        )
         if proc.returncode != 0:
             raise GitError(f"git archive {sha[:12]} failed: {proc.stderr.decode().strip()}")
         pathlib.Path(dest).mkdir(parents=True, exist_ok=True)

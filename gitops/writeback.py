@@ -47,7 +47,7 @@ from typing import Callable, Iterator, Literal, Sequence
 from gitops.errors import ConflictError, GitError, PushRejectedError
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, format_message, redact, remote
 
-__all__ = ["Backoff", "Message", "WriteBack", "WriteResult"]
+__all__ = ["DEFAULT_BACKOFF", "Backoff", "Message", "WriteBack", "WriteResult"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,9 @@ class Backoff:
     def delay(self, attempt: int) -> float:
         """Seconds to wait before push number ``attempt`` (2-based)."""
         return float(min(self.cap, self.first * self.factor ** max(0, attempt - 2)))
+
+
+DEFAULT_BACKOFF = Backoff()
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ class WriteBack:
         *,
         workdir: pathlib.Path | None = None,
         identity: Identity = DEFAULT_IDENTITY,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = DEFAULT_BACKOFF,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.remote: Remote = remote(repo)
@@ -170,7 +173,8 @@ class WriteBack:
                     git.run("rebase", "--abort", check=False)
                     raise ConflictError(
                         f"cannot apply {message.subject!r} to {branch!r} of {self.remote.display}: "
-                        f"someone changed the same lines in {', '.join(files) or 'the same files'}; "
+                        "someone changed the same lines in "
+                        f"{', '.join(files) or 'the same files'}; "
                         "nothing was pushed, look at those files and run again",
                         files,
                     )
@@ -252,7 +256,11 @@ class WriteBack:
                 if not reapply():
                     return WriteResult("unchanged", branch, self._remote_sha(git, branch), attempt)
             proc = git.run(
-                "push", "--porcelain", "--no-verify", "origin", f"HEAD:refs/heads/{branch}",
+                "push",
+                "--porcelain",
+                "--no-verify",
+                "origin",
+                f"HEAD:refs/heads/{branch}",
                 check=False,
             )
             if proc.returncode == 0:
@@ -277,8 +285,9 @@ class WriteBack:
 
     @staticmethod
     def _remote_sha(git: Git, branch: str) -> str | None:
-        proc = git.run("rev-parse", "-q", "--verify", f"refs/remotes/origin/{branch}^{{commit}}",
-                       check=False)
+        proc = git.run(
+            "rev-parse", "-q", "--verify", f"refs/remotes/origin/{branch}^{{commit}}", check=False
+        )
         return proc.stdout.strip() or None
 
     @contextlib.contextmanager

@@ -178,9 +178,7 @@ def deployment(
     if not isinstance(model_uri, str) or not model_uri.strip():
         raise ManifestError(f"model_uri {model_uri!r} must be a non-empty URI")
     if not isinstance(weights_sha256, str) or not _SHA256_RE.match(weights_sha256):
-        raise ManifestError(
-            f"weights_sha256 {weights_sha256!r} must be 64 lower-case hex digits"
-        )
+        raise ManifestError(f"weights_sha256 {weights_sha256!r} must be 64 lower-case hex digits")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise ManifestError(f"replicas {replicas!r} must be a non-negative integer")
 

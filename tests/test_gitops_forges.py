@@ -34,7 +34,13 @@ def test_open_is_idempotent_and_find_pages_through(fake_forge):
     for i in range(5):  # other people's PRs, so pagination (2 per page) is needed
         fake_forge.add_pr(f"feature-{i}")
     pr = forge.open_pr("mlops/det-v2", "main", "promote(det): v2", "report")
-    assert (pr.number, pr.state, pr.branch, pr.base, pr.body) == (6, "open", "mlops/det-v2", "main", "report")
+    assert (pr.number, pr.state, pr.branch, pr.base, pr.body) == (
+        6,
+        "open",
+        "mlops/det-v2",
+        "main",
+        "report",
+    )
     assert pr.url and pr.head_sha
     again = forge.open_pr("mlops/det-v2", "main", "promote(det): v2", "report")
     assert again.number == 6 and len(fake_forge.prs) == 6
@@ -146,7 +152,9 @@ def test_missing_pr_is_not_found(fake_forge):
 def test_unknown_forge_names_the_choices(capsys):
     with pytest.raises(UnknownForgeError) as info:
         registry.create("bitbucket", "o/r")
-    assert str(info.value) == "unknown forge 'bitbucket'; choose one of: gitea, github, gitlab, local"
+    assert (
+        str(info.value) == "unknown forge 'bitbucket'; choose one of: gitea, github, gitlab, local"
+    )
     assert info.value.exit_code == 2
     assert cli(["pr", "list", "--forge", "bitbucket", "--repo", "/nowhere"]) == 2
     assert "choose one of: gitea, github, gitlab, local" in capsys.readouterr().err
@@ -163,7 +171,9 @@ SHA = "22" * 32
 @pytest.fixture
 def github_fake(guarded_repo):
     """GitHub fake whose PR heads are the real branch tips of the bare repo."""
-    fake = FakeForge("github", resolve_sha=lambda branch: head(guarded_repo, branch) or "0" * 40).start()
+    fake = FakeForge(
+        "github", resolve_sha=lambda branch: head(guarded_repo, branch) or "0" * 40
+    ).start()
     try:
         yield fake
     finally:
@@ -174,22 +184,50 @@ def test_propose_and_approve_through_github_api_with_real_git(guarded_repo, gith
     """Branch and digest check are real git; only the PR API is the fake GitHub."""
     from gitops import layout
 
-    WriteBack(guarded_repo, backoff=FAST).commit("main", lambda root: layout.write_model(root, "det", [
-        manifests.service("det"), manifests.destination_rule("det", "v1"),
-        manifests.virtual_service("det", 100, 0, canary=False),
-        manifests.deployment("det", "v1", image="i", model_uri="file:///m/v1", weights_sha256="11" * 32),
-    ]), Message("deploy(det): v1"))
+    WriteBack(guarded_repo, backoff=FAST).commit(
+        "main",
+        lambda root: layout.write_model(
+            root,
+            "det",
+            [
+                manifests.service("det"),
+                manifests.destination_rule("det", "v1"),
+                manifests.virtual_service("det", 100, 0, canary=False),
+                manifests.deployment(
+                    "det", "v1", image="i", model_uri="file:///m/v1", weights_sha256="11" * 32
+                ),
+            ],
+        ),
+        Message("deploy(det): v1"),
+    )
     forge = make_forge("github", github_fake)
     files = {
         "apps/det/deployment-v2.yaml": manifests.deployment(
-            "det", "v2", image="i", model_uri="file:///m/v2", weights_sha256=SHA),
+            "det", "v2", image="i", model_uri="file:///m/v2", weights_sha256=SHA
+        ),
         "apps/det/destinationrule.yaml": manifests.destination_rule("det", "v1", "v2"),
         "apps/det/virtualservice.yaml": manifests.virtual_service("det", 90, 10),
     }
-    first = propose(guarded_repo, "det", "mlops/det-v2", files, "promote(det): v2", "report", forge,
-                    backoff=FAST)
-    second = propose(guarded_repo, "det", "mlops/det-v2", files, "promote(det): v2", "report", forge,
-                     backoff=FAST)
+    first = propose(
+        guarded_repo,
+        "det",
+        "mlops/det-v2",
+        files,
+        "promote(det): v2",
+        "report",
+        forge,
+        backoff=FAST,
+    )
+    second = propose(
+        guarded_repo,
+        "det",
+        "mlops/det-v2",
+        files,
+        "promote(det): v2",
+        "report",
+        forge,
+        backoff=FAST,
+    )
     assert first.status == "opened" and second.status == "unchanged"
     assert len(github_fake.prs) == 1
     assert parse_record(forge.get_pr(1).body).weights_sha256 == SHA

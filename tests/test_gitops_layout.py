@@ -27,12 +27,21 @@ def canary_docs():
         manifests.service("shapes-detector"),
         manifests.destination_rule("shapes-detector", "v1", "v2"),
         manifests.virtual_service("shapes-detector", 90, 10),
-        manifests.deployment("shapes-detector", "v1", image="registry.local/shapes:v1",
-                             model_uri="file:///var/lib/mlops/models/shapes-detector/v1",
-                             weights_sha256=SHA1, replicas=2),
-        manifests.deployment("shapes-detector", "v2", image="registry.local/shapes:v2",
-                             model_uri="file:///var/lib/mlops/models/shapes-detector/v2",
-                             weights_sha256=SHA2),
+        manifests.deployment(
+            "shapes-detector",
+            "v1",
+            image="registry.local/shapes:v1",
+            model_uri="file:///var/lib/mlops/models/shapes-detector/v1",
+            weights_sha256=SHA1,
+            replicas=2,
+        ),
+        manifests.deployment(
+            "shapes-detector",
+            "v2",
+            image="registry.local/shapes:v2",
+            model_uri="file:///var/lib/mlops/models/shapes-detector/v2",
+            weights_sha256=SHA2,
+        ),
     ]
 
 
@@ -83,8 +92,13 @@ def test_init_refuses_a_non_bare_directory(tmp_path, capsys):
 
 def test_readme_tells_humans_what_they_may_edit(tree):
     text = (tree / "README.md").read_text()
-    for words in ("you may edit `replicas` and `resources`", "virtualservice.yaml",
-                  "promotion.yaml", "Never** force-push", "mlops pr approve"):
+    for words in (
+        "you may edit `replicas` and `resources`",
+        "virtualservice.yaml",
+        "promotion.yaml",
+        "Never** force-push",
+        "mlops pr approve",
+    ):
         assert words in text
 
 
@@ -103,18 +117,24 @@ def test_every_document_validates(tree):
 def test_argocd_application_syncs_automatically_with_prune_and_self_heal(tree):
     app = yaml.safe_load((tree / "argocd/shapes-detector.yaml").read_text())
     assert app["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
-    assert app["spec"]["source"] == {"repoURL": "https://git.example.com/ml/gitops.git",
-                                     "targetRevision": "main", "path": "apps/shapes-detector"}
+    assert app["spec"]["source"] == {
+        "repoURL": "https://git.example.com/ml/gitops.git",
+        "targetRevision": "main",
+        "path": "apps/shapes-detector",
+    }
 
 
 def test_kubectl_kustomize_builds_and_output_validates(tree):
-    proc = subprocess.run(["kubectl", "kustomize", str(tree / "apps/shapes-detector")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["kubectl", "kustomize", str(tree / "apps/shapes-detector")], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     docs = list(yaml.safe_load_all(proc.stdout))
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
-        ("Deployment", "shapes-detector-v1"), ("Deployment", "shapes-detector-v2"),
-        ("DestinationRule", "shapes-detector"), ("Service", "shapes-detector"),
+        ("Deployment", "shapes-detector-v1"),
+        ("Deployment", "shapes-detector-v2"),
+        ("DestinationRule", "shapes-detector"),
+        ("Service", "shapes-detector"),
         ("VirtualService", "shapes-detector"),
     ]
     validate_all(docs)
@@ -140,28 +160,61 @@ def test_removing_a_version_and_keeping_human_resources(tree):
     k = yaml.safe_load(kfile.read_text())
     k["resources"].append("hpa.yaml")
     kfile.write_text(yamlio.dump(k))
-    (tree / "apps/shapes-detector/hpa.yaml").write_text("apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n")
-    layout.write_model(tree, "shapes-detector", [
-        manifests.destination_rule("shapes-detector", "v2"),
-        manifests.virtual_service("shapes-detector", 100, 0, canary=False),
-    ], remove_versions=["v1"])
+    (tree / "apps/shapes-detector/hpa.yaml").write_text(
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\n"
+    )
+    layout.write_model(
+        tree,
+        "shapes-detector",
+        [
+            manifests.destination_rule("shapes-detector", "v2"),
+            manifests.virtual_service("shapes-detector", 100, 0, canary=False),
+        ],
+        remove_versions=["v1"],
+    )
     state = layout.read_model(tree, "shapes-detector")
     assert sorted(state.deployments) == ["v2"]
     assert state.weights() == {"v2": 100}
     assert state.kustomization["resources"] == [
-        "service.yaml", "destinationrule.yaml", "virtualservice.yaml", "deployment-v2.yaml", "hpa.yaml"]
+        "service.yaml",
+        "destinationrule.yaml",
+        "virtualservice.yaml",
+        "deployment-v2.yaml",
+        "hpa.yaml",
+    ]
     assert state.extra["promotion.yaml"]["candidate"] == "v2"  # untouched extra kept
 
 
-@pytest.mark.parametrize("file, text, words", [
-    ("virtualservice.yaml", "spec:\n  http: [\n", "apps/shapes-detector/virtualservice.yaml: not valid YAML (line"),
-    ("service.yaml", "kind: Deployment\n", "apps/shapes-detector/service.yaml: expected a Service"),
-    ("deployment-v2.yaml", yamlio.dump(manifests.deployment(
-        "shapes-detector", "v3", image="i", model_uri="u", weights_sha256=SHA2)),
-     "deployment-v2.yaml: label version='v3' does not match"),
-    ("promotion.yaml", "a: 1\n---\nb: 2\n", "promotion.yaml: holds 2 YAML documents"),
-    ("promotion.yaml", "phase: [canary\n", "apps/shapes-detector/promotion.yaml: not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "file, text, words",
+    [
+        (
+            "virtualservice.yaml",
+            "spec:\n  http: [\n",
+            "apps/shapes-detector/virtualservice.yaml: not valid YAML (line",
+        ),
+        (
+            "service.yaml",
+            "kind: Deployment\n",
+            "apps/shapes-detector/service.yaml: expected a Service",
+        ),
+        (
+            "deployment-v2.yaml",
+            yamlio.dump(
+                manifests.deployment(
+                    "shapes-detector", "v3", image="i", model_uri="u", weights_sha256=SHA2
+                )
+            ),
+            "deployment-v2.yaml: label version='v3' does not match",
+        ),
+        ("promotion.yaml", "a: 1\n---\nb: 2\n", "promotion.yaml: holds 2 YAML documents"),
+        (
+            "promotion.yaml",
+            "phase: [canary\n",
+            "apps/shapes-detector/promotion.yaml: not valid YAML",
+        ),
+    ],
+)
 def test_hand_broken_files_are_named(tree, file, text, words):
     (tree / "apps/shapes-detector" / file).write_text(text)
     with pytest.raises(BrokenManifestError) as info:
@@ -169,7 +222,9 @@ def test_hand_broken_files_are_named(tree, file, text, words):
     assert words in str(info.value)
     before = {p: p.read_text() for p in tree.rglob("*.yaml")}
     with pytest.raises(BrokenManifestError):
-        layout.write_model(tree, "shapes-detector", [manifests.virtual_service("shapes-detector", 75, 25)])
+        layout.write_model(
+            tree, "shapes-detector", [manifests.virtual_service("shapes-detector", 75, 25)]
+        )
     assert {p: p.read_text() for p in tree.rglob("*.yaml")} == before  # nothing written
 
 
@@ -183,8 +238,14 @@ def test_bad_writes_are_refused(tree):
     with pytest.raises(GitOpsError, match="inside the repository"):
         layout.write_files(tree, {"../evil.yaml": "x"})
     with pytest.raises(GitOpsError, match="belongs in"):
-        layout.write_files(tree, {"apps/shapes-detector/service.yaml": manifests.virtual_service(
-            "shapes-detector", 100, 0)})
+        layout.write_files(
+            tree,
+            {
+                "apps/shapes-detector/service.yaml": manifests.virtual_service(
+                    "shapes-detector", 100, 0
+                )
+            },
+        )
     with pytest.raises(GitOpsError, match="not a DNS label"):
         layout.read_model(tree, "Bad_Name")
 
@@ -198,8 +259,10 @@ def test_cli_show_prints_versions_weights_digests(tmp_path, capsys):
     repo = tmp_path / "gitops.git"
     init_repo(repo)
     WriteBack(repo, backoff=FAST).commit(
-        "main", lambda root: layout.write_model(root, "shapes-detector", canary_docs()),
-        Message("canary(shapes-detector): 0% -> 10%"))
+        "main",
+        lambda root: layout.write_model(root, "shapes-detector", canary_docs()),
+        Message("canary(shapes-detector): 0% -> 10%"),
+    )
     assert cli(["gitops", "show", "--repo", str(repo)]) == 0
     out = capsys.readouterr().out
     assert "v1                   weight  90%  replicas 2  sha256 111111111111" in out

@@ -11,8 +11,12 @@ import yaml
 
 from gitops import layout
 from gitops.approval import approve
-from gitops.errors import (BrokenManifestError, ConflictError, DigestMismatchError,
-                           PullRequestNotFound)
+from gitops.errors import (
+    BrokenManifestError,
+    ConflictError,
+    DigestMismatchError,
+    PullRequestNotFound,
+)
 from gitops.forges.local import LocalForge
 from gitops.proposal import parse_record, propose
 from gitops.repo import Mirror
@@ -38,15 +42,23 @@ def human(gitops_human):
 
 
 def deployment(version, sha):
-    return manifests.deployment("det", version, image="img", model_uri=f"file:///models/det/{version}",
-                                weights_sha256=sha)
+    return manifests.deployment(
+        "det", version, image="img", model_uri=f"file:///models/det/{version}", weights_sha256=sha
+    )
 
 
 def stable_v1(root):
-    layout.write_model(root, "det", [
-        manifests.service("det"), manifests.destination_rule("det", "v1"),
-        manifests.virtual_service("det", 100, 0, canary=False), deployment("v1", V1_SHA),
-    ], extra={"promotion.yaml": {"phase": "stable", "stable": "v1"}})
+    layout.write_model(
+        root,
+        "det",
+        [
+            manifests.service("det"),
+            manifests.destination_rule("det", "v1"),
+            manifests.virtual_service("det", 100, 0, canary=False),
+            deployment("v1", V1_SHA),
+        ],
+        extra={"promotion.yaml": {"phase": "stable", "stable": "v1"}},
+    )
 
 
 def candidate_files(body_note=""):
@@ -80,16 +92,19 @@ def forge(repo):
 
 
 def do_propose(repo, forge, files=None, body=REPORT, title="promote(det): v2 (canary 10%)"):
-    return propose(repo, "det", BRANCH, files or candidate_files(), title, body, forge,
-                   backoff=FAST)
+    return propose(
+        repo, "det", BRANCH, files or candidate_files(), title, body, forge, backoff=FAST
+    )
 
 
 def test_propose_opens_one_pr_and_is_idempotent(repo, forge):
     first = do_propose(repo, forge)
     assert first.status == "opened" and first.pr.number == 1 and first.pr.state == "open"
     tip = head(repo, BRANCH)
-    assert git(repo, "log", "-1", "--format=%ae %(trailers:key=Mlops-Proposal,valueonly)", BRANCH) \
+    assert (
+        git(repo, "log", "-1", "--format=%ae %(trailers:key=Mlops-Proposal,valueonly)", BRANCH)
         == "mlops-bot@localhost det/v2"
+    )
     assert parse_record(first.pr.body).weights_sha256 == V2_SHA
     assert "| mAP@0.5 | 0.71 | 0.69 |" in first.pr.body
 
@@ -113,13 +128,26 @@ def test_kustomization_of_the_proposal_builds(repo, forge, tmp_path):
         mirror.export(BRANCH, tmp_path / "tree")
     kustomization = yaml.safe_load((tmp_path / "tree/apps/det/kustomization.yaml").read_text())
     assert kustomization["resources"] == [
-        "service.yaml", "destinationrule.yaml", "virtualservice.yaml",
-        "deployment-v1.yaml", "deployment-v2.yaml",
+        "service.yaml",
+        "destinationrule.yaml",
+        "virtualservice.yaml",
+        "deployment-v1.yaml",
+        "deployment-v2.yaml",
     ]
-    out = subprocess.run(["kubectl", "kustomize", str(tmp_path / "tree/apps/det")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(tmp_path / "tree/apps/det")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     kinds = [d["kind"] for d in yaml.safe_load_all(out)]
-    assert sorted(kinds) == ["Deployment", "Deployment", "DestinationRule", "Service", "VirtualService"]
+    assert sorted(kinds) == [
+        "Deployment",
+        "Deployment",
+        "DestinationRule",
+        "Service",
+        "VirtualService",
+    ]
 
 
 def test_approve_merges_with_a_merge_commit(repo, forge):
@@ -131,7 +159,10 @@ def test_approve_merges_with_a_merge_commit(repo, forge):
     tip = head(repo)
     parents = git(repo, "log", "-1", "--format=%P", "main").split()
     assert parents == [before, head(repo, BRANCH)]
-    assert git(repo, "log", "-1", "--format=%(trailers:key=Mlops-Pull-Request,valueonly)", "main") == "1"
+    assert (
+        git(repo, "log", "-1", "--format=%(trailers:key=Mlops-Pull-Request,valueonly)", "main")
+        == "1"
+    )
     with Mirror(repo) as mirror:
         assert "weight: 10" in mirror.show("origin/main", "apps/det/virtualservice.yaml")
     pr = forge.get_pr(1)
@@ -166,8 +197,10 @@ def test_fast_forward_human_merge_is_detected_too(repo, forge, human):
 def test_human_commit_on_proposal_branch_stops_rewrites(repo, forge, human):
     do_propose(repo, forge)
     human.sync(BRANCH)
-    human.write("apps/det/deployment-v2.yaml",
-                human.read("apps/det/deployment-v2.yaml").replace("replicas: 1", "replicas: 2"))
+    human.write(
+        "apps/det/deployment-v2.yaml",
+        human.read("apps/det/deployment-v2.yaml").replace("replicas: 1", "replicas: 2"),
+    )
     ada = human.commit_push("det v2: two replicas", branch=BRANCH)
     files = candidate_files()
     files["apps/det/virtualservice.yaml"] = manifests.virtual_service("det", 75, 25)
@@ -182,8 +215,10 @@ def test_human_commit_on_proposal_branch_stops_rewrites(repo, forge, human):
 def test_digest_mismatch_is_refused_and_nothing_merged(repo, forge, human):
     do_propose(repo, forge)
     human.sync(BRANCH)
-    human.write("apps/det/deployment-v2.yaml",
-                human.read("apps/det/deployment-v2.yaml").replace(V2_SHA, "ee" * 32))
+    human.write(
+        "apps/det/deployment-v2.yaml",
+        human.read("apps/det/deployment-v2.yaml").replace(V2_SHA, "ee" * 32),
+    )
     human.commit_push("swap det v2 weights", branch=BRANCH)
     before = head(repo)
     with pytest.raises(DigestMismatchError) as info:
@@ -197,8 +232,10 @@ def test_digest_mismatch_is_refused_and_nothing_merged(repo, forge, human):
 def test_cli_refuses_digest_mismatch_without_traceback(repo, forge, human, capsys):
     do_propose(repo, forge)
     human.sync(BRANCH)
-    human.write("apps/det/deployment-v2.yaml",
-                human.read("apps/det/deployment-v2.yaml").replace(V2_SHA, "ee" * 32))
+    human.write(
+        "apps/det/deployment-v2.yaml",
+        human.read("apps/det/deployment-v2.yaml").replace(V2_SHA, "ee" * 32),
+    )
     human.commit_push("swap det v2 weights", branch=BRANCH)
     assert cli(["pr", "approve", "1", "--repo", str(repo)]) == 3
     err = capsys.readouterr().err
@@ -226,8 +263,10 @@ def test_cli_list_show_approve(repo, forge, capsys):
 def test_merge_conflict_with_main_stops_naming_the_file(repo, forge, human):
     do_propose(repo, forge)
     human.sync()
-    human.write("apps/det/virtualservice.yaml",
-                human.read("apps/det/virtualservice.yaml").replace("weight: 100", "weight: 100  # pinned"))
+    human.write(
+        "apps/det/virtualservice.yaml",
+        human.read("apps/det/virtualservice.yaml").replace("weight: 100", "weight: 100  # pinned"),
+    )
     human.commit_push("pin det to stable")
     before = head(repo)
     with pytest.raises(ConflictError) as info:
@@ -254,8 +293,9 @@ def test_second_version_gets_its_own_pr_and_numbers_grow(repo, forge):
     files["apps/det/deployment-v3.yaml"] = deployment("v3", "33" * 32)
     del files["apps/det/deployment-v2.yaml"]
     files["apps/det/destinationrule.yaml"] = manifests.destination_rule("det", "v1", "v3")
-    other = propose(repo, "det", "mlops/det-v3", files, "promote(det): v3", REPORT, forge,
-                    backoff=FAST)
+    other = propose(
+        repo, "det", "mlops/det-v3", files, "promote(det): v3", REPORT, forge, backoff=FAST
+    )
     assert other.status == "opened" and other.pr.number == 2
     assert forge.find_pr(BRANCH).number == 1
     assert forge.find_pr("mlops/det-v3").number == 2
@@ -292,9 +332,16 @@ def test_two_processes_opening_prs_get_distinct_numbers(repo):
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(repo), tag], cwd=root,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for tag in ("a", "b", "c")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, str(repo), tag],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("a", "b", "c")
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     assert sorted(int(out) for out, _ in outs) == [1, 2, 3]

@@ -6,7 +6,6 @@ updates and deletions. A forced push anywhere would fail these tests.
 """
 
 import pathlib
-import re
 import threading
 
 import pytest
@@ -17,7 +16,7 @@ from gitops.git import Identity, redact, remote
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, Message, WriteBack
 from serving import manifests
-from tests.fixtures.gitops import FAST, Human, git, head
+from tests.fixtures.gitops import FAST, git, head
 
 SHA = "cd" * 32
 
@@ -41,7 +40,9 @@ def model_docs(stable=100, canary=0, versions=("v1",)):
     ]
     for v in versions:
         docs.append(
-            manifests.deployment("det", v, image="img", model_uri=f"file:///m/{v}", weights_sha256=SHA)
+            manifests.deployment(
+                "det", v, image="img", model_uri=f"file:///m/{v}", weights_sha256=SHA
+            )
         )
     return docs
 
@@ -49,6 +50,7 @@ def model_docs(stable=100, canary=0, versions=("v1",)):
 def write_weights(stable, canary):
     def change(root):
         layout.write_model(root, "det", model_docs(stable, canary, ("v1", "v2")))
+
     return change
 
 
@@ -62,8 +64,11 @@ def test_commit_has_subject_trailers_and_bot_identity(gitops_repo):
     result = wb.commit(
         "main",
         lambda root: layout.write_model(root, "det", model_docs()),
-        Message("deploy(det): v1", body="First version.",
-                trailers=[("Mlops-Decision", "deploy"), ("Mlops-Evidence", "map50=0.61")]),
+        Message(
+            "deploy(det): v1",
+            body="First version.",
+            trailers=[("Mlops-Decision", "deploy"), ("Mlops-Evidence", "map50=0.61")],
+        ),
     )
     assert result.status == "committed" and result.commit == head(gitops_repo)
     with Mirror(gitops_repo) as mirror:
@@ -78,7 +83,9 @@ def test_commit_has_subject_trailers_and_bot_identity(gitops_repo):
 def test_identity_is_configurable(gitops_repo):
     wb = writer(gitops_repo, identity=Identity("promo-bot", "promo@corp.example"))
     wb.commit("main", lambda root: (root / "note.txt").write_text("x"), Message("note"))
-    assert git(gitops_repo, "log", "-1", "--format=%an %ae", "main") == "promo-bot promo@corp.example"
+    assert (
+        git(gitops_repo, "log", "-1", "--format=%an %ae", "main") == "promo-bot promo@corp.example"
+    )
 
 
 def test_same_desired_state_twice_makes_no_second_commit(gitops_repo, tmp_path):
@@ -94,22 +101,30 @@ def test_same_desired_state_twice_makes_no_second_commit(gitops_repo, tmp_path):
 def test_human_commit_between_fetch_and_push_survives(gitops_repo, human, tmp_path):
     """Ada pushes while our change is being made: our push is rejected, we rebase, retry."""
     wb = writer(gitops_repo)
-    wb.commit("main", lambda root: layout.write_model(root, "det", model_docs(90, 10, ("v1", "v2"))),
-              Message("canary(det): 0% -> 10%"))
+    wb.commit(
+        "main",
+        lambda root: layout.write_model(root, "det", model_docs(90, 10, ("v1", "v2"))),
+        Message("canary(det): 0% -> 10%"),
+    )
     human.sync()
     ada_sha = {}
     delays = []
 
     def change(root):
         if not ada_sha:  # the race: Ada's commit lands after our fetch
-            human.write("apps/det/deployment-v1.yaml",
-                        human.read("apps/det/deployment-v1.yaml").replace("replicas: 1", "replicas: 3"))
+            human.write(
+                "apps/det/deployment-v1.yaml",
+                human.read("apps/det/deployment-v1.yaml").replace("replicas: 1", "replicas: 3"),
+            )
             ada_sha["sha"] = human.commit_push("scale det v1 to 3 replicas")
         write_weights(75, 25)(root)
 
     wb = WriteBack(gitops_repo, backoff=Backoff(tries=5, first=1.0, cap=30.0), sleep=delays.append)
-    result = wb.commit("main", change, Message("canary(det): 10% -> 25% (v2 over v1)",
-                                               trailers=[("Mlops-Decision", "step")]))
+    result = wb.commit(
+        "main",
+        change,
+        Message("canary(det): 10% -> 25% (v2 over v1)", trailers=[("Mlops-Decision", "step")]),
+    )
     assert result.status == "committed" and result.attempts == 2
     assert delays == [1.0]
     # Both commits are on main, Ada's untouched, ours on top: linear history.
@@ -134,9 +149,12 @@ def test_conflicting_edit_stops_with_file_named_and_remote_untouched(gitops_repo
     def change(root):
         if head(gitops_repo) != ada_tip.get("sha"):
             # Ada rolls the canary back by hand at the same moment we step it up.
-            human.write("apps/det/virtualservice.yaml",
-                        human.read("apps/det/virtualservice.yaml").replace("weight: 90", "weight: 100")
-                        .replace("weight: 10", "weight: 0"))
+            human.write(
+                "apps/det/virtualservice.yaml",
+                human.read("apps/det/virtualservice.yaml")
+                .replace("weight: 90", "weight: 100")
+                .replace("weight: 10", "weight: 0"),
+            )
             ada_tip["sha"] = human.commit_push("manual rollback of det canary")
         write_weights(75, 25)(root)
 
@@ -163,8 +181,9 @@ def test_bounded_retries_then_clear_error(gitops_repo, human):
             human.commit_push(f"human edit {counter['n']}")
 
     delays = []
-    wb = MovingRemote(gitops_repo, backoff=Backoff(tries=4, first=1.0, factor=2.0, cap=3.0),
-                      sleep=delays.append)
+    wb = MovingRemote(
+        gitops_repo, backoff=Backoff(tries=4, first=1.0, factor=2.0, cap=3.0), sleep=delays.append
+    )
     with pytest.raises(PushRejectedError, match="rejected 4 times"):
         wb.commit("main", lambda root: (root / "ours.txt").write_text("ours"), Message("ours"))
     assert delays == [1.0, 2.0, 3.0]
@@ -183,7 +202,8 @@ def test_concurrent_writers_in_one_process_are_serialised(gitops_repo, tmp_path)
     def work(i):
         try:
             writer(gitops_repo, workdir=tmp_path / "work").commit(
-                "main", lambda root: (root / f"f{i}.txt").write_text(str(i)), Message(f"write {i}"))
+                "main", lambda root: (root / f"f{i}.txt").write_text(str(i)), Message(f"write {i}")
+            )
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -219,8 +239,13 @@ def test_two_processes_racing_all_commits_land(gitops_repo, tmp_path):
 
     root = pathlib.Path(__file__).resolve().parents[1]
     procs = [
-        subprocess.Popen([sys.executable, "-c", RACER, str(gitops_repo), str(tmp_path / f"w{t}"), t],
-                         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(gitops_repo), str(tmp_path / f"w{t}"), t],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for t in ("a", "b")
     ]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -245,12 +270,24 @@ def test_no_force_push_code_path_exists():
     import ast
 
     src = pathlib.Path(__file__).resolve().parents[1] / "gitops"
-    forbidden = {"--force", "-f", "--force-with-lease", "--force-if-includes", "--mirror", "--delete", "-d"}
+    forbidden = {
+        "--force",
+        "-f",
+        "--force-with-lease",
+        "--force-if-includes",
+        "--mirror",
+        "--delete",
+        "-d",
+    }
     checked = 0
     for path in src.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("run", "out", "ok"):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in (
+                "run",
+                "out",
+                "ok",
+            ):
                 args = [a.value for a in node.args if isinstance(a, ast.Constant)]
                 if "push" in args:
                     checked += 1
@@ -262,8 +299,11 @@ def test_no_force_push_code_path_exists():
 
 
 def test_broken_yaml_in_repo_stops_change_and_commits_nothing(gitops_repo, human):
-    writer(gitops_repo).commit("main", lambda root: layout.write_model(root, "det", model_docs()),
-                               Message("deploy(det): v1"))
+    writer(gitops_repo).commit(
+        "main",
+        lambda root: layout.write_model(root, "det", model_docs()),
+        Message("deploy(det): v1"),
+    )
     human.sync()
     human.write("apps/det/virtualservice.yaml", "spec:\n  http: [\n    - route: {\n")
     broken = human.commit_push("hand edit gone wrong")
@@ -297,8 +337,9 @@ def test_credentials_stay_out_of_config_and_messages(tmp_path):
         "fatal: https://***@git.example.com/x failed"
     )
     # A real failing clone: the token must appear neither in the error nor on disk.
-    wb = WriteBack("http://bot:s3cr3t@127.0.0.1:9/gitops.git", workdir=tmp_path / "w",
-                   backoff=Backoff(tries=1))
+    wb = WriteBack(
+        "http://bot:s3cr3t@127.0.0.1:9/gitops.git", workdir=tmp_path / "w", backoff=Backoff(tries=1)
+    )
     with pytest.raises(GitError) as info:
         wb.commit("main", lambda root: None, Message("x"))
     assert "s3cr3t" not in str(info.value)
@@ -309,8 +350,9 @@ def test_credentials_stay_out_of_config_and_messages(tmp_path):
 
 def test_new_branch_from_base_and_orphan_side_branch(gitops_repo):
     wb = writer(gitops_repo)
-    r1 = wb.commit("proposal", lambda root: (root / "p.txt").write_text("p"), Message("p"),
-                   create_from="main")
+    r1 = wb.commit(
+        "proposal", lambda root: (root / "p.txt").write_text("p"), Message("p"), create_from="main"
+    )
     assert git(gitops_repo, "rev-parse", "proposal^") == head(gitops_repo)
     r2 = wb.commit("side", lambda root: (root / "s.txt").write_text("s"), Message("s"))
     assert git(gitops_repo, "ls-tree", "--name-only", "side") == "s.txt"
@@ -326,8 +368,9 @@ def test_works_inside_a_git_hook_environment(gitops_repo, tmp_path, monkeypatch)
     git(tmp_path, "init", "-q", "--bare", str(other))
     monkeypatch.setenv("GIT_DIR", str(other))
     monkeypatch.setenv("GIT_QUARANTINE_PATH", str(other / "objects"))
-    result = writer(gitops_repo).commit("main", lambda root: (root / "h.txt").write_text("h"),
-                                        Message("from a hook"))
+    result = writer(gitops_repo).commit(
+        "main", lambda root: (root / "h.txt").write_text("h"), Message("from a hook")
+    )
     monkeypatch.delenv("GIT_DIR")
     monkeypatch.delenv("GIT_QUARANTINE_PATH")
     assert result.status == "committed" and head(gitops_repo) == result.commit
@@ -345,7 +388,13 @@ def test_interrupted_work_clone_is_recovered(gitops_repo, tmp_path):
     result = wb.commit("main", lambda root: (root / "b.txt").write_text("2"), Message("b"))
     assert result.status == "committed"
     assert git(gitops_repo, "ls-tree", "--name-only", "main").split() == [
-        "README.md", "a.txt", "apps", "argocd", "b.txt", "mlops-gitops.yaml"]
+        "README.md",
+        "a.txt",
+        "apps",
+        "argocd",
+        "b.txt",
+        "mlops-gitops.yaml",
+    ]
     assert git(gitops_repo, "show", "main:a.txt") == "1"
 
 
@@ -356,7 +405,8 @@ def test_token_reaches_git_only_through_the_credential_helper(tmp_path):
     r = remote("https://ci-bot:s3cr3t@git.example.com/team/gitops.git")
     g = Git(tmp_path, credentials=r.env)
     assert not any("s3cr3t" in part for part in g._config)
-    answer = g.run("credential", "fill",
-                   input="protocol=https\nhost=git.example.com\npath=team/gitops.git\n\n").stdout
+    answer = g.run(
+        "credential", "fill", input="protocol=https\nhost=git.example.com\npath=team/gitops.git\n\n"
+    ).stdout
     assert "username=ci-bot" in answer.splitlines()
     assert "password=s3cr3t" in answer.splitlines()

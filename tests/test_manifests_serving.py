@@ -74,8 +74,17 @@ def test_deployment_contract_other_rooms_rely_on():
     assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
     (container,) = pod["spec"]["containers"]
     assert container["command"] + container["args"] == [
-        "mlops", "serve", "/models/shapes-detector/v2", "--port", "8080", "--host", "0.0.0.0",
-        "--model-name", "shapes-detector", "--model-version", "v2",
+        "mlops",
+        "serve",
+        "/models/shapes-detector/v2",
+        "--port",
+        "8080",
+        "--host",
+        "0.0.0.0",
+        "--model-name",
+        "shapes-detector",
+        "--model-version",
+        "v2",
     ]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"

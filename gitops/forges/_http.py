@@ -85,10 +85,12 @@ class Api:
             try:
                 resp = self.session.request(method, url, timeout=self.timeout, **kwargs)
             except requests.RequestException as exc:
-                raise ForgeError(f"{self.forge}: {method} {short} failed: {type(exc).__name__}") from None
+                raise ForgeError(
+                    f"{self.forge}: {method} {short} failed: {type(exc).__name__}"
+                ) from None
             wait = self._wait_for(resp)
             if wait is None and resp.status_code in (502, 503, 504):
-                wait = min(self.max_wait, 2.0 ** attempt)
+                wait = min(self.max_wait, 2.0**attempt)
             if wait is None:
                 break
             if attempt == self.max_retries or wait > self.max_wait:
@@ -105,8 +107,10 @@ class Api:
         if resp.status_code == 404:
             raise PullRequestNotFound(f"{self.forge}: {method} {short}: not found (HTTP 404)")
         if resp.status_code >= 400:
-            raise ForgeError(f"{self.forge}: {method} {short} refused (HTTP {resp.status_code}): "
-                             f"{_message(resp)}")
+            raise ForgeError(
+                f"{self.forge}: {method} {short} refused (HTTP {resp.status_code}): "
+                f"{_message(resp)}"
+            )
         return resp
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:

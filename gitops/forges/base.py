@@ -63,7 +63,9 @@ class Forge(Protocol):
         """PRs in ``state`` (None: all), newest first."""
         ...
 
-    def update_pr(self, number: int, *, title: str | None = None, body: str | None = None) -> PullRequest:
+    def update_pr(
+        self, number: int, *, title: str | None = None, body: str | None = None
+    ) -> PullRequest:
         """Replace the title and/or body (a re-proposal refreshes its report)."""
         ...
 
@@ -71,6 +73,8 @@ class Forge(Protocol):
         """Add a comment (e.g. the rollback report)."""
         ...
 
-    def merge(self, number: int, *, head_sha: str | None = None, message: str | None = None) -> PullRequest:
+    def merge(
+        self, number: int, *, head_sha: str | None = None, message: str | None = None
+    ) -> PullRequest:
         """Merge with a merge commit; refuse if the head is not ``head_sha``."""
         ...

@@ -40,8 +40,9 @@ class GiteaForge:
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"token {token}"
-        self.api = Api(api_url, headers, forge="gitea", token_env="GITEA_TOKEN",
-                       session=session, **api_options)
+        self.api = Api(
+            api_url, headers, forge="gitea", token_env="GITEA_TOKEN", session=session, **api_options
+        )
 
     @staticmethod
     def _pr(data: dict[str, Any]) -> PullRequest:
@@ -73,9 +74,11 @@ class GiteaForge:
             raise
 
     def find_pr(self, branch: str) -> PullRequest | None:
-        prs = [self._pr(d) for d in self.api.paginate(
-            f"/repos/{self.repo}/pulls", {"state": "all", "limit": 50})
-            if d["head"]["ref"] == branch]
+        prs = [
+            self._pr(d)
+            for d in self.api.paginate(f"/repos/{self.repo}/pulls", {"state": "all", "limit": 50})
+            if d["head"]["ref"] == branch
+        ]
         return pick_relevant(prs)
 
     def get_pr(self, number: int) -> PullRequest:
@@ -83,19 +86,30 @@ class GiteaForge:
 
     def list_prs(self, state: PRState | None = "open") -> list[PullRequest]:
         query = {"open": "open", "merged": "closed", "closed": "closed", None: "all"}[state]
-        prs = [self._pr(d) for d in self.api.paginate(
-            f"/repos/{self.repo}/pulls", {"state": query, "limit": 50})]
-        return sorted((p for p in prs if state is None or p.state == state),
-                      key=lambda p: -p.number)
+        prs = [
+            self._pr(d)
+            for d in self.api.paginate(f"/repos/{self.repo}/pulls", {"state": query, "limit": 50})
+        ]
+        return sorted(
+            (p for p in prs if state is None or p.state == state), key=lambda p: -p.number
+        )
 
-    def update_pr(self, number: int, *, title: str | None = None, body: str | None = None) -> PullRequest:
+    def update_pr(
+        self, number: int, *, title: str | None = None, body: str | None = None
+    ) -> PullRequest:
         payload = {k: v for k, v in (("title", title), ("body", body)) if v is not None}
-        return self._pr(self.api.json("PATCH", f"/repos/{self.repo}/pulls/{int(number)}", json=payload))
+        return self._pr(
+            self.api.json("PATCH", f"/repos/{self.repo}/pulls/{int(number)}", json=payload)
+        )
 
     def comment(self, number: int, body: str) -> None:
-        self.api.json("POST", f"/repos/{self.repo}/issues/{int(number)}/comments", json={"body": body})
+        self.api.json(
+            "POST", f"/repos/{self.repo}/issues/{int(number)}/comments", json={"body": body}
+        )
 
-    def merge(self, number: int, *, head_sha: str | None = None, message: str | None = None) -> PullRequest:
+    def merge(
+        self, number: int, *, head_sha: str | None = None, message: str | None = None
+    ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
             return pr

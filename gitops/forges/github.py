@@ -41,8 +41,14 @@ class GitHubForge:
         headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.api = Api(api_url, headers, forge="github", token_env="GITHUB_TOKEN",
-                       session=session, **api_options)
+        self.api = Api(
+            api_url,
+            headers,
+            forge="github",
+            token_env="GITHUB_TOKEN",
+            session=session,
+            **api_options,
+        )
 
     @staticmethod
     def _pr(data: dict[str, Any]) -> PullRequest:
@@ -75,8 +81,11 @@ class GitHubForge:
 
     def find_pr(self, branch: str) -> PullRequest | None:
         params = {"head": f"{self.owner}:{branch}", "state": "all", "per_page": 100}
-        prs = [self._pr(d) for d in self.api.paginate(f"/repos/{self.repo}/pulls", params)
-               if d["head"]["ref"] == branch]
+        prs = [
+            self._pr(d)
+            for d in self.api.paginate(f"/repos/{self.repo}/pulls", params)
+            if d["head"]["ref"] == branch
+        ]
         return pick_relevant(prs)
 
     def get_pr(self, number: int) -> PullRequest:
@@ -84,19 +93,32 @@ class GitHubForge:
 
     def list_prs(self, state: PRState | None = "open") -> list[PullRequest]:
         query = {"open": "open", "merged": "closed", "closed": "closed", None: "all"}[state]
-        prs = [self._pr(d) for d in self.api.paginate(
-            f"/repos/{self.repo}/pulls", {"state": query, "per_page": 100})]
-        return sorted((p for p in prs if state is None or p.state == state),
-                      key=lambda p: -p.number)
+        prs = [
+            self._pr(d)
+            for d in self.api.paginate(
+                f"/repos/{self.repo}/pulls", {"state": query, "per_page": 100}
+            )
+        ]
+        return sorted(
+            (p for p in prs if state is None or p.state == state), key=lambda p: -p.number
+        )
 
-    def update_pr(self, number: int, *, title: str | None = None, body: str | None = None) -> PullRequest:
+    def update_pr(
+        self, number: int, *, title: str | None = None, body: str | None = None
+    ) -> PullRequest:
         payload = {k: v for k, v in (("title", title), ("body", body)) if v is not None}
-        return self._pr(self.api.json("PATCH", f"/repos/{self.repo}/pulls/{int(number)}", json=payload))
+        return self._pr(
+            self.api.json("PATCH", f"/repos/{self.repo}/pulls/{int(number)}", json=payload)
+        )
 
     def comment(self, number: int, body: str) -> None:
-        self.api.json("POST", f"/repos/{self.repo}/issues/{int(number)}/comments", json={"body": body})
+        self.api.json(
+            "POST", f"/repos/{self.repo}/issues/{int(number)}/comments", json={"body": body}
+        )
 
-    def merge(self, number: int, *, head_sha: str | None = None, message: str | None = None) -> PullRequest:
+    def merge(
+        self, number: int, *, head_sha: str | None = None, message: str | None = None
+    ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
             return pr

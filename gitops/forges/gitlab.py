@@ -19,8 +19,12 @@ from gitops.errors import ForgeError
 from gitops.forges._http import Api
 from gitops.forges.base import PRState, PullRequest, pick_relevant
 
-_STATES: dict[str, PRState] = {"opened": "open", "locked": "open", "merged": "merged",
-                               "closed": "closed"}
+_STATES: dict[str, PRState] = {
+    "opened": "open",
+    "locked": "open",
+    "merged": "merged",
+    "closed": "closed",
+}
 
 
 class GitLabForge:
@@ -43,8 +47,14 @@ class GitLabForge:
         self._id = urllib.parse.quote(project, safe="")
         token = token or os.environ.get("GITLAB_TOKEN")
         headers = {"PRIVATE-TOKEN": token} if token else {}
-        self.api = Api(api_url, headers, forge="gitlab", token_env="GITLAB_TOKEN",
-                       session=session, **api_options)
+        self.api = Api(
+            api_url,
+            headers,
+            forge="gitlab",
+            token_env="GITLAB_TOKEN",
+            session=session,
+            **api_options,
+        )
 
     @property
     def _base(self) -> str:
@@ -69,8 +79,12 @@ class GitLabForge:
         existing = self.find_pr(branch)
         if existing is not None and existing.state == "open":
             return existing
-        payload = {"source_branch": branch, "target_branch": base, "title": title,
-                   "description": body}
+        payload = {
+            "source_branch": branch,
+            "target_branch": base,
+            "title": title,
+            "description": body,
+        }
         try:
             return self._pr(self.api.json("POST", self._base, json=payload))
         except ForgeError as exc:
@@ -81,9 +95,11 @@ class GitLabForge:
             raise
 
     def find_pr(self, branch: str) -> PullRequest | None:
-        prs = [self._pr(d) for d in self.api.paginate(
-            self._base, {"source_branch": branch, "per_page": 100})
-            if d["source_branch"] == branch]
+        prs = [
+            self._pr(d)
+            for d in self.api.paginate(self._base, {"source_branch": branch, "per_page": 100})
+            if d["source_branch"] == branch
+        ]
         return pick_relevant(prs)
 
     def get_pr(self, number: int) -> PullRequest:
@@ -94,17 +110,22 @@ class GitLabForge:
         if state is not None:
             params["state"] = {"open": "opened", "merged": "merged", "closed": "closed"}[state]
         prs = [self._pr(d) for d in self.api.paginate(self._base, params)]
-        return sorted((p for p in prs if state is None or p.state == state),
-                      key=lambda p: -p.number)
+        return sorted(
+            (p for p in prs if state is None or p.state == state), key=lambda p: -p.number
+        )
 
-    def update_pr(self, number: int, *, title: str | None = None, body: str | None = None) -> PullRequest:
+    def update_pr(
+        self, number: int, *, title: str | None = None, body: str | None = None
+    ) -> PullRequest:
         payload = {k: v for k, v in (("title", title), ("description", body)) if v is not None}
         return self._pr(self.api.json("PUT", f"{self._base}/{int(number)}", json=payload))
 
     def comment(self, number: int, body: str) -> None:
         self.api.json("POST", f"{self._base}/{int(number)}/notes", json={"body": body})
 
-    def merge(self, number: int, *, head_sha: str | None = None, message: str | None = None) -> PullRequest:
+    def merge(
+        self, number: int, *, head_sha: str | None = None, message: str | None = None
+    ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
             return pr

@@ -35,7 +35,7 @@ from gitops.errors import ConflictError, ForgeError, PullRequestNotFound
 from gitops.forges.base import PRState, PullRequest, pick_relevant
 from gitops.git import DEFAULT_IDENTITY, Identity
 from gitops.repo import Mirror
-from gitops.writeback import Backoff, Message, WriteBack
+from gitops.writeback import DEFAULT_BACKOFF, Backoff, Message, WriteBack
 
 RECORDS_BRANCH = "mlops-prs"
 
@@ -51,13 +51,14 @@ class LocalForge:
         *,
         workdir: pathlib.Path | None = None,
         identity: Identity = DEFAULT_IDENTITY,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = DEFAULT_BACKOFF,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.repo = repo
         self.identity = identity
-        self.writer = WriteBack(repo, workdir=workdir, identity=identity, backoff=backoff,
-                                sleep=sleep)
+        self.writer = WriteBack(
+            repo, workdir=workdir, identity=identity, backoff=backoff, sleep=sleep
+        )
         mirror_path = pathlib.Path(workdir) / "mirror" if workdir is not None else None
         self._mirror: Mirror | None = None
         self._mirror_path = mirror_path
@@ -88,7 +89,9 @@ class LocalForge:
                 try:
                     out[int(name[:-5])] = json.loads(text)
                 except ValueError:
-                    raise ForgeError(f"local: record prs/{name} on {RECORDS_BRANCH} is not JSON") from None
+                    raise ForgeError(
+                        f"local: record prs/{name} on {RECORDS_BRANCH} is not JSON"
+                    ) from None
         return out
 
     def _derive(self, mirror: Mirror, rec: dict[str, Any]) -> PullRequest:
@@ -100,8 +103,9 @@ class LocalForge:
         if state == "open" and head and base_tip:
             if head != rec.get("base_sha") and mirror.is_ancestor(head, base_tip):
                 state = "merged"
-                path = mirror.git.out("rev-list", "--ancestry-path", "--reverse",
-                                      f"{head}..{base_tip}").split()
+                path = mirror.git.out(
+                    "rev-list", "--ancestry-path", "--reverse", f"{head}..{base_tip}"
+                ).split()
                 merge_commit = path[0] if path else head
             elif tip is None:
                 state = "closed"
@@ -128,13 +132,19 @@ class LocalForge:
         mirror = via or self.mirror
         rec = self._records(mirror).get(int(number))
         if rec is None:
-            raise PullRequestNotFound(f"local: no pull request #{number} in {self.writer.remote.display}")
+            raise PullRequestNotFound(
+                f"local: no pull request #{number} in {self.writer.remote.display}"
+            )
         return self._derive(mirror, rec)
 
-    def list_prs(self, state: PRState | None = "open", *, via: Mirror | None = None) -> list[PullRequest]:
+    def list_prs(
+        self, state: PRState | None = "open", *, via: Mirror | None = None
+    ) -> list[PullRequest]:
         mirror = via or self.mirror
         prs = [self._derive(mirror, rec) for rec in self._records(mirror).values()]
-        return sorted((p for p in prs if state is None or p.state == state), key=lambda p: -p.number)
+        return sorted(
+            (p for p in prs if state is None or p.state == state), key=lambda p: -p.number
+        )
 
     def find_pr(self, branch: str, *, via: Mirror | None = None) -> PullRequest | None:
         return pick_relevant([p for p in self.list_prs(None, via=via) if p.branch == branch])
@@ -150,8 +160,9 @@ class LocalForge:
             edit(rec)
             path.write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
 
-        self.writer.commit(RECORDS_BRANCH, change,
-                           Message(subject, trailers=[("Mlops-Pull-Request", str(number))]))
+        self.writer.commit(
+            RECORDS_BRANCH, change, Message(subject, trailers=[("Mlops-Pull-Request", str(number))])
+        )
 
     def open_pr(self, branch: str, base: str, title: str, body: str) -> PullRequest:
         mirror = self.mirror
@@ -161,7 +172,9 @@ class LocalForge:
         head, base_sha = mirror.sha(branch), mirror.sha(base)
         if head is None or base_sha is None:
             missing = branch if head is None else base
-            raise ForgeError(f"local: branch {missing!r} does not exist in {self.writer.remote.display}")
+            raise ForgeError(
+                f"local: branch {missing!r} does not exist in {self.writer.remote.display}"
+            )
         chosen: dict[str, int] = {}
 
         def change(root: pathlib.Path) -> None:
@@ -170,16 +183,31 @@ class LocalForge:
             taken = [int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()]
             number = max(taken, default=0) + 1
             chosen["n"] = number
-            rec = {"number": number, "title": title, "body": body, "branch": branch, "base": base,
-                   "state": "open", "base_sha": base_sha, "head_sha": head, "merge_commit": None,
-                   "comments": []}
+            rec = {
+                "number": number,
+                "title": title,
+                "body": body,
+                "branch": branch,
+                "base": base,
+                "state": "open",
+                "base_sha": base_sha,
+                "head_sha": head,
+                "merge_commit": None,
+                "comments": [],
+            }
             (folder / f"{number}.json").write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
 
         for _ in range(5):
             try:
-                self.writer.commit(RECORDS_BRANCH, change, Message(
-                    f"pr: open {branch} -> {base}", body=title,
-                    trailers=[("Mlops-Pull-Request-Branch", branch)]))
+                self.writer.commit(
+                    RECORDS_BRANCH,
+                    change,
+                    Message(
+                        f"pr: open {branch} -> {base}",
+                        body=title,
+                        trailers=[("Mlops-Pull-Request-Branch", branch)],
+                    ),
+                )
                 break
             except ConflictError:
                 continue  # someone took that number meanwhile: take the next one
@@ -187,7 +215,9 @@ class LocalForge:
             raise ForgeError(f"local: could not allocate a PR number for {branch!r}")
         return self.get_pr(chosen["n"])
 
-    def update_pr(self, number: int, *, title: str | None = None, body: str | None = None) -> PullRequest:
+    def update_pr(
+        self, number: int, *, title: str | None = None, body: str | None = None
+    ) -> PullRequest:
         def edit(rec: dict[str, Any]) -> None:
             if title is not None:
                 rec["title"] = title
@@ -198,20 +228,30 @@ class LocalForge:
         return self.get_pr(number)
 
     def comment(self, number: int, body: str) -> None:
-        self._update(number, f"pr #{number}: comment",
-                     lambda rec: rec.setdefault("comments", []).append(
-                         {"author": self.identity.name, "body": body}))
+        self._update(
+            number,
+            f"pr #{number}: comment",
+            lambda rec: rec.setdefault("comments", []).append(
+                {"author": self.identity.name, "body": body}
+            ),
+        )
 
-    def merge(self, number: int, *, head_sha: str | None = None, message: str | None = None) -> PullRequest:
+    def merge(
+        self, number: int, *, head_sha: str | None = None, message: str | None = None
+    ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
             return pr
         if pr.state == "closed":
             raise ForgeError(f"local: PR #{number} is closed (its branch {pr.branch!r} is gone)")
         result = self.writer.merge(
-            pr.branch, pr.base,
-            Message(message or f"Merge pull request #{number} from {pr.branch}", body=pr.title,
-                    trailers=[("Mlops-Pull-Request", str(number))]),
+            pr.branch,
+            pr.base,
+            Message(
+                message or f"Merge pull request #{number} from {pr.branch}",
+                body=pr.title,
+                trailers=[("Mlops-Pull-Request", str(number))],
+            ),
             expect_head=head_sha,
         )
 

@@ -54,8 +54,10 @@ def _show(args: argparse.Namespace) -> int:
         models = layout.list_models(pathlib.Path(tmp))
         if args.model:
             if args.model not in models:
-                raise UserError(f"model {args.model!r} is not in {repo} at {args.ref}; "
-                                f"models: {', '.join(models) or 'none'}")
+                raise UserError(
+                    f"model {args.model!r} is not in {repo} at {args.ref}; "
+                    f"models: {', '.join(models) or 'none'}"
+                )
             models = [args.model]
         print(f"{repo} @ {args.ref} ({sha[:12]})")
         for model in models:
@@ -63,9 +65,13 @@ def _show(args: argparse.Namespace) -> int:
             weights = state.weights()
             print(f"{model}:")
             for version, dep in sorted(state.deployments.items()):
-                digest = (dep["metadata"].get("annotations") or {}).get(ANNOTATION_WEIGHTS_SHA256, "?")
-                print(f"  {version:<20} weight {weights.get(version, 0):>3}%  "
-                      f"replicas {dep['spec'].get('replicas', 1)}  sha256 {digest[:12]}")
+                digest = (dep["metadata"].get("annotations") or {}).get(
+                    ANNOTATION_WEIGHTS_SHA256, "?"
+                )
+                print(
+                    f"  {version:<20} weight {weights.get(version, 0):>3}%  "
+                    f"replicas {dep['spec'].get('replicas', 1)}  sha256 {digest[:12]}"
+                )
     return 0
 
 
@@ -75,8 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     init = sub.add_parser("init", help="create the GitOps repo layout at DIR or URL")
     init.add_argument("target", metavar="DIR|URL")
-    init.add_argument("--argocd-repo-url", default=None,
-                      help="repoURL Argo CD should clone (default: the target)")
+    init.add_argument(
+        "--argocd-repo-url", default=None, help="repoURL Argo CD should clone (default: the target)"
+    )
     init.add_argument("--namespace", default="models", help="namespace the models run in")
     init.set_defaults(func=_init)
 

@@ -88,12 +88,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     def common(p: argparse.ArgumentParser) -> None:
         repo_argument(p)
-        p.add_argument("--forge", default=os.environ.get("MLOPS_FORGE", "local"),
-                       help="local, github, gitlab or gitea (default: $MLOPS_FORGE or local)")
-        p.add_argument("--forge-repo", default=os.environ.get("MLOPS_FORGE_REPO"),
-                       help="owner/name (GitHub, Gitea) or group/name (GitLab)")
-        p.add_argument("--forge-api", default=os.environ.get("MLOPS_FORGE_API"),
-                       help="API base URL of a self-hosted forge")
+        p.add_argument(
+            "--forge",
+            default=os.environ.get("MLOPS_FORGE", "local"),
+            help="local, github, gitlab or gitea (default: $MLOPS_FORGE or local)",
+        )
+        p.add_argument(
+            "--forge-repo",
+            default=os.environ.get("MLOPS_FORGE_REPO"),
+            help="owner/name (GitHub, Gitea) or group/name (GitLab)",
+        )
+        p.add_argument(
+            "--forge-api",
+            default=os.environ.get("MLOPS_FORGE_API"),
+            help="API base URL of a self-hosted forge",
+        )
 
     lst = sub.add_parser("list", help="list pull requests")
     common(lst)
