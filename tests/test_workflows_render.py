@@ -153,6 +153,7 @@ def test_production_settings(wt_doc):
     assert spec["activeDeadlineSeconds"] > 0
     assert spec["onExit"] == "record-outcome" and "record-outcome" in templates
     assert spec["podGC"]["strategy"] == "OnPodSuccess"
+    assert spec["volumeClaimGC"]["strategy"] == "OnWorkflowSuccess"
     assert spec["ttlStrategy"]["secondsAfterSuccess"] > 0
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["artifactRepositoryRef"] == {

@@ -37,8 +37,8 @@ from hera.workflows import (
     NoneArchiveStrategy,
     Parameter,
     Resource,
-    SecretEnv,
     RetryStrategy,
+    SecretEnv,
     Task,
     WorkflowTemplate,
 )
@@ -305,7 +305,11 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ),
         ],
         active_deadline_seconds=settings.workflow_deadline_seconds,
+        # Pods and the workspace of a successful run go at once; a failed
+        # run keeps both for debugging until its TTL deletes the workflow
+        # (their owner).
         pod_gc=m.PodGC(strategy="OnPodSuccess"),
+        volume_claim_gc=m.VolumeClaimGC(strategy="OnWorkflowSuccess"),
         ttl_strategy=m.TTLStrategy(
             seconds_after_success=settings.ttl_after_success_seconds,
             seconds_after_failure=settings.ttl_after_failure_seconds,
