@@ -16,14 +16,13 @@ import pytest
 import yaml
 
 from mlops.cli import main as cli
-from tests.fixtures.workflows import git
-from tests.test_workflows_hooks import _push_capture, runs_cleanup, wait_for_run  # noqa: F401
+from tests.fixtures.workflows import git, push_capture, wait_for_run
 
 EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "shapes-detector"
 
 
 @pytest.mark.slow
-def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup):  # noqa: F811
+def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup):
     repo = tmp_path / "shapes-detector"
     shutil.copytree(
         EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out")
@@ -40,7 +39,7 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
     git(repo, "remote", "add", "origin", str(bare))
 
     sha = git(repo, "rev-parse", "HEAD")
-    assert "started a local run" in _push_capture(repo, "main")
+    assert "started a local run" in push_capture(repo, "main")
     home = bare / "mlops-runs" / sha
     run = wait_for_run(home, timeout=40 * 60)
     phases = {t["name"]: t["phase"] for t in run["tasks"]}
@@ -63,8 +62,8 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
     git(repo, "add", "NOTES.md")
     git(repo, "commit", "-qm", "notes")
     sha2 = git(repo, "rev-parse", "HEAD")
-    _push_capture(repo, "main")
-    assert "already has a run" in _push_capture(repo, "--force", f"{sha}:refs/heads/main")
+    push_capture(repo, "main")
+    assert "already has a run" in push_capture(repo, "--force", f"{sha}:refs/heads/main")
     # Stop the second run at once: it is not what this test measures.
     import os
     import signal

@@ -8,68 +8,16 @@ is pushed in `test_workflows_example.py` (slow).
 
 import json
 import os
-import pathlib
-import signal
-import time
 
 import pytest
 
 from mlops.cli import main as cli
-from tests.fixtures.workflows import git, make_fake_model_repo
+from tests.fixtures.workflows import git, make_fake_model_repo, push_capture, wait_for_run
 from workflows.errors import ConfigError
 from workflows.hooks import decide, install_hook, post_receive
 
 ZERO = "0" * 40
 SHA = "a" * 40
-
-
-def wait_for_run(home: pathlib.Path, timeout: float = 300.0) -> dict:
-    """Wait until the background run wrote run.json; returns it."""
-    deadline = time.monotonic() + timeout
-    run_file = home / "out" / "run.json"
-    while time.monotonic() < deadline:
-        if run_file.is_file():
-            pid = int((home / "pid").read_text())
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            return json.loads(run_file.read_text())
-        time.sleep(0.2)
-    log = (home / "run.log").read_text() if (home / "run.log").exists() else "(no log)"
-    raise AssertionError(f"no run.json in {home} after {timeout}s; log:\n{log}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a finished child of ours that nobody reaped is a zombie, not alive
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return pathlib.Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
-
-
-def _state(pid: int) -> str:
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return "Z"
-
-
-@pytest.fixture
-def runs_cleanup():
-    """Stop any background run a test started, even when it fails."""
-    homes: list[pathlib.Path] = []
-    yield homes
-    for runs in homes:
-        for pid_file in runs.glob("*/pid"):
-            pid = int(pid_file.read_text())
-            if _alive(pid):
-                os.killpg(pid, signal.SIGTERM)
-
-
-def _push(repo, *args):
-    return git(repo, "push", *args, "origin")
 
 
 def test_decide():
@@ -110,7 +58,7 @@ def test_push_starts_one_local_run_per_commit(tmp_path, runs_cleanup, capsys):
     runs_cleanup.append(runs)
     git(repo, "remote", "add", "origin", str(bare))
 
-    proc_out = _push_capture(repo, "main")
+    proc_out = push_capture(repo, "main")
     sha_a = git(repo, "rev-parse", "HEAD")
     assert f"started a local run of {sha_a[:12]}" in proc_out
     run = wait_for_run(runs / sha_a)
@@ -127,26 +75,11 @@ def test_push_starts_one_local_run_per_commit(tmp_path, runs_cleanup, capsys):
     git(repo, "add", "README.md")
     git(repo, "commit", "-qm", "second")
     sha_b = git(repo, "rev-parse", "HEAD")
-    assert f"started a local run of {sha_b[:12]}" in _push_capture(repo, "main")
+    assert f"started a local run of {sha_b[:12]}" in push_capture(repo, "main")
     wait_for_run(runs / sha_b)
-    again = _push_capture(repo, "--force", f"{sha_a}:refs/heads/main")
+    again = push_capture(repo, "--force", f"{sha_a}:refs/heads/main")
     assert "already has a run" in again
     assert sorted(p.name for p in runs.iterdir() if p.is_dir()) == sorted([sha_a, sha_b])
-
-
-def _push_capture(repo, *refspec):
-    import subprocess
-
-    from tests.fixtures.workflows import GIT_ENV
-
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "push", "origin", *refspec],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **GIT_ENV},
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stderr  # git shows hook output as "remote: ..." on stderr
 
 
 def test_bot_commits_other_branches_and_deletions_start_nothing(tmp_path, runs_cleanup):
@@ -164,9 +97,9 @@ def test_bot_commits_other_branches_and_deletions_start_nothing(tmp_path, runs_c
         "write-back",
         env={"GIT_AUTHOR_NAME": "mlops-bot", "GIT_AUTHOR_EMAIL": "mlops-bot@example.com"},
     )
-    assert "authored by the bot" in _push_capture(repo, "main")
-    assert "not refs/heads/main" in _push_capture(repo, "main:refs/heads/feature")
-    assert "deleted" in _push_capture(repo, ":refs/heads/feature")
+    assert "authored by the bot" in push_capture(repo, "main")
+    assert "not refs/heads/main" in push_capture(repo, "main:refs/heads/feature")
+    assert "deleted" in push_capture(repo, ":refs/heads/feature")
     assert not (bare / "mlops-runs").exists()
 
 
