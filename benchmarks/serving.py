@@ -45,6 +45,7 @@ import orjson
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the server runs (before paddle loads)
 
 from serving.loadgen import run_load  # noqa: E402
 from serving.modeldir import load_model_dir  # noqa: E402

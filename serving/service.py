@@ -68,9 +68,8 @@ class ModelService:
         self.pool = pool
         self.cfg = model.infer_cfg
         self.inputs = [self._input_spec(n) for n in pool.input_names]
-        self.outputs = list(model.program_outputs) or [
-            TensorSpec(n, "FP32", ()) for n in pool.output_names
-        ]
+        declared = {spec.name: spec for spec in model.program_outputs}
+        self.outputs = [declared.get(n, TensorSpec(n, "FP32", ())) for n in pool.output_names]
         self.image_input = self.cfg.input.name or pool.input_names[0]
         if self.image_input not in pool.input_names:
             raise ModelDirError(

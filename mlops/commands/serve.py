@@ -2,6 +2,7 @@
 
 import argparse
 import logging
+import os
 import pathlib
 import sys
 
@@ -60,6 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run_serve(args: argparse.Namespace) -> int:
     """Load the model directory (errors are user errors), then serve until SIGTERM."""
+    # Paddle's CPU kernels use OpenMP; left unset, every predictor thread may
+    # start one OpenMP thread per core and they fight over the same cores.
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, args.math_threads)))
     from serving.modeldir import load_model_dir
     from serving.runtime import default_threads
     from serving.server import ServerSettings, serve
