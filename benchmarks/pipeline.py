@@ -43,7 +43,7 @@ def _copy_with_epochs(repo: pathlib.Path, epochs: int, into: pathlib.Path) -> pa
     dest = into / repo.name
     shutil.copytree(repo, dest, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out"))
     cfg = yaml.safe_load((dest / "mlops.yaml").read_text())
-    cfg["training"]["full"].setdefault("overrides", {})["epochs"] = epochs
+    cfg["training"]["full"].setdefault("overrides", {}).setdefault("args", {})["epochs"] = epochs
     (dest / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return dest
 

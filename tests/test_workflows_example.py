@@ -28,7 +28,7 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
         EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out")
     )
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
-    cfg["training"]["full"].setdefault("overrides", {})["epochs"] = 1
+    cfg["training"]["full"].setdefault("overrides", {}).setdefault("args", {})["epochs"] = 1
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
     git(repo, "add", "-A")
