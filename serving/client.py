@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import orjson
 import requests
+import urllib3
 
 from serving.errors import ServingError
 from serving.protocol import (
@@ -177,13 +178,11 @@ class ModelClient:
 
 
 def _is_connect_error(exc: requests.ConnectionError) -> bool:
-    """True when no request reached the server (safe to resend)."""
-    return not isinstance(exc, requests.exceptions.ReadTimeout) and (
-        isinstance(exc, requests.exceptions.ConnectTimeout)
-        or "Connection refused" in str(exc)
-        or "Failed to establish" in str(exc)
-        or "NewConnectionError" in str(exc)
-    )
+    """True when no connection was made, so the request never reached the server."""
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)
 
 
 def _to_tensor(name: str, array: np.ndarray) -> Tensor:
