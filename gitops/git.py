@@ -115,8 +115,10 @@ class Git:
         *,
         identity: Identity = DEFAULT_IDENTITY,
         credentials: Mapping[str, str] | None = None,
+        timeout: float = 300.0,
     ) -> None:
         self.cwd = pathlib.Path(cwd)
+        self.timeout = timeout
         self.identity = identity
         # Drop variables that point git at *another* repository: inside a git
         # hook (the model repo's post-receive runs the pipeline) GIT_DIR & co.
@@ -156,14 +158,21 @@ class Git:
         cwd: pathlib.Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``git args``; on failure (with check) raise GitError with redacted output."""
-        proc = subprocess.run(
-            ["git", *self._config, *args],
-            cwd=cwd or self.cwd,
-            env=self.env,
-            input=input,
-            capture_output=True,
-            text=True,
-        )
+        try:
+            proc = subprocess.run(
+                ["git", *self._config, *args],
+                cwd=cwd or self.cwd,
+                env=self.env,
+                input=input,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+            )
+        except subprocess.TimeoutExpired:
+            # A hung network or credential prompt must not hang the controller.
+            raise GitError(
+                f"git {' '.join(args[:3])} did not finish within {self.timeout:.0f} s"
+            ) from None
         if check and proc.returncode != 0:
             raise GitError(
                 redact(

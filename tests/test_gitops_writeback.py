@@ -410,3 +410,11 @@ def test_token_reaches_git_only_through_the_credential_helper(tmp_path):
     ).stdout
     assert "username=ci-bot" in answer.splitlines()
     assert "password=s3cr3t" in answer.splitlines()
+
+
+def test_a_hung_git_is_stopped_with_a_clear_error(tmp_path):
+    from gitops.git import Git
+
+    g = Git(tmp_path, timeout=0.3)
+    with pytest.raises(GitError, match="did not finish within"):
+        g.run("-c", "alias.hang=!sleep 1", "hang")  # a stand-in for a hung fetch

@@ -160,9 +160,16 @@ class LocalForge:
             edit(rec)
             path.write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
 
-        self.writer.commit(
-            RECORDS_BRANCH, change, Message(subject, trailers=[("Mlops-Pull-Request", str(number))])
-        )
+        message = Message(subject, trailers=[("Mlops-Pull-Request", str(number))])
+        for attempt in range(5):
+            try:
+                self.writer.commit(RECORDS_BRANCH, change, message)
+                return
+            except ConflictError:
+                # Another process edited the same record meanwhile; the edit is
+                # recomputed from the fresh record, so trying again is safe.
+                if attempt == 4:
+                    raise
 
     def open_pr(self, branch: str, base: str, title: str, body: str) -> PullRequest:
         mirror = self.mirror
