@@ -152,6 +152,19 @@ def test_killed_server_is_restarted_and_status_shows_it(env, capsys):
     assert "died" in log.read_text()
 
 
+def test_killed_haproxy_is_restarted_with_every_route(env):
+    wd, v1, v2 = env["wd"], env["v1"], env["v2"]
+    old = procs.read_record(wd.pidfile("haproxy"))
+    os.kill(old.pid, signal.SIGKILL)
+    wait_for(lambda: (status_doc(wd).get("service_restarts") or {}).get("haproxy") == 1, 40,
+             "the sync to restart HAProxy")
+    wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), 20, "routes re-added")
+    seen = collections.Counter(
+        requests.get(f"{frontend(wd)}/v2/models/{MODEL}", timeout=10).json()["versions"][0]
+        for _ in range(100))
+    assert sum(seen.values()) == 100 and abs(seen[v2] - 10) <= 3, seen
+
+
 def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
     wd, repo, v1, v2 = env["wd"], env["repo"], env["v1"], env["v2"]
     good = status_doc(wd)["applied_commit"]

@@ -6,6 +6,8 @@ these tests to a few seconds.
 """
 
 import json
+import os
+import signal
 
 import pytest
 import requests
@@ -69,12 +71,28 @@ def test_second_up_reuses_running_processes(gitops_repo, platform_factory):
     after = {name: procs.read_record(wd.pidfile(name)) for name in lifecycle.SERVICES}
     assert before == after
 
-    # A dead service is restarted alone; the others stay the same processes.
-    assert procs.stop(before["prometheus"])
+    # A dead sync is restarted alone; the others stay the same processes.
+    assert procs.stop(before["sync"])
     third = lifecycle.up(wd)
-    assert third["started"] == ["prometheus"]
+    assert third["started"] == ["sync"]
     assert procs.read_record(wd.pidfile("haproxy")) == before["haproxy"]
-    assert procs.read_record(wd.pidfile("prometheus")).pid != before["prometheus"].pid
+    assert procs.read_record(wd.pidfile("prometheus")) == before["prometheus"]
+    assert procs.read_record(wd.pidfile("sync")).pid != before["sync"].pid
+
+
+def test_sync_restarts_dead_prometheus_and_haproxy(gitops_repo, platform_factory):
+    wd = platform_factory(gitops_repo)
+    for name in ("haproxy", "prometheus"):
+        old = procs.read_record(wd.pidfile(name))
+        os.kill(old.pid, signal.SIGKILL)
+        wait_for(lambda: (read_json(wd.status, {}).get("service_restarts") or {}).get(name) == 1,
+                 40, f"the sync to restart {name}")
+        new = procs.read_record(wd.pidfile(name))
+        assert new.pid != old.pid and procs.record_alive(new)
+    config = read_json(wd.config)
+    wait_for(lambda: requests.get(f"http://127.0.0.1:{config['prometheus_port']}/-/ready",
+                                  timeout=2).ok, 20, "prometheus ready")
+    assert requests.get(f"http://127.0.0.1:{config['haproxy_stats_port']}/stats", timeout=2).ok
 
 
 def test_up_refuses_another_repo_while_running(gitops_repo, platform_factory, tmp_path):

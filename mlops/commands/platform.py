@@ -93,6 +93,8 @@ def _status(args: argparse.Namespace) -> int:
         if doc["seen_commit"] and doc["seen_commit"] != doc["applied_commit"] else ""))
     for name, svc in doc["services"].items():
         state = f"running (pid {svc['pid']})" if svc["running"] else "NOT RUNNING"
+        if svc.get("restarts"):
+            state += f", restarted {svc['restarts']}x by the sync"
         print(f"{name + ':':<12}{state}")
     down = [name for name, svc in doc["services"].items() if not svc["running"]]
     if down:

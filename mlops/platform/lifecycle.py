@@ -11,7 +11,6 @@ process mentioning the work dir survives.
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import os
 import pathlib
 import signal
@@ -19,53 +18,21 @@ import sys
 import time
 from typing import Any
 
-from mlops.errors import UserError
-from mlops.platform import binaries, haproxy, procs, prometheus
-from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
+from mlops.platform import binaries, procs, prometheus
+from mlops.platform.files import read_json
+from mlops.platform.ports import free_port, port_free
 from mlops.platform.runtime import RuntimeApi
-from mlops.platform.sync import free_port, port_free
+from mlops.platform.services import (
+    PlatformError, start_haproxy, start_lock, start_prometheus, wait_ready,
+)
 from mlops.platform.workdir import PlatformConfig, Workdir, load_config, save_config
 
 SERVICES = ("prometheus", "haproxy", "sync")
-READY_TIMEOUT = 30.0
-
-
-class PlatformError(UserError):
-    """The platform could not be started or stopped as asked."""
-
-
-def _http_ok(port: int, path: str, timeout: float = 0.5) -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
 
 
 def _alive(workdir: Workdir, name: str) -> procs.ProcRecord | None:
     record = procs.read_record(workdir.pidfile(name))
     return record if record is not None and procs.record_alive(record) else None
-
-
-def _tail(path: pathlib.Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
-def _wait(check: Any, what: str, log: pathlib.Path, record: procs.ProcRecord) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if not procs.record_alive(record):
-            raise PlatformError(f"{what} exited during start-up; its log ({log}) ends with:\n{_tail(log)}")
-        time.sleep(0.1)
-    raise PlatformError(f"{what} not ready after {READY_TIMEOUT:.0f} s; see {log}:\n{_tail(log)}")
 
 
 def _resolve_config(
@@ -124,49 +91,15 @@ def up(
     save_config(workdir, config)
 
     started: list[str] = []
-    if running["prometheus"] is None:
-        atomic_write_text(workdir.prometheus / "prometheus.yml", prometheus.render_config(workdir, config))
-        if not (workdir.targets / prometheus.MODELS_TARGETS).exists():
-            prometheus.write_model_targets(workdir, [])
-        prometheus.write_controller_targets(workdir, config.controller_port)
-        _popen, record = procs.spawn(
-            "prometheus", prometheus.command(found["prometheus"], workdir, config),
-            workdir.logs / "prometheus.log", env=procs.marked_env(str(workdir.root)),
-        )
-        procs.write_record(workdir.pidfile("prometheus"), record)
-        _wait(lambda: _http_ok(config.prometheus_port, "/-/ready"), "prometheus",
-              workdir.logs / "prometheus.log", record)
-        started.append("prometheus")
-    elif controller_port is not None:
-        prometheus.write_controller_targets(workdir, config.controller_port)
-
-    if running["haproxy"] is None:
-        frontends = {str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()}
-        moved = {m: p for m, p in frontends.items() if not port_free(p)}
-        for model in moved:
-            frontends[model] = free_port()
-        if moved:
-            atomic_write_json(workdir.frontends, frontends)
-        # Servers are added by the sync through the runtime API.
-        atomic_write_text(workdir.haproxy_cfg, haproxy.render_config(
-            workdir, stats_port=config.haproxy_stats_port, frontends=frontends))
-        socket_path = workdir.admin_socket()
-        socket_path.unlink(missing_ok=True)
-        _popen, record = procs.spawn(
-            "haproxy", haproxy.command(found["haproxy"], workdir), workdir.logs / "haproxy.log",
-            env=procs.marked_env(str(workdir.root)),
-        )
-        procs.write_record(workdir.pidfile("haproxy"), record)
-        api = RuntimeApi(socket_path, timeout=1.0)
-
-        def haproxy_ready() -> bool:
-            try:
-                return "Name: HAProxy" in api.info()
-            except OSError:
-                return False
-
-        _wait(haproxy_ready, "haproxy", workdir.logs / "haproxy.log", record)
-        started.append("haproxy")
+    with start_lock(workdir):  # a running sync may be restarting one of these right now
+        if _alive(workdir, "prometheus") is None:
+            start_prometheus(workdir, config, found["prometheus"])
+            started.append("prometheus")
+        elif controller_port is not None:
+            prometheus.write_controller_targets(workdir, config.controller_port)
+        if _alive(workdir, "haproxy") is None:
+            start_haproxy(workdir, config, found["haproxy"])
+            started.append("haproxy")
 
     if running["sync"] is None:
         before = time.time()
@@ -180,7 +113,7 @@ def up(
             doc = read_json(workdir.status, {}) or {}
             return doc.get("sync_pid") == record.pid and doc.get("updated_at", 0) >= before
 
-        _wait(sync_ready, "the sync loop", workdir.logs / "sync.log", record)
+        wait_ready(sync_ready, "the sync loop", workdir.logs / "sync.log", record)
         started.append("sync")
     return {
         "workdir": str(workdir.root),
@@ -255,6 +188,9 @@ def status(workdir: Workdir) -> dict[str, Any]:
         record = _alive(workdir, name)
         services[name] = {"running": record is not None, "pid": record.pid if record else None}
     doc = read_json(workdir.status, {}) or {}
+    for name, count in (doc.get("service_restarts") or {}).items():
+        if name in services:
+            services[name]["restarts"] = count
     models = doc.get("models", {})
     for info in models.values():
         for version in info.get("versions", {}).values():

@@ -30,7 +30,6 @@ import logging
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,7 @@ import time
 from typing import Any
 
 from mlops.platform import haproxy as haproxy_cfg
-from mlops.platform import prometheus, procs
+from mlops.platform import binaries, prometheus, procs, services
 from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
 from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
 from mlops.platform.gitsource import GitSource, GitSourceError
@@ -56,6 +55,7 @@ from mlops.platform.plan import (
     WriteTargets,
     plan,
 )
+from mlops.platform.ports import free_port, port_free
 from mlops.platform.runtime import RuntimeApi, RuntimeApiError
 from mlops.platform.workdir import PlatformConfig, Workdir, load_config
 
@@ -74,23 +74,6 @@ def backoff(failures: int) -> float:
     if failures <= 1:
         return 0.0
     return min(MAX_BACKOFF, 2.0 ** (failures - 2))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_free(port: int) -> bool:
-    """True if a server could listen on ``port`` now (TIME_WAIT leftovers allowed)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def server_argv(config: PlatformConfig, model: str, version: str, model_dir: str, port: int) -> list[str]:
@@ -170,6 +153,11 @@ class Sync:
         self.haproxy_up: dict[tuple[str, str], bool] = {}
         self.stopping = False
         self.reload_grace_until = 0.0
+        #: Prometheus/HAProxy restarts by this sync: name -> count, failures, retry time.
+        self.service_restarts: dict[str, int] = {name: 0 for name in services.STARTERS}
+        self._service_failures: dict[str, int] = {name: 0 for name in services.STARTERS}
+        self._service_retry_at: dict[str, float] = {name: 0.0 for name in services.STARTERS}
+        self._service_popen: dict[str, subprocess.Popen[bytes]] = {}
         self._adopt()
 
     # -- start-up -------------------------------------------------------
@@ -195,6 +183,46 @@ class Sync:
                 server.phase = "exited"
                 server.last_exit = "exited while the sync was not running"
             self.servers[key] = server
+
+    # -- supervise Prometheus and HAProxy ----------------------------------
+    def supervise_services(self, now: float) -> None:
+        """Restart Prometheus or HAProxy if its process died (not if its pid file is gone)."""
+        for name in services.STARTERS:
+            popen = self._service_popen.get(name)
+            if popen is not None:
+                popen.poll()  # reap our own child
+            record = procs.read_record(self.workdir.pidfile(name))
+            if record is None or procs.record_alive(record) or now < self._service_retry_at[name]:
+                continue
+            try:
+                restarted = self._restart_service(name)
+            except services.PlatformError as exc:
+                self._service_failures[name] += 1
+                self._service_retry_at[name] = now + max(1.0, backoff(self._service_failures[name]))
+                log.error("could not restart %s: %s", name, exc)
+                continue
+            if restarted:
+                self._service_failures[name] = 0
+                self.service_restarts[name] += 1
+
+    def _restart_service(self, name: str) -> bool:
+        """Start ``name`` again unless `mlops up` holds the start lock or already did."""
+        with services.start_lock(self.workdir, wait=False) as mine:
+            record = procs.read_record(self.workdir.pidfile(name))
+            if not mine or record is None or procs.record_alive(record):
+                return False
+            log.error("%s (pid %d) is gone; restarting it", name, record.pid)
+            binary = binaries.which(name)
+            if binary is None:
+                raise services.PlatformError(f"{name} is no longer installed")
+            popen, _record = services.STARTERS[name](self.workdir, self.config, binary)
+        self._service_popen[name] = popen
+        if name == "haproxy":  # a fresh HAProxy: re-observe, the plan re-adds every server
+            self.routes = None
+            self.frontends = {
+                str(k): int(v) for k, v in (read_json(self.workdir.frontends, {}) or {}).items()
+            }
+        return True
 
     # -- observe ----------------------------------------------------------
     def poll_git(self) -> None:
@@ -439,12 +467,14 @@ class Sync:
             "errors": [dataclasses.asdict(e) for e in self.errors],
             "git_error": self.git_error,
             "haproxy_reachable": self.routes is not None,
+            "service_restarts": dict(self.service_restarts),
             "models": models,
         }
 
     # -- loop ------------------------------------------------------------
     def tick(self) -> None:
         now = time.monotonic()
+        self.supervise_services(now)
         self.poll_git()
         self.refresh_processes(now)
         self.observe_haproxy()
