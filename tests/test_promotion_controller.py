@@ -287,3 +287,15 @@ def test_a_stale_decision_is_not_written(canary_repo, tmp_path):
     with pytest.raises(apply.StaleDecision):
         apply.commit(WriteBack(str(canary_repo)), "main", plan, old, msg)
     assert len(decision_log(canary_repo)) == 1
+
+
+def test_checkpoint_commits_a_hold_every_n_intervals(canary_repo, tmp_path):
+    clock = Clock(merged_at(canary_repo))
+    source = RouterStub(canary_repo, rate=10.0)  # 1 canary request per window: holds
+    controller = _controller(canary_repo, tmp_path / "work", source, clock, checkpoint_every=3)
+    _run(controller, clock, 7)
+    log = decision_log(canary_repo)
+    assert [c["subject"] for c in log] == ["hold(shapes): at 10% (v2 over v1)"] * 2
+    assert [c["Mlops-Decision"] for c in log] == ["hold/insufficient-evidence"] * 2
+    # The checkpoint carries the counts, so the step's evidence keeps growing across it.
+    assert main_state(canary_repo)["canary_counts"]["requests"] == 6
