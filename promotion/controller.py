@@ -424,7 +424,9 @@ class Controller:
             report_link = self._write_report(model, before, after)
         if kind == "rollback" and self.refresher is not None:
             self.refresher.refresh(model)
-        if self.notifier is not None and kind in ("step", "promote", "rollback", "manual"):
+        if after.phase is Phase.PAUSED and before.phase is not Phase.PAUSED:
+            kind = "pause"  # a spent budget: someone has to look
+        if self.notifier is not None and kind in ("step", "promote", "rollback", "manual", "pause"):
             from promotion.notify import format_text
 
             self.notifier.send(format_text(kind, subject, reason, commit, report_link))
