@@ -156,6 +156,8 @@ class Controller:
         self._mirror: Mirror | None = None
         self._tree_sha: str | None = None
         self._tracks: dict[str, _Track] = {}
+        self.last_error: str | None = None
+        """Why the last pass could not read the GitOps repo (None: it could)."""
 
     # -- reading main ----------------------------------------------------------------------
 
@@ -228,7 +230,9 @@ class Controller:
         except GitOpsError as exc:
             log.error("cannot read %s: %s", self.config.repo, exc)
             self.metrics.error("-", "git")
+            self.last_error = str(exc)
             return outcomes
+        self.last_error = None
         if root is None:
             return outcomes
         for model in layout.list_models(root):

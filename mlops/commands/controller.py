@@ -96,7 +96,12 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         if args.once:
-            for outcome in controller.tick():
+            outcomes = controller.tick()
+            if controller.last_error is not None:
+                from mlops.errors import UserError
+
+                raise UserError(f"cannot read the GitOps repo: {controller.last_error}")
+            for outcome in outcomes:
                 print(f"{outcome.model}: {outcome.kind}/{outcome.cause}: {outcome.reason}"
                       + (f" [{outcome.committed[:12]}] {outcome.subject}"
                          if outcome.committed else ""))
