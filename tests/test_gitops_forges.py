@@ -250,3 +250,23 @@ def test_propose_and_approve_through_github_api_with_real_git(guarded_repo, gith
     result = approve(guarded_repo, 1, forge)
     assert result.status == "merged"
     assert github_fake.merge_calls == [{"number": 1, "sha": head(guarded_repo, "mlops/det-v2")}]
+
+
+def test_cli_lists_prs_of_a_hosted_forge(fake_forge, monkeypatch, capsys):
+    env = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
+    monkeypatch.setenv(env[fake_forge.flavour], "t0ken-not-real")
+    fake_forge.add_pr("mlops/det-v2", title="promote(det): v2")
+    args = [
+        "pr",
+        "list",
+        "--forge",
+        fake_forge.flavour,
+        "--forge-repo",
+        "o/r",
+        "--forge-api",
+        fake_forge.api_url,
+    ]
+    assert cli(args) == 0
+    assert "#1    open    mlops/det-v2 -> main  promote(det): v2" in capsys.readouterr().out
+    assert cli(["pr", "list", "--forge", fake_forge.flavour]) == 2
+    assert "needs --forge-repo" in capsys.readouterr().err
