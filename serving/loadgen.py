@@ -51,7 +51,12 @@ def default_images_dir() -> pathlib.Path:
 
 
 def load_images(directory: pathlib.Path, limit: int = 256) -> list[bytes]:
-    """Encoded images from a directory (sorted, at most `limit`)."""
+    """Encoded images from a directory (sorted, at most `limit`).
+
+    A model repo directory works too: its `data/val` images are used.
+    """
+    if (directory / "data" / "val").is_dir():
+        directory = directory / "data" / "val"
     if not directory.is_dir():
         raise LoadError(
             f"image directory {directory} does not exist (pass --images DIR, or generate the "

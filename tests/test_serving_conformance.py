@@ -10,16 +10,11 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.fixtures.serving import start_server, stop_server
 
 
 @pytest.fixture(scope="module")
-def server(trained_model, tmp_path_factory):
-    running = start_server(trained_model.model_dir, log_dir=tmp_path_factory.mktemp("triton-log"))
-    try:
-        yield running
-    finally:
-        stop_server(running)
+def server(shapes_server):
+    return shapes_server
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,12 @@ from serving.modeldir import load_model_dir
 from serving.postprocess import decode_centernet
 from serving.preprocess import preprocess_images
 from serving.runtime import create_predictor, run_predictor
-from tests.fixtures.serving import start_server, stop_server
 from tests.fixtures.training import EXAMPLE
 
 
 @pytest.fixture(scope="module")
-def server(trained_model, tmp_path_factory):
-    running = start_server(trained_model.model_dir, log_dir=tmp_path_factory.mktemp("eq-log"))
-    try:
-        yield running
-    finally:
-        stop_server(running)
+def server(shapes_server):
+    return shapes_server
 
 
 @pytest.fixture(scope="module")

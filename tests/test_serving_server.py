@@ -1,13 +1,13 @@
 """The real model server on the real exported model: every route and every error code.
 
-One server process (the session's trained example model) serves most tests
-of this module; tests that need other limits start their own. Every server
+One server process (the session's trained example model, shared with the
+conformance and equivalence tests) serves most tests of this module; tests
+that need other limits, or stop their server, start their own. Every server
 is a `mlops serve` subprocess on a free loopback port.
 """
 
 import base64
 import concurrent.futures
-import pathlib
 import re
 import signal
 import threading
@@ -21,19 +21,13 @@ import yaml
 
 from serving.client import ModelClient, encode_request
 from serving.protocol import Tensor
-from tests.fixtures.serving import start_server, stop_server
 
-MAX_BODY = 2_000_000
+MAX_BODY = 2_000_000  # the shapes_server fixture's --max-body-bytes
 
 
 @pytest.fixture(scope="module")
-def server(trained_model, tmp_path_factory):
-    running = start_server(trained_model.model_dir, "--max-body-bytes", str(MAX_BODY),
-                           log_dir=tmp_path_factory.mktemp("server-log"))
-    try:
-        yield running
-    finally:
-        stop_server(running)
+def server(shapes_server):
+    return shapes_server
 
 
 @pytest.fixture(scope="module")
@@ -318,7 +312,6 @@ def test_not_ready_until_loaded():
     """In-process app whose model is never loaded (no lifespan): live, but 503 elsewhere."""
     from starlette.testclient import TestClient
 
-    from serving.modeldir import load_model_dir  # noqa: F401 (documents the real loader)
     from serving.server import ServerSettings, ServerState, build_app
 
     state = ServerState(ServerSettings("m", "1"), model=None)

@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     load.add_argument("--model", default=None,
                       help="model name (default: asked from the server's metadata)")
     load.add_argument("--images", type=pathlib.Path, default=None,
-                      help="directory of PNG/JPEG images (default: the example's data/val)")
+                      help="directory of PNG/JPEG images, or a model repo (its data/val); "
+                      "default: the example's data/val")
     load.add_argument("--concurrency-cap", type=int, default=64,
                       help="most requests outstanding at once; beyond it a send is counted "
                       "as dropped, not delayed (default 64)")
