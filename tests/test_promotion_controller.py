@@ -53,10 +53,10 @@ def _run(controller: Controller, clock: Clock, seconds: int) -> list:
 
 
 @pytest.fixture
-def canary_repo(gitops_repo: pathlib.Path) -> pathlib.Path:
+def canary_repo(promotion_repo: pathlib.Path) -> pathlib.Path:
     """v1 stable, v2 merged as a canary at 10 %."""
-    merge_to_main(gitops_repo, "v2")
-    return gitops_repo
+    merge_to_main(promotion_repo, "v2")
+    return promotion_repo
 
 
 def test_good_canary_steps_to_100_and_becomes_stable(canary_repo, tmp_path):

@@ -150,14 +150,14 @@ def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_
     assert "rollouts/shapes/v2/report.md" in comments[0]["body"]
 
 
-def test_controller_metrics_show_weight_phase_and_checks(gitops_repo, tmp_path):
-    merge_to_main(gitops_repo, "v2")
+def test_controller_metrics_show_weight_phase_and_checks(promotion_repo, tmp_path):
+    merge_to_main(promotion_repo, "v2")
     metrics = ControllerMetrics()
     port = metrics.serve(0)
     try:
-        clock = Clock(merged_at(gitops_repo))
-        controller = Controller(ControllerConfig(repo=str(gitops_repo), workdir=tmp_path / "w"),
-                                RouterStub(gitops_repo), clock=clock, metrics=metrics)
+        clock = Clock(merged_at(promotion_repo))
+        controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w"),
+                                RouterStub(promotion_repo), clock=clock, metrics=metrics)
         for _ in range(5):  # 4 windows at 10 % -> the first step, then one hold at 25 %
             clock.advance(1.0)
             controller.tick()
@@ -173,20 +173,20 @@ def test_controller_metrics_show_weight_phase_and_checks(gitops_repo, tmp_path):
     assert 'mlops_canary_last_decision_timestamp_seconds{cause="passed",kind="step",model="shapes"}' in text
 
 
-def test_cli_once_with_prometheus_down_holds_without_committing(gitops_repo, tmp_path):
+def test_cli_once_with_prometheus_down_holds_without_committing(promotion_repo, tmp_path):
     from tests.fixtures.common import free_port
 
-    merge_to_main(gitops_repo, "v2")
+    merge_to_main(promotion_repo, "v2")
     import time
 
     time.sleep(1.2)  # one 1 s window is due
     proc = subprocess.run(
-        [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(gitops_repo),
+        [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(promotion_repo),
          "--prometheus", f"http://127.0.0.1:{free_port()}", "--once", "--interval", "1",
          "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "shapes: hold/fault: metric source fault: prometheus at" in proc.stdout
-    assert decision_log(gitops_repo) == []
+    assert decision_log(promotion_repo) == []
 
 
 def test_controller_manifests_are_valid_and_minimal():
@@ -208,20 +208,20 @@ def test_controller_manifests_are_valid_and_minimal():
     assert args[:2] == ["controller", "run"] and "--argocd-namespace" in args
 
 
-def test_canary_cli_pause_and_errors(gitops_repo):
-    merge_to_main(gitops_repo, "v2")
+def test_canary_cli_pause_and_errors(promotion_repo):
+    merge_to_main(promotion_repo, "v2")
     run = [sys.executable, "-m", "mlops", "canary"]
-    ok = subprocess.run(run + ["pause", "shapes", "--gitops", str(gitops_repo), "--by", "alice"],
+    ok = subprocess.run(run + ["pause", "shapes", "--gitops", str(promotion_repo), "--by", "alice"],
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "shapes: paused at 10% (paused)" in ok.stdout
     from tests.fixtures.promotion_controller import git, main_state
 
-    assert git(gitops_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[:3] \
+    assert git(promotion_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[:3] \
         == ["pause(shapes): requested by alice", "Mlops-Decision: pause/human",
             "Mlops-Model: shapes"]
-    assert main_state(gitops_repo)["pause_reason"] == "paused by alice"
-    bad = subprocess.run(run + ["resume", "nope", "--gitops", str(gitops_repo)],
+    assert main_state(promotion_repo)["pause_reason"] == "paused by alice"
+    bad = subprocess.run(run + ["resume", "nope", "--gitops", str(promotion_repo)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
     assert "apps/nope/promotion.yaml not found" in bad.stderr and "Traceback" not in bad.stderr

@@ -61,28 +61,28 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-def test_sigkill_mid_canary_then_restart_continues(gitops_repo, tmp_path):
-    merge_to_main(gitops_repo, "v2", POLICY)
+def test_sigkill_mid_canary_then_restart_continues(promotion_repo, tmp_path):
+    merge_to_main(promotion_repo, "v2", POLICY)
     log = tmp_path / "controller.log"
     work = tmp_path / "work"  # the same work dir: caches and timeline survive, state does not
-    proc = _start(gitops_repo, work, log)
+    proc = _start(promotion_repo, work, log)
     try:
-        _wait_for(lambda: len(decision_log(gitops_repo)) >= 1, 120, proc, log)
+        _wait_for(lambda: len(decision_log(promotion_repo)) >= 1, 120, proc, log)
         time.sleep(1.5)  # a hold or two at 25 %, only in memory
-        steps_at_kill = [c["Mlops-Step"] for c in decision_log(gitops_repo)]
+        steps_at_kill = [c["Mlops-Step"] for c in decision_log(promotion_repo)]
         _kill(proc)
         log.write_text(log.read_text() + "\n--- SIGKILL ---\n")
-        assert main_state(gitops_repo)["phase"] == "progressing"
+        assert main_state(promotion_repo)["phase"] == "progressing"
 
-        proc = _start(gitops_repo, work, log)
-        _wait_for(lambda: main_state(gitops_repo)["phase"] == "promoted", 120, proc, log)
+        proc = _start(promotion_repo, work, log)
+        _wait_for(lambda: main_state(promotion_repo)["phase"] == "promoted", 120, proc, log)
     finally:
         _kill(proc)
 
-    history = decision_log(gitops_repo)
+    history = decision_log(promotion_repo)
     assert [c["Mlops-Step"] for c in history] == ["10->25", "25->50", "50->100", "100->100"]
     assert steps_at_kill == [c["Mlops-Step"] for c in history][:len(steps_at_kill)]
     windows = [c["Mlops-Window"] for c in history]
     assert windows == sorted(set(windows))
-    assert main_state(gitops_repo)["stable"] == "v2"
+    assert main_state(promotion_repo)["stable"] == "v2"
     assert "--- SIGKILL ---" in log.read_text()
