@@ -423,11 +423,11 @@ class Controller:
 
     def _after_commit(self, model: str, kind: str, before: CanaryState, after: CanaryState,
                       subject: str, reason: str, commit: str | None) -> None:
+        if kind == "rollback" and self.refresher is not None:
+            self.refresher.refresh(model)  # first: every second counts on a rollback
         report_link = None
         if after.phase in (Phase.PROMOTED, Phase.ROLLED_BACK) and before.candidate:
             report_link = self._write_report(model, before, after)
-        if kind == "rollback" and self.refresher is not None:
-            self.refresher.refresh(model)
         if after.phase is Phase.PAUSED and before.phase is not Phase.PAUSED:
             kind = "pause"  # a spent budget: someone has to look
         if self.notifier is not None and kind in ("step", "promote", "rollback", "manual", "pause"):
