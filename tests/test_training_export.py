@@ -105,7 +105,7 @@ def test_infer_cfg_describes_labels_and_io(trained_model):
     assert [(l["id"], l["name"]) for l in cfg["labels"]] == [
         (1, "circle"), (2, "square"), (3, "triangle")]
     assert [o["name"] for o in cfg["outputs"]] == ["heatmap", "size", "offset"]
-    assert cfg["decode"]["stride"] == 4
+    assert cfg["decode"]["stride"] == 8
 
 
 def test_decode_places_a_box_where_the_heads_say():

@@ -70,3 +70,17 @@ def test_killed_run_resumes_where_its_checkpoint_left(tmp_path, shapes_dataset):
     assert losses[min(losses)] < 0.8 * straight_losses[2]
     # ...and the very same final weights.
     assert digest == _weights(straight.stdout)[1]
+
+
+def test_checkpoint_from_another_config_is_refused(tmp_path, trained_model):
+    """Resuming someone else's run would silently mix schedules: refuse, say what to do."""
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--output-dir", str(tmp_path / "out"),
+         "--checkpoint-dir", str(trained_model.checkpoint_dir),
+         "--data-dir", str(trained_model.data_dir), "--subset", "320", "--batch-size", "16"],
+        cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: checkpoint ") and last.endswith("use a fresh --checkpoint-dir")
+    assert "Traceback" not in proc.stderr

@@ -1,25 +1,28 @@
-"""A small anchor-free CenterNet-style detector in ``paddle.nn`` (~0.4 M parameters).
+"""A small anchor-free CenterNet-style detector in ``paddle.nn`` (~0.38 M parameters).
 
 Why CenterNet: no anchors and no NMS inside the network, so the exported graph
 is plain convolutions (fast on one CPU thread, trivially exportable) and the
 whole decode is a few lines of numpy in ``postprocess.py`` that the serving
 layer runs identically.
 
-Shape of the net for a 128x128 input (stride 4 output, 32x32 grid)::
+Shape of the net for a 128x128 input (heads at stride 8, a 16x16 grid)::
 
     stem   3x3/2   3 -> 16     64x64
-    c2     3x3/2  16 -> 32     32x32   (skip)
+    c2     3x3/2  16 -> 32     32x32
     c3     3x3/2  32 -> 64     16x16   (skip)
     c4     3x3/2  64 -> 128     8x8
-    neck   upsample x2 + lateral 1x1, twice  ->  32 channels at 32x32 (+ one 3x3 trunk conv)
-    heads  heatmap (sigmoid, one map per class), size (w, h in grid cells), offset (dx, dy)
+    neck   upsample c4 x2 + lateral 1x1 of c3, 3x3 fuse   -> 64 channels at 16x16
+    trunk  3x3 64 -> 64, then 1x1 heads: heatmap (sigmoid, one map per class),
+           size (w, h in grid cells), offset (dx, dy in cells)
 
 Outputs, in this order (the order ``paddle.jit.save`` exports them):
-``heatmap`` [N, C, 32, 32] in (0, 1); ``size`` [N, 2, 32, 32]; ``offset`` [N, 2, 32, 32].
+``heatmap`` [N, C, 16, 16] in (0, 1); ``size`` [N, 2, 16, 16]; ``offset`` [N, 2, 16, 16].
 
-Width 32 at the stride-4 level is a measured trade: that level is most of
-the compute, and 32 channels train ~1.3x faster than 48 on one CPU thread
-while the full run still clears mAP@0.5 0.85 with margin.
+Why stride 8 and not CenterNet's 4: measured on this data, the stride-8 net
+(width 64) reached mAP@0.5 0.57 after 150 steps where the stride-4 net (width
+48) had 0.35, and it costs less per image: the stride-4 level was most of the
+compute. Objects are 14-44 px and rarely share a centre cell, and the offset
+head restores sub-cell precision. ``stride=4`` is still available.
 
 BatchNorm keeps the net fast to train. Its running statistics are buffers,
 which ``DataParallel`` does not all-reduce, so ``train.py`` averages them
@@ -37,7 +40,7 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
-STRIDE = 4
+STRIDE = 8
 OUTPUT_NAMES = ("heatmap", "size", "offset")
 
 
@@ -65,8 +68,11 @@ def upsample2(x):
 class ShapesNet(nn.Layer):
     """Backbone + 2-level upsampling neck + three CenterNet heads."""
 
-    def __init__(self, num_classes=3, width=32, trunk=True):
+    def __init__(self, num_classes=3, width=64, stride=STRIDE):
         super().__init__()
+        if stride not in (4, 8):
+            raise ValueError(f"stride must be 4 or 8, got {stride}")
+        self.stride = stride
         self.stem = conv_bn(3, 16, stride=2)
         self.c2 = nn.Sequential(conv_bn(16, 32, stride=2), conv_bn(32, 32))
         self.c3 = nn.Sequential(conv_bn(32, 64, stride=2), conv_bn(64, 64))
@@ -74,10 +80,13 @@ class ShapesNet(nn.Layer):
         self.lat4 = conv_bn(128, 64, kernel=1)
         self.lat3 = conv_bn(64, 64, kernel=1)
         self.fuse3 = conv_bn(64, 64)
-        self.lat2 = conv_bn(32, width, kernel=1)
-        self.top3 = conv_bn(64, width, kernel=1)
-        self.fuse2 = conv_bn(width, width)
-        self.trunk = conv_bn(width, width) if trunk else nn.Identity()
+        if stride == 4:
+            self.lat2 = conv_bn(32, width, kernel=1)
+            self.top3 = conv_bn(64, width, kernel=1)
+            self.fuse2 = conv_bn(width, width)
+            self.trunk = conv_bn(width, width)
+        else:
+            self.trunk = conv_bn(64, width)
         self.heatmap = nn.Conv2D(width, num_classes, 1,
                                  bias_attr=nn.initializer.Constant(-math.log((1 - 0.1) / 0.1)))
         self.size = nn.Conv2D(width, 2, 1)
@@ -88,9 +97,10 @@ class ShapesNet(nn.Layer):
         f2 = self.c2(x)
         f3 = self.c3(f2)
         f4 = self.c4(f3)
-        p3 = self.fuse3(upsample2(self.lat4(f4)) + self.lat3(f3))
-        p2 = self.fuse2(upsample2(self.top3(p3)) + self.lat2(f2))
-        t = self.trunk(p2)
+        p = self.fuse3(upsample2(self.lat4(f4)) + self.lat3(f3))
+        if self.stride == 4:
+            p = self.fuse2(upsample2(self.top3(p)) + self.lat2(f2))
+        t = self.trunk(p)
         return F.sigmoid(self.heatmap(t)), self.size(t), self.offset(t)
 
 

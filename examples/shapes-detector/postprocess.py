@@ -11,9 +11,11 @@ but numpy and may be copied verbatim into a server.
 Exported graph (see ``infer_cfg.yml`` -> ``outputs``), for N input images:
 
     input  ``image``    float32 [N, 3, H, W], RGB, (pixel/255 - mean) / std, H = W = 128
-    output ``heatmap``  float32 [N, C, H/4, W/4], per-class centre probability (sigmoid applied)
-    output ``size``     float32 [N, 2, H/4, W/4], box (w, h) in output-grid cells
-    output ``offset``   float32 [N, 2, H/4, W/4], sub-cell centre offset (dx, dy) in cells
+    output ``heatmap``  float32 [N, C, H/s, W/s], per-class centre probability (sigmoid applied)
+    output ``size``     float32 [N, 2, H/s, W/s], box (w, h) in output-grid cells
+    output ``offset``   float32 [N, 2, H/s, W/s], sub-cell centre offset (dx, dy) in cells
+
+with s = ``infer_cfg["decode"]["stride"]`` (8 for the shipped model: 16x16 grids).
 
 A detection at grid cell (x, y) of class c has score heatmap[c, y, x],
 centre ((x + dx) * stride, (y + dy) * stride) and size (w * stride, h * stride)

@@ -57,7 +57,7 @@ from postprocess import decode, preprocess  # noqa: E402
 MODEL_NAME = "shapes-detector"
 MEAN = [0.5, 0.5, 0.5]
 STD = [0.25, 0.25, 0.25]
-DECODE = {"stride": 4, "top_k": 40, "score_threshold": 0.02, "nms_kernel": 3}
+DECODE = {"stride": 8, "top_k": 40, "score_threshold": 0.02, "nms_kernel": 3}
 
 
 class TrainError(Exception):
@@ -195,26 +195,27 @@ def latest_checkpoint(ckpt_dir):
     return found[-1] if found else None
 
 
-def infer_cfg(output_names, categories):
+def infer_cfg(output_names, categories, stride=8):
     """The serving-side description of the export (written as infer_cfg.yml)."""
     meanings = {
-        "heatmap": "per-class centre probability, sigmoid applied, [N, C, H/4, W/4]",
-        "size": "box width, height in output-grid cells (x stride = pixels), [N, 2, H/4, W/4]",
-        "offset": "sub-cell centre offset dx, dy in cells, [N, 2, H/4, W/4]",
+        "heatmap": "per-class centre probability, sigmoid applied, [N, C, H/s, W/s]",
+        "size": "box width, height in output-grid cells (x stride = pixels), [N, 2, H/s, W/s]",
+        "offset": "sub-cell centre offset dx, dy in cells, [N, 2, H/s, W/s] (s = stride)",
     }
     return {
         "model": MODEL_NAME,
-        "architecture": "CenterNet-style, anchor-free, stride 4",
+        "architecture": f"CenterNet-style, anchor-free, stride {stride}",
         "input": {"name": "image", "shape": [-1, 3, 128, 128], "dtype": "float32",
                   "size": [128, 128], "layout": "NCHW", "channel_order": "RGB",
                   "scale": "1/255", "mean": MEAN, "std": STD,
                   "formula": "(pixel / 255 - mean) / std"},
         "outputs": [{"name": role, "tensor": tensor, "meaning": meanings[role],
-                     "shape": [-1, len(categories) if role == "heatmap" else 2, 32, 32]}
+                     "shape": [-1, len(categories) if role == "heatmap" else 2,
+                               128 // stride, 128 // stride]}
                     for role, tensor in zip(("heatmap", "size", "offset"), output_names)],
         "labels": [{"index": i, "id": c["id"], "name": c["name"]}
                    for i, c in enumerate(categories)],
-        "decode": dict(DECODE, postprocess="postprocess.decode (numpy): 3x3 max-pool peaks, "
+        "decode": dict(DECODE, stride=stride, postprocess="postprocess.decode (numpy): 3x3 max-pool peaks, "
                        "top_k, score > score_threshold; bbox = [(x+dx-w/2)*stride, "
                        "(y+dy-h/2)*stride, w*stride, h*stride]"),
     }
@@ -252,7 +253,7 @@ def train(args):
     import paddle
     import paddle.distributed as dist
 
-    from model import STRIDE, ShapesNet, build_targets, count_parameters, detection_loss
+    from model import ShapesNet, build_targets, count_parameters, detection_loss
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
@@ -297,6 +298,12 @@ def train(args):
         latest = latest_checkpoint(ckpt_dir)
         if latest is not None:
             state = paddle.load(str(latest))
+            meta = state["meta"]
+            if (meta.get("global_batch"), meta.get("images")) != (args.batch_size, n):
+                raise TrainError(
+                    f"checkpoint {latest} was written for --batch-size {meta.get('global_batch')} "
+                    f"over {meta.get('images')} images, this run has {args.batch_size} over {n}; "
+                    f"use a fresh --checkpoint-dir")
             net.set_state_dict(state["model"])
             opt.set_state_dict(state["optimizer"])
             step = int(state["meta"]["step"])
@@ -322,7 +329,7 @@ def train(args):
             path = ckpt_dir / f"ckpt-{step:08d}.pdckpt"
             tmp = ckpt_dir / f".ckpt-{step:08d}.tmp"
             meta = {"step": step, "epoch": step // spe, "loss": float(loss), "seed": args.seed,
-                    "world": world, "global_batch": args.batch_size}
+                    "world": world, "global_batch": args.batch_size, "images": n}
             paddle.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
                          "meta": meta}, str(tmp))
             os.replace(tmp, path)
@@ -330,13 +337,13 @@ def train(args):
                 old.unlink(missing_ok=True)
 
         model.train()
-        out_size = images.shape[1] // STRIDE
+        out_size = images.shape[1] // net.stride
         window_start, window_images, loss_value = time.time(), 0, float("nan")
         while step < total:
             idx, flips = batch_indices(step, spe, n, args.batch_size, args.seed, rank, world)
             x, bxs = make_batch(images, boxes, idx, flips, cfg)
             targets = [paddle.to_tensor(t) for t in
-                       build_targets(bxs, len(categories), out_size)]
+                       build_targets(bxs, len(categories), out_size, net.stride)]
             opt.set_lr(lr_at(step, total, args.lr))
             loss, _parts = detection_loss(model(paddle.to_tensor(x)), targets)
             loss.backward()
@@ -387,7 +394,7 @@ def export(net, args, out_dir, categories, digest, total, world):
                     input_spec=[InputSpec([None, 3, 128, 128], "float32", name="image")])
     val_images, val_coco, val_entries = shapes_data.load_split(args.data_dir, "val")
     names, raw = run_exported(model_dir, val_images, infer_cfg(["?"] * 3, categories))
-    cfg = infer_cfg(names, categories)
+    cfg = infer_cfg(names, categories, net.stride)
     atomic_text(model_dir / "infer_cfg.yml", yaml.safe_dump(cfg, sort_keys=False))
 
     weights_sha = file_sha256(model_dir / "inference.pdiparams")
