@@ -61,7 +61,7 @@ from gitops.errors import GitOpsError
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion import apply, report
-from promotion.analysis import Decision, Hold, Promote, Rollback, Step, decide
+from promotion.analysis import Decision, Hold, Promote, decide
 from promotion.controller_metrics import ControllerMetrics
 from promotion.metrics import MetricSource
 from promotion.observations import Observations, histogram_quantile
@@ -311,8 +311,8 @@ class Controller:
                 if due > self.config.max_catchup else interval
             end = track.as_of + dt.timedelta(seconds=window)
             assert committed.stable is not None and committed.candidate is not None
-            obs = self.source_for(policy).observe(model, committed.stable, committed.candidate, window,
-                                      at=end)
+            obs = self.source_for(policy).observe(model, committed.stable, committed.candidate,
+                                                  window, at=end)
             decision = decide(policy, track.state, obs, end)
             self._record_point(model, committed, track.state, obs, decision, end)
             outcome = self._apply(folder, track, decision, end)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pathlib
-import time
 
 import pytest
 import yaml
