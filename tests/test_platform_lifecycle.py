@@ -1,7 +1,7 @@
 """`mlops up` / `status` / `down` with real Prometheus, HAProxy and git (no model servers).
 
-The GitOps repo is a real bare repo made by ``gitops_repo`` (the GitOps room's
-fixture); with no model in it the sync has nothing to start, which keeps
+The GitOps repo is a real bare repo made by ``platform_gitops`` (with the GitOps
+room's `init_repo`); with no model in it the sync has nothing to start, which keeps
 these tests to a few seconds.
 """
 
@@ -18,8 +18,8 @@ from mlops.platform.files import read_json
 from tests.fixtures.platform import wait_for
 
 
-def test_up_status_down_leaves_no_process(gitops_repo, platform_factory, capsys):
-    wd = platform_factory(gitops_repo)
+def test_up_status_down_leaves_no_process(platform_gitops, platform_factory, capsys):
+    wd = platform_factory(platform_gitops)
     pids = {name: procs.read_record(wd.pidfile(name)).pid for name in lifecycle.SERVICES}
     assert all(procs.is_running(pid) for pid in pids.values())
     config = read_json(wd.config)
@@ -36,13 +36,13 @@ def test_up_status_down_leaves_no_process(gitops_repo, platform_factory, capsys)
 
     # The sync read the repo: it records the applied commit.
     from tests.fixtures.gitops import head
-    wait_for(lambda: read_json(wd.status, {}).get("applied_commit") == head(gitops_repo), 10,
+    wait_for(lambda: read_json(wd.status, {}).get("applied_commit") == head(platform_gitops), 10,
              "the sync to record the GitOps head")
 
     assert cli.main(["status", "--workdir", str(wd.root), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert all(svc["running"] for svc in doc["services"].values())
-    assert doc["applied_commit"] == head(gitops_repo)
+    assert doc["applied_commit"] == head(platform_gitops)
     assert doc["urls"]["prometheus"] == prom
     assert doc["urls"]["haproxy_stats"].endswith("/stats")
 
@@ -62,8 +62,8 @@ def test_up_status_down_leaves_no_process(gitops_repo, platform_factory, capsys)
     assert not any(svc["running"] for svc in doc["services"].values())
 
 
-def test_second_up_reuses_running_processes(gitops_repo, platform_factory):
-    wd = platform_factory(gitops_repo)
+def test_second_up_reuses_running_processes(platform_gitops, platform_factory):
+    wd = platform_factory(platform_gitops)
     before = {name: procs.read_record(wd.pidfile(name)) for name in lifecycle.SERVICES}
     again = lifecycle.up(wd)  # no --gitops needed the second time
     assert again["started"] == []
@@ -80,8 +80,8 @@ def test_second_up_reuses_running_processes(gitops_repo, platform_factory):
     assert procs.read_record(wd.pidfile("sync")).pid != before["sync"].pid
 
 
-def test_sync_restarts_dead_prometheus_and_haproxy(gitops_repo, platform_factory):
-    wd = platform_factory(gitops_repo)
+def test_sync_restarts_dead_prometheus_and_haproxy(platform_gitops, platform_factory):
+    wd = platform_factory(platform_gitops)
     for name in ("haproxy", "prometheus"):
         old = procs.read_record(wd.pidfile(name))
         os.kill(old.pid, signal.SIGKILL)
@@ -95,8 +95,8 @@ def test_sync_restarts_dead_prometheus_and_haproxy(gitops_repo, platform_factory
     assert requests.get(f"http://127.0.0.1:{config['haproxy_stats_port']}/stats", timeout=2).ok
 
 
-def test_up_refuses_another_repo_while_running(gitops_repo, platform_factory, tmp_path):
-    wd = platform_factory(gitops_repo)
+def test_up_refuses_another_repo_while_running(platform_gitops, platform_factory, tmp_path):
+    wd = platform_factory(platform_gitops)
     with pytest.raises(lifecycle.PlatformError, match="mlops down"):
         lifecycle.up(wd, str(tmp_path / "other.git"))
 
@@ -118,7 +118,7 @@ def test_missing_binaries_say_what_to_install(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "wd" / "run").exists()
 
 
-def test_first_up_needs_a_gitops_repo(tmp_path, capsys):
+def test_first_up_needs_a_platform_gitops(tmp_path, capsys):
     code = cli.main(["up", "--workdir", str(tmp_path / "wd")])
     assert code == 2
     assert "--gitops" in capsys.readouterr().err

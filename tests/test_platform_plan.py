@@ -88,15 +88,20 @@ def test_removed_version_leaves_haproxy_before_its_process_stops():
     servers = {(M, "v1"): server(8001), (M, "v2"): server(8002, version="v2")}
     routes = {M: {"v1": RouteView(8001, 90, True), "v2": RouteView(8002, 10, True)}}
     actions = plan({M: spec({"v1": 100})}, actual(servers, routes), now=0)
-    assert actions.index(RemoveRoute(M, "v2")) < actions.index(StopServer(M, "v2"))
-    assert SetRoute(M, "v1", 100) in actions
+    assert RemoveRoute(M, "v2") in actions and SetRoute(M, "v1", 100) in actions
+    assert StopServer(M, "v2") not in actions  # still routed: drain first
+    # Next tick: deleted (or at least disabled) in HAProxy -> the process stops.
+    for left in ({"v1": RouteView(8001, 100, True)},
+                 {"v1": RouteView(8001, 100, True), "v2": RouteView(8002, 10, False)}):
+        actions = plan({M: spec({"v1": 100})}, actual(servers, {M: left}), now=1)
+        assert StopServer(M, "v2") in actions
 
 
 def test_removed_model_is_torn_down():
     servers = {(M, "v1"): server(8001)}
     routes = {M: {"v1": RouteView(8001, 100, True)}}
-    actions = plan({}, actual(servers, routes), now=0)
-    assert RemoveRoute(M, "v1") in actions and StopServer(M, "v1") in actions
+    assert plan({}, actual(servers, routes), now=0)[0] == RemoveRoute(M, "v1")
+    assert StopServer(M, "v1") in plan({}, actual(servers, {M: {}}), now=1)
 
 
 def test_changed_model_dir_restarts_the_version():

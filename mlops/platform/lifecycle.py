@@ -10,6 +10,7 @@ process mentioning the work dir survives.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import pathlib
@@ -141,12 +142,15 @@ def down(workdir: Workdir, timeout: float = 10.0) -> dict[str, Any]:
         else:
             survivors.append(f"{label} (pid {record.pid})")
 
+    # The sync first, so it restarts nothing; the rest together (each one's
+    # graceful shutdown overlaps the others').
     stop_file(workdir.pidfile("sync"), "sync")
+    rest = [(workdir.pidfile(name), name) for name in ("haproxy", "prometheus")]
     if workdir.server_pids.is_dir():
-        for path in sorted(workdir.server_pids.glob("*.json")):
-            stop_file(path, f"model server {path.stem}")
-    stop_file(workdir.pidfile("haproxy"), "haproxy")
-    stop_file(workdir.pidfile("prometheus"), "prometheus")
+        rest += [(path, f"model server {path.stem}")
+                 for path in sorted(workdir.server_pids.glob("*.json"))]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(rest)) as pool:
+        list(pool.map(lambda item: stop_file(*item), rest))
     if survivors:
         raise PlatformError(f"could not stop: {', '.join(survivors)}")
     # Anything else carrying this work dir's marker is ours too (say, a server

@@ -16,8 +16,9 @@ Rules, in the order the actions come out:
    starting or crashed version takes no traffic), its port (after a restart
    on another port) and is enabled; servers of versions that are no longer
    desired are removed.
-4. Processes of versions that are no longer desired are stopped -- after
-   their HAProxy server was removed in the same plan.
+4. Processes of versions that are no longer desired are stopped once HAProxy
+   no longer routes to them (server deleted or disabled, i.e. on the tick
+   after ``RemoveRoute``), so in-flight requests finish first.
 5. Prometheus targets are rewritten when the set of servers changed.
 
 HAProxy observed as ``None`` (socket unreachable, e.g. mid-reload) means no
@@ -165,6 +166,9 @@ def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[A
 
     for key in sorted(actual.servers):
         if key not in wanted:
+            route = (actual.routes or {}).get(key[0], {}).get(key[1])
+            if route is not None and route.enabled:
+                continue  # drain first: stopped next tick, once HAProxy sends it nothing
             actions.append(StopServer(*key))
 
     targets = frozenset(
