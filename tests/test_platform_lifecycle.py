@@ -8,6 +8,8 @@ these tests to a few seconds.
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import requests
@@ -15,11 +17,27 @@ import requests
 from mlops import cli
 from mlops.platform import lifecycle, procs
 from mlops.platform.files import read_json
-from tests.fixtures.platform import wait_for
+from mlops.platform.workdir import Workdir
+from tests.fixtures.platform import teardown, wait_for, write_model
 
 
-def test_up_status_down_leaves_no_process(platform_gitops, platform_factory, capsys):
-    wd = platform_factory(platform_gitops)
+def test_up_status_down_leaves_no_process(platform_gitops, tmp_path, capsys):
+    """`mlops up` as a user runs it: the command returns, the platform keeps running."""
+    wd = Workdir(tmp_path / "platform")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mlops", "up", "--workdir", str(wd.root),
+             "--gitops", str(platform_gitops)],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "started: prometheus, haproxy, sync" in done.stdout
+        check_up_status_down(wd, platform_gitops, capsys)
+    finally:
+        teardown([wd])
+
+
+def check_up_status_down(wd, platform_gitops, capsys):
     pids = {name: procs.read_record(wd.pidfile(name)).pid for name in lifecycle.SERVICES}
     assert all(procs.is_running(pid) for pid in pids.values())
     config = read_json(wd.config)
@@ -45,6 +63,7 @@ def test_up_status_down_leaves_no_process(platform_gitops, platform_factory, cap
     assert doc["applied_commit"] == head(platform_gitops)
     assert doc["urls"]["prometheus"] == prom
     assert doc["urls"]["haproxy_stats"].endswith("/stats")
+    assert doc["pull_requests"] == []  # the local forge's open PRs
 
     assert cli.main(["status", "--workdir", str(wd.root)]) == 0
     text = capsys.readouterr().out
@@ -127,3 +146,24 @@ def test_first_up_needs_a_platform_gitops(tmp_path, capsys):
 def test_status_without_platform_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["status", "--workdir", str(tmp_path / "nothing")]) == 2
     assert "mlops up" in capsys.readouterr().err
+
+
+def test_server_that_cannot_start_is_retried_with_backoff(platform_gitops, platform_factory, tmp_path, capsys):
+    """A Deployment naming a missing model dir: the server exits, the sync retries, status says so."""
+    wd = platform_factory(platform_gitops)
+    missing = tmp_path / "no-such-model"
+    missing.mkdir()
+    (missing / "inference.pdiparams").write_bytes(b"not a model")
+    write_model(platform_gitops, "broken-model", {"v1": missing}, stable="v1")
+
+    def retried():
+        info = (read_json(wd.status, {}).get("models") or {}).get("broken-model", {})
+        v1 = info.get("versions", {}).get("v1", {})
+        return v1.get("restarts", 0) >= 2 and v1.get("last_exit", "").startswith("exit code")
+    wait_for(retried, 90, "two restarts of the failing server")
+    assert cli.main(["status", "--workdir", str(wd.root)]) == 0
+    out = capsys.readouterr().out
+    assert "last exit: exit code" in out and "broken-model-v1.log" in out
+    # It never got a route: HAProxy has the backend but no server taking traffic.
+    info = read_json(wd.status)["models"]["broken-model"]["versions"]["v1"]
+    assert info["haproxy_weight"] in (None, 0)

@@ -119,6 +119,8 @@ def _status(args: argparse.Namespace) -> int:
             print(f"  {version:<20}{_fmt_weight(v.get('desired_weight')):>8}"
                   f"{_fmt_weight(v.get('haproxy_weight')):>9}  {v['phase']:<9}{up:<4}"
                   f"{v['pid'] or '-':>8}{v['port'] or '-':>7}{v['restarts']:>9}")
+            if v["phase"] != "ready" and v.get("last_exit"):
+                print(f"    last exit: {v['last_exit']}; log: {v.get('log')}")
     prs = doc.get("pull_requests")
     if isinstance(prs, list):
         print(f"\nopen pull requests: {len(prs)}")
