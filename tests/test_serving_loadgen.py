@@ -8,6 +8,7 @@ import sys
 import pytest
 import yaml
 
+from mlops.cli import main
 from serving.loadgen import LoadError, load_images, report_from_json, run_load
 from tests.fixtures.common import ROOT, free_port
 from tests.fixtures.serving import server_env
@@ -65,36 +66,40 @@ def test_load_command_prints_and_writes_json(model_server, tiny_model_dir, val_d
     assert data["status_counts"] == {"200": 10} and data["offered_rps"] == 10
 
 
-def test_load_command_errors_are_clear(tmp_path):
-    proc = mlops("load", "http://127.0.0.1:9", "--rps", "1", "--duration", "1",
-                 "--images", str(tmp_path / "missing"))
-    assert proc.returncode == 2 and "error: image directory" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def cli(capsys, *args):
+    """Run the CLI in-process (same entry point as the console script); (code, stderr)."""
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_load_command_errors_are_clear(tmp_path, capsys):
+    code, err = cli(capsys, "load", "http://127.0.0.1:9", "--rps", "1", "--duration", "1",
+                    "--images", str(tmp_path / "missing"))
+    assert code == 2 and "error: image directory" in err
     (tmp_path / "empty").mkdir()
     with pytest.raises(LoadError, match="no PNG or JPEG"):
         load_images(tmp_path / "empty")
 
 
-def test_serve_command_rejects_bad_model_dirs(tmp_path, tiny_model_dir):
-    proc = mlops("serve", str(tmp_path / "nope"), "--port", "1")
-    assert proc.returncode == 2 and "does not exist" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_serve_command_rejects_bad_model_dirs(tmp_path, tiny_model_dir, capsys):
+    code, err = cli(capsys, "serve", str(tmp_path / "nope"), "--port", "1")
+    assert code == 2 and "does not exist" in err
 
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
     (broken / "infer_cfg.yml").unlink()
-    proc = mlops("serve", str(broken), "--port", "1")
-    assert proc.returncode == 2 and "infer_cfg.yml" in proc.stderr
+    code, err = cli(capsys, "serve", str(broken), "--port", "1")
+    assert code == 2 and "infer_cfg.yml" in err
 
     cfg = yaml.safe_load((tiny_model_dir / "infer_cfg.yml").read_text())
     cfg["decode"]["top_k"] = 0
     (broken / "infer_cfg.yml").write_text(yaml.safe_dump(cfg))
-    proc = mlops("serve", str(broken), "--port", "1")
-    assert proc.returncode == 2 and "decode.top_k" in proc.stderr and "infer_cfg.yml" in proc.stderr
+    code, err = cli(capsys, "serve", str(broken), "--port", "1")
+    assert code == 2 and "decode.top_k" in err and "infer_cfg.yml" in err
 
     (broken / "inference.pdiparams").unlink()
-    proc = mlops("serve", str(broken), "--port", "1")
-    assert proc.returncode == 2 and "inference.pdiparams" in proc.stderr
+    code, err = cli(capsys, "serve", str(broken), "--port", "1")
+    assert code == 2 and "inference.pdiparams" in err
 
 
 def test_serve_exits_nonzero_when_paddle_cannot_load_the_weights(tmp_path, tiny_model_dir):
