@@ -156,6 +156,7 @@ class Controller:
         self._mirror: Mirror | None = None
         self._tree_sha: str | None = None
         self._tracks: dict[str, _Track] = {}
+        self._folders: dict[tuple[str, str], layout.ModelState] = {}
         self.last_error: str | None = None
         """Why the last pass could not read the GitOps repo (None: it could)."""
 
@@ -274,7 +275,12 @@ class Controller:
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
         """Bring one model forward by every window that is due."""
-        folder = layout.read_model(root, model)
+        key = (self._tree_sha or "", model)
+        folder = self._folders.get(key)
+        if folder is None:  # parse each commit's folder once, not every pass
+            folder = layout.read_model(root, model)
+            self._folders = {k: v for k, v in self._folders.items() if k[0] == key[0]}
+            self._folders[key] = folder
         committed = current_state(folder)
         if committed is None:
             return []
