@@ -4,7 +4,8 @@
 
 Both sides do identical work per request with identical code: parse the
 same request body (orjson on the raw bytes), decode + resize + normalise
-the image (encoded-image form) or take the FP32 tensor (raw form), run a
+the image (encoded-image form, base64 in JSON) or take the FP32 tensor
+(raw form: JSON numbers, and again with the binary tensor extension), run a
 Paddle Inference predictor (1 math thread each, as many predictors as
 concurrent requests), decode detections, serialise the JSON reply. The bare
 loop calls `ModelService.infer_body` from N threads; the server is a real
@@ -47,6 +48,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the server runs (before paddle loads)
 
+from serving.client import encode_request  # noqa: E402
 from serving.loadgen import run_load  # noqa: E402
 from serving.modeldir import load_model_dir  # noqa: E402
 from serving.protocol import parse_infer_request  # noqa: E402
@@ -54,7 +56,7 @@ from serving.runtime import PredictorPool  # noqa: E402
 from serving.service import ModelService  # noqa: E402
 from serving.postprocess import decode_centernet  # noqa: E402
 from serving.preprocess import preprocess_images  # noqa: E402
-from serving.protocol import encode_infer_response  # noqa: E402
+from serving.protocol import Tensor, encode_infer_response  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "shapes-detector"
 RESULTS = ROOT / "benchmarks" / "results" / "serving.json"
@@ -79,24 +81,27 @@ def train_small(work):
     return work / "out" / "model", data / "val"
 
 
-def bodies(images):
-    """The two request forms, one body per image (raw: the preprocessed tensor)."""
-    image_bodies, raw_bodies = [], []
-    model_cfg = None
-    for image in images:
-        image_bodies.append(orjson.dumps({"inputs": [{
-            "name": "image_bytes", "datatype": "BYTES", "shape": [1],
-            "data": [base64.b64encode(image).decode()]}]}))
-    return image_bodies, raw_bodies, model_cfg
+def image_bodies_for(images):
+    """Encoded-image form: one base64 PNG in a BYTES tensor, JSON (what a curl user sends)."""
+    return [(orjson.dumps({"inputs": [{"name": "image_bytes", "datatype": "BYTES", "shape": [1],
+                                       "data": [base64.b64encode(image).decode()]}]}), None)
+            for image in images]
 
 
-def raw_bodies_for(images, cfg):
+def raw_bodies_for(images, cfg, binary=False):
+    """Raw form: the preprocessed FP32 tensor, as JSON numbers or binary-extension bytes."""
     out = []
     for image in images:
         tensor, _ = preprocess_images([image], cfg.input)
-        out.append(orjson.dumps({"inputs": [{"name": "image", "datatype": "FP32",
-                                             "shape": list(tensor.shape), "data": tensor.ravel()}]},
-                                option=orjson.OPT_SERIALIZE_NUMPY))
+        if binary:
+            body, length = encode_request([Tensor("image", "FP32", tensor.shape, tensor)],
+                                          binary=True)
+            out.append((body, str(length)))
+        else:
+            out.append((orjson.dumps({"inputs": [{"name": "image", "datatype": "FP32",
+                                                  "shape": list(tensor.shape),
+                                                  "data": tensor.ravel()}]},
+                                     option=orjson.OPT_SERIALIZE_NUMPY), None))
     return out
 
 
@@ -129,17 +134,23 @@ def closed_loop(worker_fn, concurrency, seconds, body_list):
 
 
 def bare_worker(service):
-    def work(body, state):
-        service.infer_body(body)
+    def work(item, state):
+        body, header_length = item
+        service.infer_body(body, header_length)
     return work
 
 
 def http_worker(port, path):
-    def work(body, state):
+    def work(item, state):
+        body, header_length = item
         conn = state.get("conn")
         if conn is None:
             conn = state["conn"] = http.client.HTTPConnection("127.0.0.1", port)
-        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if header_length is not None:
+            headers = {"Content-Type": "application/octet-stream",
+                       "Inference-Header-Content-Length": header_length}
+        conn.request("POST", path, body, headers)
         response = conn.getresponse()
         response.read()
         if response.status != 200:
@@ -176,8 +187,6 @@ def breakdown(service, image_body, raw_body, n=200):
                                           ("heatmap", "size", "offset")),
                                         cfg.decode, cfg.input.size, cfg.category_ids(), sizes)
         e = time.perf_counter()
-        service.run_tensors  # noqa: B018 (the server serialises through the same encoder)
-        from serving.protocol import Tensor
         encode_infer_response("m", "1", [Tensor("bbox", "FP32", bbox.shape, bbox),
                                          Tensor("bbox_num", "INT32", counts.shape, counts)])
         f = time.perf_counter()
@@ -246,9 +255,10 @@ def main():
     record = model.record
     service = ModelService(model, "bench", "1", PredictorPool(model, threads, 1))
     service.warm_up()
-    image_bodies = bodies(images)[0]
+    image_bodies = image_bodies_for(images)
     raw_bodies = raw_bodies_for(images, service.cfg)
-    forms = {"image": image_bodies, "raw": raw_bodies}
+    forms = {"image": image_bodies, "raw": raw_bodies,
+             "raw_binary": raw_bodies_for(images, service.cfg, binary=True)}
     name, version = record.get("name", model_dir.name), record.get("version")
 
     server, port = start_server(model_dir, threads)
@@ -274,7 +284,7 @@ def main():
                     "added_p50_ms": round(srv["p50_ms"] - bare["p50_ms"], 3),
                     "rounds": {"bare": bare_rounds, "server": server_rounds},
                 }
-                print(f"{key:9s} bare {bare['rps']:7.1f} req/s p50 {bare['p50_ms']:6.2f} ms "
+                print(f"{key:14s} bare {bare['rps']:7.1f} req/s p50 {bare['p50_ms']:6.2f} ms "
                       f"p99 {bare['p99_ms']:6.2f} | server {srv['rps']:7.1f} req/s "
                       f"p50 {srv['p50_ms']:6.2f} ms p99 {srv['p99_ms']:6.2f} | ratio "
                       f"{results[key]['throughput_ratio']:.2f}, +{results[key]['added_p50_ms']:.2f} ms p50",
@@ -293,7 +303,7 @@ def main():
             server.kill()
         service.pool.shutdown()
 
-    stages = breakdown(service, image_bodies[0], raw_bodies[0])
+    stages = breakdown(service, image_bodies[0][0], raw_bodies[0][0])
     print("bare path, mean ms per stage:", stages)
     doc = {
         "benchmark": "serving",
