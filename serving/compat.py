@@ -173,7 +173,7 @@ def encode_compat_response(request: CompatRequest, outputs: list[Tensor]) -> dic
 
 
 def _plain(tensor: Tensor, flat: bool = False) -> Any:
-    data = tensor.data.reshape(-1) if flat else tensor.data
     if tensor.datatype == "BYTES":
-        return [v.decode("utf-8", "replace") for v in np.asarray(data).reshape(-1)]
-    return data
+        return [v.decode("utf-8", "replace") for v in np.asarray(tensor.data).reshape(-1)]
+    data = np.ascontiguousarray(tensor.data)  # orjson serialises C-contiguous arrays only
+    return data.reshape(-1) if flat else data

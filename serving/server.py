@@ -6,6 +6,8 @@ What this module adds to the request work of `service.py`:
   admitted; the next one is answered 503 at once instead of queueing, so an
   overload shows up as fast errors and bounded memory, not as a growing
   queue. Admitted requests wait for one of `threads` predictor workers.
+  (uvicorn's own `limit_concurrency` is not used: it would also turn away
+  health probes and metric scrapes exactly when they matter most.)
 * **Body limit.** `Content-Length` above `max_body_bytes` is refused (413)
   before reading; a chunked body is counted while streaming and cut off at
   the limit.
@@ -306,6 +308,11 @@ class _Server(uvicorn.Server):
 
 def serve(model: ModelDir, settings: ServerSettings, log_level: str = "info") -> int:
     """Run the server until SIGINT/SIGTERM; returns the process exit code."""
+    # Importing paddle installs C-level handlers for SIGTERM/SIGINT that abort
+    # the process ("FatalError: Termination signal"). Import it before uvicorn
+    # installs its own handlers, so uvicorn's graceful shutdown wins.
+    import paddle.inference  # noqa: F401
+
     state = ServerState(settings, model)
     config = uvicorn.Config(
         build_app(state),
