@@ -82,7 +82,7 @@ def test_small_run_detects_shapes(trained_model):
     ev.evaluate()
     ev.accumulate()
     ev.summarize()
-    assert ev.stats[1] > 0.2, f"mAP@0.5 {ev.stats[1]:.3f}"
+    assert ev.stats[1] > 0.1, f"mAP@0.5 {ev.stats[1]:.3f}"
 
 
 def test_model_yaml_records_lineage(trained_model):
@@ -96,7 +96,7 @@ def test_model_yaml_records_lineage(trained_model):
     marker = json.loads((trained_model.data_dir / "DATASET.json").read_text())
     assert meta["dataset_digest"] == marker["digest"]
     assert meta["paddle_version"] == paddle.__version__
-    assert meta["hyperparameters"]["subset"] == 320
+    assert meta["hyperparameters"]["subset"] == 640
 
 
 def test_infer_cfg_describes_labels_and_io(trained_model):

@@ -77,7 +77,7 @@ def test_checkpoint_from_another_config_is_refused(tmp_path, trained_model):
     proc = subprocess.run(
         [sys.executable, "train.py", "--output-dir", str(tmp_path / "out"),
          "--checkpoint-dir", str(trained_model.checkpoint_dir),
-         "--data-dir", str(trained_model.data_dir), "--subset", "320", "--batch-size", "16"],
+         "--data-dir", str(trained_model.data_dir), "--subset", "640", "--batch-size", "32"],
         cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
         timeout=300)
     assert proc.returncode == 2
