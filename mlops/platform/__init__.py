@@ -7,7 +7,9 @@ logs and state live in one work dir; `mlops down` stops them all;
 
 * ``workdir``     -- the layout of the work dir and the platform's config file
 * ``procs``       -- start/identify/stop supervised processes (pid files)
+* ``files``, ``ports`` -- atomic writes; free loopback ports
 * ``binaries``    -- find prometheus/haproxy or say what to install
+* ``services``    -- start Prometheus/HAProxy and wait until they answer
 * ``prometheus``  -- render prometheus.yml and the file_sd target files
 * ``haproxy``     -- render haproxy.cfg; ``runtime`` -- its runtime-API client
 * ``desired``     -- parse ``apps/<model>/`` of the GitOps repo (pure)

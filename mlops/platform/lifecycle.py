@@ -4,8 +4,9 @@
 only if its pid file does not name a live process, and ports chosen on the
 first run are kept (a port taken by someone else meanwhile is replaced).
 ``down`` stops the sync first (so it restarts nothing), then the model
-servers, HAProxy and Prometheus, each by process group, and checks that no
-process mentioning the work dir survives.
+servers, HAProxy and Prometheus together, each by process group, then any
+process still carrying the work dir's marker in its environment
+(:data:`procs.MARKER`), and fails loudly if one survives.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Every tick (``poll_interval``, 0.5 s by default) it
 4. writes ``state/status.json`` atomically: the applied commit, errors,
    and per version its process, port, phase, restart count and weights.
 
+While it runs, the sync is also the supervisor of Prometheus and HAProxy:
+if one dies it is started again (a fresh HAProxy gets every route back on
+the next tick); `mlops up` restarts a dead sync.
+
 Model servers are started in their own sessions with a pid file each
 (``run/servers/``); a restarted sync adopts the ones still alive, so
 `mlops up` after a sync crash does not restart healthy servers. On SIGTERM

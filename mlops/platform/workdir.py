@@ -6,6 +6,7 @@ finds its state and `mlops down` finds every process::
     platform.json           config written by `mlops up` (ports, GitOps repo)
     run/<name>.json         pid files: prometheus, haproxy, sync
     run/servers/<m>-<v>.json  pid files of model servers (written by the sync)
+    run/.start.lock         taken while `mlops up` or the sync starts a service
     logs/                   one log per process (servers under logs/servers/)
     prometheus/             prometheus.yml, targets/*.json (file_sd), data/
     haproxy/haproxy.cfg     rendered config (the admin socket sits beside it
