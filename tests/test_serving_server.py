@@ -316,17 +316,26 @@ def test_sigterm_finishes_in_flight_requests(model_server, trained_model):
 
 
 def test_not_ready_until_loaded():
-    """In-process app whose model is never loaded (no lifespan): live, but 503 elsewhere."""
-    from starlette.testclient import TestClient
+    """In-process app whose model is never loaded (the ASGI lifespan, which starts the
+    loader, is not run): live, but 503 on readiness, metadata and inference."""
+    import asyncio
+
+    import httpx
 
     from serving.server import ServerSettings, ServerState, build_app
 
     state = ServerState(ServerSettings("m", "1"), model=None)
-    client = TestClient(build_app(state))  # not entered: lifespan (the loader) never runs
-    assert client.get("/v2/health/live").status_code == 200
-    assert client.get("/v2/health/ready").status_code == 503
-    response = client.post("/v2/models/m/infer", content=b"{}")
-    assert response.status_code == 503 and "not ready" in response.json()["error"]
-    assert client.get("/v2/models/m").status_code == 503
-    assert 'model_requests_total{model_name="m",model_version="1",status_code="503"} 1.0' in \
-        client.get("/metrics").text
+
+    async def exercise():
+        transport = httpx.ASGITransport(app=build_app(state))
+        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+            assert (await client.get("/v2/health/live")).status_code == 200
+            assert (await client.get("/v2/health/ready")).status_code == 503
+            response = await client.post("/v2/models/m/infer", content=b"{}")
+            assert response.status_code == 503 and "not ready" in response.json()["error"]
+            assert (await client.get("/v2/models/m")).status_code == 503
+            return (await client.get("/metrics")).text
+
+    metrics = asyncio.run(exercise())
+    assert 'model_requests_total{model_name="m",model_version="1",status_code="503"} 1.0' in metrics
+    assert 'model_ready{model_name="m",model_version="1"} 0.0' in metrics
