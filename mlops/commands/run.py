@@ -4,10 +4,6 @@ import argparse
 import pathlib
 
 from mlops.errors import UserError
-from workflows.config import load_config
-from workflows.pipeline import build_workflow_template
-from workflows.runner import run_workflow
-from workflows.settings import load_settings
 
 
 def _available_commands() -> set[str]:
@@ -22,6 +18,13 @@ def _available_commands() -> set[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Imported here: Hera's models take seconds to import, and every other
+    # `mlops` command should not pay for them.
+    from workflows.config import load_config
+    from workflows.pipeline import build_workflow_template
+    from workflows.runner import run_workflow
+    from workflows.settings import load_settings
+
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
     wt = build_workflow_template(loaded, settings)

@@ -6,10 +6,11 @@ import sys
 from typing import Any
 
 from workflows.config import load_config
-from workflows.lint import lint_paths, yaml_files
-from workflows.render import write_manifests
 from workflows.settings import load_settings
-from workflows.submit import TOKEN_ENV, commit_parameters, submit
+
+# Hera (render, submit) and the schemas (lint) are imported inside the
+# commands: they take seconds, and `mlops --help` should not.
+TOKEN_ENV = "ARGO_TOKEN"
 
 
 class LintFailed(Exception):
@@ -25,6 +26,8 @@ def _settings(args: argparse.Namespace) -> Any:
 def _render(args: argparse.Namespace) -> int:
     loaded = load_config(args.path)  # a broken config stops here, before any write
     settings = _settings(args)
+    from workflows.render import write_manifests
+
     for path in write_manifests(loaded, settings, pathlib.Path(args.out)):
         print(path)
     return 0
@@ -33,6 +36,8 @@ def _render(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     loaded = load_config(args.path)
     settings = _settings(args)
+    from workflows.submit import commit_parameters, submit
+
     params = commit_parameters(loaded.repo_dir, args.repo_url, args.revision, args.ref)
     result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.insecure)
     print(f"WorkflowTemplate {result.namespace}/{result.template}: {result.template_action}")
@@ -52,6 +57,8 @@ def _lint(args: argparse.Namespace) -> int:
     target = pathlib.Path(args.dir)
     if not target.exists():
         raise LintFailed(f"{target}: no such file or directory")
+    from workflows.lint import lint_paths, yaml_files
+
     files = yaml_files(target)
     if not files:
         raise LintFailed(f"{target}: no YAML files")
