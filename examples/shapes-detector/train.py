@@ -71,7 +71,7 @@ def parse_args(argv=None):
     p.add_argument("--output-dir", required=True, help="export + bbox.json go here")
     p.add_argument("--checkpoint-dir", required=True, help="checkpoints; resumed from")
     p.add_argument("--data-dir", default="data", help="dataset (generated if missing)")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--batch-size", type=int, default=32, help="global batch, split over ranks")
     p.add_argument("--lr", type=float, default=4e-3, help="peak AdamW learning rate")
     p.add_argument("--max-steps", type=int, default=0, help="cap on total steps (0 = none)")
