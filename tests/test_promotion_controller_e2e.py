@@ -141,6 +141,10 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
         assert last["subject"] == "rollback(shapes-detector): 10% -> 0% (v3 over v2)"
         assert last["Mlops-Decision"] == "rollback/verdict"
         wait_for(lambda: converged(wd, MODEL, {"v2": 100}), 60, "v3 removed, v2 at 100")
+        # The report and the PR comment follow the rollback commit (best effort, same pass).
+        pr = forge.find_pr(f"mlops/propose/{MODEL}/v3")
+        wait_for(lambda: any("Outcome: rolled back" in c["body"]
+                             for c in forge.comments(pr.number)), 120, "the PR comment")
     finally:
         _stop(controller)
         _stop(load)
@@ -152,5 +156,3 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
     report = tmp_path / "controller" / "rollouts" / MODEL
     assert (report / "v2" / "canary.png").is_file() and (report / "v3" / "report.md").is_file()
     assert "Outcome: rolled back" in (report / "v3" / "report.md").read_text()
-    pr = forge.find_pr(f"mlops/propose/{MODEL}/v3")
-    assert any("Outcome: rolled back" in c["body"] for c in forge.comments(pr.number))
