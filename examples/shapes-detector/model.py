@@ -24,9 +24,10 @@ Why stride 8 and not CenterNet's 4: measured on this data, the stride-8 net
 compute. Objects are 14-44 px and rarely share a centre cell, and the offset
 head restores sub-cell precision. ``stride=4`` is still available.
 
-BatchNorm keeps the net fast to train. Its running statistics are buffers,
-which ``DataParallel`` does not all-reduce, so ``train.py`` averages them
-across ranks before every checkpoint and before export (ranks end identical).
+BatchNorm keeps the net fast to train. Its running statistics are
+non-trainable parameters, which ``DataParallel`` does not all-reduce, so
+``train.py`` averages them across ranks before every checkpoint and before
+export (ranks end identical).
 
 The training targets and loss live here too, next to the heads they belong to:
 a penalty-reduced focal loss on the heatmap (CenterNet), L1 on size and

@@ -23,9 +23,10 @@ Design notes:
   and renamed (atomic), every ``--checkpoint-every`` steps and at every epoch
   end; the newest two are kept.
 * Gradients are all-reduced by ``paddle.DataParallel`` (gloo on CPU).
-  BatchNorm running statistics are not, so they are averaged across ranks
-  before each checkpoint and at the end; every rank then writes the sha256 of
-  its weights to ``OUT/rank-<r>.sha256`` (they must be equal).
+  BatchNorm running statistics (non-trainable parameters in Paddle) are not,
+  so they are averaged across ranks before each checkpoint and at the end;
+  every rank then writes the sha256 of its weights to ``OUT/rank-<r>.sha256``
+  (they must be equal).
 * Rank 0 exports with ``paddle.jit.save`` to ``OUT/model/inference.{json,pdiparams}``,
   writes ``infer_cfg.yml`` and ``model.yaml``, then runs the *exported* model
   with ``paddle.inference`` + ``postprocess.decode`` over the val set into
@@ -148,13 +149,15 @@ class Metrics:
                            ["rank"], registry=reg).labels(**labels)
         self.step = Gauge("training_step", "Global optimisation step reached (resumes included)",
                           ["rank"], registry=reg).labels(**labels)
-        self.epoch = Gauge("training_epoch", "Current epoch", ["rank"], registry=reg).labels(**labels)
+        self.epoch = Gauge("training_epoch", "Current epoch",
+                           ["rank"], registry=reg).labels(**labels)
         self.steps = Counter("training_steps", "Steps run by this process",
                              ["rank"], registry=reg).labels(**labels)
         try:
             self.server, self.thread = start_http_server(port + rank, registry=reg)
         except OSError as exc:
-            raise TrainError(f"cannot serve metrics on port {port + rank}: {exc.strerror}") from None
+            raise TrainError(
+                f"cannot serve metrics on port {port + rank}: {exc.strerror}") from None
 
     def update(self, step, epoch, loss=None, speed=None):
         if not self.enabled:
@@ -215,7 +218,8 @@ def infer_cfg(output_names, categories, stride=8):
                     for role, tensor in zip(("heatmap", "size", "offset"), output_names)],
         "labels": [{"index": i, "id": c["id"], "name": c["name"]}
                    for i, c in enumerate(categories)],
-        "decode": dict(DECODE, stride=stride, postprocess="postprocess.decode (numpy): 3x3 max-pool peaks, "
+        "decode": dict(DECODE, stride=stride,
+                       postprocess="postprocess.decode (numpy): 3x3 max-pool peaks, "
                        "top_k, score > score_threshold; bbox = [(x+dx-w/2)*stride, "
                        "(y+dy-h/2)*stride, w*stride, h*stride]"),
     }
@@ -317,10 +321,12 @@ def train(args):
         def sync_buffers():
             if world == 1:
                 return
-            for name, buf in net.named_buffers():
-                if buf.dtype in (paddle.float32, paddle.float64):
-                    dist.all_reduce(buf)
-                    buf.set_value(buf / world)
+            # Paddle keeps BN running statistics as non-trainable *parameters*
+            # (not buffers), and DataParallel only all-reduces gradients.
+            for _name, stat in net.named_parameters():
+                if stat.stop_gradient:
+                    dist.all_reduce(stat)
+                    stat.set_value(stat / world)
 
         def save_checkpoint(step, loss):
             sync_buffers()
