@@ -27,6 +27,10 @@ The workflow's last step (and `mlops promote propose MODEL_DIR`). Two halves:
 Before anything is written the weights file is hashed and compared with the
 `weights_sha256` that was evaluated: a model directory changed after its
 evaluation is not proposed.
+
+The candidate's Deployment carries its evaluated metrics (annotation
+`mlops.paddle.org/metrics`), so once it is stable the next candidate's gate
+can compare with it wherever the repo is read (`promotion.production`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gitops import layout
 from promotion import apply
 from promotion.policy import CanaryPolicy
-from promotion.state import CanaryState, Phase, dump_state_yaml, load_state
+from promotion.production import current_state, production_record, stable_version
+from promotion.state import CanaryState, Phase, dump_state_yaml
 from serving import manifests
 
 __all__ = [
@@ -147,27 +152,6 @@ class ProposalPlan:
         return f"propose({self.model}): canary {self.version} over {self.stable} at {self.weight}%"
 
 
-def current_state(current: layout.ModelState | None) -> CanaryState | None:
-    """The `promotion.yaml` of a model folder read from main (None when absent)."""
-    if current is None or layout.PROMOTION not in current.extra:
-        return None
-    raw = current.extra[layout.PROMOTION]
-    return load_state(raw if isinstance(raw, (str, Mapping)) else {},
-                      f"apps/{current.model}/promotion.yaml")
-
-
-def _stable_version(current: layout.ModelState, state: CanaryState | None) -> str | None:
-    if state is not None and state.stable:
-        return state.stable
-    if current.destination_rule is not None:
-        for subset in current.destination_rule.get("spec", {}).get("subsets", []) or []:
-            if subset.get("name") == "stable":
-                return (subset.get("labels") or {}).get("version")
-    if len(current.deployments) == 1:
-        return next(iter(current.deployments))
-    return None
-
-
 def plan_proposal(
     record: ModelRecord,
     current: layout.ModelState | None,
@@ -183,13 +167,15 @@ def plan_proposal(
     """Decide the branch's content; see the module docstring."""
     name = model or record.name
     version = record.version
+    # The evaluated metrics travel with the Deployment: the next candidate's gate
+    # reads them back from the stable version (promotion.production).
     deployment = manifests.deployment(
         name, version, image=image, model_uri=model_uri, weights_sha256=record.weights_sha256,
-        replicas=replicas, port=port, resources=resources,
+        replicas=replicas, port=port, resources=resources, metrics=record.metrics or None,
     )
     policy_text = yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False)
     state = current_state(current)
-    stable = _stable_version(current, state) if current is not None else None
+    stable = stable_version(current, state) if current is not None else None
     if stable is not None and stable not in (current.deployments if current else {}):
         stable = None  # its Deployment is gone: nothing serves it, start afresh
     if stable is None:
@@ -257,22 +243,6 @@ def model_uri_for(model_dir: pathlib.Path, model: str, version: str,
     return pathlib.Path(model_dir).resolve().as_uri()
 
 
-def _production_record(current: layout.ModelState | None, stable: str | None) -> dict[str, Any] | None:
-    """The stable version's model.yaml, when its Deployment points at a local directory."""
-    if current is None or stable is None or stable not in current.deployments:
-        return None
-    meta = current.deployments[stable].get("metadata") or {}
-    uri = (meta.get("annotations") or {}).get(manifests.ANNOTATION_MODEL_URI, "")
-    if not isinstance(uri, str) or not uri.startswith("file://"):
-        return {"version": stable}
-    path = pathlib.Path(uri[len("file://"):]) / "model.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return {"version": stable}
-    return data if isinstance(data, dict) else {"version": stable}
-
-
 _FILES = {"Service": "service.yaml", "DestinationRule": "destinationrule.yaml",
           "VirtualService": "virtualservice.yaml"}
 
@@ -327,7 +297,7 @@ def propose(
     the_plan = plan_proposal(record, current, policy, model=name, image=image, model_uri=uri,
                              replicas=replicas, port=port)
     if production is None and not the_plan.bootstrap:
-        production = _production_record(current, the_plan.stable)
+        production = production_record(current, the_plan.stable)
     body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,
                              approval=approval, model_uri=uri, bootstrap=the_plan.bootstrap)
     files: dict[str, Any] = {}

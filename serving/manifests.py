@@ -17,6 +17,15 @@ The documents of one model ``<model>``:
   - ``mlops.paddle.org/weights-sha256``: the digest of the evaluated weights;
     approval refuses a merge whose Deployment carries another digest.
 
+  When the caller passes the evaluated ``metrics``, a third one records them:
+
+  - ``mlops.paddle.org/metrics``: compact JSON with sorted keys, e.g.
+    ``{"map":0.61,"map50":0.91}``. The pipeline's gate reads it back from the
+    stable version's Deployment to compare a candidate with production; it
+    works in a cluster, where ``model-uri`` is not a path anyone can open.
+    :func:`deployment_metrics` is its reader. Without metrics the document is
+    exactly what it was before the annotation existed.
+
 * ``service(model)`` -- one Service ``<model>`` selecting ``app=<model>``
   (every version), port named ``http``.
 * ``destination_rule(model, stable_version, canary_version)`` -- subsets
@@ -48,10 +57,13 @@ Bad input raises :class:`ManifestError` (``exit_code`` 2) naming the value.
 from __future__ import annotations
 
 import copy
+import json
+import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 __all__ = [
+    "ANNOTATION_METRICS",
     "ANNOTATION_MODEL_URI",
     "ANNOTATION_WEIGHTS_SHA256",
     "DEFAULT_MODELS_CLAIM",
@@ -59,6 +71,7 @@ __all__ = [
     "ISTIO_API",
     "ManifestError",
     "deployment",
+    "deployment_metrics",
     "deployment_name",
     "destination_rule",
     "model_dir",
@@ -68,6 +81,7 @@ __all__ = [
 
 ANNOTATION_MODEL_URI = "mlops.paddle.org/model-uri"
 ANNOTATION_WEIGHTS_SHA256 = "mlops.paddle.org/weights-sha256"
+ANNOTATION_METRICS = "mlops.paddle.org/metrics"
 ISTIO_API = "networking.istio.io/v1"
 DEFAULT_MODELS_CLAIM = "mlops-models"
 MODELS_MOUNT = "/models"
@@ -151,6 +165,46 @@ def _resources(resources: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _metric_value(name: Any, value: Any) -> float:
+    if not isinstance(name, str) or not name:
+        raise ManifestError(f"metric name {name!r} must be a non-empty string")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ManifestError(f"metric {name!r} = {value!r} must be a finite number")
+    return value
+
+
+def _metrics_annotation(metrics: Mapping[str, float]) -> str:
+    """Compact JSON with sorted keys: one text per set of metrics, stable in git diffs."""
+    if not isinstance(metrics, Mapping):
+        raise ManifestError(f"metrics {metrics!r} must be a mapping of metric name -> number")
+    values = {name: _metric_value(name, value) for name, value in metrics.items()}
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def deployment_metrics(doc: Mapping[str, Any]) -> dict[str, float] | None:
+    """The metrics a Deployment records (annotation ``mlops.paddle.org/metrics``), or None.
+
+    The inverse of ``deployment(..., metrics=...)``. A human may edit the
+    annotation, so a value that is not a JSON mapping of names to finite
+    numbers raises :class:`ManifestError` naming the Deployment.
+    """
+    meta = doc.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(ANNOTATION_METRICS)
+    if text is None:
+        return None
+    where = f"Deployment {meta.get('name')!r}: annotation {ANNOTATION_METRICS}"
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except ValueError as exc:
+        raise ManifestError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{where} must be a JSON object of metric -> number, got {text!r}")
+    try:
+        return {name: float(_metric_value(name, value)) for name, value in data.items()}
+    except ManifestError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+
+
 def deployment(
     model: str,
     version: str,
@@ -163,12 +217,13 @@ def deployment(
     resources: dict[str, Any] | None = None,
     namespace: str | None = None,
     models_claim: str = DEFAULT_MODELS_CLAIM,
+    metrics: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Deployment ``<model>-<version>`` running ``mlops serve`` on the mounted model.
 
-    ``model_uri`` and ``weights_sha256`` are recorded as annotations (see the
-    module docstring for who reads them). ``models_claim`` names the PVC that
-    holds ``<model>/<version>/`` directories.
+    ``model_uri`` and ``weights_sha256`` (and ``metrics``, when given) are
+    recorded as annotations (see the module docstring for who reads them).
+    ``models_claim`` names the PVC that holds ``<model>/<version>/`` directories.
     """
     _check_model(model)
     _check_version(version)
@@ -188,6 +243,8 @@ def deployment(
         ANNOTATION_MODEL_URI: model_uri,
         ANNOTATION_WEIGHTS_SHA256: weights_sha256,
     }
+    if metrics is not None:
+        meta["annotations"][ANNOTATION_METRICS] = _metrics_annotation(metrics)
     probe_action = {"port": "http", "scheme": "HTTP"}
     container = {
         "name": "server",

@@ -466,11 +466,20 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             retry_strategy=_infra_retry(settings),
         )
 
+        # The gate compares with the model in production: the stable version
+        # in the GitOps repo the candidate would be proposed to (an empty
+        # parameter means none is configured: the gate checks the floor only).
         gate = Container(
             name="gate",
             image=settings.tool_image,
             command=["mlops"],
-            args=_step_args("gate"),
+            args=_step_args(
+                "gate",
+                "--production-from-gitops",
+                "{{workflow.parameters.gitops-repo}}",
+                "--gitops-branch",
+                loaded.config.promotion.gitops.branch,
+            ),
             env=tool_env,
             volume_mounts=[_workspace_mount()],
             security_context=_restricted(),
