@@ -155,15 +155,15 @@ def read_production(repo: str, model: str, branch: str = "main") -> ProductionMo
     from gitops.git import remote
     from gitops.repo import Mirror
 
-    where = f"GitOps repo {remote(repo).display}"
+    where = f"cannot read the production model from GitOps repo {remote(repo).display}"
     try:
         with tempfile.TemporaryDirectory(prefix="mlops-production-") as tmp:
             with Mirror(repo, path=pathlib.Path(tmp) / "mirror.git") as mirror:
                 tip = mirror.sha(branch)
                 if tip is None:
                     raise ProductionError(
-                        f"{where}: branch {branch!r} not found, so the production model is "
-                        "unknown; is it a GitOps repo? (create one with `mlops gitops init`)"
+                        f"{where}: branch {branch!r} not found; is it a GitOps repo? "
+                        "(create one with `mlops gitops init`)"
                     )
                 if not mirror.ls(tip, f"{layout.APPS}/{model}"):
                     return None

@@ -37,6 +37,7 @@ CASES = {
         namespace="models",
         resources={"requests": {"cpu": 2, "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
     ),
+    "deployment-metrics.yaml": lambda: _deployment(metrics={"map50": 0.91, "map": 0.61}),
     "service.yaml": lambda: manifests.service("shapes-detector"),
     "destinationrule.yaml": lambda: manifests.destination_rule("shapes-detector", "v1", "v2"),
     "destinationrule-stable-only.yaml": lambda: manifests.destination_rule("shapes-detector", "v1"),
@@ -100,6 +101,42 @@ def test_deployment_contract_other_rooms_rely_on():
     assert models == [{"name": "models", "mountPath": "/models", "readOnly": True}]
 
 
+def test_metrics_annotation_is_compact_sorted_json_and_reads_back():
+    doc = _deployment(metrics={"map50": 0.91, "map": 0.61, "images": 200})
+    text = doc["metadata"]["annotations"][manifests.ANNOTATION_METRICS]
+    assert text == '{"images":200,"map":0.61,"map50":0.91}'
+    assert manifests.deployment_metrics(doc) == {"images": 200.0, "map": 0.61, "map50": 0.91}
+    # only the Deployment says how good its model was; the pod template is unchanged
+    assert manifests.ANNOTATION_METRICS not in doc["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_without_metrics_the_deployment_is_unchanged():
+    doc = _deployment()
+    assert set(doc["metadata"]["annotations"]) == {
+        manifests.ANNOTATION_MODEL_URI,
+        manifests.ANNOTATION_WEIGHTS_SHA256,
+    }
+    assert manifests.deployment_metrics(doc) is None
+    assert _dump(_deployment(metrics=None)) == _dump(doc)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("not json", "is not JSON"),
+        ("[0.9]", "must be a JSON object"),
+        ('{"map50": "high"}', "'map50' = 'high' must be a finite number"),
+        ('{"map50": NaN}', "'map50' = nan must be a finite number"),
+    ],
+)
+def test_a_hand_broken_metrics_annotation_is_named(text, words):
+    doc = _deployment()
+    doc["metadata"]["annotations"][manifests.ANNOTATION_METRICS] = text
+    with pytest.raises(ManifestError) as info:
+        manifests.deployment_metrics(doc)
+    assert "Deployment 'shapes-detector-v2'" in str(info.value) and words in str(info.value)
+
+
 def test_builders_do_not_share_mutable_defaults():
     first = _deployment()
     first["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "99"
@@ -149,6 +186,9 @@ def test_virtual_service_weights_edge_values_are_valid(weights):
         (lambda: _deployment(image=""), "image ''"),
         (lambda: _deployment(replicas=-1), "replicas -1"),
         (lambda: _deployment(resources={"cpu": "1"}), "resources {'cpu': '1'}"),
+        (lambda: _deployment(metrics={"map50": float("inf")}), "metric 'map50' = inf"),
+        (lambda: _deployment(metrics={"map50": True}), "metric 'map50' = True"),
+        (lambda: _deployment(metrics=[0.9]), "metrics [0.9] must be a mapping"),
     ],
 )
 def test_bad_input_is_named(call, words):

@@ -75,6 +75,7 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
 
 
 def test_propose_without_the_promote_command_is_skipped_with_a_message(fake_model_repo, tmp_path):
+    assert cli(["gitops", "init", str(tmp_path / "gitops.git")]) == 0  # the gate reads it
     result = run_workflow(
         _wt(fake_model_repo), fake_model_repo, tmp_path / "run",
         parameters={"gitops-repo": str(tmp_path / "gitops.git")}, commands=set(), echo=_quiet,
@@ -106,8 +107,10 @@ def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_pa
 def test_failed_gate_skips_propose_by_its_when(tmp_path, monkeypatch):
     repo = make_fake_model_repo(tmp_path / "repo", gate_min=0.9)
     monkeypatch.setenv("FAKE_BOX_SHIFT", "12")  # IoU 0.25: mAP 0
+    gitops = tmp_path / "gitops.git"
+    assert cli(["gitops", "init", str(gitops)]) == 0  # the gate reads production from it
     result = run_workflow(
-        _wt(repo), repo, tmp_path / "run", parameters={"gitops-repo": "/nowhere"},
+        _wt(repo), repo, tmp_path / "run", parameters={"gitops-repo": str(gitops)},
         commands={"promote"}, echo=_quiet,
     )
     assert result.task("gate").phase == "Succeeded"  # a FAIL verdict is an output, not a crash
