@@ -200,6 +200,22 @@ def breakdown(service, image_body, raw_body, n=200):
     return {k: round(statistics.mean(v) * 1e3, 3) for k, v in t.items()}
 
 
+def scrape_means(port):
+    """(request handler seconds sum, inference seconds sum, count) from the server's /metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    values = {}
+    for line in text.splitlines():
+        for key in ("model_request_duration_seconds_sum", "model_request_duration_seconds_count",
+                    "model_inference_duration_seconds_sum"):
+            if line.startswith(key + "{"):
+                values[key] = float(line.rsplit(" ", 1)[1])
+    return (values.get("model_request_duration_seconds_sum", 0.0),
+            values.get("model_inference_duration_seconds_sum", 0.0),
+            values.get("model_request_duration_seconds_count", 0.0))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -271,15 +287,21 @@ def main():
                 closed_loop(bare_worker(service), concurrency, 0.5, body_list)
                 closed_loop(http_worker(port, path), concurrency, 0.5, body_list)
                 bare_rounds, server_rounds = [], []
+                before = scrape_means(port)
                 for _ in range(args.rounds):
                     bare_rounds.append(stats(*closed_loop(bare_worker(service), concurrency,
                                                           args.seconds, body_list)))
                     server_rounds.append(stats(*closed_loop(http_worker(port, path), concurrency,
                                                             args.seconds, body_list)))
+                after = scrape_means(port)
+                handled = max(after[2] - before[2], 1)
                 bare, srv = median_round(bare_rounds), median_round(server_rounds)
                 key = f"{form}_c{concurrency}"
                 results[key] = {
                     "bare": bare, "server": srv,
+                    # inside the server: handler entry to response (mean), and the predictor
+                    "server_handler_mean_ms": round((after[0] - before[0]) / handled * 1e3, 3),
+                    "server_predictor_mean_ms": round((after[1] - before[1]) / handled * 1e3, 3),
                     "throughput_ratio": round(srv["rps"] / bare["rps"], 3),
                     "added_p50_ms": round(srv["p50_ms"] - bare["p50_ms"], 3),
                     "rounds": {"bare": bare_rounds, "server": server_rounds},
@@ -287,7 +309,9 @@ def main():
                 print(f"{key:14s} bare {bare['rps']:7.1f} req/s p50 {bare['p50_ms']:6.2f} ms "
                       f"p99 {bare['p99_ms']:6.2f} | server {srv['rps']:7.1f} req/s "
                       f"p50 {srv['p50_ms']:6.2f} ms p99 {srv['p99_ms']:6.2f} | ratio "
-                      f"{results[key]['throughput_ratio']:.2f}, +{results[key]['added_p50_ms']:.2f} ms p50",
+                      f"{results[key]['throughput_ratio']:.2f}, +{results[key]['added_p50_ms']:.2f} ms p50; "
+                      f"in server: handler {results[key]['server_handler_mean_ms']:.2f} ms, "
+                      f"predictor {results[key]['server_predictor_mean_ms']:.2f} ms (means)",
                       flush=True)
         best = results["image_c2"]["server"]["rps"]
         rate = max(5.0, round(0.7 * best))
