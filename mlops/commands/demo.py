@@ -254,8 +254,8 @@ def _demo(args: argparse.Namespace) -> int:
         _say("5. The GitOps history tells the story (one commit per decision)")
         print(_git(gitops, "log", "--format=%h %an  %s", "main"))
         _mlops("status", "--workdir", str(platform), check=False)
-        reports = sorted((work / "controller").rglob("*.md")) if (work / "controller").exists() else []
-        for report in reports[-2:]:
+        reports = sorted((work / "controller" / "rollouts").glob(f"{MODEL}/*/report.md"))
+        for report in reports[-1:]:
             print(f"canary report: {report}")
         print(f"\ndemo finished in {time.monotonic() - started:.0f}s; work dir {work}")
     finally:
