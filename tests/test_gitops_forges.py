@@ -208,26 +208,19 @@ def test_propose_and_approve_through_github_api_with_real_git(guarded_repo, gith
         "apps/det/destinationrule.yaml": manifests.destination_rule("det", "v1", "v2"),
         "apps/det/virtualservice.yaml": manifests.virtual_service("det", 90, 10),
     }
-    first = propose(
-        guarded_repo,
-        "det",
-        "mlops/det-v2",
-        files,
-        "promote(det): v2",
-        "report",
-        forge,
-        backoff=FAST,
-    )
-    second = propose(
-        guarded_repo,
-        "det",
-        "mlops/det-v2",
-        files,
-        "promote(det): v2",
-        "report",
-        forge,
-        backoff=FAST,
-    )
+    first, second = [
+        propose(
+            guarded_repo,
+            "det",
+            "mlops/det-v2",
+            files,
+            "promote(det): v2",
+            "report",
+            forge,
+            backoff=FAST,
+        )
+        for _ in range(2)  # the same proposal twice: the second must change nothing
+    ]
     assert first.status == "opened" and second.status == "unchanged"
     assert len(github_fake.prs) == 1
     assert parse_record(forge.get_pr(1).body).weights_sha256 == SHA
@@ -270,3 +263,34 @@ def test_cli_lists_prs_of_a_hosted_forge(fake_forge, monkeypatch, capsys):
     assert "#1    open    mlops/det-v2 -> main  promote(det): v2" in capsys.readouterr().out
     assert cli(["pr", "list", "--forge", fake_forge.flavour]) == 2
     assert "needs --forge-repo" in capsys.readouterr().err
+
+
+def test_forge_api_url_comes_from_the_gitops_url():
+    # The pipeline's propose step and the controller get only the repo URL.
+    from mlops.commands.promote import forge_api_url
+
+    assert forge_api_url("github", "https://github.com/o/r.git") == "https://api.github.com"
+    assert forge_api_url("github", "https://ghe.example.com/o/r.git") == (
+        "https://ghe.example.com/api/v3"
+    )
+    assert forge_api_url("gitlab", "https://gitlab.com/g/r.git") == "https://gitlab.com/api/v4"
+    assert forge_api_url("gitea", "https://tok@git.example.com:3000/o/r.git") == (
+        "https://git.example.com:3000/api/v1"
+    )
+    assert forge_api_url("gitea", "/srv/gitops.git") is None
+
+
+@pytest.mark.parametrize("flavour", ["gitlab", "gitea"])
+def test_cli_finds_a_self_hosted_forge_from_the_repo_url(flavour, monkeypatch, capsys):
+    from tests.fixtures.gitops import FakeForge
+
+    fake = FakeForge(flavour).start()
+    try:
+        monkeypatch.delenv("MLOPS_FORGE_API", raising=False)
+        monkeypatch.setenv(f"{flavour.upper()}_TOKEN", "t0ken-not-real")
+        fake.add_pr("mlops/det-v2", title="promote(det): v2")
+        repo_url = fake.api_url.split("/api/")[0] + "/o/r.git"
+        assert cli(["pr", "list", "--forge", flavour, "--repo", repo_url]) == 0
+        assert "#1    open    mlops/det-v2 -> main" in capsys.readouterr().out
+    finally:
+        fake.stop()

@@ -8,6 +8,8 @@ longer than ``max_wait`` seconds per wait -- beyond that we raise, naming when
 to come back. ``sleep`` and ``clock`` are injectable so tests do not wait.
 Pagination follows ``Link: <...>; rel="next"`` (GitHub, Gitea, GitLab) or
 GitLab's ``X-Next-Page``. Tokens live in a header and never in messages.
+:func:`open_or_adopt` is the one answer all hosted forges give to "a PR for
+this branch already exists".
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Callable, Iterator
 import requests
 
 from gitops.errors import ForgeError, PullRequestNotFound
+from gitops.forges.base import Forge, PullRequest
 
 _NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
 
@@ -143,3 +146,28 @@ def _message(resp: requests.Response) -> str:
         errors = data.get("errors")
         return f"{msg} {errors}" if errors else str(msg)
     return str(data)[:200]
+
+
+def open_or_adopt(
+    forge: Forge,
+    branch: str,
+    create: Callable[[], PullRequest],
+    conflict: tuple[str, ...] = ("already exists",),
+) -> PullRequest:
+    """The branch's open PR if it has one, else the one ``create()`` opens.
+
+    Between our look and our create another proposer may open the same PR; the
+    forge then refuses ours with an error containing one of ``conflict``
+    (GitHub 422, GitLab and Gitea 409) and we adopt theirs, never a duplicate.
+    """
+    existing = forge.find_pr(branch)
+    if existing is not None and existing.state == "open":
+        return existing
+    try:
+        return create()
+    except ForgeError as exc:
+        if any(marker in str(exc) for marker in conflict):
+            found = forge.find_pr(branch)
+            if found is not None:
+                return found
+        raise

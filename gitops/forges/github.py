@@ -5,6 +5,10 @@ Token from ``GITHUB_TOKEN`` (or ``GH_TOKEN``); ``api_url`` is
 A PR is merged when ``merged`` is true (GitHub's ``state`` says only
 open/closed); comments go to the PR's issue. Opening a PR for a branch that
 already has one (HTTP 422) returns the existing PR.
+
+Gitea's API is shaped like GitHub's, so :class:`gitops.forges.gitea.GiteaForge`
+subclasses this class; what differs between the two is kept in the class
+attributes and the ``_headers``/``_find_query``/``_merge_call`` hooks.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 import requests
 
 from gitops.errors import ForgeError, PullRequestNotFound
-from gitops.forges._http import Api
+from gitops.forges._http import Api, open_or_adopt
 from gitops.forges.base import PRState, PullRequest, pick_relevant
 
 
@@ -23,6 +27,12 @@ class GitHubForge:
     """Pull requests on one GitHub repository (``owner/name``)."""
 
     name = "github"
+    #: Environment variables holding the token, first match wins; the first is named in errors.
+    token_envs: tuple[str, ...] = ("GITHUB_TOKEN", "GH_TOKEN")
+    #: The list endpoints' page-size parameter.
+    page: tuple[str, int] = ("per_page", 100)
+    #: What the forge's refusal of a second PR for a branch says.
+    conflict: tuple[str, ...] = ("already exists",)
 
     def __init__(
         self,
@@ -34,21 +44,37 @@ class GitHubForge:
         **api_options: Any,
     ) -> None:
         if repo.count("/") != 1:
-            raise ForgeError(f"github: repository {repo!r} must be 'owner/name'")
+            raise ForgeError(f"{self.name}: repository {repo!r} must be 'owner/name'")
         self.repo = repo
         self.owner = repo.split("/")[0]
-        token = token or os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN")
-        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        token = token or next(filter(None, map(os.environ.get, self.token_envs)), None)
         self.api = Api(
             api_url,
-            headers,
-            forge="github",
-            token_env="GITHUB_TOKEN",
+            self._headers(token),
+            forge=self.name,
+            token_env=self.token_envs[0],
             session=session,
             **api_options,
         )
+
+    @staticmethod
+    def _headers(token: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def _find_query(self, branch: str) -> dict[str, Any]:
+        """The list query for one branch's PRs (the caller still filters by head)."""
+        return {"head": f"{self.owner}:{branch}", "state": "all", self.page[0]: self.page[1]}
+
+    def _merge_call(self, number: int, head_sha: str | None, message: str | None) -> None:
+        payload: dict[str, Any] = {"merge_method": "merge"}
+        if head_sha:
+            payload["sha"] = head_sha
+        if message:
+            payload["commit_title"] = message
+        self.api.json("PUT", f"/repos/{self.repo}/pulls/{int(number)}/merge", json=payload)
 
     @staticmethod
     def _pr(data: dict[str, Any]) -> PullRequest:
@@ -66,24 +92,18 @@ class GitHubForge:
         )
 
     def open_pr(self, branch: str, base: str, title: str, body: str) -> PullRequest:
-        existing = self.find_pr(branch)
-        if existing is not None and existing.state == "open":
-            return existing
         payload = {"title": title, "head": branch, "base": base, "body": body}
-        try:
-            return self._pr(self.api.json("POST", f"/repos/{self.repo}/pulls", json=payload))
-        except ForgeError as exc:
-            if "already exists" in str(exc):
-                found = self.find_pr(branch)
-                if found is not None:
-                    return found
-            raise
+        return open_or_adopt(
+            self,
+            branch,
+            lambda: self._pr(self.api.json("POST", f"/repos/{self.repo}/pulls", json=payload)),
+            self.conflict,
+        )
 
     def find_pr(self, branch: str) -> PullRequest | None:
-        params = {"head": f"{self.owner}:{branch}", "state": "all", "per_page": 100}
         prs = [
             self._pr(d)
-            for d in self.api.paginate(f"/repos/{self.repo}/pulls", params)
+            for d in self.api.paginate(f"/repos/{self.repo}/pulls", self._find_query(branch))
             if d["head"]["ref"] == branch
         ]
         return pick_relevant(prs)
@@ -96,7 +116,7 @@ class GitHubForge:
         prs = [
             self._pr(d)
             for d in self.api.paginate(
-                f"/repos/{self.repo}/pulls", {"state": query, "per_page": 100}
+                f"/repos/{self.repo}/pulls", {"state": query, self.page[0]: self.page[1]}
             )
         ]
         return sorted(
@@ -123,13 +143,8 @@ class GitHubForge:
         if pr.state == "merged":
             return pr
         if pr.state == "closed":
-            raise ForgeError(f"github: PR #{number} is closed; reopen it before merging")
-        payload: dict[str, Any] = {"merge_method": "merge"}
-        if head_sha:
-            payload["sha"] = head_sha
-        if message:
-            payload["commit_title"] = message
-        self.api.json("PUT", f"/repos/{self.repo}/pulls/{int(number)}/merge", json=payload)
+            raise ForgeError(f"{self.name}: PR #{number} is closed; reopen it before merging")
+        self._merge_call(number, head_sha, message)
         return self.get_pr(number)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import requests
 
 from gitops.errors import ForgeError
-from gitops.forges._http import Api
+from gitops.forges._http import Api, open_or_adopt
 from gitops.forges.base import PRState, PullRequest, pick_relevant
 
 _STATES: dict[str, PRState] = {
@@ -76,23 +76,15 @@ class GitLabForge:
         )
 
     def open_pr(self, branch: str, base: str, title: str, body: str) -> PullRequest:
-        existing = self.find_pr(branch)
-        if existing is not None and existing.state == "open":
-            return existing
         payload = {
             "source_branch": branch,
             "target_branch": base,
             "title": title,
             "description": body,
         }
-        try:
-            return self._pr(self.api.json("POST", self._base, json=payload))
-        except ForgeError as exc:
-            if "already exists" in str(exc):
-                found = self.find_pr(branch)
-                if found is not None:
-                    return found
-            raise
+        return open_or_adopt(
+            self, branch, lambda: self._pr(self.api.json("POST", self._base, json=payload))
+        )
 
     def find_pr(self, branch: str) -> PullRequest | None:
         prs = [
