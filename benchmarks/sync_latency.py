@@ -24,43 +24,30 @@ import datetime as dt
 import json
 import os
 import pathlib
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import yaml
+from _platform import (  # first: it puts the repo root on sys.path
+    ROOT,
+    machine,
+    scratch,
+    start_platform,
+    summary,
+    tiny_model,
+    wait_for_split,
+)
 
-from gitops import yamlio  # noqa: E402
-from gitops.repo import init_repo  # noqa: E402
-from mlops.platform import lifecycle  # noqa: E402
-from mlops.platform.runtime import RuntimeApi  # noqa: E402
-from mlops.platform.workdir import Workdir  # noqa: E402
-from serving import manifests  # noqa: E402
-from tests.fixtures.platform import converged, write_model  # noqa: E402
+from gitops import yamlio
+from mlops.platform.runtime import RuntimeApi
+from serving import manifests
+from tests.fixtures.platform import write_model
 
 MODEL = "bench-detector"
 WEIGHTS = [25, 50, 75, 100, 0, 10, 40, 60, 5, 90]
-
-
-def tiny_model(dest: pathlib.Path) -> pathlib.Path:
-    import yaml
-
-    from tests.fixtures.serving import _TINY_EXPORT, TINY_INFER_CFG, server_env
-
-    dest.mkdir(parents=True)
-    script = dest.parent / "export_tiny.py"  # paddle.jit.save reads the source: not `-c`
-    script.write_text(_TINY_EXPORT)
-    subprocess.run([sys.executable, str(script), str(dest / "inference")],
-                   check=True, capture_output=True, env=server_env(), timeout=300)
-    (dest / "infer_cfg.yml").write_text(yaml.safe_dump(TINY_INFER_CFG, sort_keys=False))
-    (dest / "model.yaml").write_text(yaml.safe_dump(
-        {"name": MODEL, "version": "t1", "weights_sha256": "0" * 64}))
-    return dest
 
 
 def git(cwd: pathlib.Path, *args: str) -> str:
@@ -68,21 +55,6 @@ def git(cwd: pathlib.Path, *args: str) -> str:
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
                           text=True, env=env).stdout.strip()
-
-
-def wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def main() -> int:
@@ -93,20 +65,19 @@ def main() -> int:
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks/results/sync_latency.json")
     args = parser.parse_args()
 
-    base = pathlib.Path(tempfile.mkdtemp(prefix="mlops-sync-bench-"))
-    wd = Workdir(base / "platform")
-    try:
-        source = args.model_dir or tiny_model(base / "tiny")
+    with scratch("mlops-sync-bench-") as (base, wd):
+        source = args.model_dir
+        if source is None:
+            source = tiny_model(base / "tiny")
+            (source / "model.yaml").write_text(yaml.safe_dump(
+                {"name": MODEL, "version": "t1", "weights_sha256": "0" * 64}))
         versions = {}
         for version in ("v1", "v2"):
             versions[version] = base / "models" / version
             shutil.copytree(source, versions[version])
-        repo = base / "gitops.git"
-        init_repo(repo)
-        lifecycle.up(wd, str(repo), poll_interval=args.poll_interval)
+        repo = start_platform(base, wd, args.poll_interval)
         write_model(repo, MODEL, versions, stable="v1", canary="v2", canary_weight=10)
-        print("waiting for two model servers and the 90/10 split ...", flush=True)
-        wait(lambda: converged(wd, MODEL, {"v1": 90, "v2": 10}), 300, "the 90/10 split")
+        wait_for_split(wd, MODEL, {"v1": 90, "v2": 10})
 
         clone = base / "clone"
         git(base, "clone", "-q", str(repo), str(clone))
@@ -129,24 +100,15 @@ def main() -> int:
             pushes.append(pushed - started)
             print(f"change {i + 1:2d}: v2 -> {weight:3d}%  {1000 * (seen - pushed):6.0f} ms", flush=True)
             time.sleep(0.2 + (i % 5) * 0.077)  # de-phase from the poll interval
-    finally:
-        lifecycle.down(wd)
-        shutil.rmtree(base, ignore_errors=True)
 
     result = {
         "benchmark": "sync_latency",
         "what": "seconds from `git push` returning to HAProxy's `get weight` showing the committed weight",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg_1m": os.getloadavg()[0]},
+        "machine": machine(),
         "poll_interval_s": args.poll_interval,
         "changes": len(latencies),
-        "latency_s": {
-            "p50": round(statistics.median(latencies), 4),
-            "p95": round(percentile(latencies, 0.95), 4),
-            "max": round(max(latencies), 4),
-            "mean": round(statistics.fmean(latencies), 4),
-        },
+        "latency_s": summary(latencies),
         "push_s": {"p50": round(statistics.median(pushes), 4)},
         "samples_s": [round(x, 4) for x in latencies],
     }
