@@ -80,34 +80,30 @@ def test_gate_against_a_better_production_model(smoke_run, tmp_path):
     assert "regresses from production" in params["reason"]
 
 
-def test_smoke_train_fails_fast_on_a_broken_repo(tmp_path):
-    repo = tmp_path / "broken"
+@pytest.mark.parametrize(
+    ("name", "train_py", "expected"),
+    [
+        # A crashing training command fails fast, naming the exit code, the error and the log.
+        ("broken", "import no_such_module_here\n",
+         ["exited with code 1", "no_such_module_here", "train.log"]),
+        # One that exits 0 without an export is refused, naming the missing files.
+        ("lazy", "print('trained, honestly')\n", ["inference.pdiparams", "bbox.json"]),
+    ],
+    ids=["crashes", "exports-nothing"],
+)
+def test_smoke_train_refuses_a_repo_that_does_not_train(tmp_path, name, train_py, expected):
+    repo = tmp_path / name
     repo.mkdir()
-    (repo / "train.py").write_text("import no_such_module_here\n")
-    (repo / "mlops.yaml").write_text(textwrap.dedent("""
-        model: broken
-        training: {command: [python, train.py]}
-        evaluation: {annotations: data/val.json}
+    (repo / "train.py").write_text(train_py)
+    (repo / "mlops.yaml").write_text(textwrap.dedent(f"""
+        model: {name}
+        training: {{command: [python, train.py]}}
+        evaluation: {{annotations: data/val.json}}
     """))
     with pytest.raises(StepError) as err:
         smoke_train.run(str(repo), str(tmp_path / "out"))
-    msg = str(err.value)
-    assert "exited with code 1" in msg and "no_such_module_here" in msg
-    assert "train.log" in msg
-
-
-def test_training_without_an_export_is_refused(tmp_path):
-    repo = tmp_path / "lazy"
-    repo.mkdir()
-    (repo / "train.py").write_text("print('trained, honestly')\n")
-    (repo / "mlops.yaml").write_text(textwrap.dedent("""
-        model: lazy
-        training: {command: [python, train.py]}
-        evaluation: {annotations: data/val.json}
-    """))
-    with pytest.raises(StepError) as err:
-        smoke_train.run(str(repo), str(tmp_path / "out"))
-    assert "inference.pdiparams" in str(err.value) and "bbox.json" in str(err.value)
+    for words in expected:
+        assert words in str(err.value)
 
 
 def test_evaluate_with_empty_predictions_exits_nonzero(smoke_run, tmp_path, capsys):

@@ -23,7 +23,8 @@ PaddleJob pods mount the same claim (Argo names it `<workflow>-workspace`),
 so training, evaluation and the gate see the same files without copying.
 """
 
-from typing import Any
+from functools import partial
+from typing import Any, Sequence
 
 import yaml
 from hera.workflows import (
@@ -129,6 +130,42 @@ def _tool_env(model: str) -> list[Env]:
         Env(name="HOME", value="/tmp"),
     ]
     return env
+
+
+def _tool_container(
+    name: str,
+    args: list[str],
+    *,
+    settings: PipelineSettings,
+    env: Sequence[Env | SecretEnv],
+    image: str | None = None,
+    command: Sequence[str] = ("mlops",),
+    extra_env: Sequence[Env | SecretEnv] = (),
+    extra_mounts: Sequence[m.VolumeMount] = (),
+    security_context: m.SecurityContext | None = None,
+    deadline: int | None = None,
+    retry: bool = True,
+    **fields: Any,
+) -> Container:
+    """A step's container template with what every step shares unless told otherwise.
+
+    The tool image running ``mlops ARGS``, the path env (plus ``extra_env``),
+    the workspace volume (plus ``extra_mounts``), the restricted security
+    context, the step deadline and retries on infrastructure errors only.
+    ``fields`` go to :class:`Container` as they are (outputs, metrics, ...).
+    """
+    return Container(
+        name=name,
+        image=image or settings.tool_image,
+        command=list(command),
+        args=args,
+        env=[*env, *extra_env],
+        volume_mounts=[_workspace_mount(), *extra_mounts],
+        security_context=security_context or _restricted(),
+        active_deadline_seconds=settings.step_deadline_seconds if deadline is None else deadline,
+        retry_strategy=_infra_retry(settings) if retry else None,
+        **fields,
+    )
 
 
 def _step_args(name: str, *extra: str) -> list[str]:
@@ -273,7 +310,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
     """The model repo's pipeline as a WorkflowTemplate (named after the model)."""
     model = loaded.config.model
     image_repo = settings.training_image(model)
-    tool_env = _tool_env(model)
+    tool_container = partial(_tool_container, settings=settings, env=_tool_env(model))
     model_label = Label(key="model", value=model)
     smoke_job = loaded.smoke.model_copy(update={"workers": 1})  # smoke is always one worker
 
@@ -362,22 +399,17 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ),
         ],
     ) as wt:
-        checkout = Container(
-            name="checkout",
+        checkout = tool_container(
+            "checkout",
+            [CHECKOUT_SCRIPT],
             image=settings.git_image,
             command=["sh", "-c"],
-            args=[CHECKOUT_SCRIPT],
-            env=tool_env
-            + [
+            extra_env=[
                 Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
                 Env(name="REVISION", value="{{workflow.parameters.revision}}"),
             ],
-            volume_mounts=[_workspace_mount()],
-            security_context=_restricted(),
             outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
             annotations={LOCAL_ANNOTATION: "checkout"},
-            active_deadline_seconds=settings.step_deadline_seconds,
-            retry_strategy=_infra_retry(settings),
         )
 
         # BuildKit rootless, daemonless (buildctl-daemonless.sh starts a
@@ -389,21 +421,19 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         # (user namespaces) and the no-process-sandbox flag inside a pod.
         # Registry credentials come from a dockerconfigjson Secret mounted as
         # ~/.docker/config.json, never from parameters.
-        build_image = Container(
-            name="build-image",
+        build_image = tool_container(
+            "build-image",
+            [BUILD_SCRIPT],
             image=settings.buildkit_image,
             command=["sh", "-c"],
-            args=[BUILD_SCRIPT],
-            env=tool_env
-            + [
+            extra_env=[
                 Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
                 Env(name="CACHE", value=f"{image_repo}:buildcache"),
                 Env(name="BASE_IMAGE", value=loaded.full.image),
                 Env(name="BUILDKITD_FLAGS", value="--oci-worker-no-process-sandbox"),
                 Env(name="DOCKER_CONFIG", value="/home/user/.docker"),
             ],
-            volume_mounts=[
-                _workspace_mount(),
+            extra_mounts=[
                 m.VolumeMount(
                     name="registry-auth", mount_path="/home/user/.docker", read_only=True
                 ),
@@ -417,8 +447,6 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ),
             outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
             annotations={LOCAL_ANNOTATION: "environment-digest"},
-            active_deadline_seconds=settings.step_deadline_seconds,
-            retry_strategy=_infra_retry(settings),
         )
 
         smoke = _training_template(
@@ -428,14 +456,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             loaded, loaded.full, "train", "full", settings.train_deadline_seconds, settings
         )
 
-        evaluate = Container(
-            name="evaluate",
-            image=settings.tool_image,
-            command=["mlops"],
-            args=_step_args("evaluate"),
-            env=tool_env,
-            volume_mounts=[_workspace_mount()],
-            security_context=_restricted(),
+        evaluate = tool_container(
+            "evaluate",
+            _step_args("evaluate"),
             outputs=[
                 Parameter(name="map50", value_from=m.ValueFrom(path=_out("map50"))),
                 Parameter(name="map", value_from=m.ValueFrom(path=_out("map"))),
@@ -462,27 +485,21 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     value="{{outputs.parameters.map}}",
                 ),
             ],
-            active_deadline_seconds=settings.step_deadline_seconds,
-            retry_strategy=_infra_retry(settings),
         )
 
         # The gate compares with the model in production: the stable version
         # in the GitOps repo the candidate would be proposed to (an empty
         # parameter means none is configured: the gate checks the floor only).
-        gate = Container(
-            name="gate",
-            image=settings.tool_image,
-            command=["mlops"],
-            args=_step_args(
+        gate = tool_container(
+            "gate",
+            _step_args(
                 "gate",
                 "--production-from-gitops",
                 "{{workflow.parameters.gitops-repo}}",
                 "--gitops-branch",
                 loaded.config.promotion.gitops.branch,
             ),
-            env=tool_env,
-            volume_mounts=[_workspace_mount()],
-            security_context=_restricted(),
+            retry=False,  # the verdict is an output, not an error to retry
             outputs=[
                 Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
                 Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
@@ -504,7 +521,6 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     value="1",
                 ),
             ],
-            active_deadline_seconds=settings.step_deadline_seconds,
         )
 
         forge = loaded.config.promotion.gitops.forge
@@ -516,14 +532,12 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 optional=True,
             )
         ] if forge in FORGE_TOKEN_ENV else []  # fmt: skip
-        propose = Container(
-            name="propose",
-            image=settings.tool_image,
-            command=["mlops"],
-            # `mlops promote propose` (the promotion room): the candidate's
-            # serving manifests on a branch of the GitOps repo, and a PR whose
-            # body is the evaluation report and the gate's verdict.
-            args=[
+        # `mlops promote propose` (the promotion room): the candidate's serving
+        # manifests on a branch of the GitOps repo, and a PR whose body is the
+        # evaluation report and the gate's verdict.
+        propose = tool_container(
+            "propose",
+            [
                 "promote",
                 "propose",
                 "$(MLOPS_OUT)/full/model",
@@ -540,18 +554,12 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--branch",
                 loaded.config.promotion.gitops.branch,
             ],
-            env=tool_env + forge_env,
-            volume_mounts=[_workspace_mount()],
-            security_context=_restricted(),
-            active_deadline_seconds=settings.step_deadline_seconds,
-            retry_strategy=_infra_retry(settings),
+            extra_env=forge_env,
         )
 
-        Container(
-            name=EXIT_HANDLER,
-            image=settings.tool_image,
-            command=["python", "-m", "workflows.outcome"],
-            args=[
+        tool_container(
+            EXIT_HANDLER,
+            [
                 "--status",
                 "{{workflow.status}}",
                 "--workflow",
@@ -561,10 +569,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--out",
                 "$(MLOPS_OUT)",
             ],
-            env=tool_env,
-            volume_mounts=[_workspace_mount()],
-            security_context=_restricted(),
-            active_deadline_seconds=600,
+            command=["python", "-m", "workflows.outcome"],
+            deadline=600,
+            retry=False,
         )
 
         with DAG(name=ENTRYPOINT):
