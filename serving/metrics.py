@@ -5,6 +5,10 @@ in `promotion/`): every inference request is counted by
 `model_requests_total{model_name, model_version, status_code}` and timed by
 `model_request_duration_seconds`; `model_inference_duration_seconds` times
 only the predictor, so the two histograms together show where time goes.
+A fault drill's delay and injected errors land in the first two (that is
+what a drill rehearses), and `model_fault_delay_seconds` /
+`model_fault_error_ratio` say that a drill is on (0 when none), so an
+operator can tell a rehearsal from a real regression.
 
 Buckets: 20 log-spaced bounds from 1 ms to 1 s (ratio ~1.44, so a quantile
 read from them is off by at most ~20 %), plus 2.5 s and 5 s for outliers.
@@ -55,6 +59,23 @@ class ServerMetrics:
             (*names, "weights_sha256", "paddle_version", "python_version"),
             registry=self.registry,
         )
+
+        self.fault_delay = Gauge(
+            "model_fault_delay_seconds",
+            "Fault drill: delay added to every inference request (infer_cfg.yml fault.delay_ms).",
+            names, registry=self.registry,
+        ).labels(**self.labels)
+        self.fault_error_ratio = Gauge(
+            "model_fault_error_ratio",
+            "Fault drill: share of inference requests answered with an injected error.",
+            names, registry=self.registry,
+        ).labels(**self.labels)
+        self.set_fault(0.0, 0.0)
+
+    def set_fault(self, delay_seconds: float, error_ratio: float) -> None:
+        """Publish the model's declared fault drill (zeros: none)."""
+        self.fault_delay.set(delay_seconds)
+        self.fault_error_ratio.set(error_ratio)
 
     def set_info(self, weights_sha256: str, paddle_version: str) -> None:
         """Publish the loaded model's identity."""

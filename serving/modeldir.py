@@ -13,6 +13,11 @@ benchmarks only ever see a typed `InferConfig`; a bad file is an error
 naming the file and the field. Tensor shapes are read from the program
 itself (the `data`/`fetch` ops of the PIR JSON), because a Paddle 3
 predictor reports `[0]` for every shape until it has run.
+
+An optional `fault:` section declares a *drill*: this version answers slowly
+or with errors on purpose, so a canary rollback can be rehearsed. It lives in
+the artifact (not in a server flag) so it travels unchanged from training
+through the GitOps repo to every replica, locally and in a cluster.
 """
 
 import dataclasses
@@ -87,6 +92,33 @@ class DecodeConfig(pydantic.BaseModel):
     heatmap_activation: Literal["none", "sigmoid"] = "none"  # "none": already in (0, 1)
 
 
+class FaultConfig(pydantic.BaseModel):
+    """A fault drill, in the spirit of Istio's HTTPFault (delay / abort with a percentage).
+
+    Unknown keys are refused (unlike the other sections): a misspelt drill
+    that silently does nothing would make a rehearsal pass for the wrong reason.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    # strict: a number, not "200" or `true`; at most an hour (longer is a typo, not a drill)
+    delay_ms: float = pydantic.Field(0.0, ge=0, le=3_600_000, strict=True)  # added to each request
+    error_rate: float = pydantic.Field(0.0, ge=0, le=1, strict=True)  # share failed on purpose
+    error_status: Literal[500, 503] = 500
+
+    @property
+    def active(self) -> bool:
+        """True when the drill changes anything a caller sees."""
+        return self.delay_ms > 0 or self.error_rate > 0
+
+    def describe(self) -> str:
+        """One line for logs and error bodies."""
+        return (
+            f"delay_ms={self.delay_ms:g} error_rate={self.error_rate:g} "
+            f"error_status={self.error_status}"
+        )
+
+
 class InferConfig(pydantic.BaseModel):
     """The typed `infer_cfg.yml` (the format `examples/shapes-detector/train.py` writes)."""
 
@@ -96,6 +128,7 @@ class InferConfig(pydantic.BaseModel):
     outputs: list[OutputRole] = []
     labels: list[Label] = []
     decode: DecodeConfig = DecodeConfig()
+    fault: FaultConfig | None = None  # absent: no drill (the normal case)
 
     @pydantic.field_validator("labels", mode="before")
     @classmethod

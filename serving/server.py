@@ -18,6 +18,10 @@ What this module adds to the request work of `service.py`:
   On SIGTERM the server reports not-ready at once, stops accepting, lets
   in-flight requests finish, then stops the workers.
 * **Metrics** on `/metrics` (see `metrics.py`).
+* **Fault drills.** A model whose `infer_cfg.yml` declares `fault:` gets
+  its delay and injected errors on the inference routes (`FaultDrill`), inside
+  the request timing and counting, so a canary rollback can be rehearsed
+  against the very metrics the promotion controller reads.
 
 Starlette rather than FastAPI: every body is parsed from raw bytes with
 orjson (a pydantic body model costs more than the inference), so FastAPI's
@@ -28,6 +32,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import random
 import threading
 import time
 import traceback
@@ -47,7 +52,7 @@ from serving.errors import (
     Unavailable,
 )
 from serving.metrics import CONTENT_TYPE, ServerMetrics
-from serving.modeldir import ModelDir
+from serving.modeldir import FaultConfig, ModelDir
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import PredictorPool, default_threads
 from serving.service import ModelService, Result
@@ -73,6 +78,44 @@ class ServerSettings:
     graceful_timeout: float = 30.0
 
 
+class FaultDrill:
+    """The model's declared fault drill (`infer_cfg.yml` `fault:`), applied per request.
+
+    Like a service mesh's HTTPFault, delay and abort come before the request
+    is admitted: a delayed request holds no in-flight slot and no predictor
+    (so a slow drill shows as latency, not as 503s from the in-flight limit)
+    and an aborted one costs no inference. The delay is an `asyncio.sleep`,
+    never a blocked thread. Which requests fail is drawn from a generator
+    seeded with the model name and version: a rehearsal is reproducible, and
+    over many requests the share of errors approaches `error_rate`.
+    """
+
+    def __init__(self, fault: FaultConfig | None, seed: str) -> None:
+        self.config = fault if fault is not None and fault.active else None
+        self.delay_seconds = self.config.delay_ms / 1000.0 if self.config else 0.0
+        self.error_rate = self.config.error_rate if self.config else 0.0
+        self.error_status = self.config.error_status if self.config else 500
+        self._rng = random.Random(seed)  # touched only from the event loop
+
+    @property
+    def active(self) -> bool:
+        return self.config is not None
+
+    async def apply(self) -> int | None:
+        """Wait the declared delay; return the status to answer with, or None to serve."""
+        if self.delay_seconds > 0:
+            await asyncio.sleep(self.delay_seconds)
+        if self.error_rate > 0 and self._rng.random() < self.error_rate:
+            return self.error_status
+        return None
+
+    def error_message(self) -> str:
+        return (
+            f"fault drill: injected error {self.error_status} (this model version declares "
+            f"fault.error_rate={self.error_rate:g} in infer_cfg.yml)"
+        )
+
+
 class ServerState:
     """Mutable state shared by the routes; touched only from the event loop
     except `service`/`ready`, which the loader thread sets once."""
@@ -81,6 +124,16 @@ class ServerState:
         self.settings = settings
         self.model = model
         self.metrics = ServerMetrics(settings.model_name, settings.model_version)
+        fault = model.infer_cfg.fault if model is not None else None  # None: tests' bare state
+        self.drill = FaultDrill(fault, seed=f"{settings.model_name}/{settings.model_version}")
+        if self.drill.config is not None:  # a drill is on: say so loudly, once
+            self.metrics.set_fault(self.drill.delay_seconds, self.drill.error_rate)
+            log.warning(
+                "FAULT DRILL ACTIVE: model %s version %s misbehaves on purpose (%s, "
+                "from %s/infer_cfg.yml fault:); inference requests will be slowed or failed",
+                settings.model_name, settings.model_version, self.drill.config.describe(),
+                model.path,
+            )
         self.service: ModelService | None = None
         self.ready = False
         self.shutting_down = False
@@ -147,6 +200,7 @@ def build_app(state: ServerState) -> Starlette:
     """The ASGI application for one model version."""
     settings = state.settings
     metrics = state.metrics
+    drill = state.drill
 
     def check_model(request: Request) -> None:
         name = request.path_params.get("model_name")
@@ -174,6 +228,12 @@ def build_app(state: ServerState) -> Starlette:
         try:
             check_model(request)
             service = ready_service()
+            if drill.active:  # inside the timing and counting: the drill must show in metrics
+                injected = await drill.apply()
+                if injected is not None:
+                    status = injected
+                    return _json({"error": drill.error_message()}, injected)
+                service = ready_service()  # a shutdown may have begun during the delay
             if state.in_flight >= settings.max_in_flight:
                 raise Unavailable(
                     f"overloaded: {state.in_flight} requests in flight "

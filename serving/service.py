@@ -116,8 +116,8 @@ class ModelService:
     # ---- metadata ---------------------------------------------------------------
 
     def metadata(self) -> dict[str, Any]:
-        """The OIP model metadata document."""
-        return {
+        """The OIP model metadata document (with the fault drill, when one is declared)."""
+        doc: dict[str, Any] = {
             "name": self.name,
             "versions": [self.version],
             "platform": "paddle_inference",
@@ -133,6 +133,10 @@ class ModelService:
                 },
             },
         }
+        fault = self.cfg.fault
+        if fault is not None and fault.active:  # tells a caller why this version misbehaves
+            doc["parameters"]["fault_drill"] = fault.model_dump()
+        return doc
 
     # ---- inference ----------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
     python train.py --output-dir OUT --checkpoint-dir CKPT [--data-dir data] [--epochs N]
         [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
+        [--drill-delay-ms MS] [--drill-error-rate R] [--drill-error-status 500|503]
     python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
 
 Environment (all optional): MLOPS_TRAINING_COMMIT, MLOPS_WORKFLOW_ID (lineage,
@@ -31,6 +32,11 @@ Design notes:
   writes ``infer_cfg.yml`` and ``model.yaml``, then runs the *exported* model
   with ``paddle.inference`` + ``postprocess.decode`` over the val set into
   ``OUT/bbox.json`` (COCO detections).
+* ``--drill-*`` declare a fault drill: the export's ``infer_cfg.yml`` gets a
+  ``fault:`` section (the server then slows or fails that share of requests
+  on purpose, to rehearse a canary rollback) and ``model.yaml`` a ``drill:``
+  record. Training itself is unchanged; the version is not (see
+  ``model_version``), so a drill never shares a version with its clean twin.
 """
 
 import argparse
@@ -80,6 +86,15 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
+    drill = p.add_argument_group(
+        "fault drill", "declare that the exported version misbehaves on purpose (infer_cfg.yml "
+        "fault:), to rehearse a canary rollback; all zero = a normal model")
+    drill.add_argument("--drill-delay-ms", type=float, default=0.0, metavar="MS",
+                       help="delay the server adds to every inference request, ms")
+    drill.add_argument("--drill-error-rate", type=float, default=0.0, metavar="SHARE",
+                       help="share of inference requests the server fails (0..1)")
+    drill.add_argument("--drill-error-status", type=int, default=500, metavar="{500,503}",
+                       help="HTTP status of the injected errors")
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "log_every", "checkpoint_every"):
         if getattr(args, name) < 1:
@@ -89,6 +104,13 @@ def parse_args(argv=None):
             raise TrainError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not args.lr > 0:
         raise TrainError(f"--lr must be > 0, got {args.lr}")
+    # the same bounds the server's infer_cfg.yml check applies (serving/modeldir.py FaultConfig)
+    if not 0 <= args.drill_delay_ms <= 3_600_000:  # also refuses nan
+        raise TrainError(f"--drill-delay-ms must be in 0..3600000, got {args.drill_delay_ms}")
+    if not 0 <= args.drill_error_rate <= 1:
+        raise TrainError(f"--drill-error-rate must be between 0 and 1, got {args.drill_error_rate}")
+    if args.drill_error_status not in (500, 503):
+        raise TrainError(f"--drill-error-status must be 500 or 503, got {args.drill_error_status}")
     return args
 
 
@@ -223,6 +245,31 @@ def infer_cfg(output_names, categories, stride=8):
                        "top_k, score > score_threshold; bbox = [(x+dx-w/2)*stride, "
                        "(y+dy-h/2)*stride, w*stride, h*stride]"),
     }
+
+
+def drill_fault(delay_ms=0.0, error_rate=0.0, error_status=500):
+    """The infer_cfg.yml ``fault:`` section for the --drill-* flags; None when there is no drill.
+
+    All three keys, as plain floats/int, so the same drill always serialises
+    the same way (the version is derived from it).
+    """
+    if not (delay_ms or error_rate):
+        return None
+    return {"delay_ms": float(delay_ms), "error_rate": float(error_rate),
+            "error_status": int(error_status)}
+
+
+def model_version(weights_sha, fault=None):
+    """``v-`` + 12 hex: of the weights' sha256, or, with a drill, of sha256(weights sha + drill).
+
+    A drill may be declared on the very weights production serves (the demo's
+    slow candidate), and two versions must never share a name; a clean export
+    keeps the plain weights-derived version.
+    """
+    if fault is None:
+        return "v-" + weights_sha[:12]
+    canonical = json.dumps(fault, sort_keys=True, separators=(",", ":"))
+    return "v-" + hashlib.sha256((weights_sha + canonical).encode()).hexdigest()[:12]
 
 
 def run_exported(model_dir, images, cfg_without_names, batch=50):
@@ -401,12 +448,14 @@ def export(net, args, out_dir, categories, digest, total, world):
     val_images, val_coco, val_entries = shapes_data.load_split(args.data_dir, "val")
     names, raw = run_exported(model_dir, val_images, infer_cfg(["?"] * 3, categories))
     cfg = infer_cfg(names, categories, net.stride)
-    atomic_text(model_dir / "infer_cfg.yml", yaml.safe_dump(cfg, sort_keys=False))
+    fault = drill_fault(args.drill_delay_ms, args.drill_error_rate, args.drill_error_status)
+    served_cfg = cfg if fault is None else dict(cfg, fault=fault)
+    atomic_text(model_dir / "infer_cfg.yml", yaml.safe_dump(served_cfg, sort_keys=False))
 
     weights_sha = file_sha256(model_dir / "inference.pdiparams")
     model_yaml = {
         "name": MODEL_NAME,
-        "version": "v-" + weights_sha[:12],
+        "version": model_version(weights_sha, fault),
         "weights_sha256": weights_sha,
         "training_commit": os.environ.get("MLOPS_TRAINING_COMMIT", ""),
         "workflow_id": os.environ.get("MLOPS_WORKFLOW_ID", ""),
@@ -418,6 +467,8 @@ def export(net, args, out_dir, categories, digest, total, world):
         "format": {"program": "inference.json", "params": "inference.pdiparams",
                    "config": "infer_cfg.yml", "postprocess": "postprocess.decode"},
     }
+    if fault is not None:  # in the lineage too, so the PR's report says this is a drill
+        model_yaml["drill"] = fault
     atomic_text(model_dir / "model.yaml", yaml.safe_dump(model_yaml, sort_keys=False))
 
     detections = decode(raw, cfg)
@@ -426,6 +477,8 @@ def export(net, args, out_dir, categories, digest, total, world):
     atomic_text(out_dir / "bbox.json", json.dumps(bbox))
     print(f"exported {model_yaml['version']} to {model_dir}; {len(bbox)} val detections "
           f"in {out_dir / 'bbox.json'}", flush=True)
+    if fault is not None:
+        print(f"fault drill declared in infer_cfg.yml: {json.dumps(fault)}", flush=True)
 
 
 def main(argv=None):
