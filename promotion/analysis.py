@@ -291,7 +291,11 @@ def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any,
     if above_limit is not None:
         lim = stats.update_limit(lim, above_limit[0], above_limit[1], stats.P99_TAIL)
     pooled = merge_histograms(c, s)
-    p99 = histogram_quantile(0.99, pooled)
+    # The bound is stable's own p99, not the pooled one: a canary that is slow
+    # on every request and has more than 1 % of the traffic would otherwise
+    # drag the pooled p99 up to its own latency, and no request would ever
+    # count as slow (a 10 % canary answering 250 ms late was never rolled back).
+    p99 = histogram_quantile(0.99, s) if s else None
     if s and p99 is not None:
         bound = max(p99 * policy.max_latency_ratio, p99 + policy.min_latency_difference_ms / 1000)
         edges = sorted(le for le in pooled if not math.isinf(le))
@@ -502,7 +506,7 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
                 verdict="fail" if fail else ("pass" if both and within else "unknown"),
                 detail=f"p99 ratio canary/stable (ms {_ms(p99_c_ms)} vs {_ms(p99_s_ms)}); "
                        f"SPRT on the canary's share of requests slower than "
-                       f"{policy.max_latency_ratio:g}x the pooled p99, rejects at log e >= "
+                       f"{policy.max_latency_ratio:g}x stable's p99, rejects at log e >= "
                        f"{t:.3f}; to step, the ratio must be within it"))
     checks.append(Check(
         name="requests", value=float(canary.requests), threshold=float(policy.min_requests),

@@ -280,6 +280,29 @@ def test_latency_ratio_alone_rolls_back_below_the_hard_limit(weight: int) -> Non
     assert decision.evidence.check("latency_p99").verdict == "pass"
 
 
+@pytest.mark.parametrize("weight", [10, 25], ids=["w10", "w25"])
+def test_a_canary_slow_on_every_request_is_rolled_back(weight: int) -> None:
+    """Every canary request 250-500 ms, stable's p99 ~12 ms: the slow-request share must
+    be judged against stable's p99; judged against the pooled p99 (which the canary's own
+    10 %+ of slow requests drags up to its latency) no request ever counted as slow."""
+    bounds = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, math.inf]
+    state = state_at(Phase.PROGRESSING, weight)
+    for i in range(5):
+        nc = TOTAL * weight // 100
+        obs = Observations(
+            canary=VersionWindow(requests=nc, latency={le: 0.0 if le < 0.5 else float(nc)
+                                                       for le in bounds}),
+            stable=VersionWindow(requests=TOTAL - nc, latency=histogram(TOTAL - nc, 12.0)),
+            window_seconds=30)
+        decision = decide(POLICY, state, obs, NOW + dt.timedelta(minutes=i))
+        if decision.kind == "rollback":
+            break
+        state = decision.state
+    assert decision.kind == "rollback"
+    assert decision.evidence.check("latency_vs_stable").verdict == "fail"
+    assert decision.evidence.check("latency_p99").verdict != "fail"  # under the 500 ms limit
+
+
 def test_latency_ratio_is_skipped_at_100_percent() -> None:
     obs = window(100, canary_p99=400.0)
     decision = decide(POLICY, state_at(Phase.PROGRESSING, 100), obs, NOW)
