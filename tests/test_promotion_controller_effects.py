@@ -227,6 +227,26 @@ def test_canary_cli_pause_and_errors(promotion_repo):
     assert "apps/nope/promotion.yaml not found" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_canary_status_says_who_serves_what(promotion_repo, capsys, monkeypatch):
+    from mlops.cli import main as cli
+
+    merge_to_main(promotion_repo, "v2")
+    assert cli(["canary", "pause", "shapes", "--gitops", str(promotion_repo), "--by", "alice"]) == 0
+    capsys.readouterr()
+    assert cli(["canary", "status", "shapes", "--gitops", str(promotion_repo)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["shapes: paused (paused by alice)", "  stable     v1  90%",
+                         "  candidate  v2  10%"]
+    assert lines[3].startswith("  last decision: hold at ")
+    assert lines[3].endswith(": paused by alice")
+    assert cli(["canary", "status", "shapes", "--gitops", str(promotion_repo), "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert (state["phase"], state["candidate"], state["weight"]) == ("paused", "v2", 10)
+    monkeypatch.setenv("MLOPS_GITOPS_REPO", str(promotion_repo))  # as `mlops pr` reads it
+    assert cli(["canary", "status", "shapes"]) == 0
+    assert capsys.readouterr().out.startswith("shapes: paused")
+
+
 def test_weight_and_subset_edits_keep_what_humans_added():
     from promotion.apply import set_subsets, set_weights
     from serving import manifests

@@ -130,3 +130,19 @@ def test_install_refuses_non_bare_and_foreign_hooks(tmp_path, fake_model_repo):
     assert os.access(hook, os.X_OK)
     assert git(bare, "config", "mlops.branch") == "trunk"
     assert cli(["hooks", "init-bare", str(bare)]) == 2  # exists and not empty
+
+
+def test_init_bare_stores_a_relative_gitops_path_as_absolute(tmp_path, monkeypatch, capsys):
+    # Runs start in <runs>/<sha>/, so a path relative to where the user typed
+    # the command would point nowhere by the time `propose` reads it.
+    (tmp_path / "gitops.git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert cli(["hooks", "init-bare", "models.git", "--gitops", "gitops.git"]) == 0
+    stored = git(tmp_path / "models.git", "config", "mlops.gitopsRepo")
+    assert stored == str(tmp_path / "gitops.git")
+    url = "https://git.example.com/org/gitops.git"
+    assert cli(["hooks", "install", "models.git", "--gitops", url]) == 0
+    assert git(tmp_path / "models.git", "config", "mlops.gitopsRepo") == url
+    assert cli(["hooks", "init-bare", "other.git", "--gitops", "missing.git"]) == 2
+    assert "missing.git: no such directory" in capsys.readouterr().err
+    assert not (tmp_path / "other.git").exists()

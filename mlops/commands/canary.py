@@ -5,7 +5,8 @@ branch, with trailers naming the action and who asked (`Mlops-Decision:
 pause/human`, `Mlops-Requested-By:`), so the history records humans exactly as
 it records the controller. Pause and resume act at once; abort and promote are
 requests that the controller carries out with its next decision commit (only
-a decision moves the weights). `mlops canary status MODEL` prints the state.
+a decision moves the weights). `mlops canary status MODEL` says where the
+rollout stands (`--json`: the whole state).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import tempfile
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion.apply import human_commit
-from promotion.state import dump_state, load_state
+from promotion.state import CanaryState, dump_state, load_state
 
 
 def _who(args: argparse.Namespace) -> str:
@@ -57,8 +58,28 @@ def _status(args: argparse.Namespace) -> int:
         raise UserError(f"apps/{args.model}/promotion.yaml not found on {args.branch!r} of "
                         f"{args.gitops}")
     state = load_state(text, f"apps/{args.model}/promotion.yaml")
-    print(json.dumps(dump_state(state), indent=2))
+    if args.json:
+        print(json.dumps(dump_state(state), indent=2))
+    else:
+        print(_summary(state))
     return 0
+
+
+def _summary(state: CanaryState) -> str:
+    """What a human asks first: who serves what share, and the last committed decision."""
+    lines = [f"{state.model}: {state.phase.value}"
+             + (f" ({state.pause_reason})" if state.pause_reason else "")]
+    lines.append(f"  stable     {state.stable or '-'}  {100 - state.weight}%")
+    if state.candidate:
+        lines.append(f"  candidate  {state.candidate}  {state.weight}%")
+    # No request counts: holds are not committed (unless --checkpoint-every), so
+    # the counts in git lag the controller's; its log and /metrics have them.
+    if state.requested:
+        lines.append(f"  requested: {state.requested} by {state.requested_by or '?'}")
+    last = state.last_decision
+    if last is not None:
+        lines.append(f"  last decision: {last.kind} at {last.at:%Y-%m-%d %H:%M:%S}Z: {last.reason}")
+    return "\n".join(lines)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,14 +90,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          ("resume", "resume the analysis of a paused rollout"),
                          ("abort", "roll the candidate back at the next decision"),
                          ("promote", "promote the candidate at the next decision"),
-                         ("status", "print promotion.yaml of MODEL")):
+                         ("status", "where the rollout of MODEL stands (promotion.yaml)")):
         p = sub.add_parser(action, help=text)
         p.add_argument("model", metavar="MODEL")
-        p.add_argument("--gitops", required=True, help="GitOps repository (path or URL)")
+        p.add_argument("--gitops", default=os.environ.get("MLOPS_GITOPS_REPO"),
+                       required=not os.environ.get("MLOPS_GITOPS_REPO"),
+                       help="GitOps repository (path or URL; default: $MLOPS_GITOPS_REPO)")
         p.add_argument("--branch", default="main")
         if action != "status":
             p.add_argument("--by", help="who asks (default: the current user)")
             p.add_argument("--workdir", help="reuse clones here (default: a temporary dir)")
             p.set_defaults(func=_act, action=action)
         else:
+            p.add_argument("--json", action="store_true", help="the whole promotion.yaml as JSON")
             p.set_defaults(func=_status)

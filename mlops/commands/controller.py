@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pathlib
 import signal
 import threading
@@ -118,7 +119,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("controller", help="the promotion controller")
     sub = parser.add_subparsers(dest="controller_command", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="analyse canaries and commit every decision")
-    run.add_argument("--gitops", required=True, help="GitOps repository (path or URL)")
+    run.add_argument("--gitops", default=os.environ.get("MLOPS_GITOPS_REPO"),
+                     required=not os.environ.get("MLOPS_GITOPS_REPO"),
+                     help="GitOps repository (path or URL; default: $MLOPS_GITOPS_REPO)")
     run.add_argument("--prometheus", required=True, help="Prometheus base URL")
     run.add_argument("--preset", choices=None,
                      help="metric preset for every model (model|istio|haproxy); "

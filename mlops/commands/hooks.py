@@ -2,8 +2,20 @@
 
 import argparse
 import pathlib
+import re
 
+from mlops.errors import UserError
 from workflows.hooks import init_bare, install_hook
+
+
+def _gitops(value: str | None) -> str | None:
+    """A local GitOps repo as an absolute path: runs start in `<runs>/<sha>/`, not here."""
+    if not value or "://" in value or re.match(r"^[\w.-]+@[\w.-]+:", value):
+        return value  # empty (end at the gate), or a URL
+    path = pathlib.Path(value).expanduser().resolve()
+    if not path.is_dir():
+        raise UserError(f"--gitops {value}: no such directory (create it with `mlops gitops init`)")
+    return str(path)
 
 
 def _options(args: argparse.Namespace) -> dict:
@@ -11,7 +23,7 @@ def _options(args: argparse.Namespace) -> dict:
         "branch": args.branch,
         "bot": args.bot,
         "runs": pathlib.Path(args.runs_dir) if args.runs_dir else None,
-        "gitops": args.gitops,
+        "gitops": _gitops(args.gitops),
     }
 
 
@@ -33,7 +45,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bot", default="mlops-bot", help="author name/email whose commits never train"
     )
-    parser.add_argument("--gitops", help="GitOps repo that runs propose candidates to (default: none)")
+    parser.add_argument(
+        "--gitops", help="GitOps repo (path or URL) runs propose candidates to (default: none)"
+    )
     parser.add_argument("--runs-dir", help="where runs go (default: <bare repo>/mlops-runs)")
 
 

@@ -6,10 +6,11 @@
   tree, then merges with a merge commit (see :mod:`gitops.approval`).
 
 ``--repo`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
-(default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges also
-need ``--forge-repo owner/name`` and ``--forge-api URL`` (or
-``$MLOPS_FORGE_REPO`` / ``$MLOPS_FORGE_API``) and a token in their usual
-variable (``GITHUB_TOKEN``, ``GITLAB_TOKEN``, ``GITEA_TOKEN``).
+(default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges take
+``owner/name`` and the API root from the repo's https URL, or from
+``--forge-repo`` and ``--forge-api`` (``$MLOPS_FORGE_REPO`` /
+``$MLOPS_FORGE_API``), and a token in their usual variable (``GITHUB_TOKEN``,
+``GITLAB_TOKEN``, ``GITEA_TOKEN``).
 """
 
 from __future__ import annotations
@@ -25,18 +26,22 @@ from mlops.errors import UserError
 def forge_from_args(args: argparse.Namespace) -> Any:
     """The forge the options name (local needs only the repo)."""
     from gitops.forges import registry
+    from mlops.commands.promote import make_forge
 
     name = args.forge
     if name == "local":
         return registry.create("local", require_repo(args))
     if name not in registry.names():
         return registry.create(name)  # raises, listing the choices
-    if not args.forge_repo:
-        raise UserError(f"--forge {name} needs --forge-repo (or MLOPS_FORGE_REPO), e.g. owner/name")
-    kwargs = {"api_url": args.forge_api} if args.forge_api else {}
-    if name == "gitea" and not args.forge_api:
-        raise UserError("--forge gitea needs --forge-api https://HOST/api/v1 (or MLOPS_FORGE_API)")
-    return registry.create(name, args.forge_repo, **kwargs)
+    if not args.forge_repo and "://" not in (args.repo or ""):
+        raise UserError(
+            f"--forge {name} needs --forge-repo (or MLOPS_FORGE_REPO), e.g. owner/name, "
+            "or --repo with the GitOps repo's https URL"
+        )
+    # owner/name and the API root default to what the repo's URL says.
+    return make_forge(
+        name, args.repo or "", args.forge_api, args.forge_repo, api_flag="--forge-api"
+    )
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -19,9 +19,36 @@ import yaml
 from mlops.errors import UserError
 
 
+# The hosted services' API roots; a self-hosted forge serves its API under
+# the host of its clone URLs, at the path each product documents.
+_HOSTED_API = {"github.com": "https://api.github.com", "gitlab.com": "https://gitlab.com/api/v4"}
+_API_PATH = {"github": "/api/v3", "gitlab": "/api/v4", "gitea": "/api/v1"}
+
+
+def forge_api_url(name: str, gitops: str) -> str | None:
+    """The API root of the forge that hosts `gitops` (an https URL), or None.
+
+    The pipeline's `propose` step and the controller get only the GitOps
+    repo's URL, so a self-hosted Gitea or GitLab must be found from it.
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(gitops)
+    if parts.scheme not in ("http", "https") or not parts.hostname or name not in _API_PATH:
+        return None
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return _HOSTED_API.get(host) or f"{parts.scheme}://{host}{_API_PATH[name]}"
+
+
 def make_forge(name: str, gitops: str, api_url: str | None = None,
-               forge_repo: str | None = None) -> Any:
-    """The forge called `name` for the GitOps repo (local: the repo itself)."""
+               forge_repo: str | None = None, api_flag: str = "--forge-url") -> Any:
+    """The forge called `name` for the GitOps repo (local: the repo itself).
+
+    Without `api_url` the API root comes from `$MLOPS_FORGE_API`, else from
+    the GitOps repo's URL (`forge_api_url`).
+    """
+    import os
+
     from gitops.forges.registry import create
 
     if name == "local":
@@ -34,6 +61,9 @@ def make_forge(name: str, gitops: str, api_url: str | None = None,
         forge_repo = path[:-4] if path.endswith(".git") else path
     if not forge_repo:
         raise UserError(f"--forge {name} needs --forge-repo (owner/name on the forge)")
+    api_url = api_url or os.environ.get("MLOPS_FORGE_API") or forge_api_url(name, gitops)
+    if name == "gitea" and not api_url:
+        raise UserError(f"--forge gitea needs {api_flag} https://HOST/api/v1 (or MLOPS_FORGE_API)")
     kwargs: dict[str, Any] = {}
     if api_url:
         kwargs["api_url"] = api_url

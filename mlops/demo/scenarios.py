@@ -1,0 +1,94 @@
+"""What the demo pushes: one readable change to the model repo per scenario.
+
+Every scenario is an edit of `training.full.overrides.args` in the model
+repo's `mlops.yaml`, committed with a message that says what it does, so
+`git log -p` in the model repo shows exactly why a candidate is good or bad.
+The bad behaviours are the example's own flags (`train.py --drill-*`, which
+the exported model declares in `infer_cfg.yml`, and fewer epochs); nothing
+in the controller or the platform knows which scenario is playing.
+"""
+
+import copy
+import dataclasses
+from typing import Any, Literal
+
+Outcome = Literal["promoted", "rolled_back", "gate_refused", "pipeline_failed"]
+
+NAMES = ("good", "slow", "errors", "low-map")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """One push after the first: its change, its commit message, what should happen."""
+
+    name: str
+    change: dict[str, Any]  # merged into the production push's training args
+    message: str
+    expect: Outcome
+    expect_cause: str = ""  # a word the rollback reason contains (latency, error)
+
+    def args(self, production_args: dict[str, Any]) -> dict[str, Any]:
+        """The full job's args for this push: production's plus this change."""
+        return {**production_args, **self.change}
+
+
+#: The first push: the example as shipped, which becomes the stable version.
+BOOTSTRAP_MESSAGE = "shapes-detector: first version (12 epochs)"
+
+SCENARIOS = {
+    "good": Scenario(
+        "good", {"epochs": 14},
+        "train 14 epochs instead of 12 (the weekly retrain)", "promoted"),
+    "slow": Scenario(
+        "slow", {"drill-delay-ms": 250},
+        "drill: this version answers 250 ms late (train.py --drill-delay-ms)",
+        "rolled_back", "latency"),
+    "errors": Scenario(
+        "errors", {"drill-error-rate": 0.3},
+        "drill: this version fails 30 % of requests (train.py --drill-error-rate)",
+        "rolled_back", "error"),
+    "low-map": Scenario(
+        "low-map", {"epochs": 1},
+        "train 1 epoch to save time (the gate should refuse it)", "gate_refused"),
+}
+
+
+def plan(choice: str) -> list[Scenario]:
+    """The scenarios to play for `--scenario CHOICE`, in order (`all`: good first)."""
+    if choice == "all":
+        return [SCENARIOS[name] for name in NAMES]
+    if choice not in SCENARIOS:
+        raise ValueError(f"unknown scenario {choice!r}; choose one of {', '.join(NAMES)} or all")
+    return [SCENARIOS[choice]]
+
+
+def with_args(config: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """`mlops.yaml` (as a dict) with the full job's override args replaced by `args`."""
+    out = copy.deepcopy(config)
+    overrides = out.setdefault("training", {}).setdefault("full", {}).setdefault("overrides", {})
+    if args:
+        overrides["args"] = dict(args)
+    else:
+        overrides.pop("args", None)
+    return out
+
+
+def outcome_of(run: dict[str, Any] | None, final: dict[str, Any] | None, version: str) -> Outcome | None:
+    """What happened to `version`, from the run's outcome and the last promotion.yaml.
+
+    `run` is the pipeline's `outcome.json`; `final` the model's promotion state
+    after the canary (None when no canary ran).
+    """
+    if run is not None:
+        gate = run.get("gate")
+        if gate is not None and not gate.get("passed"):
+            return "gate_refused"
+        if run.get("status") != "Succeeded":
+            return "pipeline_failed"
+    if final is None:
+        return None
+    if final.get("stable") == version and final.get("phase") in ("idle", "promoted"):
+        return "promoted"
+    if final.get("candidate") == version and final.get("phase") == "rolled_back":
+        return "rolled_back"
+    return None

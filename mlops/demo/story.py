@@ -1,0 +1,535 @@
+"""The demo's story, played with real git, Prometheus, HAProxy and Paddle.
+
+1. bare model repo (with the push hook) and bare GitOps repo, the local
+   platform, the promotion controller;
+2. `git push` of the example: the hook runs the pipeline, the gate passes,
+   a PR is proposed; the demo approves it as a reviewer would (or waits for
+   the user with `--wait-approval`); that version serves 100 %, and a
+   steady load starts on its route;
+3. per scenario, one more push that changes `mlops.yaml` (see `scenarios`);
+   a candidate that passes the gate goes through a canary under the live
+   load, shown as it moves, until it is promoted or rolled back;
+4. a summary, `summary.json`, the GitOps history and where the reports are.
+
+Everything the demo starts carries the platform's work-dir marker, so
+`mlops down` stops it all (training runs started by the hook included), and
+everything it writes stays inside the work dir (temp files, caches).
+"""
+
+import argparse
+import json
+import pathlib
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from mlops.demo import modelrepo, scenarios, timeline, watch
+from mlops.errors import UserError
+from mlops.platform import lifecycle, procs
+from mlops.platform.ports import free_port
+from mlops.platform.workdir import Workdir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "shapes-detector"
+MODEL = "shapes-detector"
+#: What a demo creates in its work dir; a new run removes exactly these.
+OWNED = ("model.git", "model", "gitops.git", "platform", "runs", "controller", "logs",
+         "tmp", "cache", "summary.json")
+
+
+class DemoError(UserError):
+    """A stage failed or a scenario ended otherwise than expected; says where to look."""
+
+    exit_code = 1
+
+
+class Demo:
+    """One play of the story in one work dir."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.work = pathlib.Path(args.workdir).expanduser().resolve()
+        self.model_bare = self.work / "model.git"
+        self.clone = self.work / "model"
+        self.gitops = self.work / "gitops.git"
+        self.platform = self.work / "platform"
+        self.runs = self.work / "runs"
+        self.logs = self.work / "logs"
+        self.controller_dir = self.work / "controller"
+        self.started = time.monotonic()
+        self.results: list[dict[str, Any]] = []
+        self.background: list[subprocess.Popen] = []
+        self.production_args: dict[str, Any] = {}
+        self.tty = sys.stdout.isatty()
+
+    # -- narration and commands --------------------------------------------------------------
+
+    def say(self, text: str) -> None:
+        print(f"\n=== {text}  [{self.elapsed()}]", flush=True)
+
+    def elapsed(self) -> str:
+        seconds = int(time.monotonic() - self.started)
+        return f"{seconds // 60}:{seconds % 60:02d}"
+
+    def env(self) -> dict[str, str]:
+        """Children's environment: the platform marker, and temp/cache dirs in the work dir."""
+        env = procs.marked_env(str(self.platform))
+        env.update({
+            "TMPDIR": str(self.work / "tmp"),
+            "MPLCONFIGDIR": str(self.work / "cache" / "matplotlib"),
+            "XDG_CACHE_HOME": str(self.work / "cache"),
+            "PYTHONPYCACHEPREFIX": str(self.work / "cache" / "pycache"),
+            "GIT_CONFIG_NOSYSTEM": "1",
+        })
+        return env
+
+    def mlops(self, *args: str, check: bool = True, quiet: bool = False,
+              marked: bool = True) -> subprocess.CompletedProcess:
+        shown = ["mlops", *(self.short(a) for a in args)]
+        print("$ " + " ".join(shlex.quote(a) for a in shown), flush=True)
+        proc = subprocess.run([sys.executable, "-m", "mlops", *args], text=True,
+                              env=self.env() if marked else None, cwd=self.work,
+                              capture_output=quiet)
+        if check and proc.returncode != 0:
+            detail = f"\n{proc.stdout}{proc.stderr}" if quiet else ""
+            raise DemoError(f"`{' '.join(shown)}` exited with {proc.returncode}{detail}")
+        return proc
+
+    def git(self, *args: str, show: bool = True) -> str:
+        if show:
+            print("$ git " + " ".join(shlex.quote(self.short(a)) for a in args), flush=True)
+        proc = subprocess.run(["git", *args], cwd=self.clone, env=self.env(), text=True,
+                              capture_output=True)
+        if proc.returncode != 0:
+            raise DemoError(f"git {' '.join(args)} failed:\n{proc.stderr.strip()}")
+        output = (proc.stdout + proc.stderr).strip()
+        if show and output:
+            print("\n".join("  " + line for line in output.splitlines()), flush=True)
+        return proc.stdout
+
+    def short(self, text: str) -> str:
+        """Paths inside the work dir, shown relative to it (the demo runs there)."""
+        return text.replace(str(self.work) + "/", "")
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+        log = self.logs / f"{name}.log"
+        print("$ " + " ".join(shlex.quote(a) for a in ["mlops", *(self.short(x) for x in args)])
+              + f"  > logs/{name}.log &", flush=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "mlops", *args], cwd=self.work,
+                                    stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.background.append(proc)
+        return proc
+
+    # -- 1. set-up -----------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Stop a previous demo in this work dir and remove what it made (only that)."""
+        if (self.platform / "config.json").exists() or self.platform.exists():
+            try:
+                lifecycle.down(Workdir(self.platform))
+            except Exception as exc:  # noqa: BLE001 - a half-made platform must not block a new run
+                print(f"(previous platform: {exc})")
+        removed = [name for name in OWNED if (self.work / name).exists()]
+        for name in removed:
+            path = self.work / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if removed:
+            print(f"(removed the previous demo's {', '.join(removed)} from {self.work})")
+
+    def set_up(self) -> None:
+        self.say("1. Repos and the local platform")
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.reset()
+        for path in (self.logs, self.work / "tmp", self.work / "cache"):
+            path.mkdir(parents=True, exist_ok=True)
+        print(f"work dir: {self.work}  (every command below runs there)")
+        self.mlops("gitops", "init", str(self.gitops))
+        self.mlops("hooks", "init-bare", str(self.model_bare), "--gitops", str(self.gitops),
+                   "--runs-dir", str(self.runs))
+        controller_port = free_port()
+        self.mlops("up", "--workdir", str(self.platform), "--gitops", str(self.gitops),
+                   "--controller-port", str(controller_port))
+        self.prometheus = lifecycle.status(Workdir(self.platform))["urls"]["prometheus"]
+        self.controller = self.spawn(
+            "controller", "controller", "run", "--gitops", str(self.gitops),
+            "--prometheus", self.prometheus, "--preset", self.args.preset,
+            "--workdir", str(self.controller_dir), "--metrics-port", str(controller_port))
+        self.git_clone()
+
+    def git_clone(self) -> None:
+        subprocess.run(["git", "clone", "--quiet", str(self.model_bare), str(self.clone)],
+                       check=True, capture_output=True, env=self.env())
+        for key, value in (("user.name", "Demo Developer"), ("user.email", "dev@example.com")):
+            self.git("config", key, value, show=False)
+
+    # -- 2. a push and its pipeline run --------------------------------------------------------
+
+    def push(self, message: str) -> tuple[str, float]:
+        self.git("add", "-A", show=False)
+        self.git("commit", "--quiet", "-m", message)
+        at = time.time()
+        self.git("push", "origin", "HEAD:main")
+        return self.git("rev-parse", "HEAD", show=False).strip(), at
+
+    def wait_run(self, sha: str) -> tuple[dict[str, Any], float]:
+        """Follow the hook's run of `sha` until its outcome is written; (outcome, when)."""
+        home = self.runs / sha
+        outcome = home / "out" / "outcome.json"
+        deadline = time.monotonic() + self.args.timeout
+        printed = 0
+        bar = ProgressLine(self.tty)
+        while time.monotonic() < deadline:
+            lines = _lines(home / "run.log")
+            if len(lines) > printed:  # the runner's own narration, as it happens
+                bar.done()
+                for line in lines[printed:]:
+                    print("  | " + self.short(line), flush=True)
+                printed = len(lines)
+            alive = _run_alive(home)
+            if outcome.is_file() and (_finished(lines) or not alive):
+                bar.done()
+                return json.loads(outcome.read_text()), time.time()
+            if not alive and not outcome.is_file() and (home / "pid").is_file():
+                raise DemoError(f"the pipeline run of {sha[:12]} died without an outcome; "
+                                f"see {home / 'run.log'}")
+            task, log = _current_task(lines)
+            if task in ("smoke-train", "train") and log is not None:
+                bar.update(task, *_training_progress(log))
+            time.sleep(1)
+        raise DemoError(f"the pipeline run of {sha[:12]} did not finish within "
+                        f"{self.args.timeout:.0f}s; see {home / 'run.log'}")
+
+    # -- 3. review, approval, canary -----------------------------------------------------------
+
+    def approve(self, version: str) -> float:
+        number = self.wait_pr(version)
+        self.mlops("pr", "show", str(number), "--repo", str(self.gitops))
+        if self.args.wait_approval:
+            print(f"\n>>> Review PR #{number}, then approve it in another terminal:\n"
+                  f">>>   cd {self.work} && mlops pr approve {number} --repo gitops.git\n"
+                  ">>> (waiting for the merge)", flush=True)
+            deadline = time.monotonic() + self.args.timeout
+            while time.monotonic() < deadline:
+                if version in (self.state().get("stable"), self.state().get("candidate")):
+                    return time.time()
+                time.sleep(2)
+            raise DemoError(f"PR #{number} was not approved within {self.args.timeout:.0f}s")
+        print("(the demo plays the reviewer: the report above is what a human reads)")
+        self.mlops("pr", "approve", str(number), "--repo", str(self.gitops))
+        return time.time()
+
+    def wait_pr(self, version: str) -> int:
+        from gitops.forges.local import list_open
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for pr in list_open(self.gitops):
+                if version in (pr.get("branch") or "") or version in (pr.get("title") or ""):
+                    return int(pr["number"])
+            time.sleep(1)
+        raise DemoError(f"no open pull request proposes {version}; "
+                        f"see `mlops pr list --repo {self.gitops}`")
+
+    def state(self) -> dict[str, Any]:
+        proc = subprocess.run(
+            ["git", "--git-dir", str(self.gitops), "show", f"main:apps/{MODEL}/promotion.yaml"],
+            capture_output=True, text=True)
+        return (yaml.safe_load(proc.stdout) or {}) if proc.returncode == 0 else {}
+
+    def wait_served(self, weights: dict[str, int]) -> float:
+        deadline = time.monotonic() + self.args.timeout
+        while time.monotonic() < deadline:
+            doc = lifecycle.status(Workdir(self.platform))
+            live = watch.weights_of(doc, MODEL)
+            versions = doc.get("models", {}).get(MODEL, {}).get("versions", {})
+            up = {v for v, info in versions.items() if info.get("haproxy_up")}
+            if all(live.get(v) == w and v in up for v, w in weights.items()):
+                return time.time()
+            self.check_controller()
+            time.sleep(0.5)
+        raise DemoError(f"the platform did not serve {weights} within {self.args.timeout:.0f}s; "
+                        f"see `mlops status --workdir {self.platform}`")
+
+    def check_controller(self) -> None:
+        if self.controller.poll() is not None:
+            raise DemoError(f"the promotion controller exited ({self.controller.returncode}); "
+                            f"see {self.logs / 'controller.log'}")
+
+    def start_load(self) -> None:
+        url = str(lifecycle.status(Workdir(self.platform))["models"][MODEL]["url"])
+        self.url = url
+        self.spawn("load", "load", url, "--rps", str(self.args.rps), "--duration", "86400",
+                   "--images", str(_val_images(self.runs)))
+        print(f"model route: {url}  (HAProxy, as the Istio VirtualService would route)")
+
+    def watch_canary(self, version: str) -> dict[str, Any]:
+        """Show the canary until it ends; returns the final promotion state."""
+        deadline = time.monotonic() + self.args.timeout
+        last_print = 0.0
+        last_phase = None
+        while time.monotonic() < deadline:
+            self.check_controller()
+            state = self.state()
+            phase = (state.get("phase"), state.get("weight"))
+            if phase != last_phase:
+                decision = state.get("last_decision") or {}
+                if decision.get("kind") in ("step", "rollback", "promote"):
+                    print(f"  [{self.elapsed()}] controller: {decision.get('reason', '')}",
+                          flush=True)
+                last_phase = phase
+            if scenarios.outcome_of(None, state, version) is not None:
+                return state
+            if state.get("phase") == "paused":
+                raise DemoError(f"the canary paused: {state.get('pause_reason')}; "
+                                f"see {self.logs / 'controller.log'}")
+            if time.monotonic() - last_print >= self.args.show_every:
+                last_print = time.monotonic()
+                rows = watch.views(watch.observe(self.prometheus, MODEL),
+                                   watch.weights_of(lifecycle.status(Workdir(self.platform)), MODEL),
+                                   state.get("stable"), state.get("candidate"))
+                print(f"  [{self.elapsed()}] {watch.render(rows)}", flush=True)
+            time.sleep(1)
+        raise DemoError(f"the canary of {version} did not end within {self.args.timeout:.0f}s; "
+                        f"see {self.logs / 'controller.log'} and `mlops canary status`")
+
+    # -- the story -----------------------------------------------------------------------------
+
+    def bootstrap(self) -> None:
+        self.say("2. First push: the example becomes the stable version")
+        modelrepo.copy_example(EXAMPLE, self.clone)
+        print(f"(copied {self.short(str(EXAMPLE))} into the model repo clone `model/`)")
+        sha, pushed = self.push(scenarios.BOOTSTRAP_MESSAGE)
+        run, done = self.wait_run(sha)
+        record = self.record("bootstrap", scenarios.BOOTSTRAP_MESSAGE, sha, run,
+                             {"push": pushed, "run_done": done}, "promoted")
+        if record["outcome"] == "gate_refused" or run.get("status") != "Succeeded":
+            raise DemoError(f"the first run did not pass: {self.run_failure(sha, run)}")
+        version = record["version"]
+        record["marks"]["approved"] = self.approve(version)
+        record["marks"]["canary_start"] = self.wait_served({version: 100})
+        record["outcome"], record["reason"] = "promoted", "first version: stable at 100 % once approved"
+        print(f"{version} serves 100 %")
+        self.start_load()
+
+    def play(self, scenario: scenarios.Scenario, index: int) -> None:
+        self.say(f"{index}. Scenario {scenario.name}: push \"{scenario.message}\"")
+        args = scenario.args(self.production_args)
+        modelrepo.set_full_args(self.clone / "mlops.yaml", args)
+        self.git("diff", "--", "mlops.yaml")
+        sha, pushed = self.push(scenario.message)
+        run, done = self.wait_run(sha)
+        record = self.record(scenario.name, scenario.message, sha, run,
+                             {"push": pushed, "run_done": done}, scenario.expect)
+        version = record["version"]
+        if record["outcome"] == "gate_refused":
+            print(f"the gate refused {version}: {run['gate']['reason']}")
+            from gitops.forges.local import list_open
+            record["pull_requests"] = [pr["number"] for pr in list_open(self.gitops)
+                                       if version and version in (pr.get("title") or "")]
+            return
+        if record["outcome"] == "pipeline_failed":
+            raise DemoError(f"the pipeline failed: {self.run_failure(sha, run)}")
+        stable = self.state().get("stable")
+        record["marks"]["approved"] = self.approve(version)
+        record["marks"]["canary_start"] = self.wait_served({stable: 90, version: 10})
+        print(f"canary started: {version} 10 %, {stable} 90 %; the controller decides from here")
+        final = self.watch_canary(version)
+        record["marks"]["finished"] = time.time()
+        record["outcome"] = scenarios.outcome_of(None, final, version)
+        record["reason"] = (final.get("last_decision") or {}).get("reason") or ""
+        print(f"{version}: {record['outcome']} ({record['reason']})")
+        if record["outcome"] == "promoted":
+            self.production_args = args
+
+    def record(self, name: str, message: str, sha: str, run: dict[str, Any],
+               marks: dict[str, float], expect: str) -> dict[str, Any]:
+        out = self.runs / sha / "out"
+        model_yaml = out / "full" / "model" / "model.yaml"
+        meta = yaml.safe_load(model_yaml.read_text()) if model_yaml.is_file() else {}
+        metrics_file = out / "full" / "metrics.json"
+        metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+        record = {
+            "scenario": name, "message": message, "commit": sha,
+            "version": meta.get("version"), "map50": metrics.get("map50"),
+            "expect": expect, "outcome": scenarios.outcome_of(run, None, ""),
+            "reason": (run.get("gate") or {}).get("reason") or "",
+            "marks": marks, "run_report": str(out / "report.md"),
+        }
+        self.results.append(record)
+        return record
+
+    def run_failure(self, sha: str, run: dict[str, Any]) -> str:
+        gate = run.get("gate") or {}
+        return gate.get("reason") or f"{run.get('failures')}; see {self.runs / sha / 'run.log'}"
+
+    def summarise(self) -> list[str]:
+        self.say("Summary")
+        problems = []
+        run_docs = {}
+        for record in self.results:
+            run_json = self.runs / record["commit"] / "out" / "run.json"
+            run_docs[record["commit"]] = json.loads(run_json.read_text()) if run_json.is_file() else {}
+            record["timeline"] = timeline.breakdown(record["marks"], run_docs[record["commit"]])
+            ok = record["outcome"] == record["expect"]
+            if not ok:
+                problems.append(f"{record['scenario']}: {record['outcome']}, expected {record['expect']}")
+            mark = "ok " if ok else "!! "
+            map50 = f"mAP@0.5 {record['map50']:.3f}" if record.get("map50") is not None else ""
+            print(f"{mark}{record['scenario']:<9} {str(record['version']):<16} {map50:<14} "
+                  f"{str(record['outcome']):<13} {record.get('reason') or ''}")
+        print("\nGitOps history of the model (one commit per change to production):")
+        log = subprocess.run(["git", "--git-dir", str(self.gitops), "log", "--format=%h %an  %s",
+                              "main", "--", f"apps/{MODEL}"], capture_output=True, text=True)
+        print("\n".join("  " + line for line in log.stdout.splitlines()))
+        print("\nWhere to look:")
+        for record in self.results:
+            print(f"  {record['scenario']:<9} pipeline report {self.short(record['run_report'])}")
+        for report in sorted((self.controller_dir / "rollouts").glob(f"{MODEL}/*/report.md")):
+            pngs = sorted(report.parent.glob("*.png"))
+            print(f"  canary report {self.short(str(report))}"
+                  + (f"  plot {self.short(str(pngs[0]))}" if pngs else ""))
+        doc = {"workdir": str(self.work), "seconds": round(time.monotonic() - self.started, 1),
+               "scenarios": self.results, "gitops_log": log.stdout.splitlines()}
+        (self.work / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"  summary   summary.json")
+        if self.args.keep_running:
+            print(f"\nThe platform keeps running: `mlops status --workdir {self.platform}`; "
+                  f"Prometheus {self.prometheus}; model route {getattr(self, 'url', '-')}.\n"
+                  f"Stop everything with: mlops down --workdir {self.platform}")
+        print(f"\nClean up: mlops down --workdir {self.platform} (if still up), then rm -rf {self.work}")
+        print(f"demo finished in {self.elapsed()}")
+        return problems
+
+    def stop(self) -> None:
+        if self.args.keep_running:
+            return
+        self.say("Stopping everything the demo started")
+        self.mlops("down", "--workdir", str(self.platform), check=False, marked=False)
+        for proc in self.background:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+class ProgressLine:
+    """A training progress bar: redrawn in place on a terminal, every 10 % otherwise."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.shown = -1
+        self.open = False
+
+    def update(self, task: str, step: int, total: int) -> None:
+        if total <= 0:
+            return
+        fraction = min(1.0, step / total)
+        tenth = int(fraction * 10)
+        bar = "#" * int(fraction * 30)
+        line = f"    {task:<11} [{bar:<30}] {step}/{total} steps"
+        if self.tty:
+            print("\r" + line, end="", flush=True)
+            self.open = True
+        elif tenth > self.shown:
+            print(line, flush=True)
+        self.shown = max(self.shown, tenth)
+
+    def done(self) -> None:
+        if self.open:
+            print(flush=True)
+            self.open = False
+        self.shown = -1
+
+
+def _run_alive(home: pathlib.Path) -> bool:
+    """Is the hook's queued run (its pid file) still running? True until it is known."""
+    try:
+        pid = int((home / "pid").read_text().strip())
+    except (OSError, ValueError):
+        return True
+    return procs.is_running(pid)
+
+
+def _lines(path: pathlib.Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _finished(lines: list[str]) -> bool:
+    """The runner printed its summary (`run NAME: STATUS in Ns` and what follows)."""
+    return any(line.startswith("run ") and " in " in line for line in lines) and \
+        any(line.strip().startswith("timings:") for line in lines)
+
+
+def _current_task(lines: list[str]) -> tuple[str | None, pathlib.Path | None]:
+    """The runner's latest `NAME running (log: PATH)` line, if that task is still running."""
+    task = log = None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 4 and parts[1] == "running" and parts[2] == "(log:":
+            task, log = parts[0], pathlib.Path(parts[3].rstrip(")"))
+        elif task and len(parts) >= 2 and parts[0] == task:
+            task = log = None
+    return task, log
+
+
+def _training_progress(log: pathlib.Path) -> tuple[int, int]:
+    """(step, total) from train.py's log lines (`total_steps=N`, `step=N`)."""
+    step = total = 0
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0, 0
+    for token in text.split():
+        if token.startswith("total_steps="):
+            total = int(token.split("=", 1)[1]) if token[12:].isdigit() else total
+        elif token.startswith("step=") and token[5:].isdigit():
+            step = max(step, int(token[5:]))
+    return step, total
+
+
+def _val_images(runs: pathlib.Path) -> pathlib.Path:
+    for candidate in sorted(runs.glob("*/repo/data/val")):
+        return candidate
+    raise DemoError(f"no validation images under {runs}")
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def play(args: argparse.Namespace) -> int:
+    """`mlops demo`: set up, bootstrap, play the scenarios, summarise, clean up."""
+    plan = scenarios.plan(args.scenario)
+    demo = Demo(args)
+    # `kill` gets the same clean stop as Ctrl-C: nothing the demo started outlives it.
+    signal.signal(signal.SIGTERM, _interrupt)
+    problems: list[str] = []
+    try:
+        demo.set_up()
+        demo.bootstrap()
+        for index, scenario in enumerate(plan, start=3):
+            demo.play(scenario, index)
+        problems = demo.summarise()
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        problems = ["interrupted"]
+    finally:
+        demo.stop()
+    if problems:
+        raise DemoError("the demo did not go as expected: " + "; ".join(problems))
+    return 0
+

@@ -1,0 +1,149 @@
+"""The demo's pure parts: scenarios, the mlops.yaml edit, the timeline, the canary view.
+
+The whole demo, with real parts, is played in tests/test_demo_e2e.py.
+"""
+
+import pathlib
+
+import pytest
+import yaml
+
+from mlops.demo import modelrepo, scenarios, timeline, watch
+from mlops.demo.story import _current_task, _training_progress
+
+EXAMPLE_CONFIG = pathlib.Path(__file__).resolve().parents[1] / "examples/shapes-detector/mlops.yaml"
+
+
+def test_plan_all_plays_good_first_then_the_three_failures():
+    names = [s.name for s in scenarios.plan("all")]
+    assert names == ["good", "slow", "errors", "low-map"]
+    assert [s.expect for s in scenarios.plan("all")] == [
+        "promoted", "rolled_back", "rolled_back", "gate_refused"]
+
+
+def test_plan_rejects_an_unknown_scenario_naming_the_choices():
+    with pytest.raises(ValueError, match="good, slow, errors, low-map"):
+        scenarios.plan("flaky")
+
+
+def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
+    slow = scenarios.SCENARIOS["slow"]
+    assert slow.args({"epochs": 14}) == {"epochs": 14, "drill-delay-ms": 250}
+    # low-map overrides the epochs production was trained with
+    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1}
+
+
+@pytest.mark.parametrize("run, final, expected", [
+    ({"status": "Failed", "gate": {"passed": False, "reason": "map50 0.2 < 0.85"}}, None,
+     "gate_refused"),
+    ({"status": "Failed", "gate": None}, None, "pipeline_failed"),
+    ({"status": "Succeeded", "gate": {"passed": True}}, None, None),
+    (None, {"phase": "idle", "stable": "v-b", "candidate": None}, "promoted"),
+    (None, {"phase": "promoted", "stable": "v-b", "candidate": "v-b"}, "promoted"),
+    (None, {"phase": "rolled_back", "stable": "v-a", "candidate": "v-b"}, "rolled_back"),
+    (None, {"phase": "progressing", "stable": "v-a", "candidate": "v-b"}, None),
+    # another version's rollback says nothing about v-b
+    (None, {"phase": "rolled_back", "stable": "v-a", "candidate": "v-c"}, None),
+])
+def test_outcome_of(run, final, expected):
+    assert scenarios.outcome_of(run, final, "v-b") == expected
+
+
+def test_setting_args_keeps_comments_and_changes_one_line():
+    text = EXAMPLE_CONFIG.read_text()
+    edited = modelrepo.full_args_text(text, {"epochs": 14, "drill-delay-ms": 250})
+    assert [line for line in edited.splitlines() if line.startswith("#") or "  #" in line] == [
+        line for line in text.splitlines() if line.startswith("#") or "  #" in line]
+    added = set(edited.splitlines()) - set(text.splitlines())
+    assert added == {"      args: {epochs: 14, drill-delay-ms: 250}"}
+    config = yaml.safe_load(edited)
+    assert config["training"]["full"]["overrides"] == {
+        "args": {"epochs": 14, "drill-delay-ms": 250}, "workers": 2}
+
+
+def test_setting_args_again_replaces_the_previous_line_and_empty_removes_it():
+    text = EXAMPLE_CONFIG.read_text()
+    once = modelrepo.full_args_text(text, {"epochs": 14})
+    twice = modelrepo.full_args_text(once, {"epochs": 1})
+    assert yaml.safe_load(twice)["training"]["full"]["overrides"]["args"] == {"epochs": 1}
+    assert twice.count("args:") == 1
+    assert modelrepo.full_args_text(twice, {}) == text
+
+
+def test_args_written_as_a_block_are_refused_not_half_edited():
+    text = EXAMPLE_CONFIG.read_text().replace(
+        "    overrides:\n      workers: 2\n",
+        "    overrides:\n      workers: 2\n      args:\n        epochs: 3\n")
+    with pytest.raises(modelrepo.ModelRepoEditError, match="mlops.yaml: could not set"):
+        modelrepo.full_args_text(text, {"epochs": 14})
+
+
+def test_a_config_without_a_full_job_is_refused():
+    with pytest.raises(modelrepo.ModelRepoEditError, match="no training.full.overrides"):
+        modelrepo.full_args_text("model: m\ntraining:\n  command: [python]\n", {"epochs": 2})
+
+
+def test_breakdown_parts_add_up_to_push_to_canary_start():
+    run = {"tasks": [
+        {"name": "checkout", "seconds": 0.5}, {"name": "build-image", "seconds": 1.0},
+        {"name": "smoke-train", "seconds": 20.0}, {"name": "train", "seconds": 150.0},
+        {"name": "evaluate", "seconds": 3.0}, {"name": "gate", "seconds": 1.0},
+        {"name": "propose", "seconds": 2.0}]}
+    marks = {"push": 1000.0, "run_done": 1180.0, "approved": 1182.0, "canary_start": 1184.5,
+             "finished": 1300.0}
+    out = timeline.breakdown(marks, run)
+    parts = out["parts"]
+    assert parts["training_s"] == 170.0
+    assert parts["evaluation_s"] == 3.0
+    assert parts["proposal_s"] == 3.0
+    assert parts["pipeline_overhead_s"] == pytest.approx(4.0)
+    assert parts["sync_s"] == 2.5
+    assert sum(parts.values()) == pytest.approx(out["push_to_canary_start_s"]) == 184.5
+    assert out["push_to_finished_s"] == 300.0 and out["canary_s"] == 115.5
+
+
+def test_breakdown_of_a_refused_run_has_no_canary_parts():
+    out = timeline.breakdown({"push": 0.0, "run_done": 40.0}, {"tasks": []})
+    assert "push_to_canary_start_s" not in out and "sync_s" not in out["parts"]
+    assert out["parts"]["pipeline_overhead_s"] == 40.0
+
+
+def test_queries_select_the_model_and_group_by_version():
+    q = watch.queries("shapes-detector", "30s")
+    assert 'model_name="shapes-detector"' in q["rps"] and "by (model_version)" in q["rps"]
+    assert 'status_code=~"5.."' in q["errors"]
+    assert q["p99"].startswith("histogram_quantile(0.99") and "le)" in q["p99"]
+
+
+def test_views_join_weights_and_metrics_stable_first():
+    measures = {"rps": {"v-b": 4.0, "v-a": 36.0}, "errors": {"v-b": 1.0},
+                "p99": {"v-a": 0.004, "v-b": 0.26}}
+    rows = watch.views(measures, {"v-a": 90, "v-b": 10}, stable="v-a", candidate="v-b")
+    assert [(r.version, r.role, r.weight) for r in rows] == [("v-a", "stable", 90),
+                                                            ("v-b", "canary", 10)]
+    assert rows[0].error_rate == 0.0 and rows[1].error_rate == 0.25
+    assert rows[1].p99_ms == pytest.approx(260.0)
+    line = watch.render(rows)
+    assert "v-a stable  90%" in line and "err 25.0%" in line and "p99 260 ms" in line
+
+
+def test_views_drop_a_drained_rolled_back_version_and_show_missing_numbers_as_dashes():
+    rows = watch.views({"rps": {}, "errors": {}, "p99": {}}, {"v-a": 100, "v-old": 0},
+                       stable="v-a", candidate=None)
+    assert [r.version for r in rows] == ["v-a"]
+    assert watch.render(rows) == "v-a stable 100% -  err -  p99 -"
+
+
+def test_progress_is_read_from_the_runner_and_training_logs(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("config: world=2 images=2000 steps_per_epoch=32 total_steps=384 lr=0.004\n"
+                   "step=10 epoch=0 loss=3.1\nstep=20 epoch=0 loss=2.2\n")
+    run_log = tmp_path / "run.log"
+    run_log.write_text(f"  smoke-train    running   (log: {tmp_path}/smoke.log)\n"
+                       "  smoke-train    Succeeded    12.00s\n"
+                       f"  train          running   (log: {log})\n")
+    lines = run_log.read_text().splitlines()
+    assert _current_task(lines) == ("train", log)
+    assert _training_progress(log) == (20, 384)
+    assert _current_task(lines + ["  train          Succeeded   150.00s"]) == (None, None)
+    assert _current_task([]) == (None, None)

@@ -1,0 +1,143 @@
+"""`mlops demo --scenario all`, played once with real parts: git pushes to a bare
+repo with the hook, the local runner with 2-process Paddle training, the gate,
+the local forge's PRs, HAProxy, Prometheus, the sync loop and the promotion
+controller under a steady load. No mock anywhere.
+
+It takes ~20 minutes on 2 cores (four trainings and three canaries), so it
+runs once per session and every test reads its results.
+"""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from mlops.platform import procs
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _files_newer_than(root: pathlib.Path, since: float, skip: tuple[pathlib.Path, ...]) -> list[str]:
+    """Files under `root` modified after `since`, outside `skip` and bytecode caches."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = pathlib.Path(dirpath)
+        dirnames[:] = [d for d in dirnames
+                       if d not in ("__pycache__", ".pytest_cache") and here / d not in skip]
+        for name in filenames:
+            try:
+                if (here / name).lstat().st_mtime > since:
+                    found.append(str(here / name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def demo_all(tmp_path_factory):
+    """Run the whole demo once, leave the platform up, yield (work dir, output, started at)."""
+    work = tmp_path_factory.mktemp("demo") / "w"
+    started = time.time() - 1
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
+         "--keep-running", "--timeout", "1200"],
+        capture_output=True, text=True, cwd=work.parent, timeout=3600)
+    try:
+        yield work, proc, started
+    finally:
+        subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(work / "platform")],
+                       capture_output=True, timeout=120)
+
+
+def _summary(work: pathlib.Path) -> dict:
+    return json.loads((work / "summary.json").read_text())
+
+
+def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
+    work, proc, _ = demo_all
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    outcomes = {s["scenario"]: s for s in _summary(work)["scenarios"]}
+    assert [name for name in outcomes] == ["bootstrap", "good", "slow", "errors", "low-map"]
+    assert outcomes["good"]["outcome"] == "promoted"
+    assert outcomes["slow"]["outcome"] == "rolled_back"
+    assert "latency" in outcomes["slow"]["reason"].lower() or "p99" in outcomes["slow"]["reason"]
+    assert outcomes["errors"]["outcome"] == "rolled_back"
+    assert "error" in outcomes["errors"]["reason"].lower()
+    assert outcomes["low-map"]["outcome"] == "gate_refused"
+    assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR
+    versions = [s["version"] for s in outcomes.values()]
+    assert len(set(versions)) == len(versions)  # every push is its own version
+
+
+def test_the_gitops_history_tells_the_good_story_in_order(demo_all):
+    work, proc, _ = demo_all
+    summary = _summary(work)
+    good = next(s for s in summary["scenarios"] if s["scenario"] == "good")["version"]
+    log = subprocess.run(["git", "--git-dir", str(work / "gitops.git"), "log", "--reverse",
+                          "--format=%s", "main"], capture_output=True, text=True).stdout
+    mine = [line for line in log.splitlines() if good in line]
+    text = "\n".join(mine)
+    # proposal merged (the approval), then 10 -> 25 -> 50 -> 100, then the finalise
+    steps = [int(m) for m in re.findall(r"-> (\d+)%", text)]
+    assert steps[:3] == [25, 50, 100] or steps[:4] == [10, 25, 50, 100], text
+    assert re.search(r"promot", mine[-1]), text
+    assert any("approve" in line.lower() or "merge" in line.lower() for line in log.splitlines())
+
+
+def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
+    work, _, _ = demo_all
+    reports = sorted((work / "controller" / "rollouts").glob("shapes-detector/*/report.md"))
+    assert len(reports) >= 3  # good, slow, errors
+    assert all(list(r.parent.glob("*.png")) for r in reports)
+
+
+def test_mlops_down_leaves_no_process_and_nothing_is_written_outside_the_work_dir(demo_all):
+    work, proc, started = demo_all
+    platform = work / "platform"
+    assert procs.processes_of(str(platform)), "with --keep-running the platform stays up"
+    down = subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(platform)],
+                          capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert procs.processes_of(str(platform)) == []
+    # pytest's own temp root holds the work dir; the rest of /tmp, $HOME and
+    # the checkout must not have changed while the demo ran.
+    pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
+    skip = (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info")
+    outside = []
+    for root in (pathlib.Path.home(), ROOT, pathlib.Path(tempfile.gettempdir())):
+        outside += _files_newer_than(root, started, skip)
+    assert outside == []
+
+
+def test_a_second_run_on_the_same_work_dir_replaces_the_first(demo_all):
+    """Set-up only (the repos and the platform come back fresh); the full replay
+    would take another 20 minutes and runs the same code as the first."""
+    from mlops.demo.story import Demo
+    from mlops.platform import lifecycle
+    from mlops.platform.workdir import Workdir
+    import argparse
+
+    work, _, _ = demo_all
+    args = argparse.Namespace(workdir=str(work), scenario="good", wait_approval=False,
+                              keep_running=False, rps=5.0, preset="model", show_every=5.0,
+                              timeout=120.0)
+    demo = Demo(args)
+    try:
+        demo.set_up()
+        assert lifecycle.status(Workdir(work / "platform"))["services"]["sync"]["running"]
+        assert not (work / "summary.json").exists()
+        assert not (work / "runs").exists() or not any((work / "runs").iterdir())
+        heads = subprocess.run(["git", "--git-dir", str(work / "model.git"), "branch"],
+                               capture_output=True, text=True).stdout
+        assert heads.strip() == ""  # a new, empty model repo
+    finally:
+        demo.stop()
+    assert procs.processes_of(str(work / "platform")) == []
