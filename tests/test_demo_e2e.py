@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -25,33 +24,45 @@ pytestmark = pytest.mark.slow
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _files_newer_than(root: pathlib.Path, since: float, skip: tuple[pathlib.Path, ...]) -> list[str]:
-    """Files under `root` modified after `since`, outside `skip` and bytecode caches."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = pathlib.Path(dirpath)
-        dirnames[:] = [d for d in dirnames
-                       if d not in ("__pycache__", ".pytest_cache") and here / d not in skip]
-        for name in filenames:
-            try:
-                if (here / name).lstat().st_mtime > since:
-                    found.append(str(here / name))
-            except OSError:
-                pass
+def _snapshot(roots: tuple[pathlib.Path, ...], skip: tuple[pathlib.Path, ...]) -> dict[str, tuple]:
+    """Every file under `roots` (outside `skip` and bytecode caches) with its
+    mtime and size. Two snapshots are compared, not mtimes against the wall
+    clock: a file server's clock may run ahead of ours."""
+    found = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = pathlib.Path(dirpath)
+            dirnames[:] = [d for d in dirnames
+                           if d not in ("__pycache__", ".pytest_cache") and here / d not in skip]
+            for name in filenames:
+                try:
+                    st = (here / name).lstat()
+                except OSError:
+                    continue
+                found[str(here / name)] = (st.st_mtime_ns, st.st_size)
     return found
+
+
+def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[pathlib.Path, ...]]:
+    """$HOME, the checkout and /tmp; skipping pytest's own temp root (it holds
+    the work dir) and git's and pip's files in the checkout."""
+    pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
+    roots = (pathlib.Path.home(), ROOT, pathlib.Path(tempfile.gettempdir()))
+    return roots, (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info")
 
 
 @pytest.fixture(scope="module")
 def demo_all(tmp_path_factory):
-    """Run the whole demo once, leave the platform up, yield (work dir, output, started at)."""
+    """Run the whole demo once, leave the platform up, yield (work dir, output,
+    snapshot of the files outside the work dir taken before it started)."""
     work = tmp_path_factory.mktemp("demo") / "w"
-    started = time.time() - 1
+    before = _snapshot(*_outside_roots(work))
     proc = subprocess.run(
         [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
          "--keep-running", "--timeout", "1200"],
         capture_output=True, text=True, cwd=work.parent, timeout=3600)
     try:
-        yield work, proc, started
+        yield work, proc, before
     finally:
         subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(work / "platform")],
                        capture_output=True, timeout=120)
@@ -83,7 +94,10 @@ def test_the_gitops_history_tells_the_good_story_in_order(demo_all):
     good = next(s for s in summary["scenarios"] if s["scenario"] == "good")["version"]
     log = subprocess.run(["git", "--git-dir", str(work / "gitops.git"), "log", "--reverse",
                           "--format=%s", "main"], capture_output=True, text=True).stdout
-    mine = [line for line in log.splitlines() if good in line]
+    # lines about the good version as the candidate; later canaries name it as
+    # the stable one ("v-x over <good>", "replaces <good>")
+    mine = [line for line in log.splitlines()
+            if good in line and f"over {good}" not in line and f"replaces {good}" not in line]
     text = "\n".join(mine)
     # proposal merged (the approval), then 10 -> 25 -> 50 -> 100, then the finalise
     steps = [int(m) for m in re.findall(r"-> (\d+)%", text)]
@@ -100,20 +114,16 @@ def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
 
 
 def test_mlops_down_leaves_no_process_and_nothing_is_written_outside_the_work_dir(demo_all):
-    work, proc, started = demo_all
+    work, proc, before = demo_all
     platform = work / "platform"
     assert procs.processes_of(str(platform)), "with --keep-running the platform stays up"
     down = subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(platform)],
                           capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
     assert procs.processes_of(str(platform)) == []
-    # pytest's own temp root holds the work dir; the rest of /tmp, $HOME and
-    # the checkout must not have changed while the demo ran.
-    pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
-    skip = (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info")
-    outside = []
-    for root in (pathlib.Path.home(), ROOT, pathlib.Path(tempfile.gettempdir())):
-        outside += _files_newer_than(root, started, skip)
+    # the rest of /tmp, $HOME and the checkout must not have changed while the demo ran
+    after = _snapshot(*_outside_roots(work))
+    outside = sorted(path for path, stat in after.items() if before.get(path) != stat)
     assert outside == []
 
 
