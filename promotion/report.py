@@ -116,7 +116,9 @@ def evaluation_report(
             cand = metrics.get(key)
             prod = prod_metrics.get(key)
             change = "–"
-            if isinstance(cand, (int, float)) and isinstance(prod, (int, float)):
+            if isinstance(cand, int) and isinstance(prod, int):  # a count, e.g. images
+                change = f"{cand - prod:+d}"
+            elif isinstance(cand, (int, float)) and isinstance(prod, (int, float)):
                 change = f"{float(cand) - float(prod):+.4f}"
             lines.append(
                 f"| {METRIC_NAMES.get(key, _cell(key))} | {_fmt(_num(cand))} "
@@ -153,11 +155,11 @@ def evaluation_report(
     return "\n".join(lines)
 
 
-def _num(value: Any) -> float | None:
+def _num(value: Any) -> int | float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        return value  # a count stays an int: "8000", not "8000.0000"
     try:
         return float(value)
     except (TypeError, ValueError):

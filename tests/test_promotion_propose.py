@@ -147,6 +147,13 @@ def test_evaluation_report_text():
     assert "10 % → 100 %" in text
 
 
+def test_evaluation_report_prints_counts_as_integers():
+    record = {"name": "m", "version": "v2", "metrics": {"map50": 0.75, "images": 200}}
+    text = evaluation_report(record, {"version": "v1", "metrics": {"map50": 0.7, "images": 180}},
+                             steps=(10, 100))
+    assert "| images | 200 | 180 | +20 |" in text
+
+
 def test_cli_reports_a_missing_model_yaml_without_traceback(repo, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mlops", "promote", "propose",
                            str(tmp_path / "nothing"), "--gitops", str(repo)],
