@@ -86,6 +86,7 @@ class LoadReport:
     status_counts: dict[str, int]  # "200", "503", ... and "error" (timeout, reset)
     latency_ms: dict[str, float]  # p50, p90, p99, max, mean over answered requests
     lag_ms: dict[str, float]  # how late sends were against the schedule (p50, p99, max)
+    stopped_early: bool = False  # Ctrl-C / SIGTERM: the report covers what was sent until then
 
     def summary(self) -> str:
         """Human-readable lines for the terminal."""
@@ -94,7 +95,8 @@ class LoadReport:
         return "\n".join([
             f"target   {self.url} model {self.model} ({self.route})",
             f"offered  {self.offered_rps:.1f} req/s for {self.duration_s:.1f} s "
-            f"({self.scheduled} scheduled, {self.sent} sent, {self.dropped} dropped)",
+            f"({self.scheduled} scheduled, {self.sent} sent, {self.dropped} dropped)"
+            + (" - stopped early" if self.stopped_early else ""),
             f"achieved {self.achieved_rps:.1f} req/s sent, {self.throughput_rps:.1f} req/s answered 200",
             f"status   {codes or 'none'}",
             f"latency  p50 {lat.get('p50', float('nan')):.2f} ms  p90 {lat.get('p90', float('nan')):.2f} ms  "
@@ -206,18 +208,26 @@ def run_load(
 
     scheduled = max(1, int(round(rps * duration)))
     dropped = 0
+    stopped_early = False
     with ThreadPoolExecutor(max_workers=concurrency_cap, thread_name_prefix="load") as pool:
         start = time.perf_counter() + 0.05
-        for i in range(scheduled):
-            due = start + i / rps
-            delay = due - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            if not slots.acquire(blocking=False):
-                dropped += 1
-                continue
-            pool.submit(send, i, due)
+        try:
+            for i in range(scheduled):
+                due = start + i / rps
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                if not slots.acquire(blocking=False):
+                    dropped += 1
+                    continue
+                pool.submit(send, i, due)
+        except KeyboardInterrupt:
+            # Stopped by the user (or SIGTERM, see the command): the requests in
+            # flight still finish (the pool waits) and the report covers them.
+            stopped_early = True
         send_window = max(time.perf_counter() - start, 1e-9)
+    if stopped_early:  # the plan shrinks to the send times reached: sent + dropped
+        scheduled, duration = len(results) + dropped, min(duration, send_window)
     statuses = Counter(status for status, _, _ in results)
     answered = [lat for status, lat, _ in results if status != "error"]
     ok = statuses.get("200", 0)
@@ -237,6 +247,7 @@ def run_load(
         status_counts=dict(statuses),
         latency_ms=percentiles(answered),
         lag_ms={k: lag[k] for k in ("p50", "p99", "max") if k in lag},
+        stopped_early=stopped_early,
     )
 
 

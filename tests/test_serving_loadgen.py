@@ -2,10 +2,13 @@
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+import requests
 import yaml
 
 from mlops.cli import main
@@ -64,6 +67,43 @@ def test_load_command_prints_and_writes_json(model_server, tiny_model_dir, val_d
     assert "p50" in proc.stdout and "p99" in proc.stdout
     data = json.loads(out.read_text())
     assert data["status_counts"] == {"200": 10} and data["offered_rps"] == 10
+
+
+def _requests_served(url: str) -> float:
+    """The server's own count of inference requests (its Prometheus counter)."""
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("model_requests_total{"))
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_load_command_stopped_early_still_reports_what_it_sent(model_server, tiny_model_dir,
+                                                               val_dir, tmp_path, sig):
+    """Ctrl-C (or SIGTERM from a supervisor) ends a long run with its report, not a traceback."""
+    server = model_server(tiny_model_dir)
+    out = tmp_path / "load.json"
+    proc = subprocess.Popen([sys.executable, "-m", "mlops", "load", server.url, "--rps", "20",
+                             "--duration", "600", "--images", str(val_dir), "--model",
+                             "tiny-detector", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=server_env(), cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while _requests_served(server.url) < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "stopped early" in stdout and "Traceback" not in stderr
+    data = json.loads(out.read_text())
+    assert data["stopped_early"] is True
+    assert 20 <= data["sent"] < 20 * 600  # what was sent until the signal, not the plan
+    assert data["scheduled"] == data["sent"] + data["dropped"]
+    assert sum(data["status_counts"].values()) == data["sent"]  # in-flight ones finished
+    assert data["duration_s"] < 600
 
 
 def cli(capsys, *args):

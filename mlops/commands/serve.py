@@ -4,6 +4,7 @@ import argparse
 import logging
 import os
 import pathlib
+import signal
 import sys
 
 from mlops.errors import UserError
@@ -95,6 +96,10 @@ def run_serve(args: argparse.Namespace) -> int:
     return serve(model, settings, log_level=args.log_level)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_load_command(args: argparse.Namespace) -> int:
     """Run the load generator and print its report."""
     from serving.loadgen import LoadError, default_images_dir, load_images, run_load
@@ -104,6 +109,8 @@ def run_load_command(args: argparse.Namespace) -> int:
         images = load_images(images_dir)
     except LoadError as exc:
         raise UserError(str(exc)) from None
+    # SIGTERM ends the run like Ctrl-C: stop sending, then report what was sent.
+    signal.signal(signal.SIGTERM, _interrupt)
     report = run_load(
         args.url,
         rps=args.rps,
