@@ -1,4 +1,4 @@
-"""The step entrypoints on the real example: smoke-train, evaluate, gate.
+"""The step entrypoints on the real example: smoke-train, evaluate, gate, publish.
 
 These run the example's own train.py for real (one process, 20 steps on a
 subset), reusing the session's generated dataset through a symlink.
@@ -6,6 +6,7 @@ subset), reusing the session's generated dataset through a symlink.
 
 import json
 import pathlib
+import re
 import shutil
 import textwrap
 
@@ -15,7 +16,7 @@ import yaml
 from mlops.cli import main as cli
 from tests.fixtures.training import copy_example
 from workflows.errors import StepError
-from workflows.steps import evaluate, gate, smoke_train
+from workflows.steps import evaluate, gate, publish, smoke_train
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +117,64 @@ def test_evaluate_with_empty_predictions_exits_nonzero(smoke_run, tmp_path, caps
     assert "no detections" in capsys.readouterr().out
     assert not (fake_out / "full" / "metrics.json").exists()
     assert not (fake_out / "outputs").exists()
+
+
+# --- publish-model -------------------------------------------------------------
+
+
+def _tree(root: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_publish_copies_the_export_under_model_and_version(smoke_run, tmp_path, capsys):
+    _, out, params = smoke_run
+    models = tmp_path / "models"
+    models.mkdir()
+    outputs = tmp_path / "outputs"
+    code = cli(["step", "publish", "--out", str(out), "--outputs", str(outputs), "--which", "smoke",
+                "--models-root", str(models)])
+    assert code == 0, capsys.readouterr()
+    target = models / "shapes-detector" / params["version"]
+    assert (outputs / "model-dir").read_text() == str(target)
+    assert _tree(target) == _tree(out / "smoke" / "model")  # the whole export, byte for byte
+    assert sorted(p.name for p in target.parent.iterdir()) == [params["version"]]  # no temp dir left
+    # A retry (or a re-run of the same commit) finds the same weights: fine, nothing rewritten.
+    before = (target / "model.yaml").stat().st_mtime_ns
+    assert publish.run(str(out), str(models), "smoke") == {"model-dir": str(target)}
+    assert "already published" in capsys.readouterr().out
+    assert (target / "model.yaml").stat().st_mtime_ns == before
+
+
+def test_publish_refuses_other_weights_under_a_published_version(smoke_run, tmp_path):
+    _, out, params = smoke_run
+    models = tmp_path / "models"
+    target = models / "shapes-detector" / params["version"]
+    target.mkdir(parents=True)
+    record = yaml.safe_load((out / "smoke" / "model" / "model.yaml").read_text())
+    (target / "model.yaml").write_text(yaml.safe_dump({**record, "weights_sha256": "0" * 64}))
+    with pytest.raises(StepError, match="already holds other weights.*refusing to overwrite"):
+        publish.run(str(out), str(models), "smoke")
+    assert sorted(p.name for p in target.iterdir()) == ["model.yaml"]  # left as it was
+
+
+@pytest.mark.parametrize("problem, expected", [
+    ("no-volume", "models volume .*: not a directory"),
+    ("no-export", r"model.yaml: not found \(did the train step export the model\?\)"),
+    ("bad-version", "field 'version' is '../escape'"),
+])
+def test_publish_errors_name_what_is_wrong(tmp_path, capsys, problem, expected):
+    out = tmp_path / "out"
+    model = out / "full" / "model"
+    model.mkdir(parents=True)
+    if problem != "no-export":
+        version = "../escape" if problem == "bad-version" else "v-1"
+        (model / "model.yaml").write_text(yaml.safe_dump(
+            {"name": "m", "version": version, "weights_sha256": "a" * 64}))
+    models = tmp_path / "models"
+    if problem != "no-volume":
+        models.mkdir()
+    code = cli(["step", "publish", "--out", str(out), "--models-root", str(models)])
+    printed = capsys.readouterr()
+    assert code in (1, 2) and "Traceback" not in printed.out + printed.err
+    assert re.search(expected, printed.out + printed.err), printed
+    assert not models.exists() or not any(models.rglob("*"))  # nothing written

@@ -82,15 +82,21 @@ def test_dag_order_and_conditions(wt_doc):
         "train",
         "evaluate",
         "gate",
+        "publish-model",
         "propose",
     ]
     assert tasks["build-image"]["depends"] == "checkout"
     assert tasks["smoke-train"]["depends"] == "build-image"
     assert tasks["train"]["depends"] == "smoke-train"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"
-    assert tasks["propose"]["when"] == (
+    proposing = (
         "{{tasks.gate.outputs.parameters.passed}} == true && '{{workflow.parameters.gitops-repo}}' != ''"
     )
+    assert tasks["publish-model"]["when"] == proposing and tasks["propose"]["when"] == proposing
+    assert tasks["publish-model"]["depends"] == "gate.Succeeded"
+    assert tasks["propose"]["depends"] == "publish-model"  # Succeeded or Skipped: `when` decides
+    assert tasks["propose"]["arguments"]["parameters"] == [
+        {"name": "model-dir", "value": "{{tasks.publish-model.outputs.parameters.model-dir}}"}]
     image = "{{tasks.build-image.outputs.parameters.image}}"
     assert tasks["train"]["arguments"]["parameters"] == [{"name": "image", "value": image}]
 
@@ -296,6 +302,33 @@ def test_lint_module_agrees_with_the_test_validator(docs):
     for file_docs in docs.values():
         for doc in file_docs:
             assert validate_doc(doc) == []
+
+
+def test_the_model_is_published_to_the_volume_serving_reads(wt_doc):
+    """publish-model writes <model>/<version> into the claim the serving
+    Deployments mount read-only at the same path; propose reads it from there."""
+    from serving.manifests import DEFAULT_MODELS_CLAIM, MODELS_MOUNT
+
+    volumes = {v["name"]: v for v in wt_doc["spec"]["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": DEFAULT_MODELS_CLAIM}
+    templates = _templates(wt_doc)
+    publish = templates["publish-model"]["container"]
+    assert publish["args"][:2] == ["step", "publish"]
+    assert publish["args"][publish["args"].index("--models-root") + 1] == "$(MLOPS_MODELS)"
+    assert {"name": "MLOPS_MODELS", "value": MODELS_MOUNT} in publish["env"]
+    assert {"name": "models", "mountPath": MODELS_MOUNT} in publish["volumeMounts"]
+    assert templates["publish-model"]["outputs"]["parameters"][0]["name"] == "model-dir"
+    propose = templates["propose"]["container"]
+    assert propose["args"][2] == "{{inputs.parameters.model-dir}}"
+    assert {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True} in propose["volumeMounts"]
+
+
+def test_the_models_claim_is_a_setting():
+    doc = build_workflow_template(load_config(EXAMPLE),
+                                  load_settings(models_claim="team-models")).to_dict()
+    validate_manifest(doc)
+    volumes = {v["name"]: v for v in doc["spec"]["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "team-models"}
 
 
 def test_forge_token_comes_from_a_secret(tmp_path):

@@ -8,6 +8,7 @@ the gate that follow are the real steps.
 import json
 
 import pytest
+import yaml
 from hera.workflows import DAG, Container, Env, Parameter, Task
 from hera.workflows import models as m
 
@@ -26,7 +27,8 @@ from workflows.pipeline import PATH_ENV, build_workflow_template
 from workflows.runner import dag_tasks, run_workflow
 from workflows.settings import load_settings
 
-PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "propose"]
+PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "publish-model",
+            "propose"]
 
 
 def _wt(repo):
@@ -44,8 +46,9 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     phases = {t.name: t.phase for t in result.tasks}
     assert all(phases[n] == "Succeeded" for n in PIPELINE[:6] + ["record-outcome"]), phases
     # The gate passed, but no GitOps repo is configured: `when` ends the run at the gate.
-    assert phases["propose"] == "Skipped"
+    assert phases["publish-model"] == phases["propose"] == "Skipped"
     assert "gitops-repo" in result.task("propose").message
+    assert not any((out / "models").iterdir())  # nothing published for no proposal
     assert result.status == "Succeeded"
     sha = result.task("checkout").outputs["revision"]
     assert result.workflow == f"fake-detector-{sha[:12]}"
@@ -62,7 +65,7 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert f"training_commit: {sha}" in text and f"workflow_id: {result.workflow}" in text, text
     # Records a user can find.
     run = json.loads((out / "run.json").read_text())
-    assert [t["name"] for t in run["tasks"]][:7] == PIPELINE
+    assert [t["name"] for t in run["tasks"]][:8] == PIPELINE
     assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:6])
     assert "'--max-steps', '20'" in (out / "logs" / "smoke-train.log").read_text()
     assert "PASS" in (out / "report.md").read_text()
@@ -102,6 +105,17 @@ def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_pa
     branches = subprocess.run(["git", "--git-dir", str(gitops), "branch", "--list"],
                               capture_output=True, text=True, check=True).stdout
     assert len(branches.split()) >= 1
+    # The model was published to the models volume's stand-in, and the
+    # proposed Deployment points there, not at the run's workspace.
+    version = yaml.safe_load((out / "full" / "model" / "model.yaml").read_text())["version"]
+    published = out / "models" / "fake-detector" / str(version)
+    assert (published / "model.yaml").is_file()
+    outputs = {t["name"]: t.get("outputs", {}) for t in run["tasks"]}
+    assert outputs["publish-model"]["model-dir"] == str(published)
+    branch = branches.split()[-1]
+    manifests = subprocess.run(["git", "--git-dir", str(gitops), "grep", "-h", "model-uri",
+                                branch], capture_output=True, text=True).stdout
+    assert published.as_uri() in manifests, manifests
 
 
 def test_failed_gate_skips_propose_by_its_when(tmp_path, monkeypatch):

@@ -45,12 +45,14 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
+from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.training import training_args
 
 # Paths inside the pods. The runner maps these env names to local paths.
+MODELS_ENV = "MLOPS_MODELS"  # the models volume's mount, in publish and propose only
 WORKSPACE = "/workspace"
 PATH_ENV = {
     "MLOPS_REPO": f"{WORKSPACE}/repo",
@@ -382,6 +384,13 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 ),
             ),
             m.Volume(name="buildkit-state", empty_dir=m.EmptyDirVolumeSource()),
+            # Where serving reads models (`serving.manifests`): publish writes, propose reads.
+            m.Volume(
+                name="models",
+                persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(
+                    claim_name=settings.models_claim
+                ),
+            ),
         ],
         metrics=[
             Counter(
@@ -532,15 +541,27 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 optional=True,
             )
         ] if forge in FORGE_TOKEN_ENV else []  # fmt: skip
+        # The models volume, where serving pods read `<model>/<version>`: a
+        # candidate that passed is copied there before it is proposed.
+        models_env = [Env(name=MODELS_ENV, value=MODELS_MOUNT)]
+        publish = tool_container(
+            "publish-model",
+            _step_args("publish", "--models-root", f"$({MODELS_ENV})"),
+            extra_env=models_env,
+            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT)],
+            outputs=[Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir")))],
+        )
+
         # `mlops promote propose` (the promotion room): the candidate's serving
         # manifests on a branch of the GitOps repo, and a PR whose body is the
-        # evaluation report and the gate's verdict.
+        # evaluation report and the gate's verdict. The manifests point at the
+        # published copy, not at this run's workspace (deleted with the run).
         propose = tool_container(
             "propose",
             [
                 "promote",
                 "propose",
-                "$(MLOPS_OUT)/full/model",
+                "{{inputs.parameters.model-dir}}",
                 "--gitops",
                 "{{workflow.parameters.gitops-repo}}",
                 "--config",
@@ -554,7 +575,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--branch",
                 loaded.config.promotion.gitops.branch,
             ],
-            extra_env=forge_env,
+            inputs=[Parameter(name="model-dir")],
+            extra_env=[*models_env, *forge_env],
+            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],
         )
 
         tool_container(
@@ -588,16 +611,26 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             )
             t_eval = Task(name="evaluate", template=evaluate, depends="train")
             Task(name="gate", template=gate, depends="evaluate.Succeeded")
+            # Publish and propose only a candidate that passed, and only where
+            # a GitOps repo is configured (empty parameter: end at the gate).
+            proposing = (
+                "{{tasks.gate.outputs.parameters.passed}} == true"
+                " && '{{workflow.parameters.gitops-repo}}' != ''"
+            )
+            Task(name="publish-model", template=publish, depends="gate.Succeeded", when=proposing)
             Task(
                 name="propose",
                 template=propose,
-                depends="gate.Succeeded",
-                # Propose only a candidate that passed, and only where a
-                # GitOps repo is configured (empty parameter: end at the gate).
-                when=(
-                    "{{tasks.gate.outputs.parameters.passed}} == true"
-                    " && '{{workflow.parameters.gitops-repo}}' != ''"
-                ),
+                # The bare name is Argo's "Succeeded or Skipped": a skipped
+                # publish leaves propose to its own `when`, which says why.
+                depends="publish-model",
+                when=proposing,
+                arguments=[
+                    Parameter(
+                        name="model-dir",
+                        value="{{tasks.publish-model.outputs.parameters.model-dir}}",
+                    )
+                ],
             )
             del t_checkout, t_build, t_smoke, t_train, t_eval
     return wt

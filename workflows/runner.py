@@ -54,7 +54,7 @@ from workflows.expressions import (
     expand_env,
     substitute,
 )
-from workflows.pipeline import LOCAL_ANNOTATION, PATH_ENV, workflow_name
+from workflows.pipeline import LOCAL_ANNOTATION, MODELS_ENV, PATH_ENV, workflow_name
 from workflows.steps import STEPS
 
 Echo = Callable[[str], None]
@@ -366,6 +366,9 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         "MLOPS_REPO": str(ctx.repo),
         "MLOPS_OUT": str(ctx.out),
         "MLOPS_OUTPUTS": str(outputs),
+        # The models volume of the cluster: one folder per run here, where
+        # the local platform serves the proposed version from.
+        MODELS_ENV: str(ctx.out / "models"),
     }
     container = tmpl.get("container") or {}
     container_env = {
@@ -485,6 +488,7 @@ def run_workflow(
     )
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
     scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
     scope.update(
         {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local"}

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from serving.manifests import DEFAULT_MODELS_CLAIM
 from workflows.errors import ConfigError
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -43,6 +44,9 @@ class PipelineSettings(BaseModel):
     # ReadWriteMany because PaddleJob workers on several nodes write to it.
     workspace_size: str = "20Gi"
     workspace_storage_class: str | None = None
+    # The models volume serving reads from (`serving.manifests`, read-only
+    # there); the pipeline's publish step writes `<model>/<version>` into it.
+    models_claim: str = Field(default=DEFAULT_MODELS_CLAIM, pattern=_NAME)
     # Limits.
     workflow_deadline_seconds: int = Field(default=12 * 3600, ge=60)
     smoke_deadline_seconds: int = Field(default=30 * 60, ge=60)

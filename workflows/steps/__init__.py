@@ -5,4 +5,5 @@ STEPS = {
     "train": "workflows.steps.train",
     "evaluate": "workflows.steps.evaluate",
     "gate": "workflows.steps.gate",
+    "publish": "workflows.steps.publish",
 }
