@@ -104,6 +104,8 @@ def test_the_gitops_history_tells_the_good_story_in_order(demo_all):
     assert steps[:3] == [25, 50, 100] or steps[:4] == [10, 25, 50, 100], text
     assert re.search(r"promot", mine[-1]), text
     assert any("approve" in line.lower() or "merge" in line.lower() for line in log.splitlines())
+    # the summary's history shows the approvals (merged PRs) too
+    assert any("Merge pull request" in line for line in summary["gitops_log"]), summary["gitops_log"]
 
 
 def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
@@ -111,6 +113,9 @@ def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
     reports = sorted((work / "controller" / "rollouts").glob("shapes-detector/*/report.md"))
     assert len(reports) >= 3  # good, slow, errors
     assert all(list(r.parent.glob("*.png")) for r in reports)
+    # and the demo named each canary's report when its canary ended
+    canaries = [s for s in _summary(work)["scenarios"] if s["scenario"] in ("good", "slow", "errors")]
+    assert all(pathlib.Path(s["canary_report"]).is_file() for s in canaries), canaries
 
 
 def test_mlops_down_leaves_no_process_and_nothing_is_written_outside_the_work_dir(demo_all):

@@ -303,6 +303,14 @@ class Demo:
         raise DemoError(f"the canary of {version} did not end within {self.args.timeout:.0f}s; "
                         f"see {self.logs / 'controller.log'} and `mlops canary status`")
 
+    def wait_report(self, version: str, timeout: float = 30.0) -> pathlib.Path | None:
+        """The controller writes a rollout's report just after its final commit."""
+        report = self.controller_dir / "rollouts" / MODEL / version / "report.md"
+        deadline = time.monotonic() + timeout
+        while not report.is_file() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return report if report.is_file() else None
+
     # -- the story -----------------------------------------------------------------------------
 
     def bootstrap(self) -> None:
@@ -349,6 +357,10 @@ class Demo:
         record["outcome"] = scenarios.outcome_of(None, final, version)
         record["reason"] = (final.get("last_decision") or {}).get("reason") or ""
         print(f"{version}: {record['outcome']} ({record['reason']})")
+        report = self.wait_report(version)
+        if report is not None:
+            record["canary_report"] = str(report)
+            print(f"canary report {self.short(str(report))} (with its plot, canary.png)")
         if record["outcome"] == "promoted":
             self.production_args = args
 
@@ -388,9 +400,12 @@ class Demo:
             map50 = f"mAP@0.5 {record['map50']:.3f}" if record.get("map50") is not None else ""
             print(f"{mark}{record['scenario']:<9} {str(record['version']):<16} {map50:<14} "
                   f"{str(record['outcome']):<13} {record.get('reason') or ''}")
-        print("\nGitOps history of the model (one commit per change to production):")
-        log = subprocess.run(["git", "--git-dir", str(self.gitops), "log", "--format=%h %an  %s",
-                              "main", "--", f"apps/{MODEL}"], capture_output=True, text=True)
+        print("\nGitOps history of the model (one commit per change to production; "
+              "a merged pull request is an approval):")
+        # --full-history keeps the merges: a path-limited log would drop them.
+        log = subprocess.run(["git", "--git-dir", str(self.gitops), "log", "--full-history",
+                              "--format=%h %an  %s", "main", "--", f"apps/{MODEL}"],
+                             capture_output=True, text=True)
         print("\n".join("  " + line for line in log.stdout.splitlines()))
         print("\nWhere to look:")
         for record in self.results:
