@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="leave the platform, controller and load up at the end "
                         "(stop them with `mlops down --workdir WORKDIR/platform`)")
     parser.add_argument("--rps", type=float, default=40.0,
-                        help="steady load on the model's route, requests/s (default 40)")
+                        help="load on the model's route while a canary is judged, requests/s "
+                        "(default 40; an eighth of it while a pipeline trains)")
     parser.add_argument("--preset", default="model",
                         help="metric preset the controller reads (model|haproxy; default model)")
     parser.add_argument("--show-every", type=float, default=5.0, metavar="SECONDS",

@@ -5,7 +5,8 @@
 2. `git push` of the example: the hook runs the pipeline, the gate passes,
    a PR is proposed; the demo approves it as a reviewer would (or waits for
    the user with `--wait-approval`); that version serves 100 %, and a
-   steady load starts on its route;
+   steady load starts on its route (light while a pipeline trains, full
+   while a canary is judged);
 3. per scenario, one more push that changes `mlops.yaml` (see `scenarios`);
    a candidate that passes the gate goes through a canary under the live
    load, shown as it moves, until it is promoted or rolled back;
@@ -269,9 +270,30 @@ class Demo:
     def start_load(self) -> None:
         url = str(lifecycle.status(Workdir(self.platform))["models"][MODEL]["url"])
         self.url = url
-        self.spawn("load", "load", url, "--rps", str(self.args.rps), "--duration", "86400",
-                   "--images", str(_val_images(self.runs)))
         print(f"model route: {url}  (HAProxy, as the Istio VirtualService would route)")
+        self.set_load(self.light_rps)
+
+    @property
+    def light_rps(self) -> float:
+        return max(1.0, self.args.rps / 8)
+
+    def set_load(self, rps: float) -> None:
+        """A steady load at `rps` on the model's route. Light while a pipeline
+        trains (training and serving share the cores: full load slowed the
+        training by a quarter), full while a canary is judged."""
+        if getattr(self, "load_rps", None) == rps:
+            return
+        old = getattr(self, "load", None)
+        if old is not None and old.poll() is None:
+            old.terminate()  # `mlops load` stops and writes its report to logs/load.log
+            try:
+                old.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                old.kill()
+                old.wait()
+        self.load = self.spawn("load", "load", self.url, "--rps", f"{rps:g}", "--duration",
+                               "86400", "--images", str(_val_images(self.runs)))
+        self.load_rps = rps
 
     def watch_canary(self, version: str) -> dict[str, Any]:
         """Show the canary until it ends; returns the final promotion state."""
@@ -349,6 +371,7 @@ class Demo:
         if record["outcome"] == "pipeline_failed":
             raise DemoError(f"the pipeline failed: {self.run_failure(sha, run)}")
         stable = self.state().get("stable")
+        self.set_load(self.args.rps)  # the canary is judged under the full load
         record["marks"]["approved"] = self.approve(version)
         record["marks"]["canary_start"] = self.wait_served({stable: 90, version: 10})
         print(f"canary started: {version} 10 %, {stable} 90 %; the controller decides from here")
@@ -357,6 +380,7 @@ class Demo:
         record["outcome"] = scenarios.outcome_of(None, final, version)
         record["reason"] = (final.get("last_decision") or {}).get("reason") or ""
         print(f"{version}: {record['outcome']} ({record['reason']})")
+        self.set_load(self.light_rps)  # until the next canary
         report = self.wait_report(version)
         if report is not None:
             record["canary_report"] = str(report)
