@@ -67,6 +67,10 @@ def main() -> int:
         if proc.returncode != 0:
             print(f"the demo failed ({proc.returncode}); nothing saved", file=sys.stderr)
             return 1
+    if not (work / "summary.json").is_file():
+        print(f"error: {work / 'summary.json'} not found: not the work dir of a finished demo",
+              file=sys.stderr)
+        return 2
     summary = json.loads((work / "summary.json").read_text())
     result = {
         "benchmark": "push_to_promoted",
