@@ -19,25 +19,27 @@ import shutil
 import uuid
 from typing import Any, Sequence
 
-import yaml
-
+from promotion.propose import ModelRecord, ProposeError, read_record
 from workflows.errors import ConfigError, StepError
 from workflows.steps.common import base_parser, run_main
 
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
 
-def _record(model_dir: pathlib.Path) -> dict[str, Any]:
+def _record(model_dir: pathlib.Path) -> ModelRecord:
+    """model.yaml, read and checked as `propose` reads it (which also checks the
+    weights' digest, on the published copy); name and version become paths here."""
     path = model_dir / "model.yaml"
     if not path.is_file():
         raise ConfigError(f"{path}: not found (did the train step export the model?)")
-    record = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(record, dict):
-        raise ConfigError(f"{path}: expected a mapping")
-    for key in ("name", "version", "weights_sha256"):
-        value = str(record.get(key) or "")
-        if not value or value.startswith(".") or any(c not in _SAFE for c in value):
-            raise ConfigError(f"{path}: field {key!r} is {record.get(key)!r}; "
+    try:
+        record = read_record(model_dir, check_weights=False)
+    except ProposeError as exc:
+        raise ConfigError(str(exc)) from None
+    for key in ("name", "version"):
+        value = getattr(record, key)
+        if value.startswith(".") or any(c not in _SAFE for c in value):
+            raise ConfigError(f"{path}: field {key!r} is {value!r}; "
                               "expected a non-empty name of letters, digits, '.', '_' or '-'")
     return record
 
@@ -49,13 +51,13 @@ def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
     root = pathlib.Path(models_root)
     if not root.is_dir():
         raise StepError(f"models volume {root}: not a directory (is the claim mounted?)")
-    target = root / str(record["name"]) / str(record["version"])
+    target = root / record.name / record.version
     if target.exists():
         there = _record(target)
-        if there["weights_sha256"] != record["weights_sha256"]:
+        if there.weights_sha256 != record.weights_sha256:
             raise StepError(
-                f"{target} already holds other weights (sha256 {there['weights_sha256']}, "
-                f"this run's {record['weights_sha256']}); refusing to overwrite a published version"
+                f"{target} already holds other weights (sha256 {there.weights_sha256}, "
+                f"this run's {record.weights_sha256}); refusing to overwrite a published version"
             )
         print(f"{target}: already published (same weights)", flush=True)
         return {"model-dir": str(target)}
@@ -72,7 +74,7 @@ def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"published {record['name']} {record['version']} to {target}", flush=True)
+    print(f"published {record.name} {record.version} to {target}", flush=True)
     return {"model-dir": str(target)}
 
 
