@@ -5,10 +5,12 @@ subset), reusing the session's generated dataset through a symlink.
 """
 
 import json
+import os
 import pathlib
 import re
 import shutil
 import textwrap
+import time
 
 import pytest
 import yaml
@@ -178,3 +180,50 @@ def test_publish_errors_name_what_is_wrong(tmp_path, capsys, problem, expected):
     assert code in (1, 2) and "Traceback" not in printed.out + printed.err
     assert re.search(expected, printed.out + printed.err), printed
     assert not models.exists() or not any(models.rglob("*"))  # nothing written
+
+
+def _fake_export(out: pathlib.Path, version: str = "v-1") -> pathlib.Path:
+    model = out / "full" / "model"
+    model.mkdir(parents=True)
+    (model / "model.yaml").write_text(yaml.safe_dump(
+        {"name": "m", "version": version, "weights_sha256": "a" * 64}))
+    (model / "inference.pdiparams").write_bytes(b"weights")
+    return model
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_publish_refuses_a_symlink_in_the_export(tmp_path, capsys, kind):
+    """Finding 8 of the hardening review: a link left by training code was followed and its
+    target (a home directory, a token file) copied onto the volume every serving pod reads."""
+    secret = tmp_path / "outside"
+    if kind == "dir":
+        secret.mkdir()
+        (secret / "token").write_text("s3cr3t")
+    else:
+        secret.write_text("s3cr3t")
+    model = _fake_export(tmp_path / "out")
+    (model / "extra").symlink_to(secret)
+    models = tmp_path / "models"
+    models.mkdir()
+    code = cli(["step", "publish", "--out", str(tmp_path / "out"), "--models-root", str(models)])
+    printed = capsys.readouterr()
+    assert code != 0 and "Traceback" not in printed.out + printed.err
+    assert re.search(r"extra: a symbolic link .*outside", printed.out + printed.err), printed
+    assert not any(models.rglob("*"))  # nothing published, no temp copy either
+    assert not any("s3cr3t" in p.read_text() for p in models.rglob("*") if p.is_file())
+
+
+def test_publish_removes_temp_copies_of_killed_publishes_only(tmp_path):
+    """A publish killed mid-copy leaves `.VERSION.XXXX.tmp`; the next one removes it once stale,
+    but never a fresh one (a concurrent publish may still be writing it)."""
+    _fake_export(tmp_path / "out")
+    parent = tmp_path / "models" / "m"
+    stale, fresh = parent / ".v-1.dead0000.tmp", parent / ".v-1.live0000.tmp"
+    for tmp in (stale, fresh):
+        tmp.mkdir(parents=True)
+        (tmp / "inference.pdiparams").write_bytes(b"half")
+    old = time.time() - publish.STALE_TMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    publish.run(str(tmp_path / "out"), str(tmp_path / "models"))
+    assert not stale.exists() and fresh.exists()
+    assert (parent / "v-1" / "inference.pdiparams").read_bytes() == b"weights"

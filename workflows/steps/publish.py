@@ -10,12 +10,22 @@ server never sees half a model, and idempotent: a retry, or a re-run of the
 same commit, finds the same weights already there and succeeds. Different
 weights under the same version are refused, never overwritten: a version
 names one set of weights for as long as a manifest may point at it.
+
+Only regular files and directories are copied, and a symbolic link anywhere
+in the export is refused with its path named: training code writes the
+export, and a link it left there (to a home directory, to a service-account
+token) would otherwise be followed and its target published on the volume
+that every serving pod reads. A publish killed mid-copy leaves a hidden
+temporary directory; the next publish of the same model removes those that
+have not been written to for :data:`STALE_TMP_SECONDS`.
 """
 
 import errno
 import os
 import pathlib
 import shutil
+import stat
+import time
 import uuid
 from typing import Any, Sequence
 
@@ -24,6 +34,32 @@ from workflows.errors import ConfigError, StepError
 from workflows.steps.common import base_parser, run_main
 
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+#: A temporary copy untouched this long belongs to a publish that was killed.
+STALE_TMP_SECONDS = 3600.0
+
+
+def check_regular_tree(source: pathlib.Path) -> None:
+    """Refuse anything in the export but regular files and directories (links above all)."""
+    for dirpath, dirnames, filenames in os.walk(source, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            path = pathlib.Path(dirpath) / name
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                raise StepError(
+                    f"{path}: a symbolic link (to {os.readlink(path)!r}) in the exported model; "
+                    "publish copies regular files only, so the export must hold the files themselves"
+                )
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise StepError(f"{path}: not a regular file or directory; refusing to publish it")
+
+
+def _remove_stale_tmp(parent: pathlib.Path, version: str, now: float) -> None:
+    for tmp in parent.glob(f".{version}.*.tmp"):
+        try:
+            if now - tmp.lstat().st_mtime > STALE_TMP_SECONDS:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass  # a concurrent publish removed or renamed it
 
 
 def _record(model_dir: pathlib.Path) -> ModelRecord:
@@ -48,6 +84,7 @@ def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
     """Copy `out/<which>/model` to `models_root/<name>/<version>`; returns output parameters."""
     source = pathlib.Path(out).resolve() / which / "model"
     record = _record(source)
+    check_regular_tree(source)
     root = pathlib.Path(models_root)
     if not root.is_dir():
         raise StepError(f"models volume {root}: not a directory (is the claim mounted?)")
@@ -62,9 +99,10 @@ def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
         print(f"{target}: already published (same weights)", flush=True)
         return {"model-dir": str(target)}
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(target.parent, target.name, time.time())
     tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        shutil.copytree(source, tmp)
+        shutil.copytree(source, tmp, symlinks=True)  # links were refused above; never follow
         os.rename(tmp, target)  # one step: a server sees no model or the whole model
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
