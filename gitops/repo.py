@@ -23,6 +23,7 @@ from typing import Any
 
 from gitops import layout
 from gitops.errors import ConflictError, GitError, GitOpsError
+from gitops.protect import protect_branch
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, remote
 from gitops.writeback import Backoff, Message, WriteBack, WriteResult
 
@@ -66,6 +67,8 @@ def init_repo(
                 check=True,
                 capture_output=True,
             )
+            # The audit trail: no force push to, or deletion of, the branch.
+            protect_branch(path, branch)
         elif (
             Git(path).run("rev-parse", "--is-bare-repository", check=False).stdout.strip() != "true"
         ):

@@ -8,6 +8,7 @@ is pushed in `test_workflows_example.py` (slow).
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -70,15 +71,18 @@ def test_push_starts_one_local_run_per_commit(tmp_path, runs_cleanup, capsys):
     assert run["parameters"]["revision"] == sha_a
     assert (runs / sha_a / "repo" / "mlops.yaml").is_file()  # a checkout of the pushed sha
 
-    # A new commit runs; pushing the first sha back again starts nothing new.
+    # A new commit runs; forcing the first sha back onto main is refused (the repo
+    # protects its history) and starts nothing (a repeated line: see the next tests).
     (repo / "README.md").write_text("second\n")
     git(repo, "add", "README.md")
     git(repo, "commit", "-qm", "second")
     sha_b = git(repo, "rev-parse", "HEAD")
     assert f"started a local run of {sha_b[:12]}" in push_capture(repo, "main")
     wait_for_run(runs / sha_b)
-    again = push_capture(repo, "--force", f"{sha_a}:refs/heads/main")
-    assert "already has a run" in again
+    again = subprocess.run(["git", "-C", str(repo), "push", "--force", "origin",
+                            f"{sha_a}:refs/heads/main"], capture_output=True, text=True)
+    assert again.returncode != 0 and "non-fast-forward update of main" in again.stderr
+    assert git(bare, "rev-parse", "main") == sha_b
     assert sorted(p.name for p in runs.iterdir() if p.is_dir()) == sorted([sha_a, sha_b])
 
 

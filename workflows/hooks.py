@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gitops.protect import protect_branch
 from workflows.errors import ConfigError
 
 ZERO = "0" * 40
@@ -150,6 +151,7 @@ def init_bare(
             f"{path}: exists and is not empty; use `mlops hooks install` for an existing repo"
         )
     _git("init", "--quiet", "--bare", "--initial-branch", branch, str(path))
+    protect_branch(path, branch)  # what was pushed (and trained) stays in the history
     return install_hook(path, branch=branch, bot=bot, runs=runs, gitops=gitops)
 
 
