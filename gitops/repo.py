@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import pathlib
 import subprocess
 import tarfile
@@ -28,6 +29,8 @@ from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, remote
 from gitops.writeback import Backoff, Message, WriteBack, WriteResult
 
 DEFAULT_BRANCH = "main"
+
+log = logging.getLogger("mlops.gitops")
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,15 @@ class Mirror:
         return lines[0].strip()
 
     def export(self, rev: str, dest: pathlib.Path) -> str:
-        """Write the files of ``rev`` into ``dest``; return the commit (or tree) sha."""
+        """Write the files of ``rev`` into ``dest``; return the commit (or tree) sha.
+
+        Only regular files and directories are written. A symbolic link that
+        someone committed (to ``/etc/passwd``, to another model's folder) is
+        left out and logged: following it could read outside the repo, and
+        refusing the whole commit would freeze every model's rollout and sync
+        over one file. A model whose manifest is such a link then reads as a
+        missing file, an error for that model alone, naming the file.
+        """
         sha = self.sha(rev) or self.git.out("rev-parse", "--verify", rev)
         proc = subprocess.run(
             ["git", "archive", "--format=tar", sha],
@@ -203,5 +214,12 @@ class Mirror:
             raise GitError(f"git archive {sha[:12]} failed: {proc.stderr.decode().strip()}")
         pathlib.Path(dest).mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
-            tar.extractall(dest, filter="data")
+            members = []
+            for member in tar.getmembers():
+                if member.isfile() or member.isdir():
+                    members.append(member)
+                else:
+                    log.warning("%s at %s: not a regular file (a link?); left out of the export",
+                                member.name, sha[:12])
+            tar.extractall(dest, members=members, filter="data")
         return sha

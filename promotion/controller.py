@@ -228,7 +228,7 @@ class Controller:
         outcomes: list[Outcome] = []
         try:
             root = self._checkout()
-        except GitOpsError as exc:
+        except Exception as exc:  # a bad commit or a git fault: log, count, try next tick
             log.error("cannot read %s: %s", self.config.repo, exc)
             self.metrics.error("-", "git")
             self.last_error = str(exc)
