@@ -145,45 +145,75 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # killpg(0) succeeds while zombies of the group exist; check members.
+    return bool(_members(pgid, marked_only=False))
+
+
+def _members(pgid: int, *, marked_only: bool) -> list[int]:
+    """Live (non-zombie) pids of process group ``pgid``; with ``marked_only``, only
+    those whose environment carries the platform's :data:`MARKER`."""
+    found = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         fields = _stat_fields(int(entry.name))
-        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+        if not fields or int(fields[2]) != pgid or fields[0] in ("Z", "X"):
+            continue
+        if marked_only:
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if not any(var.startswith(MARKER.encode() + b"=") for var in environ):
+                continue
+        found.append(int(entry.name))
+    return found
 
 
 def stop(record: ProcRecord, *, timeout: float = 10.0, popen: subprocess.Popen[bytes] | None = None) -> bool:
     """Stop the process group of ``record``; True if nothing of it survives.
 
-    The group is signalled only while the leader is still the recorded
-    process (pid + start time), so a recycled pid is never killed. Members
-    of the group that outlive their leader are still found by group id.
+    While the leader is still the recorded process (pid + start time) the
+    whole group is signalled. Once the leader is gone its pid, and so the
+    group id, may have been reused by an unrelated process group (after a
+    reboot, or a long time): then only the group's members that carry the
+    platform's marker in their environment (children our process started)
+    are signalled, one by one, and nothing else is touched.
     """
     pgid = record.pid
-    leader_ours = record_alive(record)
-    if not leader_ours and not _group_alive(pgid):
-        _reap(popen)
-        return True
-    if not leader_ours:
-        # Leader gone; its group may still hold children it started. The
-        # group id cannot be reused while any member lives, so this is safe.
-        pass
+    if record_alive(record):
+        targets = None  # the whole group
+    else:
+        targets = _members(pgid, marked_only=True)
+        if not targets:
+            _reap(popen)
+            return True
+
+    def alive() -> bool:
+        if targets is None:
+            return _group_alive(pgid)
+        return any(is_running(pid) for pid in targets)
+
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(pgid, sig)
+            if targets is None:
+                os.killpg(pgid, sig)
+            else:
+                for pid in targets:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
         except ProcessLookupError:
             _reap(popen)
             return True
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             _reap(popen)
-            if not _group_alive(pgid):
+            if not alive():
                 return True
             time.sleep(0.05)
     _reap(popen)
-    return not _group_alive(pgid)
+    return not alive()
 
 
 def _reap(popen: subprocess.Popen[bytes] | None) -> None:
