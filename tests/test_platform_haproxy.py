@@ -1,5 +1,6 @@
 """HAProxy config rendering (checked by the real `haproxy -c`) and runtime-API parsing."""
 
+import pathlib
 import subprocess
 
 from mlops.platform import binaries, haproxy, prometheus
@@ -37,8 +38,31 @@ def test_rendered_config_is_valid_for_haproxy(tmp_path):
 
 def test_long_work_dir_moves_the_socket_to_a_short_path(tmp_path):
     wd = Workdir(tmp_path / ("x" * 120))
-    assert len(str(wd.admin_socket())) < 108
+    socket = wd.admin_socket()
+    assert len(str(socket)) < 108
     assert Workdir(tmp_path / "a").admin_socket() != Workdir(tmp_path / "b").admin_socket()
+    assert Workdir(tmp_path / ("x" * 120)).admin_socket() == socket  # found again later
+
+
+def test_long_work_dir_socket_is_in_a_private_unguessable_dir(tmp_path):
+    """Hardening finding 13: the short path was /tmp/mlops-haproxy-<digest of the work dir>.sock,
+    which another user could compute and create first."""
+    import hashlib
+    import os
+    import stat
+    import tempfile
+
+    root = tmp_path / ("y" * 120)
+    old_guess = pathlib.Path(tempfile.gettempdir()) / (
+        f"mlops-haproxy-{hashlib.sha256(str(root).encode()).hexdigest()[:12]}.sock")
+    socket = Workdir(root).admin_socket()
+    assert socket != old_guess
+    mode = socket.parent.lstat().st_mode
+    assert stat.S_ISDIR(mode) and mode & 0o077 == 0 and socket.parent.stat().st_uid == os.getuid()
+    # A recorded dir that someone opened up is not trusted again.
+    socket.parent.chmod(0o777)
+    moved = Workdir(root).admin_socket()
+    assert moved.parent != socket.parent and moved.parent.lstat().st_mode & 0o077 == 0
 
 
 def test_prometheus_config_is_valid_for_promtool(tmp_path):

@@ -22,9 +22,9 @@ else ``~/.mlops``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import pathlib
+import stat
 import tempfile
 from typing import Any
 
@@ -104,12 +104,37 @@ class Workdir:
         return self.logs / "servers" / f"{model}-{version}.log"
 
     def admin_socket(self) -> pathlib.Path:
-        """HAProxy's admin socket: in the work dir, or a short path in /tmp if too long."""
+        """HAProxy's admin socket: in the work dir, or in a private temp dir if too long.
+
+        A Unix socket path is limited to ~108 bytes, so a deep work dir needs a
+        short path elsewhere. That path must not be guessable: a name derived
+        from the work dir in the shared /tmp could be created first by another
+        user (a socket or a link of theirs where HAProxy's admin API should
+        be). So the directory is made by ``mkdtemp`` (random name, mode 0700),
+        and its name kept in ``run/admin-socket-dir`` so every later command
+        finds the same socket; a recorded directory that is no longer ours
+        and private is replaced by a new one.
+        """
         path = self.haproxy / "admin.sock"
         if len(str(path)) <= _MAX_SOCKET_PATH:
             return path
-        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
-        return pathlib.Path(tempfile.gettempdir()) / f"mlops-haproxy-{digest}.sock"
+        pointer = self.run / "admin-socket-dir"
+        try:
+            recorded = pathlib.Path(pointer.read_text().strip())
+            if _private_dir(recorded):
+                return recorded / "admin.sock"
+        except OSError:
+            pass
+        self.run.mkdir(parents=True, exist_ok=True)
+        made = pathlib.Path(tempfile.mkdtemp(prefix="mlops-haproxy-"))
+        pointer.write_text(str(made) + "\n")
+        return made / "admin.sock"
+
+
+def _private_dir(path: pathlib.Path) -> bool:
+    """A real directory (not a link) owned by this user that nobody else may enter."""
+    st = path.lstat()
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077 == 0
 
 
 @dataclasses.dataclass(frozen=True)
