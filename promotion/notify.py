@@ -10,6 +10,7 @@ undoes a commit (the commit is the record; the message only points at it).
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from typing import Any, Mapping
 
 import requests
@@ -43,6 +44,11 @@ class Notifier:
         self.session = session or requests.Session()
         self.failures = 0
 
+    @property
+    def host(self) -> str:
+        """The webhook's host: what may be logged of its URL (the path is the secret)."""
+        return urllib.parse.urlsplit(self.url).hostname or "?"
+
     def send(self, text: str, extra: Mapping[str, Any] | None = None) -> bool:
         """Post one message; True when the webhook answered 2xx."""
         payload: dict[str, Any] = {"text": text}
@@ -50,12 +56,15 @@ class Notifier:
         try:
             resp = self.session.post(self.url, json=payload, timeout=self.timeout)
         except requests.RequestException as exc:
+            # The exception's text repeats the URL, whose path is the secret of
+            # a Slack-style webhook: log the class and the host only.
             self.failures += 1
-            log.warning("notification webhook unreachable: %s", exc)
+            log.warning("notification webhook at %s unreachable (%s)", self.host,
+                        type(exc).__name__)
             return False
         if not 200 <= resp.status_code < 300:
             self.failures += 1
-            log.warning("notification webhook answered HTTP %s: %s", resp.status_code,
-                        resp.text[:200])
+            log.warning("notification webhook at %s answered HTTP %s", self.host,
+                        resp.status_code)
             return False
         return True

@@ -292,3 +292,38 @@ def test_timeline_survives_a_torn_line_and_replayed_windows(tmp_path):
                             "commit": "a" * 40, "time": 11.0, "reason": "errors"}], points)
     assert "| canary | 20 | 2 | 10.000 % | 55.0 |" in text
     assert "| 1 | 1970-01-01 00:00:11 | rollback(m): 10% -> 0% (v2 over v1) | `aaaaaaaaaaaa` | errors |" in text
+
+
+def test_a_failing_webhook_is_logged_without_its_secret_url(caplog):
+    """Hardening finding 9: a Slack webhook URL's path is its secret, and requests'
+    exception text repeats the URL. Real sockets: one refused, one answering 500."""
+    import http.server
+    import socket
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    secret = "T000/B000/s3cr3tpathtoken"
+    caplog.set_level("WARNING", logger="mlops")
+    assert Notifier(f"http://127.0.0.1:{closed_port}/services/{secret}").send("hi") is False
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(f"bad request to /services/{secret}".encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/services/{secret}"
+        assert Notifier(url).send("hi") is False
+    finally:
+        server.shutdown()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "127.0.0.1" in logged and "HTTP 500" in logged
+    assert secret not in logged and "s3cr3t" not in logged
