@@ -294,3 +294,26 @@ def test_cli_finds_a_self_hosted_forge_from_the_repo_url(flavour, monkeypatch, c
         assert "#1    open    mlops/det-v2 -> main" in capsys.readouterr().out
     finally:
         fake.stop()
+
+
+@pytest.mark.parametrize("forge", ["github", "gitlab", "gitea"])
+@pytest.mark.parametrize("api", ["http://forge.example.com/api/v1", "ftp://forge.example.com",
+                                 "https://", "forge.example.com/api"])
+def test_forge_token_is_never_sent_in_the_clear(forge, api, monkeypatch):
+    """Hardening finding 9: the API root came from the GitOps URL, and an http:// URL
+    sent the token in a header in the clear. Refused before any request is made."""
+    from gitops.errors import ForgeError
+    from gitops.forges.registry import create
+
+    monkeypatch.setenv({"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN",
+                        "gitea": "GITEA_TOKEN"}[forge], "tok")
+    with pytest.raises(ForgeError, match="refusing to send the token there"):
+        create(forge, "owner/name", api_url=api)
+
+
+@pytest.mark.parametrize("api", ["https://forge.example.com/api/v1", "http://127.0.0.1:3000/api",
+                                 "http://localhost:3000/api/v4"])
+def test_https_and_loopback_api_roots_are_accepted(api):
+    from gitops.forges._http import check_api_url
+
+    check_api_url(api, "gitea")  # no error

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.parse
 from typing import Any, Callable, Iterator
 
 import requests
@@ -24,6 +25,28 @@ from gitops.errors import ForgeError, PullRequestNotFound
 from gitops.forges.base import Forge, PullRequest
 
 _NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
+
+
+_LOOPBACK = re.compile(r"^(localhost|127(\.\d{1,3}){3}|\[?::1\]?)$")
+
+
+def check_api_url(url: str, forge: str) -> None:
+    """Refuse an API root the token must not travel to: anything but https.
+
+    The token goes in a header of every call, so plain ``http://`` would send
+    it in the clear to whoever is on the path. Loopback is the one exception
+    (a forge or a tunnel on this machine, and the tests' stand-in servers).
+    """
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return
+    if parts.scheme == "http" and _LOOPBACK.match(host):
+        return
+    raise ForgeError(
+        f"{forge} API {url!r}: refusing to send the token there; the API root must be "
+        "https://HOST/... (plain http only to a loopback address)"
+    )
 
 
 class Api:
@@ -44,6 +67,7 @@ class Api:
         timeout: float = 30.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        check_api_url(base_url, forge)
         self.session = session or requests.Session()
         self.session.headers.update(headers)
         self.forge = forge
