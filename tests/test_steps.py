@@ -112,12 +112,16 @@ def test_smoke_train_refuses_a_repo_that_does_not_train(tmp_path, name, train_py
 def test_evaluate_with_empty_predictions_exits_nonzero(smoke_run, tmp_path, capsys):
     repo, out, _ = smoke_run
     fake_out = tmp_path / "out"
-    (fake_out / "full").mkdir(parents=True)
+    shutil.copytree(out / "smoke" / "model", fake_out / "full" / "model")  # a real export
     (fake_out / "full" / "bbox.json").write_text("[]")
     code = cli(["step", "evaluate", "--repo", str(repo), "--out", str(fake_out)])
     assert code == 2
     assert "no detections" in capsys.readouterr().out
     assert not (fake_out / "full" / "metrics.json").exists()
+    # Without an export at all, evaluate names what training failed to leave.
+    shutil.rmtree(fake_out / "full" / "model")
+    assert cli(["step", "evaluate", "--repo", str(repo), "--out", str(fake_out)]) != 0
+    assert "lacks: inference.pdiparams" in capsys.readouterr().out
     assert not (fake_out / "outputs").exists()
 
 

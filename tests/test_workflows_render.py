@@ -119,8 +119,14 @@ def test_paddlejob_resource_templates(wt_doc):
         assert shm["emptyDir"]["medium"] == "Memory"
         container = pod["containers"][0]
         assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
-        assert container["command"] == ["python", "train.py"]
-        assert container["args"][:4] == [
+        # Under Paddle's launcher, as paddle-operator's examples run a collective
+        # job: the operator sets no PADDLE_CURRENT_ENDPOINT (tests/test_paddlejob_local.py).
+        assert container["command"] == ["python"]
+        assert container["args"][:5] == [
+            "-m", "paddle.distributed.launch", "--log_dir",
+            f"$(MLOPS_OUT)/{which}/launch-logs/worker-$(PADDLE_TRAINER_ID)", "train.py",
+        ]
+        assert container["args"][5:9] == [
             "--output-dir",
             f"$(MLOPS_OUT)/{which}",
             "--checkpoint-dir",

@@ -12,7 +12,9 @@ without Kubernetes needs to act it out, in a form Argo itself ignores:
   runner expands the same names to local directories.
 * templates that only make sense in a cluster (git clone into a volume, an
   image build, a PaddleJob) carry the annotation `mlops.dev/local`, naming
-  the local stand-in: `checkout`, `environment-digest`, `step:<name>`.
+  the local stand-in: `checkout`, `environment-digest`, `paddlejob` (the
+  rendered PaddleJob itself, run as paddle-operator would: one process per
+  worker pod, see `workflows.paddlejob_local`).
 
 Adding a task here is all it takes for both runtimes to run it.
 
@@ -49,7 +51,7 @@ from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
-from workflows.training import training_args
+from workflows.training import training_args, worker_command
 
 # Paths inside the pods. The runner maps these env names to local paths.
 MODELS_ENV = "MLOPS_MODELS"  # the models volume's mount, in publish and propose only
@@ -197,7 +199,9 @@ def paddlejob_manifest(
     """
     model = loaded.config.model
     out_dir = f"$(MLOPS_OUT)/{which}"
-    args = training_args(job, out_dir, f"{out_dir}/checkpoints")
+    command, args = worker_command(
+        loaded.config.training.command, job, out_dir, source=f"{loaded.path.name}: training.command"
+    )
     resources: dict[str, Any] = {
         "requests": {"cpu": job.cpu, "memory": job.memory},
         "limits": {"cpu": job.cpu, "memory": job.memory},
@@ -244,7 +248,7 @@ def paddlejob_manifest(
                                 "name": "paddle",
                                 "image": "{{inputs.parameters.image}}",
                                 "workingDir": PATH_ENV["MLOPS_REPO"],
-                                "command": list(loaded.config.training.command),
+                                "command": command,
                                 "args": args,
                                 "env": env,
                                 "resources": resources,
@@ -302,7 +306,7 @@ def _training_template(
         outputs=[
             Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
         ],
-        annotations={LOCAL_ANNOTATION: f"step:{name}"},
+        annotations={LOCAL_ANNOTATION: "paddlejob"},
         active_deadline_seconds=deadline,
         retry_strategy=_infra_retry(settings),
     )

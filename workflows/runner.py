@@ -12,8 +12,9 @@ list of steps. For each task, in `depends` order:
   expanded to local directories; a template annotated `mlops.dev/local`
   runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
   a digest of the Python environment instead of an image build;
-  `step:NAME`: the PaddleJob's step entrypoint, which launches
-  `paddle.distributed.launch` with the job's workers capped at the cores);
+  `paddlejob`: the rendered PaddleJob itself, one process per worker pod
+  with the pod's command, env and workingDir plus paddle-operator's env,
+  see `workflows.paddlejob_local`);
 * read its declared output parameters and artifacts from the mapped paths,
   and the template's Prometheus metrics into `OUT/metrics.prom`.
 
@@ -45,6 +46,7 @@ from typing import Any
 import yaml
 from hera.workflows import WorkflowTemplate
 
+from workflows import paddlejob_local
 from workflows.errors import StepError
 from workflows.expressions import (
     ExpressionError,
@@ -233,32 +235,30 @@ def _run_step(name: str, argv: list[str], log: Any, env: dict[str, str]) -> None
 
 
 def _standin_paddlejob(
-    ctx: _Ctx,
-    outputs: pathlib.Path,
     log: Any,
-    tmpl: dict[str, Any],
-    env: dict[str, str],
     manifest: dict[str, Any],
-    step: str,
-    **_: Any,
+    env: Callable[[dict[str, str]], dict[str, str]],
+    mapped: Callable[[str], pathlib.Path],
+    deadline: float | None,
 ) -> None:
-    replicas = int(manifest["spec"]["worker"]["replicas"])
-    workers = local_workers_for(replicas)
+    """The PaddleJob as paddle-operator would run it: `workflows.paddlejob_local`."""
+    name = manifest["metadata"]["name"]
+    try:
+        specs = paddlejob_local.worker_specs(
+            manifest, port=paddlejob_local.free_port(), container_env=env,
+            map_path=lambda path: str(mapped(path)),
+        )
+    except (paddlejob_local.PaddleJobFailed, ValueError) as exc:
+        raise _TaskFailed(f"PaddleJob {name}: {exc}") from None
     log.write(
-        f"PaddleJob {manifest['metadata']['name']}: {replicas} worker(s) -> "
-        f"local step {step} ("
-        + (f"paddle.distributed.launch, {workers} ranks" if workers > 1 else "one process")
-        + f" on {os.cpu_count()} core(s))\n"
+        f"PaddleJob {name}: {len(specs)} worker(s), each a process with the worker pod's "
+        f"command, env and workingDir plus paddle-operator's env (POD_IP 127.0.0.1..{len(specs)})\n"
     )
     log.flush()
-    _run_step(
-        step, ["--repo", str(ctx.repo), "--out", str(ctx.out), "--outputs", str(outputs)], log, env
-    )
-
-
-def local_workers_for(replicas: int) -> int:
-    """A PaddleJob's worker count as local ranks (capped at the cores, as `workflows.training`)."""
-    return max(1, min(replicas, os.cpu_count() or 1))
+    try:
+        paddlejob_local.run_paddlejob(specs, log.buffer, name=name, timeout=deadline)
+    except paddlejob_local.PaddleJobFailed as exc:
+        raise _TaskFailed(str(exc)) from None
 
 
 def _command_available(group: str, commands: set[str] | None) -> bool:
@@ -384,23 +384,17 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     manifest: dict[str, Any] | None = None
 
     with open(record.log, "w") as log:
-        if action.startswith("step:"):
+        if action == "paddlejob":
             manifest_text = (tmpl.get("resource") or {}).get("manifest")
             if not manifest_text:
                 raise _TaskFailed(
                     f"template {tmpl['name']} is annotated {action} but has no resource manifest"
                 )
             manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
-            # The worker container's env (lineage, paths) is the step's env.
-            pod = manifest["spec"]["worker"]["template"]["spec"]
-            worker_env = {
-                e["name"]: str(e.get("value", ""))
-                for e in pod["containers"][0].get("env") or []
-                if "value" in e
-            }
-            env = {**worker_env, **local_paths}
+            deadline = tmpl.get("activeDeadlineSeconds")
             _standin_paddlejob(
-                ctx, outputs, log, tmpl=tmpl, env=env, manifest=manifest, step=action[5:]
+                log, manifest, lambda literal: {**literal, **local_paths}, mapped,
+                float(deadline) if deadline else None,
             )
         elif action:
             if action not in STANDINS:

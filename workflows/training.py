@@ -1,17 +1,11 @@
-"""Run a model repo's training command for a job, the way a PaddleJob would.
+"""How a model repo's training command becomes a PaddleJob worker's command line.
 
-In a cluster every PaddleJob worker runs `<command> <args>` and the operator
-wires the collective. Locally the same command runs under
-`python -m paddle.distributed.launch --nproc_per_node N` (N capped at this
-machine's cores), with one OpenMP thread per rank: Paddle 3 on two cores
-trains about twice as slowly with two threads per process.
+The pipeline appends `--output-dir`, `--checkpoint-dir` and the resource
+template's args to the user's command; each worker runs it under Paddle's
+launcher (`worker_command`). The same rendered PaddleJob runs in a cluster
+(paddle-operator) and locally (`workflows.paddlejob_local`).
 """
 
-import os
-import pathlib
-import subprocess
-import sys
-import time
 from typing import Any
 
 from workflows.errors import StepError
@@ -38,85 +32,32 @@ def training_args(job: ResourceTemplate, output_dir: str, checkpoint_dir: str) -
     return ["--output-dir", output_dir, "--checkpoint-dir", checkpoint_dir, *arg_flags(job.args)]
 
 
-def local_workers(job: ResourceTemplate) -> int:
-    """The job's worker count, capped at this machine's cores."""
-    return max(1, min(job.workers, os.cpu_count() or 1))
+def worker_command(
+    command: list[str], job: ResourceTemplate, output_dir: str, *, source: str = "training.command"
+) -> tuple[list[str], list[str]]:
+    """A PaddleJob worker container's `command` and `args` for the user's training command.
 
-
-def local_command(
-    command: list[str], job: ResourceTemplate, output_dir: pathlib.Path, checkpoint_dir: pathlib.Path
-) -> list[str]:
-    """The local equivalent of a PaddleJob's workers: one launch of N ranks."""
-    argv = list(command)
-    workers = local_workers(job)
-    if argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
-    if workers > 1:
-        if argv[0] != sys.executable:
-            raise StepError(
-                f"distributed training needs a Python entrypoint (got {command[0]!r}); "
-                "write training.command as [python, your_script.py]"
-            )
-        launch = [
-            sys.executable, "-m", "paddle.distributed.launch",
-            "--nproc_per_node", str(workers),
-            "--log_dir", str(output_dir / "launch-logs"),
-        ]
-        argv = launch + argv[1:]
-    return argv + training_args(job, str(output_dir), str(checkpoint_dir))
-
-
-def run_training(
-    repo_dir: pathlib.Path,
-    command: list[str],
-    job: ResourceTemplate,
-    output_dir: pathlib.Path,
-    checkpoint_dir: pathlib.Path,
-    *,
-    env: dict[str, str] | None = None,
-    log_path: pathlib.Path | None = None,
-    timeout: float | None = None,
-) -> float:
-    """Run training to completion, streaming its log; returns seconds taken."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    argv = local_command(command, job, output_dir, checkpoint_dir)
-    run_env = {**os.environ, **(env or {})}
-    run_env["OMP_NUM_THREADS"] = "1"
-    run_env.setdefault("PYTHONUNBUFFERED", "1")
-    log_path = log_path or output_dir / "train.log"
-    start = time.monotonic()
-    with open(log_path, "ab") as log:
-        log.write(("$ " + " ".join(argv) + "\n").encode())
-        log.flush()
-        proc = subprocess.Popen(
-            argv, cwd=repo_dir, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                sys.stdout.buffer.write(line)
-                sys.stdout.flush()
-            code = proc.wait(timeout=timeout)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-    elapsed = time.monotonic() - start
-    if code != 0:
-        tail = _tail(log_path)
-        worker_logs = output_dir / "launch-logs"
-        hint = f" (per-rank logs in {worker_logs})" if worker_logs.is_dir() else ""
+    paddle-operator starts every worker with the pod's command as written and
+    only sets `POD_IP`, `PADDLE_TRAINER_ID` and the job's endpoint list
+    (`workflows.paddlejob_local` cites where); the rank's own endpoint, which
+    `paddle.distributed.init_parallel_env()` needs, comes from Paddle's
+    launcher. So a Python entrypoint runs as
+    `python -m paddle.distributed.launch --log_dir OUT/launch-logs SCRIPT ...`,
+    as the operator's examples do, whatever the number of workers. Another
+    entrypoint can only be a single worker. The workers share the workspace
+    volume, so each launcher logs into its own folder, named after the rank
+    the operator gave its pod (`$(PADDLE_TRAINER_ID)`, expanded by the
+    kubelet from the container's env).
+    """
+    args = training_args(job, output_dir, f"{output_dir}/checkpoints")
+    if command[0] in ("python", "python3") and len(command) > 1:
+        log_dir = f"{output_dir}/launch-logs/worker-$(PADDLE_TRAINER_ID)"
+        launch = ["-m", "paddle.distributed.launch", "--log_dir", log_dir]
+        return [command[0]], [*launch, *command[1:], *args]
+    if job.workers > 1:
         raise StepError(
-            f"training exited with code {code}; log: {log_path}{hint}\n--- last lines ---\n{tail}"
+            f"{source}: {command!r} cannot run as a {job.workers}-worker PaddleJob; distributed "
+            "training needs a Python entrypoint run under paddle.distributed.launch: write "
+            "training.command as [python, your_script.py]"
         )
-    return elapsed
-
-
-def _tail(path: pathlib.Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    return list(command), args

@@ -1,7 +1,10 @@
 """`evaluate`: COCO mAP@0.5 and mAP@[.5:.95] of the trained model on the val set.
 
-Writes `metrics.json` beside the model, records the metrics into the
-model's `model.yaml`, and outputs `map50` and `map` as parameters.
+First checks what the training job left (the PaddleJob's workers only run
+the model repo's own command, so this is the first step that can say a
+training "succeeded" without an export), then writes `metrics.json` beside
+the model, records the metrics into the model's `model.yaml`, and outputs
+`map50`, `map`, the model's `version` and `model_dir` as parameters.
 """
 
 import json
@@ -13,12 +16,14 @@ import yaml
 from workflows.config import load_config
 from workflows.evaluation import evaluate_detections
 from workflows.steps.common import base_parser, run_main
+from workflows.steps.training_step import check_artifact
 
 
 def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
     """Evaluate `out/<which>`'s detections; returns output parameters."""
     loaded = load_config(repo)
     output_dir = pathlib.Path(out).resolve() / which
+    artifact = check_artifact(output_dir, loaded.config.evaluation.predictions)
     annotations = loaded.repo_dir / loaded.config.evaluation.annotations
     predictions = output_dir / loaded.config.evaluation.predictions
     metrics = evaluate_detections(annotations, predictions)
@@ -35,6 +40,8 @@ def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
         "map50": f"{metrics['map50']:.6f}",
         "map": f"{metrics['map']:.6f}",
         "metrics_file": str(metrics_path),
+        "model_dir": artifact["model_dir"],
+        "version": artifact["version"],
     }
 
 

@@ -2,6 +2,7 @@
 
 import pathlib
 import shutil
+import sys
 from typing import Any
 
 import yaml
@@ -10,7 +11,7 @@ from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.resources import ResourceTemplate
 from workflows.steps.common import lineage_env
-from workflows.training import run_training
+from workflows import paddlejob_local
 
 MODEL_FILES = ("inference.pdiparams", "infer_cfg.yml", "model.yaml")
 
@@ -46,22 +47,54 @@ def run_job(
     job_override: ResourceTemplate | None = None,
     timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Run the `smoke` or `full` job of a model repo into `out/<which>`."""
+    """Run the `smoke` or `full` job of a model repo into `out/<which>`.
+
+    The job is the PaddleJob the pipeline renders for it, run by the same
+    local executor as the runner's (`workflows.paddlejob_local`): one process
+    per worker with the pod's command, env and workingDir plus the operator's
+    env. Workflow parameters become the local lineage (`MLOPS_TRAINING_COMMIT`,
+    `MLOPS_WORKFLOW_ID` when set).
+    """
+    from workflows.pipeline import PATH_ENV, paddlejob_manifest
+    from workflows.settings import PipelineSettings
+
     loaded = load_config(repo)
     job = job_override or (loaded.smoke if which == "smoke" else loaded.full)
-    output_dir = pathlib.Path(out).resolve() / which
-    checkpoint_dir = output_dir / "checkpoints"
+    root = pathlib.Path(out).resolve()
+    output_dir = root / which
     if fresh and output_dir.exists():
         shutil.rmtree(output_dir)
-    seconds = run_training(
-        loaded.repo_dir,
-        loaded.config.training.command,
-        job,
-        output_dir,
-        checkpoint_dir,
-        env=lineage_env(),
-        timeout=timeout,
+    output_dir.mkdir(parents=True, exist_ok=True)
+    lineage = lineage_env()
+    manifest = paddlejob_manifest(loaded, job, which, PipelineSettings())
+    text = yaml.safe_dump(manifest)
+    for expr, value in {
+        "{{workflow.name}}": lineage.get("MLOPS_WORKFLOW_ID", "local"),
+        "{{workflow.parameters.revision}}": lineage.get("MLOPS_TRAINING_COMMIT", ""),
+        "{{inputs.parameters.image}}": "local",
+    }.items():
+        text = text.replace(expr, value)
+    local = {"MLOPS_REPO": str(loaded.repo_dir.resolve()), "MLOPS_OUT": str(root),
+             "MLOPS_OUTPUTS": str(root / "outputs")}
+
+    def map_path(path: str) -> str:
+        for key, cpath in sorted(PATH_ENV.items(), key=lambda kv: -len(kv[1])):
+            if path == cpath or path.startswith(cpath + "/"):
+                return local[key] + path[len(cpath):]
+        raise StepError(f"workingDir {path} is outside the mapped directories")
+
+    specs = paddlejob_local.worker_specs(
+        yaml.safe_load(text), port=paddlejob_local.free_port(),
+        container_env=lambda literal: {**literal, **local}, map_path=map_path,
     )
+    log_path = output_dir / "train.log"
+    try:
+        with open(log_path, "ab") as log:
+            seconds = paddlejob_local.run_paddlejob(specs, log, name=f"{which} job",
+                                                    timeout=timeout, echo=sys.stdout.buffer)
+    except paddlejob_local.PaddleJobFailed as exc:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+        raise StepError(f"{exc}; log: {log_path}\n--- last lines ---\n{tail}") from None
     result = check_artifact(output_dir, loaded.config.evaluation.predictions)
     result["output_dir"] = str(output_dir)
     result["seconds"] = round(seconds, 3)

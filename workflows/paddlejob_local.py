@@ -1,0 +1,248 @@
+"""Run a rendered PaddleJob on this machine the way paddle-operator runs it in a cluster.
+
+The local runner gets the PaddleJob manifest exactly as Argo would create it
+(parameters substituted) and hands it here. For a collective job (workers
+only, `intranet: PodIP`), paddle-operator v0.3.5 creates `worker.replicas`
+pods from `spec.worker.template` and gives container 0 of pod `i`
+(`controllers/paddlejob_helper.go`, `constructPod` and `constructConfigMap`):
+
+* `POD_IP` (the pod's IP), `PADDLE_TRAINER_ID=i`, `TRAINING_ROLE` and
+  `PADDLE_TRAINING_ROLE` = `TRAINER` (`api/v1/paddlejob_types.go`);
+* from a ConfigMap named after the job (`envFrom`): `TRAINER_PORTS_NUM`
+  (`HOST_PORT_NUM` = 20), `PADDLE_PORT` (36000), `PADDLE_TRAINER_ENDPOINTS`
+  (`ip:PADDLE_PORT` of every worker, in index order), `PADDLE_TRAINERS` (the
+  IPs) and `PADDLE_TRAINERS_NUM` (`controllers/paddlejob_controller.go`
+  holds the two constants).
+
+Nothing else: in particular no `PADDLE_CURRENT_ENDPOINT`, which
+`paddle.distributed.init_parallel_env()` needs. So the worker command must
+be `python -m paddle.distributed.launch ...`, as the operator's own examples
+(`deploy/examples/resnet.yaml`) run it: Paddle's launcher reads `POD_IP` as
+its host, `PADDLE_TRAINER_ID` as its rank and, through its
+`collective_compatible` plugin (`paddle/distributed/launch/plugins/__init__.py`),
+takes the first endpoint as the rendezvous master and the number of distinct
+hosts as the node count; it then sets `PADDLE_CURRENT_ENDPOINT` and friends
+for the one rank it starts.
+
+Here each pod is a process group started with the container's own
+`command`, `args`, `env` and `workingDir` (paths mapped by the caller, as a
+volume mount would), plus that operator environment. Pod IPs become distinct
+loopback addresses (127.0.0.1, 127.0.0.2, ... -- all of 127.0.0.0/8 is
+loopback on Linux), because the launcher counts nodes by distinct hosts:
+one address for all would read as one node. A job whose command cannot form
+the collective fails here as it would in the cluster.
+
+The one thing not taken from the manifest is the CPU count: a pod has the
+cores of its limit, a local worker gets `cores // replicas` OpenMP threads
+(at least 1) unless the container's env sets `OMP_NUM_THREADS` itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Callable, Mapping, Sequence
+
+__all__ = [
+    "HOST_PORT_NUM",
+    "PADDLE_PORT",
+    "PaddleJobFailed",
+    "WorkerSpec",
+    "operator_env",
+    "run_paddlejob",
+    "worker_ips",
+    "worker_specs",
+]
+
+#: paddle-operator v0.3.5 `controllers/paddlejob_controller.go`.
+PADDLE_PORT = 36000
+HOST_PORT_NUM = 20
+#: `api/v1/paddlejob_types.go`: `TrainingRole[ResourceWorker]`.
+WORKER_ROLE = "TRAINER"
+
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+class PaddleJobFailed(RuntimeError):
+    """A worker exited non-zero (or the job ran past its deadline); the message names it."""
+
+
+def worker_ips(replicas: int) -> list[str]:
+    """Stand-ins for the workers' pod IPs: one loopback address each."""
+    if not 1 <= replicas <= 250:
+        raise ValueError(f"worker.replicas must be between 1 and 250, got {replicas}")
+    return [f"127.0.0.{i + 1}" for i in range(replicas)]
+
+
+def operator_env(index: int, ips: Sequence[str], port: int = PADDLE_PORT) -> dict[str, str]:
+    """The variables paddle-operator gives worker `index` of a PodIP collective job."""
+    return {
+        "POD_IP": ips[index],
+        "PADDLE_TRAINER_ID": str(index),
+        "TRAINING_ROLE": WORKER_ROLE,
+        "PADDLE_TRAINING_ROLE": WORKER_ROLE,
+        "TRAINER_PORTS_NUM": str(HOST_PORT_NUM),
+        "PADDLE_PORT": str(port),
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(f"{ip}:{port}" for ip in ips),
+        "PADDLE_TRAINERS": ",".join(ips),
+        "PADDLE_TRAINERS_NUM": str(len(ips)),
+    }
+
+
+def expand_refs(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' `$(VAR)` expansion in command/args: unknown references stay as written."""
+    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker process: what its pod's container would run, and with what."""
+
+    index: int
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+
+def worker_specs(
+    manifest: Mapping[str, Any],
+    *,
+    port: int,
+    container_env: Callable[[dict[str, str]], dict[str, str]] = dict,
+    map_path: Callable[[str], str] = str,
+    base_env: Mapping[str, str] | None = None,
+    cores: int | None = None,
+) -> list[WorkerSpec]:
+    """The processes for `manifest` (pure: nothing starts).
+
+    `container_env` turns the container's literal env into the env the
+    process sees (the local runner maps the volume paths there), `map_path`
+    maps `workingDir`, `base_env` is the machine's environment (PATH...).
+    """
+    spec = manifest.get("spec") or {}
+    worker = spec.get("worker") or {}
+    if spec.get("ps") or spec.get("heter"):
+        raise PaddleJobFailed("only collective PaddleJobs (workers, no ps/heter) run locally")
+    replicas = int(worker.get("replicas", 1))
+    containers = (((worker.get("template") or {}).get("spec") or {}).get("containers")) or []
+    if not containers:
+        raise PaddleJobFailed("spec.worker.template.spec.containers is empty")
+    container = containers[0]  # the operator injects its env into container 0 only
+    literal = {e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "value" in e}
+    env_c = container_env(literal)
+    ips = worker_ips(replicas)
+    base = {k: v for k, v in (base_env if base_env is not None else os.environ).items()
+            if not k.startswith(("PADDLE_", "FLAGS_")) and k not in ("POD_IP", "TRAINING_ROLE")}
+    threads = str(max(1, (cores or os.cpu_count() or 1) // replicas))
+    specs = []
+    for i in range(replicas):
+        env = {**base, "OMP_NUM_THREADS": threads, **env_c, **operator_env(i, ips, port)}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        argv = [expand_refs(str(a), env)
+                for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+        if not argv:
+            raise PaddleJobFailed("the worker container has no command or args (the image's "
+                                  "entrypoint cannot run locally)")
+        if argv[0] in ("python", "python3"):
+            argv[0] = sys.executable  # the image's interpreter: this environment's
+        cwd = map_path(container["workingDir"]) if container.get("workingDir") else os.getcwd()
+        specs.append(WorkerSpec(index=i, argv=argv, env=env, cwd=cwd))
+    return specs
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on `host` (what PADDLE_PORT is on a pod of its own)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _pump(stream: IO[bytes], prefix: bytes, log: IO[bytes], lock: threading.Lock,
+          echo: IO[bytes] | None) -> None:
+    for line in stream:
+        with lock:
+            log.write(prefix + line)
+            log.flush()
+            if echo is not None:
+                echo.write(prefix + line)
+                echo.flush()
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the worker's process group (the launcher and its rank), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_paddlejob(
+    specs: Sequence[WorkerSpec],
+    log: IO[bytes],
+    *,
+    name: str = "paddlejob",
+    timeout: float | None = None,
+    echo: IO[bytes] | None = None,
+) -> float:
+    """Start every worker, stream their output into `log`, wait; returns seconds taken.
+
+    One failing worker fails the job and the others are stopped (a collective
+    cannot go on without a rank; the operator marks the job Failed when a
+    worker fails). Each worker runs in its own session, so stopping it stops
+    the launcher's children too; nothing is left running on any way out
+    (failure, deadline, Ctrl-C).
+    """
+    lock = threading.Lock()
+    procs: list[subprocess.Popen[bytes]] = []
+    pumps: list[threading.Thread] = []
+    start = time.monotonic()
+    try:
+        for spec in specs:
+            with lock:
+                log.write(f"[worker-{spec.index}] $ {' '.join(spec.argv)}\n".encode())
+                log.flush()
+            proc = subprocess.Popen(
+                spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            procs.append(proc)
+            assert proc.stdout is not None
+            pump = threading.Thread(target=_pump, daemon=True, args=(
+                proc.stdout, f"[worker-{spec.index}] ".encode(), log, lock, echo))
+            pump.start()
+            pumps.append(pump)
+        deadline = None if timeout is None else start + timeout
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                index, code = failed[0]
+                raise PaddleJobFailed(
+                    f"PaddleJob {name}: worker {index} exited with code {code}"
+                    + (" (the other workers were stopped)" if len(procs) > 1 else ""))
+            if all(c == 0 for c in codes):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise PaddleJobFailed(f"PaddleJob {name}: still running after {timeout:.0f} s "
+                                      "(activeDeadlineSeconds); stopped")
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _stop_group(proc)
+        for pump in pumps:
+            pump.join(timeout=5.0)
+    return time.monotonic() - start
