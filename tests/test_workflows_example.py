@@ -4,9 +4,9 @@ The pushed copy of examples/shapes-detector differs in one line of
 mlops.yaml: the full job runs 1 epoch instead of the example's default,
 so the test takes minutes, not half an hour. Everything else is real: the
 post-receive hook, a checkout of the pushed sha, the smoke PaddleJob and
-the two-worker `paddle.distributed.launch` training, COCO evaluation and
-the gate. The run must end at the gate with a report; the second push of
-the same sha starts nothing.
+the two-worker PaddleJob run from its rendered manifest (each worker a
+`paddle.distributed.launch` with paddle-operator's env), COCO evaluation and
+the gate. The run must end at the gate with a report.
 """
 
 import json
@@ -55,15 +55,20 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
     assert (out / "full" / "model" / "model.yaml").is_file()
     record = yaml.safe_load((out / "full" / "model" / "model.yaml").read_text())
     assert record.get("training_commit") == sha
-    assert "launch-logs" in {p.name for p in (out / "full").iterdir()}  # two ranks, launched
+    # Two PaddleJob workers, each a launcher with the operator's env, made one collective.
+    launched = sorted(p.name for p in (out / "full" / "launch-logs").iterdir())
+    assert launched == ["worker-0", "worker-1"]
+    train_log = (home / "out" / "logs" / "train.log").read_text()
+    assert "PaddleJob" in train_log and "2 worker(s)" in train_log
+    assert "[worker-0] " in train_log and "[worker-1] " in train_log
+    assert "paddle.distributed.launch" in train_log
 
-    # Pushing the same sha again (after another commit moved the branch) starts nothing.
+    # A second commit starts its own run (and a rewrite of main is refused by the repo).
     (repo / "NOTES.md").write_text("next\n")
     git(repo, "add", "NOTES.md")
     git(repo, "commit", "-qm", "notes")
     sha2 = git(repo, "rev-parse", "HEAD")
-    push_capture(repo, "main")
-    assert "already has a run" in push_capture(repo, "--force", f"{sha}:refs/heads/main")
+    assert f"started a local run of {sha2[:12]}" in push_capture(repo, "main")
     # Stop the second run at once: it is not what this test measures.
     import os
     import signal

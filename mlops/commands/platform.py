@@ -36,6 +36,12 @@ def register(subparsers: Any) -> None:
                     help="let Prometheus scrape the promotion controller's /metrics on this port")
     up.add_argument("--poll-interval", type=float, metavar="SECONDS",
                     help="how often the sync polls the GitOps repo (default 0.5)")
+    up.add_argument("--sync-delay", type=float, metavar="SECONDS",
+                    help="cluster-latency mode: apply a commit only once it has been on main "
+                         "this long (Argo CD polls every 180 s); default 0")
+    up.add_argument("--start-delay", type=float, metavar="SECONDS",
+                    help="cluster-latency mode: a new model server is not probed (so not ready, "
+                         "not routed) before this long after its start (image pull); default 0")
     up.add_argument("--json", action="store_true", help="print the result as JSON")
     up.set_defaults(func=_up)
 
@@ -52,7 +58,8 @@ def register(subparsers: Any) -> None:
 def _up(args: argparse.Namespace) -> int:
     workdir = _workdir(args)
     result = lifecycle.up(workdir, args.gitops, controller_port=args.controller_port,
-                          poll_interval=args.poll_interval)
+                          poll_interval=args.poll_interval, sync_delay=args.sync_delay,
+                          start_delay=args.start_delay)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -113,11 +120,13 @@ def _status(args: argparse.Namespace) -> int:
         print("no models yet")
     for model, info in sorted(doc["models"].items()):
         print(f"\nmodel {model}  {info.get('url') or '(no frontend yet)'}")
-        print(f"  {'version':<20}{'weight':>8}{'haproxy':>9}  {'phase':<9}{'up':<4}{'pid':>8}{'port':>7}{'restarts':>9}")
+        print(f"  {'version':<20}{'weight':>8}{'haproxy':>9}  {'phase':<9}{'ready':<6}{'up':<4}"
+              f"{'pid':>8}{'port':>7}{'restarts':>9}")
         for version, v in sorted(info["versions"].items()):
             up = {True: "yes", False: "no", None: "-"}[v.get("haproxy_up")]
             print(f"  {version:<20}{_fmt_weight(v.get('desired_weight')):>8}"
-                  f"{_fmt_weight(v.get('haproxy_weight')):>9}  {v['phase']:<9}{up:<4}"
+                  f"{_fmt_weight(v.get('haproxy_weight')):>9}  {v['phase']:<9}"
+                  f"{'yes' if v.get('ready') else 'no':<6}{up:<4}"
                   f"{v['pid'] or '-':>8}{v['port'] or '-':>7}{v['restarts']:>9}")
             if v["phase"] != "ready" and v.get("last_exit"):
                 print(f"    last exit: {v['last_exit']}; log: {v.get('log')}")

@@ -31,6 +31,7 @@ import urllib.parse
 from typing import Any, Mapping
 
 from gitops import layout
+from mlops.platform import podspec
 from gitops.errors import GitOpsError
 from gitops.layout import ModelState
 from serving.manifests import ANNOTATION_MODEL_URI, ANNOTATION_WEIGHTS_SHA256
@@ -40,11 +41,15 @@ APPS = "apps"
 
 @dataclasses.dataclass(frozen=True)
 class VersionSpec:
-    """One live version: where its model directory is and its digest."""
+    """One live version: its model directory, digest, and the Deployment that runs it."""
 
     model_dir: str
     weights_sha256: str | None = None
     source: str = ""
+    #: The Deployment document as committed (the sync starts its container, `podspec`).
+    deployment: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    #: Digest of its pod template: a changed template restarts the server, as a rollout would.
+    pod: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,10 +109,17 @@ def spec_from_state(state: ModelState) -> ModelSpec:
     for version, doc in sorted(state.deployments.items()):
         path = f"{folder}/deployment-{version}.yaml"
         annotations = _get(doc, "metadata", "annotations") or {}
+        model_dir = _model_dir(annotations.get(ANNOTATION_MODEL_URI), path)
+        try:  # would its container run here? (same translation as at start time)
+            podspec.local_pod(doc, source=path, model_dir=model_dir, port=1, scratch="/")
+        except podspec.PodSpecError as exc:
+            raise _Broken(path, str(exc)) from None
         versions[version] = VersionSpec(
-            model_dir=_model_dir(annotations.get(ANNOTATION_MODEL_URI), path),
+            model_dir=model_dir,
             weights_sha256=annotations.get(ANNOTATION_WEIGHTS_SHA256),
             source=path,
+            deployment=doc,
+            pod=podspec.pod_digest(doc),
         )
     weights: dict[str, int] = {v: 0 for v in versions}
     vs_path = f"{folder}/virtualservice.yaml"

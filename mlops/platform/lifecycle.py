@@ -39,7 +39,8 @@ def _alive(workdir: Workdir, name: str) -> procs.ProcRecord | None:
 
 def _resolve_config(
     workdir: Workdir, gitops: str | None, controller_port: int | None,
-    server_command: list[str] | None, poll_interval: float | None, running: bool,
+    poll_interval: float | None, running: bool, *,
+    sync_delay: float | None = None, start_delay: float | None = None,
 ) -> PlatformConfig:
     old = load_config(workdir)
     if old is None and not gitops:
@@ -59,8 +60,11 @@ def _resolve_config(
         config = dataclasses.replace(config, gitops=gitops)
     if controller_port is not None:
         config = dataclasses.replace(config, controller_port=controller_port)
-    if server_command:
-        config = dataclasses.replace(config, server_command=tuple(server_command))
+    for name, value in (("sync_delay", sync_delay), ("start_delay", start_delay)):
+        if value is not None:
+            if value < 0:
+                raise PlatformError(f"--{name.replace('_', '-')} must be >= 0 seconds, got {value}")
+            config = dataclasses.replace(config, **{name: float(value)})
     if poll_interval is not None:
         config = dataclasses.replace(config, poll_interval=poll_interval)
     return config
@@ -71,16 +75,17 @@ def up(
     gitops: str | None = None,
     *,
     controller_port: int | None = None,
-    server_command: list[str] | None = None,
     poll_interval: float | None = None,
+    sync_delay: float | None = None,
+    start_delay: float | None = None,
     path: str | None = None,
 ) -> dict[str, Any]:
     """Start what is not running; return a summary (what started, what was reused)."""
     found = binaries.require(path)
     running = {name: _alive(workdir, name) for name in SERVICES}
     config = _resolve_config(
-        workdir, gitops, controller_port, server_command, poll_interval,
-        running=any(running.values()),
+        workdir, gitops, controller_port, poll_interval,
+        running=any(running.values()), sync_delay=sync_delay, start_delay=start_delay,
     )
     for sub in (workdir.run, workdir.logs, workdir.targets, workdir.haproxy, workdir.status.parent):
         sub.mkdir(parents=True, exist_ok=True)

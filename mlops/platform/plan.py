@@ -10,7 +10,8 @@ Rules, in the order the actions come out:
 1. A model without a HAProxy frontend gets one (``OpenFrontend``; a reload).
 2. A desired version without a process is started; a crashed one is
    restarted once its back-off has passed (``StartServer(restart=True)``);
-   one whose model directory changed is stopped (and started next tick).
+   one whose model directory or pod template changed is stopped (and
+   started next tick from the new Deployment, as a rollout replaces a pod).
 3. HAProxy, per model: a *ready* server is added with its weight; an added
    server gets its weight (the desired percent if ready, else 0 -- a
    starting or crashed version takes no traffic), its port (after a restart
@@ -44,6 +45,8 @@ class ServerView:
     model_dir: str
     #: Earliest time a crashed server may be started again (back-off).
     retry_at: float = 0.0
+    #: Digest of the pod template it was started from (``VersionSpec.pod``).
+    pod: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,8 +137,8 @@ def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[A
         server = actual.servers.get(key)
         if server is None:
             actions.append(StartServer(model, version, vspec.model_dir))
-        elif server.model_dir != vspec.model_dir:
-            actions.append(StopServer(model, version))
+        elif server.model_dir != vspec.model_dir or (vspec.pod and server.pod != vspec.pod):
+            actions.append(StopServer(model, version))  # a new pod: started again next tick
         elif server.phase == "exited" and now >= server.retry_at:
             actions.append(StartServer(model, version, vspec.model_dir, restart=True))
 

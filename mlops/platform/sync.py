@@ -41,7 +41,7 @@ import time
 from typing import Any
 
 from mlops.platform import haproxy as haproxy_cfg
-from mlops.platform import binaries, prometheus, procs, services
+from mlops.platform import binaries, podspec, prometheus, procs, services
 from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
 from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
 from mlops.platform.gitsource import GitSource, GitSourceError
@@ -80,21 +80,6 @@ def backoff(failures: int) -> float:
     return min(MAX_BACKOFF, 2.0 ** (failures - 2))
 
 
-def server_argv(config: PlatformConfig, model: str, version: str, model_dir: str, port: int) -> list[str]:
-    """Command line of one model server (``mlops serve`` unless configured)."""
-    if config.server_command:
-        values = {
-            "model_dir": model_dir, "port": str(port), "model": model,
-            "version": version, "python": sys.executable,
-        }
-        return [part.format(**values) for part in config.server_command]
-    return [
-        sys.executable, "-m", "mlops", "serve", model_dir,
-        "--port", str(port), "--host", "127.0.0.1",
-        "--model-name", model, "--model-version", version,
-    ]
-
-
 @dataclasses.dataclass
 class ServerProc:
     """One model-server process the sync owns (or adopted)."""
@@ -111,6 +96,15 @@ class ServerProc:
     retry_at: float = 0.0
     started: float = 0.0
     last_exit: str | None = None
+    #: The Deployment's readiness probe and start budget, and where probing stands.
+    probe: podspec.Probe = dataclasses.field(default_factory=podspec.Probe)
+    start_timeout: float = START_TIMEOUT
+    start_period: float = 1.0
+    pod: str = ""
+    next_probe: float = 0.0
+    successes: int = 0
+    misses: int = 0
+    ready_since: float | None = None
 
     def alive(self) -> bool:
         if self.record is None:
@@ -120,14 +114,16 @@ class ServerProc:
         return procs.record_alive(self.record)
 
     def view(self) -> ServerView:
-        return ServerView(port=self.port, phase=self.phase, model_dir=self.model_dir, retry_at=self.retry_at)  # type: ignore[arg-type]
+        return ServerView(port=self.port, phase=self.phase, model_dir=self.model_dir,  # type: ignore[arg-type]
+                          retry_at=self.retry_at, pod=self.pod)
 
 
-def probe_ready(port: int, timeout: float = 0.5) -> bool:
+def probe_ready(port: int, timeout: float = 0.5, path: str = "/v2/health/ready") -> bool:
+    """One HTTP probe as the kubelet makes it: success is a status from 200 to 399."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", "/v2/health/ready")
-        return conn.getresponse().status == 200
+        conn.request("GET", path)
+        return 200 <= conn.getresponse().status < 400
     except (OSError, http.client.HTTPException):
         return False
     finally:
@@ -157,6 +153,8 @@ class Sync:
         self.haproxy_up: dict[tuple[str, str], bool] = {}
         self.stopping = False
         self.reload_grace_until = 0.0
+        #: Commits seen on main and when (cluster-latency mode, ``sync_delay``).
+        self.heads: list[tuple[str, float]] = []
         #: Prometheus/HAProxy restarts by this sync: name -> count, failures, retry time.
         self.service_restarts: dict[str, int] = {name: 0 for name in services.STARTERS}
         self._service_failures: dict[str, int] = {name: 0 for name in services.STARTERS}
@@ -180,7 +178,11 @@ class Sync:
                 model=key[0], version=key[1], model_dir=str(extra.get("model_dir")),
                 port=int(extra.get("port", 0)), record=record,
                 restarts=int(extra.get("restarts", 0)), started=time.monotonic(),
+                pod=str(extra.get("pod", "")),
             )
+            probe = extra.get("probe")
+            if isinstance(probe, dict):
+                server.probe = podspec.Probe(**probe)
             if procs.record_alive(record):
                 log.info("adopted model server %s-%s (pid %d, port %d)", *key, record.pid, server.port)
             else:
@@ -229,9 +231,28 @@ class Sync:
         return True
 
     # -- observe ----------------------------------------------------------
+    def _due_head(self, head: str | None, now: float) -> str | None:
+        """The newest commit that has been visible for `sync_delay` seconds (cluster mode).
+
+        Argo CD notices a commit at its next poll (every 3 minutes by default),
+        so in cluster-latency mode a commit is applied only once it has been
+        on main that long; commits that came after it wait their own turn.
+        """
+        if head is not None and (not self.heads or self.heads[-1][0] != head):
+            self.heads.append((head, now))
+        due = [sha for sha, seen in self.heads if now - seen >= self.config.sync_delay]
+        if not due:
+            return None
+        newest = due[-1]
+        self.heads = [(sha, seen) for sha, seen in self.heads
+                      if sha == newest or now - seen < self.config.sync_delay]
+        return newest
+
     def poll_git(self) -> None:
         try:
             head = self.source.head()
+            if self.config.sync_delay > 0:
+                head = self._due_head(head, time.monotonic())
             if head is None or head == self.seen_commit:
                 self.git_error = None
                 return
@@ -278,20 +299,51 @@ class Sync:
                 )
                 self._write_pidfile(server)
                 continue
-            if server.phase == "starting":
-                if probe_ready(server.port):
-                    server.phase = "ready"
-                    server.failures = 0
-                    log.info("model server %s-%s ready on port %d", server.model, server.version, server.port)
-                elif now - server.started > START_TIMEOUT:
-                    log.error("model server %s-%s not ready after %.0f s; stopping it",
-                              server.model, server.version, START_TIMEOUT)
-                    if server.record is not None:
-                        procs.stop(server.record, popen=server.popen, timeout=5)
-                    server.phase = "exited"
-                    server.failures += 1
-                    server.retry_at = now + backoff(server.failures)
-                    server.last_exit = "not ready in time"
+            self._probe(server, now)
+
+    def _probe(self, server: ServerProc, now: float) -> None:
+        """The Deployment's readiness probe, with its period and thresholds (kubelet rules).
+
+        Nothing is probed before the start delay (cluster-latency mode: image
+        pull and container start) plus ``initialDelaySeconds``; then every
+        ``periodSeconds``. ``successThreshold`` passes in a row make a server
+        ready; ``failureThreshold`` misses in a row make a ready one unready
+        again (out of HAProxy, as a pod leaves the endpoints). A server never
+        ready within the start budget counts as crashed.
+        """
+        probe = server.probe
+        if now < server.started + self.config.start_delay + probe.initial_delay:
+            return
+        if now < server.next_probe:
+            return
+        server.next_probe = now + (probe.period if server.phase == "ready" else server.start_period)
+        if probe_ready(server.port, timeout=probe.timeout, path=probe.path):
+            server.misses = 0
+            server.successes += 1
+            if server.phase == "starting" and server.successes >= probe.success_threshold:
+                server.phase = "ready"
+                server.failures = 0
+                server.ready_since = time.time()
+                log.info("model server %s-%s ready on port %d", server.model, server.version,
+                         server.port)
+            return
+        server.successes = 0
+        server.misses += 1
+        if server.phase == "ready" and server.misses >= probe.failure_threshold:
+            server.phase = "starting"
+            server.ready_since = None
+            log.error("model server %s-%s failed %d readiness probes; out of HAProxy until it "
+                      "passes again", server.model, server.version, server.misses)
+        elif server.phase == "starting" and (
+                now - server.started > self.config.start_delay + server.start_timeout):
+            log.error("model server %s-%s not ready after %.0f s; stopping it",
+                      server.model, server.version, now - server.started)
+            if server.record is not None:
+                procs.stop(server.record, popen=server.popen, timeout=5)
+            server.phase = "exited"
+            server.failures += 1
+            server.retry_at = now + backoff(server.failures)
+            server.last_exit = "not ready in time"
 
     def observe_haproxy(self) -> None:
         try:
@@ -390,13 +442,23 @@ class Sync:
             log.warning("haproxy is not running; frontend for %s written to the config", model)
 
     def _start_server(self, action: StartServer, now: float) -> None:
+        """Start the Deployment's container as a local process (``podspec``)."""
         key = (action.model, action.version)
         old = self.servers.get(key)
+        spec = self.desired[action.model].versions[action.version]
         port = old.port if (old is not None and old.port and port_free(old.port)) else free_port()
-        argv = server_argv(self.config, action.model, action.version, action.model_dir, port)
-        env = procs.marked_env(str(self.workdir.root), {**SERVER_ENV, **os.environ})
+        scratch = self.workdir.root / "scratch" / f"{action.model}-{action.version}"
+        try:
+            pod = podspec.local_pod(spec.deployment, source=spec.source,
+                                    model_dir=action.model_dir, port=port, scratch=str(scratch))
+        except podspec.PodSpecError as exc:  # checked when read; a race with a new commit
+            log.error("cannot start %s-%s: %s", action.model, action.version, exc)
+            return
+        for path in pod.scratch_dirs:
+            pathlib.Path(path).mkdir(parents=True, exist_ok=True)
+        env = procs.marked_env(str(self.workdir.root), {**SERVER_ENV, **os.environ, **pod.env})
         popen, record = procs.spawn(
-            f"{action.model}-{action.version}", argv,
+            f"{action.model}-{action.version}", list(pod.argv),
             self.workdir.server_log(action.model, action.version), env=env,
         )
         server = ServerProc(
@@ -405,19 +467,22 @@ class Sync:
             restarts=(old.restarts + 1) if (old is not None and action.restart) else (old.restarts if old else 0),
             failures=old.failures if old is not None else 0,
             last_exit=old.last_exit if old is not None else None,
+            probe=pod.readiness, start_timeout=pod.start_timeout, start_period=pod.start_period,
+            pod=spec.pod,
         )
         self.servers[key] = server
         self._write_pidfile(server)
-        log.info("%s model server %s-%s (pid %d, port %d, %s)",
+        log.info("%s model server %s-%s (pid %d, port %d): %s",
                  "restarted" if action.restart else "started",
-                 action.model, action.version, record.pid, port, action.model_dir)
+                 action.model, action.version, record.pid, port, " ".join(pod.argv))
 
     def _write_pidfile(self, server: ServerProc) -> None:
         if server.record is None:
             return
         record = dataclasses.replace(server.record, extra={
             "model": server.model, "version": server.version, "model_dir": server.model_dir,
-            "port": server.port, "restarts": server.restarts,
+            "port": server.port, "restarts": server.restarts, "pod": server.pod,
+            "probe": dataclasses.asdict(server.probe),
         })
         procs.write_record(self.workdir.server_pidfile(server.model, server.version), record)
 
@@ -443,6 +508,12 @@ class Sync:
                     "haproxy_weight": route.weight if route else None,
                     "haproxy_up": self.haproxy_up.get((model, version)),
                     "phase": server.phase if server else "pending",
+                    # Applied, passed its readiness probe, and routed by HAProxy: what a
+                    # controller asks before it sends the version traffic.
+                    "ready": bool(spec and version in spec.versions and server
+                                  and server.phase == "ready" and route is not None
+                                  and route.enabled),
+                    "ready_since": server.ready_since if server else None,
                     "pid": server.record.pid if server and server.record else None,
                     "port": server.port if server else None,
                     "restarts": server.restarts if server else 0,
@@ -466,6 +537,8 @@ class Sync:
             "gitops": self.config.gitops,
             "branch": self.config.branch,
             "seen_commit": self.seen_commit,
+            "sync_delay": self.config.sync_delay,
+            "start_delay": self.config.start_delay,
             "applied_commit": self.applied_commit,
             "applied_at": self.applied_at,
             "errors": [dataclasses.asdict(e) for e in self.errors],

@@ -147,22 +147,19 @@ class PlatformConfig:
     haproxy_stats_port: int = 0
     controller_port: int | None = None
     poll_interval: float = 0.5
-    #: argv template for a model server; ``None`` runs ``mlops serve``.
-    #: Placeholders: {model_dir} {port} {model} {version} {python}.
-    server_command: tuple[str, ...] | None = None
+    #: Cluster-latency mode: a commit is applied once it has been on main this
+    #: long (Argo CD polls every 180 s), and a new server is not probed before
+    #: this long after its start (image pull, container start). 0: off.
+    sync_delay: float = 0.0
+    start_delay: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        doc = dataclasses.asdict(self)
-        doc["server_command"] = list(self.server_command) if self.server_command else None
-        return doc
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> PlatformConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in doc.items() if k in fields}
-        if values.get("server_command"):
-            values["server_command"] = tuple(values["server_command"])
-        return cls(**values)
+        return cls(**{k: v for k, v in doc.items() if k in fields})
 
 
 def load_config(workdir: Workdir) -> PlatformConfig | None:

@@ -1,0 +1,216 @@
+"""A model version's Deployment, as the process the local platform starts for it (pure).
+
+Argo CD applies `apps/<model>/deployment-<version>.yaml`; the kubelet then
+runs container 0 of its pod template: `command` + `args` with `$(VAR)`
+references expanded from the container's `env`, the volumes mounted, and
+the pod added to the Service's endpoints once its `readinessProbe` passes.
+The local sync does the same with what was rendered for the cluster, so a
+Deployment that would not start or never become ready in a pod fails the
+same way here. What a machine without Kubernetes must translate, and how:
+
+* the image: ignored; the command runs from this Python environment
+  (`mlops` becomes `python -m mlops`, `python` this interpreter);
+* volumes: the read-only models claim mounted at `/models` is the model
+  directory the `model-uri` annotation names (`/models/<model>/<version>`
+  becomes that directory); an `emptyDir` becomes a scratch directory of the
+  server in the platform's work dir. Paths in args and env values under a
+  mount path are rewritten accordingly;
+* the network: a pod has its own IP, so its port is free; here every
+  server shares loopback. The container port's value in the args
+  (`--port 8080`) becomes a free local port and a `--host 0.0.0.0` becomes
+  `127.0.0.1`;
+* probes: the readiness probe's HTTP path, period, timeout and thresholds
+  are used as written (named ports resolved against the container's ports);
+  the startup probe's budget (`periodSeconds x failureThreshold`) is how
+  long a server may take to become ready before it counts as crashed. The
+  liveness probe is not acted on (a hung server is found by the readiness
+  probe, which takes it out of HAProxy).
+
+Errors name the file and the field (:class:`PodSpecError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import sys
+from typing import Any, Mapping
+
+__all__ = ["LocalPod", "PodSpecError", "Probe", "local_pod", "pod_digest", "probe_of"]
+
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+MODELS_MOUNT = "/models"
+
+
+class PodSpecError(ValueError):
+    """The Deployment cannot run locally; the message names the file and field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """An HTTP readiness probe, with Kubernetes' defaults for what is not written."""
+
+    path: str = "/v2/health/ready"
+    port: int = 8080
+    initial_delay: float = 0.0
+    period: float = 10.0
+    timeout: float = 1.0
+    success_threshold: int = 1
+    failure_threshold: int = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalPod:
+    """What the sync starts for one Deployment."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    readiness: Probe
+    #: Seconds a server may take to become ready (startup probe budget).
+    start_timeout: float
+    #: Probe period until the first success (the startup probe's, when there is one).
+    start_period: float
+    #: Local directories standing in for the pod's emptyDir volumes.
+    scratch_dirs: tuple[str, ...] = ()
+
+
+def _container(deployment: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    try:
+        containers = deployment["spec"]["template"]["spec"]["containers"]
+        container = containers[0]
+    except (KeyError, IndexError, TypeError):
+        raise PodSpecError(f"{source}: spec.template.spec.containers[0] is missing") from None
+    if not isinstance(container, Mapping):
+        raise PodSpecError(f"{source}: spec.template.spec.containers[0] is not a mapping")
+    return container
+
+
+def pod_digest(deployment: Mapping[str, Any]) -> str:
+    """A digest of the pod template: a change means a new pod (a restart), as in Kubernetes."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _port(value: Any, container: Mapping[str, Any], source: str, field: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    for port in container.get("ports") or []:
+        if port.get("name") == value:
+            return int(port["containerPort"])
+    raise PodSpecError(f"{source}: {field} names port {value!r}, which the container does not declare")
+
+
+def probe_of(deployment: Mapping[str, Any], source: str, kind: str = "readinessProbe") -> Probe | None:
+    """The container's HTTP probe of `kind`, or None when it has none."""
+    container = _container(deployment, source)
+    spec = container.get(kind)
+    if spec is None:
+        return None
+    field = f"spec.template.spec.containers[0].{kind}"
+    http = spec.get("httpGet") if isinstance(spec, Mapping) else None
+    if not isinstance(http, Mapping):
+        raise PodSpecError(f"{source}: {field}: only httpGet probes run locally")
+    if str(http.get("scheme", "HTTP")).upper() != "HTTP":
+        raise PodSpecError(f"{source}: {field}.httpGet.scheme: only HTTP probes run locally")
+    try:
+        return Probe(
+            path=str(http.get("path", "/")),
+            port=_port(http.get("port"), container, source, f"{field}.httpGet.port"),
+            initial_delay=float(spec.get("initialDelaySeconds", 0)),
+            period=float(spec.get("periodSeconds", 10)),
+            timeout=float(spec.get("timeoutSeconds", 1)),
+            success_threshold=int(spec.get("successThreshold", 1)),
+            failure_threshold=int(spec.get("failureThreshold", 3)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise PodSpecError(f"{source}: {field}: {exc}") from None
+
+
+def _expand(text: str, env: Mapping[str, str]) -> str:
+    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def _remap(text: str, mounts: Mapping[str, str]) -> str:
+    for mount in sorted(mounts, key=len, reverse=True):
+        if text == mount or text.startswith(mount.rstrip("/") + "/"):
+            return mounts[mount] + text[len(mount):]
+    return text
+
+
+def local_pod(
+    deployment: Mapping[str, Any],
+    *,
+    source: str,
+    model_dir: str,
+    port: int,
+    scratch: str,
+    python: str = sys.executable,
+) -> LocalPod:
+    """Translate one Deployment into a local process (see the module docstring)."""
+    container = _container(deployment, source)
+    labels = ((deployment.get("metadata") or {}).get("labels")) or {}
+    model, version = labels.get("app"), labels.get("version")
+    command = [str(c) for c in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
+    if not command and not args:
+        raise PodSpecError(f"{source}: the container has no command or args; the image's own "
+                           "entrypoint cannot run locally")
+    volumes = {v.get("name"): v for v in
+               (deployment["spec"]["template"]["spec"].get("volumes") or [])}
+    mounts: dict[str, str] = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount.get("name")) or {}
+        path = str(mount.get("mountPath", ""))
+        if "persistentVolumeClaim" in volume:
+            # The models claim: this version's directory is the one the annotation names.
+            mounts[f"{path.rstrip('/')}/{model}/{version}"] = model_dir
+        elif "emptyDir" in volume:
+            mounts[path] = f"{scratch}/{mount.get('name')}"
+        else:
+            raise PodSpecError(f"{source}: volume {mount.get('name')!r} is neither a claim nor "
+                               "an emptyDir; it cannot be mounted locally")
+    env: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        if "value" in entry:
+            env[str(entry["name"])] = _remap(_expand(str(entry["value"]), env), mounts)
+        # valueFrom (a Secret, a field): the local environment's own value, if any
+    ports = [int(p["containerPort"]) for p in container.get("ports") or [] if "containerPort" in p]
+    argv = [_remap(_expand(part, env), mounts) for part in [*command, *args]]
+    argv = _rebind(argv, ports, port, source)
+    if argv[0] == "mlops":
+        argv = [python, "-m", "mlops", *argv[1:]]
+    elif argv[0] in ("python", "python3"):
+        argv = [python, *argv[1:]]
+    readiness = probe_of(deployment, source) or Probe(port=ports[0] if ports else port)
+    startup = probe_of(deployment, source, "startupProbe")
+    start_timeout = (startup.period * startup.failure_threshold + startup.initial_delay
+                     if startup else 300.0)
+    if readiness.port in ports:
+        readiness = dataclasses.replace(readiness, port=port)
+    scratch_dirs = tuple(d for d in mounts.values() if d.startswith(scratch))
+    return LocalPod(argv=tuple(argv), env=env, readiness=readiness, start_timeout=start_timeout,
+                    start_period=startup.period if startup else readiness.period,
+                    scratch_dirs=scratch_dirs)
+
+
+def _rebind(argv: list[str], ports: list[int], local_port: int, source: str) -> list[str]:
+    """`--port N` (or `--port=N`) for the container port -> the local port; 0.0.0.0 -> loopback."""
+    out = list(argv)
+    found = False
+    for i, part in enumerate(out):
+        if part == "--port" and i + 1 < len(out) and out[i + 1].isdigit() \
+                and int(out[i + 1]) in ports:
+            out[i + 1] = str(local_port)
+            found = True
+        elif part.startswith("--port=") and part[7:].isdigit() and int(part[7:]) in ports:
+            out[i] = f"--port={local_port}"
+            found = True
+        elif part == "--host" and i + 1 < len(out) and out[i + 1] == "0.0.0.0":
+            out[i + 1] = "127.0.0.1"
+    if not found:
+        raise PodSpecError(
+            f"{source}: the container's args do not pass its containerPort ({ports or 'none'}) "
+            "as --port N; the local platform gives every server its own port that way")
+    return out
