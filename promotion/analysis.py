@@ -72,6 +72,7 @@ __all__ = [
     "Rollback",
     "Step",
     "decide",
+    "decide_ready",
 ]
 
 TRAFFIC_ALPHA = 1e-3
@@ -97,6 +98,8 @@ class HoldCause(str, enum.Enum):
     """A human or a spent budget paused the rollout."""
     INACTIVE = "inactive"
     """No rollout in flight (idle, promoted, rolled back)."""
+    NOT_READY = "not-ready"
+    """The merged candidate is not deployed and ready yet: no traffic, nothing judged."""
 
 
 Verdict = Literal["pass", "fail", "unknown", "skipped"]
@@ -365,6 +368,9 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     if state.phase is Phase.PAUSED:
         reason = state.pause_reason or "paused by human"
         return Hold(reason=reason, cause=HoldCause.PAUSED.value, evidence=base, state=state)
+    if state.phase is Phase.WAITING:  # judged by `decide_ready`, never by a window
+        return Hold(reason="waiting until the candidate is deployed and ready",
+                    cause=HoldCause.NOT_READY.value, evidence=base, state=state)
 
     # 3. Faults: we could not look.
     if obs.fault is not None:
@@ -543,3 +549,35 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     moved = state.reset_step(now)
     return Step(to=nxt, reason=reason, cause="passed", evidence=evidence,
                 state=_record(moved, "step", reason, "passed", now, weight=nxt))
+
+
+def decide_ready(policy: CanaryPolicy, state: CanaryState, ready: bool, reason: str,
+                 now: dt.datetime) -> Decision:
+    """While a merged candidate waits at 0 %: step to the first weight once it is ready.
+
+    Pure, like :func:`decide`. Ready: `Step` to `policy.steps[0]`, and the
+    rollout's clocks (`started_at`, the step, every budget, the no-traffic
+    grace) start now, not at the merge. Not ready: `Hold` (not committed), or
+    after `policy.ready_timeout` since the merge a `Rollback` that names the
+    runtime's last reason. Any other phase is :func:`decide`'s.
+    """
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    evidence = Evidence(weight=state.weight, window={}, step=_step_dict(state),
+                        checks=[Check(name="ready", verdict="pass" if ready else "unknown",
+                                      detail=reason)])
+    if state.phase is not Phase.WAITING:
+        return decide(policy, state, Observations(window_seconds=0.0), now)
+    if ready:
+        first = policy.steps[0]
+        new = _record(state.reset_step(now), "step", f"canary ready: {reason}", "ready", now,
+                      phase=Phase.PROGRESSING, weight=first, started_at=now,
+                      statistics=Statistics(), fault_intervals=0, fault_since=None)
+        return Step(reason=f"canary ready ({reason}): {first}%", cause="ready",
+                    evidence=evidence, state=new, to=first)
+    waited = (now - (state.started_at or now)).total_seconds()
+    if waited >= policy.ready_timeout:
+        return _rollback(state, "not-ready", f"not deployed and ready after {waited:.0f}s "
+                         f"(ready_timeout {policy.ready_timeout:.0f}s): {reason}", now, evidence)
+    return Hold(reason=f"waiting for the candidate to be deployed and ready: {reason}",
+                cause=HoldCause.NOT_READY.value, evidence=evidence, state=state)

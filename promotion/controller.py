@@ -61,12 +61,13 @@ from gitops.errors import GitOpsError
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion import apply, report
-from promotion.analysis import Decision, Hold, Promote, decide
+from promotion.analysis import Decision, Hold, Promote, decide, decide_ready
 from promotion.controller_metrics import ControllerMetrics
 from promotion.metrics import MetricSource
 from promotion.observations import Observations, histogram_quantile
 from promotion.policy import CanaryPolicy, PolicyError, load_policy
 from promotion.propose import current_state
+from promotion.readiness import AlwaysReady, ReadinessCheck
 from promotion.state import CanaryState, LastDecision, Phase, StateError
 
 __all__ = ["Controller", "ControllerConfig", "Outcome"]
@@ -139,6 +140,7 @@ class Controller:
         notifier: Any = None,
         refresher: Any = None,
         commenter: Commenter | None = None,
+        readiness: ReadinessCheck | None = None,
         clock: Callable[[], float] = time.time,
         backoff: Backoff = Backoff(tries=5, first=0.5, cap=5.0),
     ) -> None:
@@ -149,6 +151,8 @@ class Controller:
         self.notifier = notifier
         self.refresher = refresher
         self.commenter = commenter
+        # Who says a merged candidate is deployed and ready (None: assume it is).
+        self.readiness: ReadinessCheck = readiness or AlwaysReady()
         self.clock = clock
         self.workdir = pathlib.Path(config.workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -308,6 +312,13 @@ class Controller:
             return [self._apply(folder, track, decide(policy, track.state, empty, now), now)]
         if committed.phase is Phase.PAUSED:
             return []
+        if committed.phase is Phase.WAITING:
+            # No traffic and no analysis until the runtime has applied the merge and
+            # the candidate's pods are ready; then one commit gives it the first step.
+            answer = self.readiness.check(model, committed.candidate,
+                                          folder.deployments.get(committed.candidate))
+            decision = decide_ready(policy, track.state, answer.ready, answer.reason, now)
+            return [self._apply(folder, track, decision, now)]
 
         outcomes: list[Outcome] = []
         ready = now - dt.timedelta(seconds=self.config.settle)

@@ -128,11 +128,14 @@ class CanaryPolicy(_Frozen):
     min_latency_samples: int = Field(default=100, ge=1)
     traffic_tolerance: float = Field(default=5.0, gt=0, lt=100)
     no_traffic_grace: float = 60.0
+    ready_timeout: float = 900.0
+    """How long a merged candidate may take to be deployed and ready (Argo CD's poll,
+    image pull, start-up) before it is rolled back; analysis starts only when it is."""
     insufficient_evidence: Budget = Budget(max_intervals=20, action="pause")
     faults: Budget = Budget(max_intervals=10, action="pause")
     metrics: MetricsSpec = MetricsSpec()
 
-    @field_validator("interval", "no_traffic_grace", mode="before")
+    @field_validator("interval", "no_traffic_grace", "ready_timeout", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration(value)

@@ -8,10 +8,12 @@ The workflow's last step (and `mlops promote propose MODEL_DIR`). Two halves:
 
   - **canary** (a stable version exists): the candidate's Deployment next to
     the stable one, the DestinationRule with subsets `stable`/`canary`, the
-    VirtualService with the canary at the policy's first step (10 % by
-    default), `promotion.yaml` in phase `progressing` with the candidate, its
-    weight and no start time yet (the controller starts the clock at the merge
-    commit: a PR may wait for days and that wait is not canary time), and
+    VirtualService with the canary at 0 %, `promotion.yaml` in phase
+    `waiting` with the candidate and no start time yet: the controller commits
+    the policy's first step (10 % by default) once the runtime reports the
+    candidate deployed and ready, and starts the canary's clocks then (a PR
+    may wait for days, Argo CD polls every 3 minutes, an image takes time to
+    pull: none of that is canary time), and
     `canary-policy.yaml` (the policy travels with the manifests, so the
     controller needs nothing but the GitOps repo);
   - **bootstrap** (first version ever): the candidate alone as `stable` at
@@ -149,7 +151,8 @@ class ProposalPlan:
         """The PR title."""
         if self.bootstrap:
             return f"propose({self.model}): {self.version} as the first stable version"
-        return f"propose({self.model}): canary {self.version} over {self.stable} at {self.weight}%"
+        return (f"propose({self.model}): canary {self.version} over {self.stable} "
+                "(0% until deployed and ready)")
 
 
 def plan_proposal(
@@ -196,8 +199,11 @@ def plan_proposal(
             f"{name}: a canary of {state.candidate} is in progress ({state.phase.value} at "
             f"{state.weight}%); wait for it to finish or run `mlops canary abort {name}`"
         )
-    weight = policy.steps[0]
-    new = CanaryState(model=name, phase=Phase.PROGRESSING, stable=stable, candidate=version,
+    # Merged at 0 %: the controller gives the first step only once the candidate is
+    # deployed and ready (`promotion.readiness`); a subset without ready endpoints
+    # would answer 503 to its share of the traffic.
+    weight = 0
+    new = CanaryState(model=name, phase=Phase.WAITING, stable=stable, candidate=version,
                       weight=weight)
     docs: list[dict[str, Any]] = [deployment]
     if current.service is None:

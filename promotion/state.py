@@ -68,6 +68,11 @@ class Phase(str, enum.Enum):
 
     IDLE = "idle"
     """No candidate: the stable version takes all traffic; nothing is analysed."""
+    WAITING = "waiting"
+    """Merged at weight 0: the candidate waits until it is deployed and ready (the
+    runtime applied the merge, its pods pass their readiness probe); then the
+    controller commits the first step. Nothing is analysed, no budget runs but
+    the policy's `ready_timeout`."""
     PROGRESSING = "progressing"
     """A candidate gets `weight` percent and is analysed every interval."""
     PAUSED = "paused"
@@ -79,8 +84,8 @@ class Phase(str, enum.Enum):
 
     @property
     def active(self) -> bool:
-        """True while a candidate is in flight (progressing or paused)."""
-        return self in (Phase.PROGRESSING, Phase.PAUSED)
+        """True while a candidate is in flight (waiting, progressing or paused)."""
+        return self in (Phase.WAITING, Phase.PROGRESSING, Phase.PAUSED)
 
 
 def _bucket_key(le: float) -> str:

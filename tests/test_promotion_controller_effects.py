@@ -133,8 +133,9 @@ def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_
     assert [c["subject"] for c in decision_log(repo)] == \
         ["rollback(shapes): 10% -> 0% (v2 over v1)"]
     posts = [r for r in hook.received if r["path"] == "/hook"]
-    assert len(posts) == 1
-    text = json.loads(posts[0]["body"])["text"]
+    assert len(posts) == 2  # the candidate ready at 10 %, then the rollback
+    assert "canary(shapes): 0% -> 10% (v2 over v1)" in json.loads(posts[0]["body"])["text"]
+    text = json.loads(posts[1]["body"])["text"]
     assert "rollback(shapes): 10% -> 0% (v2 over v1)" in text and "report:" in text
 
     patches = [r for r in hook.received if r["method"] == "PATCH"]

@@ -91,15 +91,16 @@ def test_candidate_is_proposed_as_a_canary_once(repo, tmp_path):
     files = _files(repo, branch)
     assert "deployment-v1.yaml" in files and "deployment-v2.yaml" in files
     vs = _doc(repo, branch, "virtualservice.yaml")
+    # Merged at 0 %: no traffic to a subset whose pods may not be ready (Istio would 503).
     assert [(r["destination"]["subset"], r["weight"]) for r in vs["spec"]["http"][0]["route"]] \
-        == [("stable", 95), ("canary", 5)]
+        == [("stable", 100), ("canary", 0)]
     dr = _doc(repo, branch, "destinationrule.yaml")
     assert [(s["name"], s["labels"]["version"]) for s in dr["spec"]["subsets"]] == \
         [("stable", "v1"), ("canary", "v2")]
     state = _doc(repo, branch, "promotion.yaml")
     assert (state["phase"], state["stable"], state["candidate"], state["weight"]) == \
-        ("progressing", "v1", "v2", 5)
-    assert state["started_at"] is None  # the clock starts at the merge
+        ("waiting", "v1", "v2", 0)
+    assert state["started_at"] is None  # the clock starts when the candidate is ready
     assert _doc(repo, branch, "canary-policy.yaml")["steps"] == [5, 50, 100]
     validate_manifest(vs)
     validate_manifest(dr)
@@ -121,7 +122,7 @@ def test_a_second_candidate_waits_for_the_running_canary(repo, tmp_path):
     policy = load_policy({})
     propose(_model_dir(tmp_path, "v1", 0.90), str(repo), forge, policy, approval="auto")
     propose(_model_dir(tmp_path, "v2", 0.91), str(repo), forge, policy, approval="auto")
-    assert _doc(repo, "main", "promotion.yaml")["phase"] == "progressing"
+    assert _doc(repo, "main", "promotion.yaml")["phase"] == "waiting"  # a canary in flight
     with pytest.raises(ProposeError, match="canary of v2 is in progress"):
         propose(_model_dir(tmp_path, "v3", 0.92), str(repo), forge, policy)
 

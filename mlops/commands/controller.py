@@ -59,6 +59,29 @@ def _commenter(args: argparse.Namespace) -> Any:
     return comment
 
 
+def _readiness(args: argparse.Namespace) -> Any:
+    """Who tells whether a merged candidate is deployed and ready (`promotion.readiness`)."""
+    choice = args.readiness
+    workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
+    if choice is None:
+        choice = "local" if workdir else "none"
+    if choice == "none":
+        return None
+    if choice == "kubernetes":
+        from promotion.readiness import KubernetesReadiness
+
+        return KubernetesReadiness(args.readiness_namespace)
+    if not workdir:
+        from mlops.errors import UserError
+
+        raise UserError("--readiness local needs the platform's work dir "
+                        "(--platform-workdir DIR or $MLOPS_WORKDIR)")
+    from mlops.platform.readiness import PlatformReadiness
+    from mlops.platform.workdir import Workdir
+
+    return PlatformReadiness(Workdir(pathlib.Path(workdir)))
+
+
 def build(args: argparse.Namespace) -> Controller:
     """The controller the arguments describe (tests build it the same way)."""
     if args.preset:
@@ -66,10 +89,11 @@ def build(args: argparse.Namespace) -> Controller:
 
         get_preset(args.preset)  # an unknown name fails here, listing the choices
     notifier = None
-    if args.webhook:
+    webhook = args.webhook or os.environ.get("MLOPS_WEBHOOK_URL")  # a secret: env, not argv
+    if webhook:
         from promotion.notify import Notifier
 
-        notifier = Notifier(args.webhook)
+        notifier = Notifier(webhook)
     refresher = None
     if args.argocd_namespace:
         from promotion.argocd import ArgoRefresher
@@ -81,7 +105,8 @@ def build(args: argparse.Namespace) -> Controller:
         checkpoint_every=args.checkpoint_every, report_url=args.report_url,
     )
     return Controller(config, _sources(args.prometheus, args.preset), metrics=ControllerMetrics(),
-                      notifier=notifier, refresher=refresher, commenter=_commenter(args))
+                      notifier=notifier, refresher=refresher, commenter=_commenter(args),
+                      readiness=_readiness(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -137,7 +162,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="caches, timelines and canary reports (default: ./mlops-controller)")
     run.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
     run.add_argument("--metrics-addr", default="127.0.0.1")
-    run.add_argument("--webhook", help="Slack-compatible webhook URL for step/promote/rollback")
+    run.add_argument("--webhook", help="Slack-compatible webhook URL for step/promote/rollback "
+                                       "(default: $MLOPS_WEBHOOK_URL; prefer the variable: the "
+                                       "URL is a secret, and argv is readable by every user)")
+    run.add_argument("--readiness", choices=["kubernetes", "local", "none"], default=None,
+                     help="who says a merged candidate is deployed and ready before it gets "
+                          "traffic: the Kubernetes API, the local platform's status, or nobody "
+                          "(default: local when a platform work dir is known, else none)")
+    run.add_argument("--readiness-namespace", default="models",
+                     help="namespace of the serving Deployments (--readiness kubernetes)")
+    run.add_argument("--platform-workdir",
+                     help="the local platform's work dir (--readiness local; "
+                          "default: $MLOPS_WORKDIR)")
     run.add_argument("--on-rollback", choices=["remove", "scale-to-zero"], default="remove",
                      help="what happens to a rolled-back candidate's Deployment")
     run.add_argument("--checkpoint-every", type=int, default=0,

@@ -1,0 +1,39 @@
+"""The local platform's answer to "is this version deployed and ready?".
+
+The controller's stand-in for the Kubernetes API (`promotion.readiness`):
+the sync loop writes, per version, whether its Deployment is part of the
+applied commit, its server passed the Deployment's readiness probe and
+HAProxy routes to it (`ready` in `state/status.json`). A version the sync has
+not applied yet (cluster-latency mode: `mlops up --sync-delay`) or whose
+server is still starting (`--start-delay`, a slow load) is not ready.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from mlops.platform.files import read_json
+from mlops.platform.workdir import Workdir
+from promotion.readiness import Readiness
+
+__all__ = ["PlatformReadiness"]
+
+
+class PlatformReadiness:
+    """Reads the sync's status file of the platform in `workdir`."""
+
+    def __init__(self, workdir: Workdir) -> None:
+        self.workdir = workdir
+
+    def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
+        doc = read_json(self.workdir.status, {}) or {}
+        if not doc:
+            return Readiness(False, f"no platform status in {self.workdir.root} (is it up?)")
+        entry = ((doc.get("models") or {}).get(model) or {}).get("versions", {}).get(version)
+        if entry is None or entry.get("desired_weight") is None:
+            applied = str(doc.get("applied_commit") or "nothing")[:12]
+            return Readiness(False, f"{model} {version} is not applied yet (applied: {applied})")
+        if not entry.get("ready"):
+            return Readiness(False, f"{model} {version} is {entry.get('phase', 'pending')}, "
+                                    "not ready (readiness probe not passed or not routed)")
+        return Readiness(True, f"{model} {version} ready on port {entry.get('port')}")

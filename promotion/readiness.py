@@ -1,0 +1,140 @@
+"""Is the candidate deployed and ready? Asked before its canary gets any traffic.
+
+A merged proposal puts the candidate at 0 % (`promotion.propose`); the
+controller moves it to its first step only once the runtime reports it
+*deployed* (the merge was applied: Argo CD polls every 3 minutes by default)
+and *ready* (its pods pass their readiness probe). Sending 10 % to a subset
+with no ready endpoints makes Istio answer 503 for those requests, and
+judging a canary that is not running yet reads "no traffic" as "down".
+
+One Protocol, one module-level class per backend (Flagger's router and
+provider shape):
+
+* :class:`KubernetesReadiness` -- the apps/v1 Deployment `<model>-<version>`
+  through the official client: its generation observed, every replica
+  updated and available (Flagger's `isDeploymentReady`, in
+  `fluxcd/flagger: pkg/canary/deployment_ready.go`), and its pod template
+  carrying the weights digest git says (so it is *this* merge that was
+  applied, not an older Deployment of the same name);
+* `mlops.platform.readiness.PlatformReadiness` -- the local platform's own
+  status (the stand-in lives with the platform);
+* :class:`AlwaysReady` -- no runtime to ask (tests of the decision logic).
+
+:func:`deployment_ready` is the pure half of the Kubernetes check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, Protocol
+
+from serving.manifests import ANNOTATION_WEIGHTS_SHA256, deployment_name
+
+__all__ = [
+    "AlwaysReady",
+    "KubernetesReadiness",
+    "Readiness",
+    "ReadinessCheck",
+    "deployment_ready",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Readiness:
+    """The runtime's answer, with a reason a human reads in the log and the commit."""
+
+    ready: bool
+    reason: str
+
+
+class ReadinessCheck(Protocol):
+    """Asks the runtime whether one version's Deployment is applied and ready."""
+
+    def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
+        """`desired` is the Deployment as committed on main (None if git has none)."""
+        ...
+
+
+class AlwaysReady:
+    """For runs without a runtime to ask: every version is ready."""
+
+    def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
+        return Readiness(True, "readiness not checked")
+
+
+def _digest(doc: Mapping[str, Any] | None) -> str | None:
+    if not doc:
+        return None
+    template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    value = (template.get("annotations") or {}).get(ANNOTATION_WEIGHTS_SHA256)
+    return str(value) if value else None
+
+
+def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any] | None,
+                     name: str) -> Readiness:
+    """Readiness of a Deployment as the API server returns it (pure)."""
+    if live is None:
+        return Readiness(False, f"deployment {name} not found: the merge is not applied yet")
+    want = _digest(desired)
+    have = _digest(live)
+    if want is not None and have != want:
+        return Readiness(False, f"deployment {name} runs weights {str(have)[:12]}, git says "
+                                f"{want[:12]}: the merge is not applied yet")
+    meta, spec, status = (live.get(k) or {} for k in ("metadata", "spec", "status"))
+    if int(meta.get("generation", 0)) > int(status.get("observedGeneration", 0)):
+        return Readiness(False, f"deployment {name}: generation not observed yet")
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Progressing" and \
+                condition.get("reason") == "ProgressDeadlineExceeded":
+            return Readiness(False, f"deployment {name} exceeded its progress deadline")
+    wanted = int(spec.get("replicas", 1))
+    updated = int(status.get("updatedReplicas", 0))
+    available = int(status.get("availableReplicas", 0))
+    if wanted == 0:
+        return Readiness(False, f"deployment {name} is scaled to zero")
+    if updated < wanted:
+        return Readiness(False, f"deployment {name}: {updated} of {wanted} replicas updated")
+    if int(status.get("replicas", 0)) > updated:
+        return Readiness(False, f"deployment {name}: old replicas pending termination")
+    if available < wanted:
+        return Readiness(False, f"deployment {name}: {available} of {wanted} replicas ready")
+    return Readiness(True, f"deployment {name}: {available}/{wanted} replicas ready")
+
+
+class KubernetesReadiness:
+    """Reads Deployments in `namespace` through the official Kubernetes client.
+
+    In a pod it uses the service account (`load_incluster_config`); elsewhere
+    the kubeconfig, unless an `api_client` is given (tests point one at a
+    stand-in API server). Needs `get` on `deployments` in the namespace.
+    """
+
+    def __init__(self, namespace: str, api_client: Any = None) -> None:
+        from kubernetes import client, config
+
+        if api_client is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            api_client = client.ApiClient()
+        self.namespace = namespace
+        self.api = client.AppsV1Api(api_client)
+
+    def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
+        from kubernetes.client.exceptions import ApiException
+
+        name = deployment_name(model, version)
+        try:
+            response = self.api.read_namespaced_deployment(name, self.namespace,
+                                                           _preload_content=False)
+            live = json.loads(response.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return deployment_ready(None, desired, name)
+            return Readiness(False, f"deployment {name}: API error {exc.status} {exc.reason}")
+        except Exception as exc:  # unreachable API server: not ready, said why
+            return Readiness(False, f"deployment {name}: cannot ask the API server "
+                                    f"({type(exc).__name__})")
+        return deployment_ready(live, desired, name)

@@ -1,0 +1,222 @@
+"""A merged canary gets traffic, and is judged, only once it is deployed and ready.
+
+Pure parts (`decide_ready`, `deployment_ready`) over their inputs; the
+controller on real bare git repos with a scripted readiness answer; the
+Kubernetes backend against a stand-in API server (no Kubernetes API server can
+run on these machines), answering the apps/v1 Deployment JSON the official
+client asks for; the platform backend on a status file as the sync writes it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import threading
+
+import pytest
+
+from promotion.analysis import decide, decide_ready
+from promotion.controller import Controller, ControllerConfig
+from promotion.observations import Observations, VersionWindow
+from promotion.policy import load_policy
+from promotion.readiness import KubernetesReadiness, Readiness, deployment_ready
+from promotion.state import CanaryState, Phase
+from tests.fixtures.promotion_controller import (
+    MODEL, TEST_POLICY, Clock, RouterStub, canary_weight, decision_log, git, main_state,
+    merge_to_main,
+)
+
+T0 = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.timezone.utc)
+POLICY = load_policy({**TEST_POLICY, "ready_timeout": "10m", "no_traffic_grace": "30s"})
+WAITING = CanaryState(model=MODEL, phase=Phase.WAITING, stable="v1", candidate="v2", weight=0,
+                      started_at=T0, step_started_at=T0)
+
+
+@pytest.mark.parametrize("waited", [0, 60, 599])
+def test_not_ready_holds_without_judging(waited):
+    now = T0 + dt.timedelta(seconds=waited)
+    decision = decide_ready(POLICY, WAITING, False, "deployment not found", now)
+    assert decision.kind == "hold" and decision.cause == "not-ready"
+    assert decision.state == WAITING  # nothing to commit
+    assert "deployment not found" in decision.reason
+
+
+def test_ready_steps_to_the_first_weight_and_starts_the_clocks_then():
+    now = T0 + dt.timedelta(seconds=200)  # e.g. Argo CD's poll and an image pull later
+    decision = decide_ready(POLICY, WAITING, True, "2/2 replicas ready", now)
+    assert decision.kind == "step" and decision.to == 10 and decision.cause == "ready"
+    state = decision.state
+    assert (state.phase, state.weight) == (Phase.PROGRESSING, 10)
+    assert state.started_at == now and state.step_started_at == now
+    assert state.canary_silent_since is None and state.empty_intervals == 0
+
+
+def test_never_ready_is_rolled_back_after_ready_timeout_naming_why():
+    now = T0 + dt.timedelta(minutes=10)
+    decision = decide_ready(POLICY, WAITING, False, "1 of 2 replicas ready", now)
+    assert decision.kind == "rollback" and decision.cause == "not-ready"
+    assert "not deployed and ready after 600s" in decision.reason
+    assert "1 of 2 replicas ready" in decision.reason
+    assert decision.state.weight == 0 and decision.state.phase is Phase.ROLLED_BACK
+
+
+def test_a_window_never_judges_a_waiting_canary():
+    """Even a window that looks like a dead canary (stable busy, canary silent)."""
+    obs = Observations(canary=VersionWindow(requests=0), stable=VersionWindow(requests=10_000),
+                       window_seconds=3600)
+    decision = decide(POLICY, WAITING, obs, T0 + dt.timedelta(hours=1))
+    assert decision.kind == "hold" and decision.cause == "not-ready"
+
+
+class Scripted:
+    """A readiness answer the test flips (the runtime is what is scripted here)."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.asked: list[str] = []
+
+    def check(self, model, version, desired):
+        self.asked.append(version)
+        assert desired is not None and desired["kind"] == "Deployment"  # git's Deployment
+        return Readiness(self.ready, "2/2 replicas ready" if self.ready else "not applied yet")
+
+
+def test_controller_waits_for_readiness_then_commits_the_first_step(tmp_path, promotion_repo):
+    merge_to_main(promotion_repo, "v2", {**TEST_POLICY, "no_traffic_grace": "5s"}, ready=False)
+    assert main_state(promotion_repo)["phase"] == "waiting"
+    assert canary_weight(promotion_repo) == 0
+    merged = float(git(promotion_repo, "log", "-1", "--format=%ct", "main").strip())
+    clock, readiness, source = Clock(merged), Scripted(), RouterStub(promotion_repo)
+    controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w"),
+                            source, clock=clock, readiness=readiness)
+    before = git(promotion_repo, "rev-parse", "main")
+    for _ in range(60):  # a minute: twelve times the no-traffic grace
+        clock.advance(1.0)
+        controller.tick()
+    assert git(promotion_repo, "rev-parse", "main") == before  # no rollback, no commit
+    assert source.calls == [] and len(readiness.asked) == 60  # nothing was judged
+
+    readiness.ready = True
+    clock.advance(1.0)
+    controller.tick()
+    state = main_state(promotion_repo)
+    assert (state["phase"], state["weight"]) == ("progressing", 10)
+    assert canary_weight(promotion_repo) == 10
+    subject = git(promotion_repo, "log", "-1", "--format=%s", "main").strip()
+    assert subject == "canary(shapes): 0% -> 10% (v2 over v1)"
+    trailers = git(promotion_repo, "log", "-1", "--format=%(trailers:only,unfold)", "main")
+    assert "Mlops-Decision: step/ready" in trailers and "2/2 replicas ready" in trailers
+    for _ in range(8):  # analysis runs from here on
+        clock.advance(1.0)
+        controller.tick()
+    assert source.calls
+    assert decision_log(promotion_repo)[0]["subject"] == "canary(shapes): 10% -> 25% (v2 over v1)"
+    controller.close()
+
+
+LIVE = {
+    "metadata": {"name": "shapes-v2", "generation": 2},
+    "spec": {"replicas": 2, "template": {"metadata": {"annotations": {
+        "mlops.paddle.org/weights-sha256": "b" * 64}}}},
+    "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+               "availableReplicas": 2, "readyReplicas": 2},
+}
+DESIRED = {"kind": "Deployment", "spec": {"template": {"metadata": {"annotations": {
+    "mlops.paddle.org/weights-sha256": "b" * 64}}}}}
+
+
+def _live(**status):
+    doc = json.loads(json.dumps(LIVE))
+    doc["status"].update(status)
+    return doc
+
+
+@pytest.mark.parametrize("live, ready, words", [
+    (None, False, "not found: the merge is not applied yet"),
+    (LIVE, True, "2/2 replicas ready"),
+    (_live(observedGeneration=1), False, "generation not observed"),
+    (_live(updatedReplicas=1), False, "1 of 2 replicas updated"),
+    (_live(replicas=3), False, "old replicas pending termination"),
+    (_live(availableReplicas=1), False, "1 of 2 replicas ready"),
+    (_live(conditions=[{"type": "Progressing", "reason": "ProgressDeadlineExceeded"}]), False,
+     "exceeded its progress deadline"),
+])
+def test_deployment_ready_follows_flaggers_rules(live, ready, words):
+    answer = deployment_ready(live, DESIRED, "shapes-v2")
+    assert answer.ready is ready and words in answer.reason
+
+
+def test_an_older_deployment_of_the_same_name_is_not_this_merge():
+    older = json.loads(json.dumps(LIVE))
+    older["spec"]["template"]["metadata"]["annotations"]["mlops.paddle.org/weights-sha256"] = \
+        "c" * 64
+    answer = deployment_ready(older, DESIRED, "shapes-v2")
+    assert not answer.ready and "git says bbbbbbbbbbbb" in answer.reason
+
+
+@pytest.fixture
+def api_server():
+    """A stand-in Kubernetes API server: GET of one Deployment, 404 for any other."""
+    served: dict[str, dict] = {}
+    seen: list[str] = []
+
+    class Api(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.path)
+            body = served.get(self.path)
+            if body is None:
+                self.send_response(404)
+                payload = json.dumps({"kind": "Status", "code": 404, "reason": "NotFound"})
+            else:
+                self.send_response(200)
+                payload = json.dumps(body)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(payload.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", served, seen
+    server.shutdown()
+
+
+def test_kubernetes_backend_reads_the_deployment_through_the_official_client(api_server):
+    from kubernetes import client
+
+    url, served, seen = api_server
+    api = client.ApiClient(client.Configuration(host=url))
+    readiness = KubernetesReadiness("models", api_client=api)
+    first = readiness.check(MODEL, "v2", DESIRED)
+    assert not first.ready and "not applied yet" in first.reason
+    served["/apis/apps/v1/namespaces/models/deployments/shapes-v2"] = LIVE
+    second = readiness.check(MODEL, "v2", DESIRED)
+    assert second.ready, second.reason
+    assert seen == ["/apis/apps/v1/namespaces/models/deployments/shapes-v2"] * 2
+
+
+def test_platform_backend_reads_the_sync_status(tmp_path):
+    from mlops.platform.files import atomic_write_json
+    from mlops.platform.readiness import PlatformReadiness
+    from mlops.platform.workdir import Workdir
+
+    wd = Workdir(tmp_path)
+    readiness = PlatformReadiness(wd)
+    assert "no platform status" in readiness.check(MODEL, "v2", None).reason
+    wd.status.parent.mkdir(parents=True, exist_ok=True)
+    versions = {"v1": {"desired_weight": 100, "ready": True, "phase": "ready", "port": 1}}
+    atomic_write_json(wd.status, {"applied_commit": "abc", "models": {MODEL: {
+        "versions": versions}}})
+    assert "not applied yet" in readiness.check(MODEL, "v2", None).reason
+    versions["v2"] = {"desired_weight": 0, "ready": False, "phase": "starting", "port": 2}
+    atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
+        "versions": versions}}})
+    answer = readiness.check(MODEL, "v2", None)
+    assert not answer.ready and "starting" in answer.reason
+    versions["v2"].update(ready=True, phase="ready")
+    atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
+        "versions": versions}}})
+    assert readiness.check(MODEL, "v2", None).ready
