@@ -68,7 +68,11 @@ class Identity:
     email: str = "mlops-bot@localhost"
 
 
-DEFAULT_IDENTITY = Identity()
+#: The bot, defined once: every write-back commit carries it, and the triggers
+#: (the Sensor's filter, the local post-receive hook) skip commits whose
+#: author email is exactly its email, so its commits never start training.
+BOT_IDENTITY = Identity()
+DEFAULT_IDENTITY = BOT_IDENTITY
 
 
 @dataclass(frozen=True)

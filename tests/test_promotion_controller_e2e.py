@@ -6,8 +6,9 @@ the model the `trained_model` fixture trained, the open-loop load generator
 the `model` preset as a subprocess. Nothing is scripted:
 
 1. v1 is proposed (auto approval) and becomes stable at 100 %;
-2. v2 (the same weights under another version) is proposed and goes
-   10 -> 25 -> 50 -> 100 and becomes stable: one commit per decision;
+2. v2 (the same weights under another version) is proposed, merged at 0 %,
+   given 10 % once the platform reports it ready, and goes 10 -> 25 -> 50 ->
+   100 and becomes stable: one commit per decision;
 3. v3 is a broken release (its `infer_cfg.yml` lists a fourth label, so every
    request fails in the decoder with HTTP 500 while the server is ready) and
    is rolled back; HAProxy ends with v2 alone.
@@ -108,15 +109,16 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
              "--images", str(shapes_dataset / "val"), "--model", MODEL],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
-        propose(v2, str(repo), forge, policy, approval="auto")
-        wait_for(lambda: converged(wd, MODEL, {"v1": 90, "v2": 10}), SERVER_READY,
-                 "the 90/10 split")
         controller = subprocess.Popen(
             [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(repo),
              "--prometheus", prometheus, "--settle", "2", "--poll", "0.5",
              "--workdir", str(tmp_path / "controller"), "--metrics-port", str(free_port()),
-             "--forge", "local"],
+             "--forge", "local", "--readiness", "local", "--platform-workdir", str(wd.root)],
             cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        propose(v2, str(repo), forge, policy, approval="auto")
+        # Merged at 0 %; the controller gives it 10 % once the platform reports it ready.
+        wait_for(lambda: converged(wd, MODEL, {"v1": 90, "v2": 10}), SERVER_READY,
+                 "the 90/10 split")
 
         def finished(phase: str):
             def check() -> bool:
@@ -152,7 +154,7 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
     # The history tells the whole story, one commit per decision, humans' merges between.
     subjects = git(repo, "log", "--first-parent", "--format=%s", "main").splitlines()[::-1]
     decisions = [s for s in subjects if s.startswith(("canary(", "promote(", "rollback("))]
-    assert len(decisions) == 5
+    assert len(decisions) == 7  # two "0% -> 10%" once ready, three steps, promote, rollback
     report = tmp_path / "controller" / "rollouts" / MODEL
     assert (report / "v2" / "canary.png").is_file() and (report / "v3" / "report.md").is_file()
     assert "Outcome: rolled back" in (report / "v3" / "report.md").read_text()

@@ -18,8 +18,11 @@ Three rules keep the trigger honest:
   Workflow with the same name.
 """
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
+from gitops.git import BOT_IDENTITY
 from workflows.config import LoadedConfig
 from workflows.pipeline import ENTRYPOINT
 from workflows.settings import PipelineSettings
@@ -35,7 +38,40 @@ def eventsource_name(model: str) -> str:
 
 
 def build_eventsource(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
-    """EventSource with a GitHub push webhook and a generic push webhook."""
+    """EventSource: a generic push webhook, plus GitHub's for a repo on GitHub."""
+    model = loaded.config.model
+    doc = _eventsource(loaded, settings)
+    if settings.model_forge == "github":
+        doc["spec"]["service"]["ports"].insert(0, {
+            "name": "github", "port": settings.github_port, "targetPort": settings.github_port,
+        })
+        doc["spec"]["github"] = {
+            GITHUB_EVENT: {
+                "repositories": [
+                    {"owner": settings.github_owner,
+                     "names": [settings.github_repository or model]}
+                ],
+                # No apiToken: the platform team registers the webhook in
+                # GitHub once; Argo Events only verifies and receives.
+                "webhook": {
+                    "endpoint": f"/github/{model}",
+                    "port": str(settings.github_port),
+                    "method": "POST",
+                },
+                "events": ["push"],
+                "contentType": "json",
+                "active": True,
+                "insecure": False,
+                "webhookSecret": {
+                    "name": settings.github_secret,
+                    "key": settings.github_secret_key,
+                },
+            }
+        }
+    return doc
+
+
+def _eventsource(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
     model = loaded.config.model
     return {
         "apiVersion": EVENTS_API,
@@ -50,41 +86,11 @@ def build_eventsource(loaded: LoadedConfig, settings: PipelineSettings) -> dict[
             "service": {
                 "ports": [
                     {
-                        "name": "github",
-                        "port": settings.github_port,
-                        "targetPort": settings.github_port,
-                    },
-                    {
                         "name": "webhook",
                         "port": settings.webhook_port,
                         "targetPort": settings.webhook_port,
                     },
                 ]
-            },
-            "github": {
-                GITHUB_EVENT: {
-                    "repositories": [
-                        {
-                            "owner": settings.github_owner,
-                            "names": [settings.github_repository or model],
-                        }
-                    ],
-                    # No apiToken: the platform team registers the webhook in
-                    # GitHub once; Argo Events only verifies and receives.
-                    "webhook": {
-                        "endpoint": f"/github/{model}",
-                        "port": str(settings.github_port),
-                        "method": "POST",
-                    },
-                    "events": ["push"],
-                    "contentType": "json",
-                    "active": True,
-                    "insecure": False,
-                    "webhookSecret": {
-                        "name": settings.github_secret,
-                        "key": settings.github_secret_key,
-                    },
-                }
             },
             "webhook": {
                 WEBHOOK_EVENT: {
@@ -102,24 +108,67 @@ def build_eventsource(loaded: LoadedConfig, settings: PipelineSettings) -> dict[
     }
 
 
-def _filters(settings: PipelineSettings) -> dict[str, Any]:
-    # GitHub wraps the payload in `body`; the generic webhook is posted in
-    # the same shape, so one filter set serves both dependencies.
-    return {
-        "data": [
-            {"path": "body.ref", "type": "string", "value": [f"refs/heads/{settings.branch}"]},
-            {"path": "body.deleted", "type": "bool", "value": ["false"]},
-        ],
-        "exprs": [
-            {
-                "expr": f'author != "{settings.bot_identity}" && email != "{settings.bot_identity}"',
-                "fields": [
-                    {"name": "author", "path": "body.head_commit.author.name"},
-                    {"name": "email", "path": "body.head_commit.author.email"},
-                ],
-            }
-        ],
-    }
+@dataclass(frozen=True)
+class PushShape:
+    """Where one forge's push payload keeps what the trigger reads (gjson paths).
+
+    From each forge's documented push webhook (golden copies, with their
+    sources, in tests/golden/events/): GitHub's `push` event; Gitea's
+    `PushPayload` (no `deleted` field: a deleted branch has `after` all
+    zeros); GitLab's "Push Hook" (`object_kind: push`, `checkout_sha` null and
+    `after` all zeros on deletion, commits oldest first so the head commit is
+    `project.git_http_url` to clone).
+    """
+
+    clone_url: str
+    head_author_name: str
+    head_author_email: str
+    #: Extra anchored matches that say "this is a push" (header, object kind).
+    kind: tuple[tuple[str, str], ...] = ()
+    #: GitHub sends `deleted: true`; the others only a zero `after`.
+    deleted_flag: bool = False
+
+
+SHAPES = {
+    "github": PushShape("body.repository.clone_url", "body.head_commit.author.name",
+                        "body.head_commit.author.email", deleted_flag=True),
+    "gitea": PushShape("body.repository.clone_url", "body.head_commit.author.name",
+                       "body.head_commit.author.email",
+                       kind=(("header.X-Gitea-Event.0", "^push$"),)),
+    # GitLab's `commits` order differs between its docs and real deliveries, so the
+    # bot check reads every commit's author (`#.`): a push carrying a bot commit.
+    "gitlab": PushShape("body.project.git_http_url", "body.user_name",
+                        "body.commits.#.author.email",
+                        kind=(("header.X-Gitlab-Event.0", "^Push Hook$"),
+                              ("body.object_kind", "^push$"))),
+}
+ZERO_SHA = "^0{40}$"
+
+
+def _exact(text: str) -> str:
+    """An anchored regex that matches `text` only (Argo Events' string filters are unanchored)."""
+    return f"^{re.escape(text)}$"
+
+
+def _filters(forge: str, settings: PipelineSettings) -> dict[str, Any]:
+    """The pushes that train: to the branch, not a deletion, not by our bot (all must hold)."""
+    shape = SHAPES[forge]
+    data: list[dict[str, Any]] = [
+        {"path": path, "type": "string", "value": [pattern]} for path, pattern in shape.kind
+    ]
+    data.append({"path": "body.ref", "type": "string",
+                 "value": [_exact(f"refs/heads/{settings.branch}")]})
+    if shape.deleted_flag:
+        data.append({"path": "body.deleted", "type": "bool", "value": ["false"]})
+    data.append({"path": "body.after", "type": "string", "value": [ZERO_SHA], "comparator": "!="})
+    # The bot's own commits never train (its write-back would re-trigger forever); a
+    # deletion has no head commit, so this path is missing and the push fails here too.
+    bot = _exact(BOT_IDENTITY.email)
+    if ".#." in shape.head_author_email:  # a JSON list of emails: match one quoted element
+        bot = f'"{re.escape(BOT_IDENTITY.email)}"'
+    data.append({"path": shape.head_author_email, "type": "string", "value": [bot],
+                 "comparator": "!="})
+    return {"data": data}
 
 
 def submitted_workflow(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
@@ -147,12 +196,14 @@ def submitted_workflow(loaded: LoadedConfig, settings: PipelineSettings) -> dict
     }
 
 
-def _trigger(dependency: str, loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
+def _trigger(dependency: str, forge: str, loaded: LoadedConfig,
+             settings: PipelineSettings) -> dict[str, Any]:
     model = loaded.config.model
 
     def param(key: str, dest: str) -> dict[str, Any]:
         return {"src": {"dependencyName": dependency, "dataKey": key}, "dest": dest}
 
+    shape = SHAPES[forge]
     return {
         "template": {
             "name": f"train-{dependency}",
@@ -161,7 +212,7 @@ def _trigger(dependency: str, loaded: LoadedConfig, settings: PipelineSettings) 
                 "operation": "submit",
                 "source": {"resource": submitted_workflow(loaded, settings)},
                 "parameters": [
-                    param("body.repository.clone_url", "spec.arguments.parameters.0.value"),
+                    param(shape.clone_url, "spec.arguments.parameters.0.value"),
                     param("body.after", "spec.arguments.parameters.1.value"),
                     param("body.ref", "spec.arguments.parameters.2.value"),
                     {
@@ -180,11 +231,19 @@ def _trigger(dependency: str, loaded: LoadedConfig, settings: PipelineSettings) 
     }
 
 
+def _dependencies(settings: PipelineSettings) -> list[tuple[str, str, str]]:
+    """(dependency, event name, payload shape): the GitHub source for a GitHub repo (and
+    the generic webhook in GitHub's shape, for scripts); the webhook for Gitea/GitLab."""
+    if settings.model_forge == "github":
+        return [("github-push", GITHUB_EVENT, "github"), ("webhook-push", WEBHOOK_EVENT, "github")]
+    return [("webhook-push", WEBHOOK_EVENT, settings.model_forge)]
+
+
 def build_sensor(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
     """Sensor: filtered push -> Workflow named after model and commit."""
     model = loaded.config.model
     source = eventsource_name(model)
-    deps = [("github-push", GITHUB_EVENT), ("webhook-push", WEBHOOK_EVENT)]
+    deps = _dependencies(settings)
     return {
         "apiVersion": EVENTS_API,
         "kind": "Sensor",
@@ -201,10 +260,10 @@ def build_sensor(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, 
                     "name": dep,
                     "eventSourceName": source,
                     "eventName": event,
-                    "filters": _filters(settings),
+                    "filters": _filters(forge, settings),
                 }
-                for dep, event in deps
+                for dep, event, forge in deps
             ],
-            "triggers": [_trigger(dep, loaded, settings) for dep, _ in deps],
+            "triggers": [_trigger(dep, forge, loaded, settings) for dep, _, forge in deps],
         },
     }

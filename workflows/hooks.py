@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gitops.git import BOT_IDENTITY
 from gitops.protect import protect_branch
 from workflows.errors import ConfigError
 
@@ -98,7 +99,7 @@ def install_hook(
     bare: pathlib.Path,
     *,
     branch: str = "main",
-    bot: str = "mlops-bot",
+    bot: str = BOT_IDENTITY.email,
     runs: pathlib.Path | None = None,
     gitops: str | None = None,
 ) -> pathlib.Path:
@@ -140,7 +141,7 @@ def init_bare(
     path: pathlib.Path,
     *,
     branch: str = "main",
-    bot: str = "mlops-bot",
+    bot: str = BOT_IDENTITY.email,
     runs: pathlib.Path | None = None,
     gitops: str | None = None,
 ) -> pathlib.Path:
@@ -193,7 +194,7 @@ def start_run(
 def post_receive(bare: pathlib.Path, lines: Iterable[str]) -> list[str]:
     """Handle the hook's stdin (`<old> <new> <ref>` per line); returns messages."""
     branch = _config(bare, "mlops.branch", "main")
-    bot = _config(bare, "mlops.botIdentity", "mlops-bot")
+    bot = _config(bare, "mlops.botIdentity", BOT_IDENTITY.email)
     runs = runs_dir(bare)
     messages = []
     for line in lines:

@@ -10,7 +10,7 @@ valid set of manifests; a platform overrides them with a YAML file
 """
 
 import pathlib
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -58,7 +58,11 @@ class PipelineSettings(BaseModel):
     run_as_user: int = Field(default=1000, ge=1)
     # Triggers.
     branch: str = "main"
-    bot_identity: str = "mlops-bot"
+    # Where the model repo lives: which push payload the Sensor reads. GitHub
+    # pushes reach the GitHub event source; Gitea and GitLab the generic
+    # webhook (with an `Authorization: Bearer` header: Gitea's "Authorization
+    # header" field, GitLab's custom webhook headers).
+    model_forge: Literal["github", "gitea", "gitlab"] = "github"
     github_secret: str = Field(default="github-webhook", pattern=_NAME)
     github_secret_key: str = "secret"
     webhook_secret: str = Field(default="mlops-webhook", pattern=_NAME)

@@ -165,7 +165,10 @@ class Demo:
         self.controller = self.spawn(
             "controller", "controller", "run", "--gitops", str(self.gitops),
             "--prometheus", self.prometheus, "--preset", self.args.preset,
-            "--workdir", str(self.controller_dir), "--metrics-port", str(controller_port))
+            "--workdir", str(self.controller_dir), "--metrics-port", str(controller_port),
+            # A merged canary gets traffic once the platform reports it ready, as the
+            # Kubernetes API would in a cluster (`--readiness kubernetes`).
+            "--readiness", "local", "--platform-workdir", str(self.platform))
         self.git_clone()
 
     def git_clone(self) -> None:
