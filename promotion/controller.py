@@ -103,6 +103,9 @@ class ControllerConfig:
     max_catchup: int = 240
     report_url: str | None = None
     """Base URL under which the work dir's `rollouts/` is published (for links)."""
+    git_poll: float = 0.0
+    """Fetch the GitOps repo at most this often (seconds; 0: every pass). A remote
+    forge is not asked every second; our own commits update the mirror at once."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +161,7 @@ class Controller:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.writer = WriteBack(config.repo, workdir=self.workdir / "writeback", backoff=backoff)
         self._mirror: Mirror | None = None
+        self._fetched_at: float | None = None
         self._tree_sha: str | None = None
         self._tracks: dict[str, _Track] = {}
         self._folders: dict[tuple[str, str], layout.ModelState] = {}
@@ -180,7 +184,10 @@ class Controller:
 
     def _checkout(self) -> pathlib.Path | None:
         """The tip of the branch as files in the work dir (re-exported when it moves)."""
-        self.mirror.fetch()
+        now = time.monotonic()
+        if self._fetched_at is None or now - self._fetched_at >= self.config.git_poll:
+            self.mirror.fetch()
+            self._fetched_at = now
         sha = self.mirror.sha(self.config.branch)
         if sha is None:
             return None
@@ -377,6 +384,7 @@ class Controller:
                             evidence=evidence)
         result = apply.commit(self.writer, self.config.branch, the_plan, track.base, msg)
         self._tracks.pop(model, None)  # the next tick starts from what main says
+        self._fetched_at = None  # ... fetched again at once, whatever `git_poll` says
         if result.status == "committed":
             self.metrics.committed(model, kind)
             self.metrics.state(model, after.phase.value, after.weight)

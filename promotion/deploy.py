@@ -1,31 +1,42 @@
 """The controller's own manifests: ServiceAccount, minimal RBAC, Deployment, metrics Service.
 
 What the controller needs from the cluster is small, so its RBAC is too: it
-reads the GitOps repo and Prometheus over HTTP (no Kubernetes API for that),
-and it talks to the API server only to ask Argo CD for a refresh after a
-rollback, i.e. `get`/`patch` on `applications.argoproj.io` in the Argo CD
-namespace. That is a namespaced Role in the Argo CD namespace bound to the
-controller's ServiceAccount -- no ClusterRole, no access to Secrets or Pods.
+reads the GitOps repo and Prometheus over HTTP, and talks to the API server
+only to (1) read the serving Deployments, to give a merged canary traffic
+only once it is deployed and ready (`get` on `deployments` in the models
+namespace, `promotion.readiness`), and (2) ask Argo CD for a refresh after a
+rollback (`get`/`patch` on `applications.argoproj.io` in the Argo CD
+namespace). Two namespaced Roles bound to the controller's ServiceAccount --
+no ClusterRole, no access to Secrets or Pods.
 
 One replica with the `Recreate` strategy: two controllers would not corrupt
 anything (a decision is only written on top of the state it was computed
-from), but they would race to make the same decision. The work dir is an
-`emptyDir`: every durable fact lives in git.
+from), but they would race to make the same decision. Every durable fact
+lives in git; the canary reports (Markdown, plots, timelines) are kept on a
+PersistentVolumeClaim mounted at the work dir (`reports_claim`), so they
+survive a restart; the git mirror beside them is a cache.
 
-The git token (to push decision commits) comes from a Secret as
-`MLOPS_GIT_TOKEN`, which `gitops.git` hands to git through an inline credential
-helper, so it never lands in a URL, an argument or a log line.
+Secrets reach the process as environment variables from Secrets, never as
+arguments: the git token as `MLOPS_GIT_TOKEN` (`gitops.git` hands it to git
+through an inline credential helper), the forge token as the variable that
+forge's client reads (`GITHUB_TOKEN`, `GITLAB_TOKEN`, `GITEA_TOKEN`), the
+notification webhook URL as `MLOPS_WEBHOOK_URL`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 __all__ = ["controller_manifests"]
 
 NAME = "mlops-controller"
 METRICS_PORT = 9100
 _RUN_AS = 1000
+#: The env var each forge client reads its token from (gitops/forges/*).
+FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
+#: A remote forge is asked for news every 15 s, not every pass (rate limits,
+#: load): a decision is due once per canary interval (30 s by default).
+CLUSTER_GIT_POLL = 15.0
 
 
 def controller_manifests(
@@ -40,26 +51,39 @@ def controller_manifests(
     webhook_secret: str | None = None,
     forge: str | None = None,
     forge_repo: str | None = None,
+    forge_url: str | None = None,
+    forge_secret: str = "mlops-forge",
+    models_namespace: str = "models",
+    reports_claim: str | None = "mlops-controller",
+    image_pull_secrets: Sequence[str] = (),
+    git_poll: float = CLUSTER_GIT_POLL,
 ) -> list[dict[str, Any]]:
-    """ServiceAccount, Role + RoleBinding (Argo CD namespace), Deployment and Service."""
+    """ServiceAccount, two Roles + RoleBindings, the reports claim, Deployment and Service."""
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
     args = ["controller", "run", "--gitops", gitops_url, "--prometheus", prometheus_url,
             "--workdir", "/work", "--metrics-port", str(METRICS_PORT), "--metrics-addr",
-            "0.0.0.0", "--argocd-namespace", argocd_namespace]
+            "0.0.0.0", "--argocd-namespace", argocd_namespace,
+            "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
+            "--git-poll", f"{git_poll:g}"]
     if preset:
         args += ["--preset", preset]
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
     if forge:
+        if forge not in FORGE_TOKEN_ENV:
+            raise ValueError(f"forge {forge!r}: choose one of {', '.join(sorted(FORGE_TOKEN_ENV))}")
         args += ["--forge", forge]
         if forge_repo:
             args += ["--forge-repo", forge_repo]
-    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+        if forge_url:
+            args += ["--forge-url", forge_url]
+        env.append({"name": FORGE_TOKEN_ENV[forge], "valueFrom": {"secretKeyRef": {
+            "name": forge_secret, "key": "token"}}})
     if git_secret:
         env.append({"name": "MLOPS_GIT_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": git_secret, "key": "token"}}})
-    if webhook_secret:
+    if webhook_secret:  # read from the environment by `controller run`: never in argv
         env.append({"name": "MLOPS_WEBHOOK_URL", "valueFrom": {"secretKeyRef": {
             "name": webhook_secret, "key": "url"}}})
-        args += ["--webhook", "$(MLOPS_WEBHOOK_URL)"]
     service_account = {
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
@@ -74,6 +98,20 @@ def controller_manifests(
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": NAME, "namespace": argocd_namespace, "labels": dict(labels)},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
+    }
+    readiness_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": f"{NAME}-readiness", "namespace": models_namespace,
+                     "labels": dict(labels)},
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}],
+    }
+    readiness_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": f"{NAME}-readiness", "namespace": models_namespace,
+                     "labels": dict(labels)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": f"{NAME}-readiness"},
         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
     }
     container = {
@@ -94,6 +132,9 @@ def controller_manifests(
         "volumeMounts": [{"name": "work", "mountPath": "/work"},
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
+    work_volume: dict[str, Any] = (
+        {"name": "work", "persistentVolumeClaim": {"claimName": reports_claim}} if reports_claim
+        else {"name": "work", "emptyDir": {"sizeLimit": "2Gi"}})
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
@@ -111,8 +152,7 @@ def controller_manifests(
                                         "runAsGroup": _RUN_AS, "fsGroup": _RUN_AS,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
-                    "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "2Gi"}},
-                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    "volumes": [work_volume, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
                 },
             },
         },
@@ -124,4 +164,15 @@ def controller_manifests(
                  "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
                             "protocol": "TCP"}]},
     }
-    return [service_account, role, binding, deployment, service]
+    pod_spec = deployment["spec"]["template"]["spec"]  # type: ignore[index]
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
+    docs = [service_account, role, binding, readiness_role, readiness_binding]
+    if reports_claim:
+        docs.append({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": reports_claim, "namespace": namespace, "labels": dict(labels)},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "2Gi"}}},
+        })
+    return [*docs, deployment, service]

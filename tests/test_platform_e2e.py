@@ -14,6 +14,7 @@ import os
 import pathlib
 import shutil
 import signal
+import subprocess
 
 import orjson
 import pytest
@@ -27,7 +28,7 @@ from mlops.platform import lifecycle, procs
 from mlops.platform.files import read_json
 from mlops.platform.workdir import Workdir
 from serving import manifests
-from tests.fixtures.gitops import Human, guard
+from tests.fixtures.gitops import Human, guard, head
 from tests.fixtures.platform import (
     converged, status_doc, teardown, versions_of, wait_for, write_model,
 )
@@ -77,7 +78,6 @@ def approve_proposal(repo, model_dir, number):
     """`mlops promote propose` then `mlops pr approve N`, as a person would type them."""
     assert cli.main(["promote", "propose", str(model_dir), "--gitops", str(repo)]) == 0
     assert cli.main(["pr", "approve", str(number), "--repo", str(repo)]) == 0
-    from tests.fixtures.gitops import head
     return head(repo)
 
 
@@ -88,8 +88,19 @@ def test_local_pr_flow_serves_the_committed_split(env):
     wait_for(lambda: converged(wd, MODEL, {v1: 100}), SERVER_READY, "the stable version to serve")
     assert status_doc(wd)["applied_commit"] == first
 
-    # The candidate's PR, approved: a second Deployment and the canary at 10 %.
-    second = approve_proposal(repo, versions[v2], 2)
+    # The candidate's PR, approved: a second Deployment, routed at 0 % until it is ready.
+    approve_proposal(repo, versions[v2], 2)
+    wait_for(lambda: converged(wd, MODEL, {v1: 100, v2: 0}), SERVER_READY, "v2 ready at 0%")
+    # One controller pass reads the platform's readiness and commits the first step: 10 %.
+    prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
+    assert cli.main(["controller", "run", "--once", "--gitops", str(repo),
+                     "--prometheus", prometheus, "--readiness", "local",
+                     "--platform-workdir", str(wd.root),
+                     "--workdir", str(env["base"] / "controller")]) == 0
+    second = head(repo)
+    assert "Mlops-Decision: step/ready" in subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%B", "main"],
+        capture_output=True, text=True, check=True).stdout
     wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
     assert status_doc(wd)["applied_commit"] == second
 

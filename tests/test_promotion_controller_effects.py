@@ -194,19 +194,92 @@ def test_controller_manifests_are_valid_and_minimal():
     docs = controller_manifests(gitops_url="https://git.example.com/gitops.git",
                                 prometheus_url="http://prometheus.monitoring:9090",
                                 webhook_secret="slack")
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "Deployment",
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "Role",
+                                         "RoleBinding", "PersistentVolumeClaim", "Deployment",
                                          "Service"]
     for doc in docs:
         validate_manifest(doc)
-    role = docs[1]
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    role = by_name[("Role", "mlops-controller")]
     assert role["metadata"]["namespace"] == "argocd"
     assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["applications"],
                               "verbs": ["get", "patch"]}]
-    spec = docs[3]["spec"]["template"]["spec"]
+    readiness = by_name[("Role", "mlops-controller-readiness")]
+    assert readiness["metadata"]["namespace"] == "models"
+    assert readiness["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
+                                   "verbs": ["get"]}]
+    deployment = by_name[("Deployment", "mlops-controller")]
+    spec = deployment["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "mlops-controller"
-    assert docs[3]["spec"]["strategy"] == {"type": "Recreate"}
-    args = spec["containers"][0]["args"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # The reports survive a restart: the work dir is the claim the manifests make.
+    assert {"name": "work", "persistentVolumeClaim": {"claimName": "mlops-controller"}} \
+        in spec["volumes"]
+    container = spec["containers"][0]
+    args = container["args"]
     assert args[:2] == ["controller", "run"] and "--argocd-namespace" in args
+    # The webhook URL is a secret: an env var from the Secret, never in argv.
+    assert not any("WEBHOOK" in a or "slack" in a for a in args)
+    assert {"name": "MLOPS_WEBHOOK_URL",
+            "valueFrom": {"secretKeyRef": {"name": "slack", "key": "url"}}} in container["env"]
+
+
+def test_controller_manifests_in_a_cluster_parse_with_the_real_cli(tmp_path):
+    """Forge comments, readiness from the API, a forge-friendly git poll, pull secrets from
+    the pipeline's settings file: every rendered arg is one `mlops controller run` accepts."""
+    from mlops.cli import build_parser
+    from mlops.commands.controller import _manifests
+
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("image_pull_secrets: [registry-a]\n")
+    import argparse
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    args = build_parser().parse_args([
+        "controller", "manifests", "--gitops", "https://gitea.example.com/ml/gitops.git",
+        "--prometheus", "http://prometheus:9090", "--forge", "gitea", "--forge-secret", "gitea-t",
+        "--settings", str(settings), "--image-pull-secret", "registry-b",
+        "--models-namespace", "serving", "--reports-claim", ""])
+    with contextlib.redirect_stdout(out):
+        assert _manifests(args) == 0
+    docs = list(yaml.safe_load_all(out.getvalue()))
+    assert "PersistentVolumeClaim" not in [d["kind"] for d in docs]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "registry-a"}, {"name": "registry-b"}]
+    container = spec["containers"][0]
+    assert {"name": "GITEA_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gitea-t",
+                                                                  "key": "token"}}} \
+        in container["env"]
+    parsed = build_parser().parse_args(container["args"])
+    assert isinstance(parsed, argparse.Namespace)
+    assert (parsed.forge, parsed.readiness, parsed.readiness_namespace, parsed.git_poll) == \
+        ("gitea", "kubernetes", "serving", 15.0)
+    assert next(d for d in docs if d["kind"] == "Role" and
+                d["metadata"]["namespace"] == "serving")["rules"][0]["verbs"] == ["get"]
+
+
+def test_the_controller_fetches_git_at_most_once_per_git_poll(promotion_repo, tmp_path):
+    """A remote forge is not fetched every pass: with `git_poll` an hour, 15 passes fetch once,
+    plus once right after each of the controller's own commits (counted on the real mirror)."""
+    merge_to_main(promotion_repo, "v2")
+    clock = Clock(merged_at(promotion_repo))
+    controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w",
+                                             git_poll=3600.0),
+                            RouterStub(promotion_repo), clock=clock)
+    fetches = []
+    real = controller.mirror.fetch
+    controller.mirror.fetch = lambda *a, **k: (fetches.append(1), real(*a, **k))[1]
+    for _ in range(15):
+        clock.advance(1.0)
+        controller.tick()
+    commits = len(decision_log(promotion_repo))
+    assert commits == 4  # three steps and the promotion (the RouterStub is healthy)
+    # The first pass, one after each own commit, and one for the finished rollout's report.
+    assert len(fetches) == 1 + commits + 1
+    controller.close()
 
 
 def test_canary_cli_pause_and_errors(promotion_repo):

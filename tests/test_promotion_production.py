@@ -59,7 +59,7 @@ def test_a_canary_in_flight_leaves_the_stable_version_in_production(empty_gitops
     put_in_production(empty_gitops, tmp_path, MODEL, "v1", V1)
     put_in_production(empty_gitops, tmp_path, MODEL, "v2", {"map50": 0.95, "map": 0.7})
     state = yaml.safe_load(_main_file(empty_gitops, f"apps/{MODEL}/promotion.yaml"))
-    assert (state["phase"], state["stable"], state["candidate"]) == ("progressing", "v1", "v2")
+    assert (state["phase"], state["stable"], state["candidate"]) == ("waiting", "v1", "v2")
 
     found = read_production(str(empty_gitops), MODEL)
     assert (found.version, found.metrics) == ("v1", V1)

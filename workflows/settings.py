@@ -10,7 +10,7 @@ valid set of manifests; a platform overrides them with a YAML file
 """
 
 import pathlib
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -56,6 +56,11 @@ class PipelineSettings(BaseModel):
     ttl_after_success_seconds: int = Field(default=24 * 3600, ge=0)
     ttl_after_failure_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     run_as_user: int = Field(default=1000, ge=1)
+    # Registry credentials (Secrets of type kubernetes.io/dockerconfigjson) for
+    # every pod the project renders: step pods, PaddleJob workers, serving
+    # Deployments, the promotion controller. Each must exist in the namespace
+    # of the pod that names it.
+    image_pull_secrets: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
     # Triggers.
     branch: str = "main"
     # Where the model repo lives: which push payload the Sensor reads. GitHub

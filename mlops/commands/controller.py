@@ -103,6 +103,7 @@ def build(args: argparse.Namespace) -> Controller:
         repo=args.gitops, workdir=pathlib.Path(args.workdir), branch=args.branch,
         interval=args.interval, settle=args.settle, on_rollback=args.on_rollback,
         checkpoint_every=args.checkpoint_every, report_url=args.report_url,
+        git_poll=args.git_poll,
     )
     return Controller(config, _sources(args.prometheus, args.preset), metrics=ControllerMetrics(),
                       notifier=notifier, refresher=refresher, commenter=_commenter(args),
@@ -155,6 +156,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--interval", type=float, default=None,
                      help="analysis window in seconds for every model (default: the policy's)")
     run.add_argument("--poll", type=float, default=1.0, help="seconds between passes")
+    run.add_argument("--git-poll", type=float, default=0.0,
+                     help="fetch the GitOps repo at most every SECONDS (default 0: every pass; "
+                          "a remote forge: 15, no more than the canary interval)")
     run.add_argument("--settle", type=float, default=0.0,
                      help="seconds to wait after a window ends before reading it (scrape lag)")
     run.add_argument("--once", action="store_true", help="one pass, then exit")
@@ -195,10 +199,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--image", default="registry.example.com/mlops/paddle-serve:0.1.0")
     man.add_argument("--namespace", default="mlops")
     man.add_argument("--argocd-namespace", default="argocd")
+    man.add_argument("--models-namespace", default="models",
+                     help="where the serving Deployments run (readiness is read there)")
     man.add_argument("--preset")
     man.add_argument("--git-secret", default="mlops-gitops-token",
                      help="Secret with key 'token' for pushing decision commits")
     man.add_argument("--webhook-secret", help="Secret with key 'url' for notifications")
+    man.add_argument("--forge", choices=["github", "gitlab", "gitea"],
+                     help="comment each rollout's outcome on its pull request there")
+    man.add_argument("--forge-secret", default="mlops-forge",
+                     help="Secret with key 'token' for the forge's API (with --forge)")
+    man.add_argument("--forge-repo", help="owner/name of the GitOps repo on the forge "
+                                          "(default: from --gitops)")
+    man.add_argument("--forge-url", help="the forge's API root (default: from --gitops)")
+    man.add_argument("--reports-claim", default="mlops-controller",
+                     help="PersistentVolumeClaim (made with the manifests) that keeps the canary "
+                          "reports across restarts; '' for an emptyDir")
+    man.add_argument("--git-poll", type=float, default=15.0,
+                     help="seconds between fetches of the GitOps repo (default 15)")
+    man.add_argument("--settings", help="the pipeline's settings file (image_pull_secrets)")
+    man.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME",
+                     help="imagePullSecrets of the controller's pod (repeatable; added to "
+                          "the settings file's image_pull_secrets)")
     man.set_defaults(func=_manifests)
 
 
@@ -207,9 +229,17 @@ def _manifests(args: argparse.Namespace) -> int:
 
     from promotion.deploy import controller_manifests
 
+    pull = list(args.image_pull_secret)
+    if args.settings:
+        from workflows.settings import load_settings
+
+        pull = [*load_settings(args.settings).image_pull_secrets, *pull]
     docs = controller_manifests(
         gitops_url=args.gitops, prometheus_url=args.prometheus, image=args.image,
         namespace=args.namespace, argocd_namespace=args.argocd_namespace, preset=args.preset,
-        git_secret=args.git_secret, webhook_secret=args.webhook_secret)
+        git_secret=args.git_secret, webhook_secret=args.webhook_secret, forge=args.forge,
+        forge_repo=args.forge_repo, forge_url=args.forge_url, forge_secret=args.forge_secret,
+        models_namespace=args.models_namespace, reports_claim=args.reports_claim or None,
+        image_pull_secrets=list(dict.fromkeys(pull)), git_poll=args.git_poll)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
