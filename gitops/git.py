@@ -30,12 +30,23 @@ from gitops.errors import GitError
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
-# Reads the token from the environment when git asks; only answers "get".
-_HELPER = (
-    '!f() { test "$1" = get || exit 0; '
+# Reads the token from the environment when git asks; only answers "get", and
+# only when a token is set (else git goes on as if there were no helper). Public:
+# the pipeline's checkout pod gives the same helper to plain `git` through
+# GIT_CONFIG_COUNT/KEY/VALUE env (see `credential_config_env`).
+CREDENTIAL_HELPER = (
+    '!f() { test "$1" = get || exit 0; test -n "${MLOPS_GIT_TOKEN:-}" || exit 0; '
     'echo "username=${MLOPS_GIT_USERNAME:-x-access-token}"; '
     'echo "password=${MLOPS_GIT_TOKEN}"; }; f'
 )
+TOKEN_ENV = "MLOPS_GIT_TOKEN"
+USERNAME_ENV = "MLOPS_GIT_USERNAME"
+
+
+def credential_config_env() -> dict[str, str]:
+    """Env that makes any git (2.31+) use `CREDENTIAL_HELPER`: no argv, no config file."""
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "credential.helper",
+            "GIT_CONFIG_VALUE_0": CREDENTIAL_HELPER}
 
 
 _REPO_LOCATING = {
@@ -152,7 +163,7 @@ class Git:
             "init.defaultBranch=main",
         ]
         if env.get("MLOPS_GIT_TOKEN"):
-            self._config += ["-c", "credential.helper=", "-c", f"credential.helper={_HELPER}"]
+            self._config += ["-c", "credential.helper=", "-c", f"credential.helper={CREDENTIAL_HELPER}"]
 
     def run(
         self,

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -166,6 +166,7 @@ def plan_proposal(
     replicas: int = 1,
     port: int = 8080,
     resources: dict[str, Any] | None = None,
+    image_pull_secrets: Sequence[str] = (),
 ) -> ProposalPlan:
     """Decide the branch's content; see the module docstring."""
     name = model or record.name
@@ -175,6 +176,7 @@ def plan_proposal(
     deployment = manifests.deployment(
         name, version, image=image, model_uri=model_uri, weights_sha256=record.weights_sha256,
         replicas=replicas, port=port, resources=resources, metrics=record.metrics or None,
+        image_pull_secrets=image_pull_secrets,
     )
     policy_text = yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False)
     state = current_state(current)
@@ -277,6 +279,7 @@ def propose(
     gate: Mapping[str, Any] | None = None,
     base: str = "main",
     workdir: pathlib.Path | None = None,
+    image_pull_secrets: Sequence[str] = (),
 ) -> ProposeResult:
     """Write the proposal branch, open (or find) its PR, merge it with `approval="auto"`."""
     import tempfile
@@ -301,7 +304,8 @@ def propose(
         current = layout.read_model(root, name) if (root / layout.APPS / name).is_dir() else None
     uri = model_uri_for(pathlib.Path(model_dir), name, record.version, model_uri_prefix)
     the_plan = plan_proposal(record, current, policy, model=name, image=image, model_uri=uri,
-                             replicas=replicas, port=port)
+                             replicas=replicas, port=port,
+                             image_pull_secrets=image_pull_secrets)
     if production is None and not the_plan.bootstrap:
         production = production_record(current, the_plan.stable)
     body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,

@@ -60,7 +60,7 @@ import copy
 import json
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 __all__ = [
     "ANNOTATION_METRICS",
@@ -98,6 +98,7 @@ _MODEL_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Versions are label values and part of the Deployment name: lower case only.
 _VERSION_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _RUN_AS = 1000
 
 
@@ -218,12 +219,15 @@ def deployment(
     namespace: str | None = None,
     models_claim: str = DEFAULT_MODELS_CLAIM,
     metrics: Mapping[str, float] | None = None,
+    image_pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Deployment ``<model>-<version>`` running ``mlops serve`` on the mounted model.
 
     ``model_uri`` and ``weights_sha256`` (and ``metrics``, when given) are
     recorded as annotations (see the module docstring for who reads them).
     ``models_claim`` names the PVC that holds ``<model>/<version>/`` directories.
+    ``image_pull_secrets`` name dockerconfigjson Secrets in the models' namespace
+    (a private registry for the server image).
     """
     _check_model(model)
     _check_version(version)
@@ -236,6 +240,9 @@ def deployment(
         raise ManifestError(f"weights_sha256 {weights_sha256!r} must be 64 lower-case hex digits")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise ManifestError(f"replicas {replicas!r} must be a non-negative integer")
+    for secret in image_pull_secrets:
+        if not isinstance(secret, str) or not _DNS1123_RE.match(secret):
+            raise ManifestError(f"image pull secret {secret!r} must be a DNS-1123 name")
 
     labels = {"app": model, "version": version}
     meta = _metadata(deployment_name(model, version), dict(labels), namespace)
@@ -301,6 +308,28 @@ def deployment(
         "prometheus.io/path": "/metrics",
         ANNOTATION_WEIGHTS_SHA256: weights_sha256,
     }
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": _RUN_AS,
+            "runAsGroup": _RUN_AS,
+            "fsGroup": _RUN_AS,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        # The server drains in-flight requests on SIGTERM.
+        "terminationGracePeriodSeconds": 30,
+        "containers": [container],
+        "volumes": [
+            {
+                "name": "models",
+                "persistentVolumeClaim": {"claimName": models_claim, "readOnly": True},
+            },
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        ],
+    }
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -315,26 +344,7 @@ def deployment(
             },
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": template_annotations},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": _RUN_AS,
-                        "runAsGroup": _RUN_AS,
-                        "fsGroup": _RUN_AS,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    # The server drains in-flight requests on SIGTERM.
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "models",
-                            "persistentVolumeClaim": {"claimName": models_claim, "readOnly": True},
-                        },
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
-                    ],
-                },
+                "spec": pod_spec,
             },
         },
     }

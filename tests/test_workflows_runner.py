@@ -73,8 +73,8 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     outcome = json.loads((out / "outcome.json").read_text())
     assert outcome["status"] == "Succeeded" and outcome["gate"]["passed"] is True
     prom = (out / "metrics.prom").read_text()
-    assert 'mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
-    assert 'mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
+    assert 'argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
+    assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
     assert (out / "environment.txt").read_text().startswith("python ")
 
 

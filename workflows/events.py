@@ -123,6 +123,8 @@ class PushShape:
     clone_url: str
     head_author_name: str
     head_author_email: str
+    #: The head commit's message, where the payload has one commit to read it from.
+    head_message: str | None = None
     #: Extra anchored matches that say "this is a push" (header, object kind).
     kind: tuple[tuple[str, str], ...] = ()
     #: GitHub sends `deleted: true`; the others only a zero `after`.
@@ -131,9 +133,10 @@ class PushShape:
 
 SHAPES = {
     "github": PushShape("body.repository.clone_url", "body.head_commit.author.name",
-                        "body.head_commit.author.email", deleted_flag=True),
+                        "body.head_commit.author.email", "body.head_commit.message",
+                        deleted_flag=True),
     "gitea": PushShape("body.repository.clone_url", "body.head_commit.author.name",
-                       "body.head_commit.author.email",
+                       "body.head_commit.author.email", "body.head_commit.message",
                        kind=(("header.X-Gitea-Event.0", "^push$"),)),
     # GitLab's `commits` order differs between its docs and real deliveries, so the
     # bot check reads every commit's author (`#.`): a push carrying a bot commit.
@@ -196,6 +199,35 @@ def submitted_workflow(loaded: LoadedConfig, settings: PipelineSettings) -> dict
     }
 
 
+# The Argo UI lists a Workflow by these annotations, Markdown allowed (Argo Workflows
+# docs/title-and-description.md, v3.4.4+, Markdown v3.6+). workflowMetadata annotations
+# are copied without substitution (operator.go updateWorkflowMetadata, v3.7.9), so the
+# Sensor writes them per event. `dest` is an sjson path: dots in the key are escaped.
+TITLE_ANNOTATION = "workflows.argoproj.io/title"
+DESCRIPTION_ANNOTATION = "workflows.argoproj.io/description"
+
+
+def annotation_dest(key: str) -> str:
+    """The sjson path (Argo Events' `dest`) of `metadata.annotations[key]`."""
+    return "metadata.annotations." + key.replace(".", "\\.")
+
+
+def _go(path: str) -> str:
+    """A gjson path of the event (`body.a.b`) as a Go template field (`.Input.body.a.b`)."""
+    return ".Input." + path
+
+
+def ui_annotations(model: str, forge: str) -> dict[str, str]:
+    """Go templates (Argo Events' dataTemplate) of the Workflow's title and description."""
+    shape = SHAPES[forge]
+    title = f"**{model}** @ `{{{{ {_go('body.after')} | substr 0 12 }}}}`"
+    description = (f"{{{{ {_go(shape.head_author_name)} }}}} pushed "
+                   f"`{{{{ {_go('body.ref')} }}}}`")
+    if shape.head_message:
+        description += f": {{{{ {_go(shape.head_message)} | trunc 200 }}}}"
+    return {TITLE_ANNOTATION: title, DESCRIPTION_ANNOTATION: description}
+
+
 def _trigger(dependency: str, forge: str, loaded: LoadedConfig,
              settings: PipelineSettings) -> dict[str, Any]:
     model = loaded.config.model
@@ -222,6 +254,11 @@ def _trigger(dependency: str, forge: str, loaded: LoadedConfig,
                         },
                         "dest": "metadata.name",
                     },
+                    *[
+                        {"src": {"dependencyName": dependency, "dataTemplate": template},
+                         "dest": annotation_dest(key)}
+                        for key, template in ui_annotations(model, forge).items()
+                    ],
                 ],
             },
         },

@@ -3,12 +3,15 @@
 Argo runs it after the DAG (success or not) with `{{workflow.status}}` and
 `{{workflow.failures}}`; the local runner runs the same template. It writes
 `OUT/outcome.json` (status, failures, and the gate verdict when the gate
-ran) and prints one line, so a run's end is readable from the workspace,
-the step log, or the workflow metrics.
+ran) and `OUT/report.md` (the run in a page: commit, mAP, gate, the PR; the
+WorkflowTemplate declares it as the exit handler's `report` artifact, so the
+Argo UI shows it) and prints one line, so a run's end is readable from the
+workspace, the step log, the Argo UI or the workflow metrics.
 """
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import time
@@ -16,10 +19,45 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def _read_json(path: pathlib.Path) -> Any:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None  # a step that died mid-write: the report says "-" rather than failing
+
+
+def report(result: dict[str, Any], metrics: Any, proposal: Any, commit: str) -> str:
+    """The run's report as Markdown (pure: from the records the steps left)."""
+    gate = result.get("gate") or {}
+    metrics = metrics if isinstance(metrics, dict) else {}
+    proposal = proposal if isinstance(proposal, dict) else {}
+
+    def num(key: str) -> str:
+        value = metrics.get(key)
+        return f"{value:.6f}" if isinstance(value, (int, float)) else "-"
+
+    pr = proposal.get("pr_url") or (f"#{proposal['pr_number']}" if proposal.get("pr_number")
+                                    else None)
+    lines = [
+        f"# Pipeline run `{result.get('workflow') or '(local)'}`: {result.get('status')}",
+        "",
+        f"- commit: `{commit or '-'}`",
+        f"- mAP@0.5: {num('map50')}; mAP@[.5:.95]: {num('map')}",
+        f"- gate: {gate.get('reason') or 'did not run'}",
+        f"- proposal: {proposal['model']} {proposal['version']}, PR {pr or '-'} "
+        f"({proposal.get('status')})" if proposal.get("version") else "- proposal: none",
+    ]
+    failures = result.get("failures")
+    if isinstance(failures, list) and failures:
+        lines += ["", "## Failures", ""]
+        lines += [f"- {f.get('displayName', '?')}: {f.get('message', '')}" for f in failures
+                  if isinstance(f, dict)]
+    return "\n".join(lines) + "\n"
+
+
 def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict[str, Any]:
-    """Write and return the outcome record."""
-    gate_file = out / "full" / "gate.json"
-    gate = json.loads(gate_file.read_text()) if gate_file.is_file() else None
+    """Write and return the outcome record; write the report next to it."""
+    gate = _read_json(out / "full" / "gate.json")
     result = {
         "workflow": workflow,
         "status": status,
@@ -31,6 +69,12 @@ def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict
     tmp = out / ".outcome.json.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(out / "outcome.json")
+    text = report(result, _read_json(out / "full" / "metrics.json"),
+                  _read_json(out / "full" / "proposal" / "proposal.json"),
+                  os.environ.get("MLOPS_TRAINING_COMMIT", ""))
+    tmp = out / ".report.md.tmp"
+    tmp.write_text(text)
+    tmp.replace(out / "report.md")
     return result
 
 

@@ -47,6 +47,7 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
+from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
 from workflows.resources import ResourceTemplate
@@ -62,11 +63,33 @@ PATH_ENV = {
     "MLOPS_OUTPUTS": "/tmp/outputs",
 }
 LOCAL_ANNOTATION = "mlops.dev/local"
+# `mlops promote propose --outputs`: on the workspace, so the exit handler's report reads it.
+PROPOSAL_OUTPUTS = "$(MLOPS_OUT)/full/proposal"
+PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
 ENTRYPOINT = "pipeline"
 EXIT_HANDLER = "record-outcome"
 PADDLEJOB_API = "batch.paddlepaddle.org/v1"
+# What the Argo UI shows as the workflow's outputs (the entrypoint DAG's outputs):
+# name -> the task output it reads. A task that did not run (propose after a failed
+# gate) leaves the default: Argo's getTemplateOutputsFromScope uses
+# `valueFrom.default` when the reference cannot be resolved (operator.go, v3.7.9).
+WORKFLOW_OUTPUTS = {
+    "map50": "tasks.evaluate.outputs.parameters.map50",
+    "gate-passed": "tasks.gate.outputs.parameters.passed",
+    "gate-reason": "tasks.gate.outputs.parameters.reason",
+    "version": "tasks.propose.outputs.parameters.version",
+    "pr-url": "tasks.propose.outputs.parameters.pr-url",
+}
+REPORT_PATH = f"{WORKSPACE}/out/report.md"
 # Workflow parameters: what a trigger passes for one commit.
 PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
+
+# Argo Workflows 3.6+ emits custom metrics through OpenTelemetry and prefixes every
+# name with `argo_workflows_` (docs/metrics.md "The metric names emitted by this
+# mechanism are prefixed with `argo_workflows_`", v3.7.9; docs/upgrading.md 3.5 -> 3.6).
+# Templates declare the bare name; Prometheus stores `ARGO_METRIC_PREFIX + name`,
+# and that is the name the local runner writes and the docs query.
+ARGO_METRIC_PREFIX = "argo_workflows_"
 
 # The env var each forge client reads its API token from (gitops/forges/*).
 FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
@@ -123,6 +146,25 @@ def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
         retry_policy="OnError",
         backoff=m.Backoff(duration="30s", factor=2, max_duration="30m"),
     )
+
+
+def _git_credentials(settings: PipelineSettings, *, helper: bool) -> list[Env | SecretEnv]:
+    """The git token from the settings' Secret as MLOPS_GIT_TOKEN (optional: public repos
+    need none). `helper`: also point plain git at the credential helper through env
+    (the checkout pod runs git itself; `mlops` steps go through `gitops.git`, which adds
+    the helper on its own)."""
+    env: list[Env | SecretEnv] = [
+        SecretEnv(name=gitcli.TOKEN_ENV, secret_name=settings.git_secret,
+                  secret_key=settings.git_secret_key, optional=True),
+        Env(name=gitcli.USERNAME_ENV, value=settings.git_username),
+    ]
+    if helper:
+        env += [Env(name=k, value=v) for k, v in gitcli.credential_config_env().items()]
+    return env
+
+
+def _pull_secrets(settings: PipelineSettings) -> list[dict[str, str]]:
+    return [{"name": name} for name in settings.image_pull_secrets]
 
 
 def _tool_env(model: str) -> list[Env]:
@@ -235,6 +277,8 @@ def paddlejob_manifest(
                 "replicas": job.workers,
                 "template": {
                     "spec": {
+                        **({"imagePullSecrets": _pull_secrets(settings)}
+                           if settings.image_pull_secrets else {}),
                         "restartPolicy": "Never",
                         "securityContext": {
                             "runAsNonRoot": True,
@@ -337,6 +381,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         entrypoint=ENTRYPOINT,
         on_exit=EXIT_HANDLER,
         service_account_name=settings.service_account,
+        image_pull_secrets=[m.LocalObjectReference(name=n) for n in settings.image_pull_secrets]
+        or None,
         arguments=[
             Parameter(name="repo", description="git URL of the model repo"),
             Parameter(name="revision", description="commit sha to train"),
@@ -420,6 +466,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             extra_env=[
                 Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
                 Env(name="REVISION", value="{{workflow.parameters.revision}}"),
+                *_git_credentials(settings, helper=True),
             ],
             outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
             annotations={LOCAL_ANNOTATION: "checkout"},
@@ -513,6 +560,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.branch,
             ),
             retry=False,  # the verdict is an output, not an error to retry
+            extra_env=_git_credentials(settings, helper=False),  # a private GitOps repo
             outputs=[
                 Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
                 Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
@@ -578,9 +626,17 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.forge,
                 "--branch",
                 loaded.config.promotion.gitops.branch,
+                "--outputs",
+                PROPOSAL_OUTPUTS,
+                *[arg for name in settings.image_pull_secrets
+                  for arg in ("--image-pull-secret", name)],
             ],
             inputs=[Parameter(name="model-dir")],
-            extra_env=[*models_env, *forge_env],
+            outputs=[
+                Parameter(name=key, value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/{key}"))
+                for key in ("version", "pr-url")
+            ],
+            extra_env=[*models_env, *forge_env, *_git_credentials(settings, helper=False)],
             extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],
         )
 
@@ -599,9 +655,16 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             command=["python", "-m", "workflows.outcome"],
             deadline=600,
             retry=False,
+            # The run's report (commit, mAP, gate, PR, failures) in the Argo UI's artifacts.
+            outputs=[Artifact(name="report", path=REPORT_PATH, archive=NoneArchiveStrategy(),
+                              optional=True)],
         )
 
-        with DAG(name=ENTRYPOINT):
+        dag_outputs = [
+            Parameter(name=name, value_from=m.ValueFrom(parameter=f"{{{{{ref}}}}}", default=""))
+            for name, ref in WORKFLOW_OUTPUTS.items()
+        ]
+        with DAG(name=ENTRYPOINT, outputs=dag_outputs):
             t_checkout = Task(name="checkout", template=checkout)
             t_build = Task(name="build-image", template=build_image, depends="checkout")
             image_arg = Parameter(

@@ -56,7 +56,9 @@ from workflows.expressions import (
     expand_env,
     substitute,
 )
-from workflows.pipeline import LOCAL_ANNOTATION, MODELS_ENV, PATH_ENV, workflow_name
+from workflows.pipeline import (
+    ARGO_METRIC_PREFIX, LOCAL_ANNOTATION, MODELS_ENV, PATH_ENV, workflow_name,
+)
 from workflows.steps import STEPS
 
 Echo = Callable[[str], None]
@@ -86,6 +88,8 @@ class RunResult:
     seconds: float
     tasks: list[TaskRecord]
     parameters: dict[str, str]
+    outputs: dict[str, str] = field(default_factory=dict)
+    """The entrypoint DAG's output parameters: what the Argo UI shows as the workflow's."""
 
     def task(self, name: str) -> TaskRecord:
         """The record of one task."""
@@ -327,6 +331,21 @@ def _jsonpath(obj: Any, expr: str) -> str:
     return str(obj)
 
 
+def _dag_outputs(tmpl: dict[str, Any], scope: dict[str, str]) -> dict[str, str]:
+    """Resolve a DAG template's output parameters as Argo does: `valueFrom.parameter`
+    from the tasks' outputs, `valueFrom.default` when a task did not produce it."""
+    found = {}
+    for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+        source = p.get("valueFrom") or {}
+        try:
+            found[p["name"]] = substitute(str(source.get("parameter", "")), scope)
+        except ExpressionError:
+            if "default" not in source:
+                raise
+            found[p["name"]] = str(source["default"])
+    return found
+
+
 def _metric_lines(tmpl: dict[str, Any], scope: dict[str, str]) -> list[str]:
     lines = []
     for metric in (tmpl.get("metrics") or {}).get("prometheus") or []:
@@ -337,7 +356,7 @@ def _metric_lines(tmpl: dict[str, Any], scope: dict[str, str]) -> list[str]:
         if kind is None:
             continue
         value = substitute(metric[kind]["value"], scope)
-        name = metric["name"]
+        name = ARGO_METRIC_PREFIX + metric["name"]  # as Prometheus stores it (Argo 3.6+)
         lines += [
             f"# HELP {name} {metric.get('help', '')}",
             f"# TYPE {name} {kind}",
@@ -482,6 +501,7 @@ def run_workflow(
     )
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "report.md").unlink(missing_ok=True)  # the exit handler writes this run's
     (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
     scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
     scope.update(
@@ -529,6 +549,9 @@ def run_workflow(
                 + (f"  {record.message}" if record.message and record.phase != "Succeeded" else "")
             )
 
+    outputs = _dag_outputs(templates.get(doc["spec"].get("entrypoint", "")) or {}, ctx.scope)
+    for key, value in outputs.items():
+        ctx.scope[f"workflow.outputs.parameters.{key}"] = value
     wf_status = "Failed" if failed else "Succeeded"
     ctx.scope["workflow.status"] = wf_status
     ctx.scope["workflow.failures"] = json.dumps(
@@ -567,6 +590,7 @@ def run_workflow(
         seconds=round(time.monotonic() - start, 3),
         tasks=records,
         parameters=params,
+        outputs=outputs,
     )
     _write_records(result, ctx.metrics)
     if failed:
@@ -584,21 +608,25 @@ def _write_records(result: RunResult, metrics: list[str]) -> None:
         "status": result.status,
         "seconds": result.seconds,
         "parameters": result.parameters,
+        "outputs": result.outputs,
         "tasks": [asdict(t) for t in result.tasks],
     }
     (out / "run.json").write_text(json.dumps(data, indent=2) + "\n")
     (out / "metrics.prom").write_text("\n".join(metrics) + ("\n" if metrics else ""))
+    # The exit handler's report (as in the cluster) plus what only a local run knows:
+    # where the model landed and each task's time.
+    written = out / "report.md"
+    head = written.read_text() if written.is_file() else (
+        f"# Pipeline run `{result.workflow}`: {result.status}\n")
     rows = "\n".join(
         f"| {t.name} | {t.phase} | {t.seconds:.1f} | {t.message.splitlines()[0] if t.message else ''} |"
         for t in result.tasks
     )
     lines = [
-        f"# Pipeline run `{result.workflow}`: {result.status}",
-        "",
-        f"- commit: `{result.parameters.get('revision', '')}`",
+        head.rstrip("\n"),
         f"- model dir: `{result.output('model_dir') or '-'}` (version `{result.output('version') or '-'}`)",
-        f"- mAP@0.5: {result.output('map50') or '-'}; mAP@[.5:.95]: {result.output('map') or '-'}",
-        f"- gate: {result.output('reason') or 'did not run'}",
+        "",
+        "## Tasks (local run)",
         "",
         "| task | phase | seconds | note |",
         "|---|---|---|---|",

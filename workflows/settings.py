@@ -61,6 +61,14 @@ class PipelineSettings(BaseModel):
     # Deployments, the promotion controller. Each must exist in the namespace
     # of the pod that names it.
     image_pull_secrets: list[Annotated[str, Field(pattern=_NAME)]] = Field(default_factory=list)
+    # Git credentials for private repos: the model repo (checkout), the GitOps
+    # repo (gate reads it, propose pushes a branch). A Secret whose key holds a
+    # token; pods get it as MLOPS_GIT_TOKEN through a secretKeyRef (never argv,
+    # never a log line) and git asks for it through an inline credential helper.
+    # Optional in the pod: without the Secret, public repos still work.
+    git_secret: str = Field(default="mlops-git", pattern=_NAME)
+    git_secret_key: str = "token"
+    git_username: str = "x-access-token"  # GitHub's; GitLab and Gitea accept any name with a token
     # Triggers.
     branch: str = "main"
     # Where the model repo lives: which push payload the Sensor reads. GitHub

@@ -83,6 +83,19 @@ def _read_mapping(path: str, what: str) -> dict[str, Any]:
     return data
 
 
+def _write_outputs(folder: pathlib.Path, result: Any) -> None:
+    """One file per value, as Argo reads output parameters (`valueFrom.path`), and the whole
+    result as proposal.json for the pipeline's report."""
+    folder.mkdir(parents=True, exist_ok=True)
+    values = {"version": result.version, "pr-url": result.pr_url or "",
+              "pr-number": str(result.pr_number or ""), "branch": result.branch,
+              "proposal.json": json.dumps(result.__dict__, indent=2) + "\n"}
+    for name, value in values.items():
+        tmp = folder / f".{name}.tmp"
+        tmp.write_text(value)
+        tmp.replace(folder / name)
+
+
 def _propose(args: argparse.Namespace) -> int:
     from promotion.policy import load_policy
     from promotion.propose import propose
@@ -116,7 +129,10 @@ def _propose(args: argparse.Namespace) -> int:
         approval=approval or "pr", image=image or "registry.example.com/mlops/paddle-serve:0.1.0",
         replicas=replicas or 1, port=port or 8080, model_uri_prefix=args.model_uri_prefix,
         metrics=metrics, production=production, gate=gate, base=args.branch,
+        image_pull_secrets=list(dict.fromkeys(args.image_pull_secret)),
     )
+    if args.outputs:
+        _write_outputs(pathlib.Path(args.outputs), result)
     if args.json:
         print(json.dumps(result.__dict__, indent=2))
     else:
@@ -150,5 +166,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model-uri-prefix",
                    help="model URI prefix (default: file:// URI of MODEL_DIR)")
     p.add_argument("--branch", default="main", help="base branch of the GitOps repo")
+    p.add_argument("--image-pull-secret", action="append", default=[], metavar="SECRET",
+                   help="imagePullSecret of the serving Deployment (repeatable)")
+    p.add_argument("--outputs", metavar="DIR",
+                   help="write version, pr-url, pr-number, branch and proposal.json here")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_propose)
