@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from contracts.names import is_model_name, model_name_problem
 from gitops import yamlio
 from gitops.errors import BrokenManifestError, GitOpsError
 
@@ -47,7 +48,6 @@ _SINGLE = {
     "VirtualService": "virtualservice.yaml",
 }
 _DEPLOYMENT = re.compile(r"^deployment-(?P<version>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)\.yaml$")
-_MODEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -116,8 +116,9 @@ class ModelState:
 
 
 def _check_model(model: str) -> None:
-    if not isinstance(model, str) or not _MODEL.match(model) or len(model) > 63:
-        raise GitOpsError(f"model name {model!r} is not a DNS label (a-z, 0-9, '-')")
+    problem = model_name_problem(model)
+    if problem:
+        raise GitOpsError(problem)
 
 
 def weights_by_version(
@@ -254,7 +255,7 @@ def list_models(root: pathlib.Path) -> list[str]:
     apps = pathlib.Path(root) / APPS
     if not apps.is_dir():
         return []
-    return sorted(p.name for p in apps.iterdir() if p.is_dir() and _MODEL.match(p.name))
+    return sorted(p.name for p in apps.iterdir() if p.is_dir() and is_model_name(p.name))
 
 
 def _expect_kind(doc: Any, kind: str, name: str) -> dict[str, Any]:

@@ -129,6 +129,8 @@ class _Track:
     state: CanaryState
     as_of: dt.datetime
     uncommitted: int = 0
+    routed: bool = False
+    """The router has this commit's split (asked until it has; then not again)."""
 
 
 class Controller:
@@ -156,6 +158,7 @@ class Controller:
         self.commenter = commenter
         # Who says a merged candidate is deployed and ready (None: assume it is).
         self.readiness: ReadinessCheck = readiness or AlwaysReady()
+        self._waiting: dict[str, str] = {}  # model -> last "step not applied" reason logged
         self.clock = clock
         self.workdir = pathlib.Path(config.workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +222,11 @@ class Controller:
                 parsed[key.strip()] = value.strip()
         return float(stamp), parsed, who
 
+    def _log_wait(self, model: str, reason: str) -> None:
+        if self._waiting.get(model) != reason:  # once per change, not once per pass
+            self._waiting[model] = reason
+            log.info("%s: waiting for the router: %s", model, reason)
+
     def _anchor(self, model: str, state: CanaryState) -> dt.datetime:
         """Where the committed state's analysis windows start (see the module docstring)."""
         candidates = [t for t in (state.last_decision.at if state.last_decision else None,
@@ -279,10 +287,15 @@ class Controller:
 
     # -- one model -------------------------------------------------------------------------
 
-    def _policy(self, folder: layout.ModelState) -> CanaryPolicy:
+    def _policy(self, root: pathlib.Path, folder: layout.ModelState) -> CanaryPolicy:
         raw = folder.extra.get(apply.POLICY_FILE)
-        return load_policy(raw if isinstance(raw, Mapping) else {},
-                           f"apps/{folder.model}/{apply.POLICY_FILE}")
+        policy = load_policy(raw if isinstance(raw, Mapping) else {},
+                             f"apps/{folder.model}/{apply.POLICY_FILE}")
+        if policy.metrics.namespace is None:  # the models live where the repo deploys them
+            namespace = layout.load_config(root).namespace
+            policy = policy.model_copy(update={
+                "metrics": policy.metrics.model_copy(update={"namespace": namespace})})
+        return policy
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
         """Bring one model forward by every window that is due."""
@@ -312,7 +325,7 @@ class Controller:
         if manual is not None:
             return [manual]
 
-        policy = self._policy(folder)
+        policy = self._policy(root, folder)
         interval = float(self.config.interval or policy.interval)
         if committed.requested is not None:
             empty = Observations(window_seconds=interval)
@@ -326,6 +339,17 @@ class Controller:
                                           folder.deployments.get(committed.candidate))
             decision = decide_ready(policy, track.state, answer.ready, answer.reason, now)
             return [self._apply(folder, track, decision, now)]
+
+        if not track.routed:
+            answer = self.readiness.routed(model, folder.weights())
+            if not answer.ready:
+                # The step's clock starts when its split is live, not at the commit: no
+                # window and no "no traffic" grace runs on the previous step's routing.
+                track.as_of = max(track.as_of, now)
+                track.state = track.state.with_(step_started_at=now)
+                self._log_wait(model, answer.reason)
+                return []
+            track.routed = True
 
         outcomes: list[Outcome] = []
         ready = now - dt.timedelta(seconds=self.config.settle)

@@ -104,7 +104,10 @@ def controller_manifests(
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": f"{NAME}-readiness", "namespace": models_namespace,
                      "labels": dict(labels)},
-        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}],
+        # Deployments: is the candidate ready; the Istio routing: is a step's split live.
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+                  {"apiGroups": ["networking.istio.io"],
+                   "resources": ["destinationrules", "virtualservices"], "verbs": ["get"]}],
     }
     readiness_binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",

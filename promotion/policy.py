@@ -94,7 +94,10 @@ class MetricsSpec(_Frozen):
 
     preset: str = "model"
     queries: dict[str, str] | None = None
-    namespace: str = "default"
+    namespace: str | None = None
+    """The models' namespace in the queries' `$namespace`. Unset (the norm): the GitOps
+    repo's namespace (`mlops-gitops.yaml`), where Argo CD deploys the models; a
+    different value matches no series, and `mlops gitops lint` refuses it."""
 
     @model_validator(mode="after")
     def _known(self) -> MetricsSpec:

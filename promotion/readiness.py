@@ -37,6 +37,7 @@ __all__ = [
     "Readiness",
     "ReadinessCheck",
     "deployment_ready",
+    "routing_applied",
 ]
 
 
@@ -49,10 +50,19 @@ class Readiness:
 
 
 class ReadinessCheck(Protocol):
-    """Asks the runtime whether one version's Deployment is applied and ready."""
+    """Asks the runtime whether one version's Deployment is applied and ready, and whether
+    the router has the traffic split git says."""
 
     def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
         """`desired` is the Deployment as committed on main (None if git has none)."""
+        ...
+
+    def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
+        """Does the router send `weights` (percent per version, as committed) already?
+
+        Every step is a commit the runtime applies after its own delay (Argo CD's
+        poll); until then the canary gets the previous step's share, and judging
+        it against the new weight would read "not shifted" as "down"."""
         ...
 
 
@@ -61,6 +71,26 @@ class AlwaysReady:
 
     def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
         return Readiness(True, "readiness not checked")
+
+    def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
+        return Readiness(True, "routing not checked")
+
+
+def routing_applied(live_weights: Mapping[str, int] | None, weights: Mapping[str, int],
+                    model: str) -> Readiness:
+    """Whether the live split (percent per version) is git's (pure)."""
+    if live_weights is None:
+        return Readiness(False, f"{model}: no VirtualService/DestinationRule applied yet")
+    want = {v: w for v, w in weights.items() if w}
+    have = {v: w for v, w in live_weights.items() if w}
+    if want != have:
+        return Readiness(False, f"{model}: the router sends {_split(have)}, git says "
+                                f"{_split(want)}: the step is not applied yet")
+    return Readiness(True, f"{model}: the router sends {_split(want)}")
+
+
+def _split(weights: Mapping[str, int]) -> str:
+    return "/".join(f"{v} {w}%" for v, w in sorted(weights.items())) or "nothing"
 
 
 def _digest(doc: Mapping[str, Any] | None) -> str | None:
@@ -121,6 +151,24 @@ class KubernetesReadiness:
             api_client = client.ApiClient()
         self.namespace = namespace
         self.api = client.AppsV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
+        """Reads the model's Istio DestinationRule and VirtualService (both named
+        `<model>`); needs `get` on them in the namespace."""
+        from gitops.layout import weights_by_version
+
+        try:
+            live = [self.custom.get_namespaced_custom_object(
+                "networking.istio.io", "v1", self.namespace, plural, model)
+                for plural in ("destinationrules", "virtualservices")]
+        except Exception as exc:  # 404 before Argo CD applied the merge, or no API
+            status = getattr(exc, "status", None)
+            if status == 404:
+                return routing_applied(None, weights, model)
+            return Readiness(False, f"{model}: cannot read its routing ({type(exc).__name__} "
+                                    f"{status or ''})".rstrip() + ")")
+        return routing_applied(weights_by_version(live[0], live[1]), weights, model)
 
     def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
         from kubernetes.client.exceptions import ApiException

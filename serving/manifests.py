@@ -62,6 +62,8 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from contracts.names import model_name_problem
+
 __all__ = [
     "ANNOTATION_METRICS",
     "ANNOTATION_MODEL_URI",
@@ -94,7 +96,6 @@ DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
 }
 
 # Names end up in DNS (Service, host of the DestinationRule): RFC 1035 label.
-_MODEL_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Versions are label values and part of the Deployment name: lower case only.
 _VERSION_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -109,11 +110,9 @@ class ManifestError(ValueError):
 
 
 def _check_model(model: str) -> None:
-    if not isinstance(model, str) or len(model) > 63 or not _MODEL_RE.match(model):
-        raise ManifestError(
-            f"model name {model!r} is not a DNS label "
-            "(lower-case letters, digits and '-', starting with a letter, at most 63 characters)"
-        )
+    problem = model_name_problem(model)
+    if problem:
+        raise ManifestError(problem)
 
 
 def _check_version(version: str) -> None:

@@ -10,9 +10,9 @@ Dispatch is by ``(apiVersion group, kind)``:
 * built-in Kubernetes kinds (no group, or a ``*.k8s.io``/``apps``/``batch``/...
   group) go to ``kubernetes_validate`` 1.37 in strict mode (unknown fields fail);
 * Istio VirtualService/DestinationRule, Argo CD Application, PaddleJob, Argo
-  Events EventSource/Sensor use the derived files in ``tests/schemas/``;
+  Events EventSource/Sensor use the derived files in ``workflows/schemas/``;
 * Argo Workflows kinds use the verbatim upstream schema through a ``$ref`` to the
-  one kind, with IntOrString widened (see ``tests/schemas/README.md``).
+  one kind, with IntOrString widened (see ``workflows/schemas/README.md``).
 
 Validators are built once per schema file and cached. ``assert_golden`` compares
 text with a committed file; ``MLOPS_REGENERATE=1`` rewrites it on purpose.
@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import jsonschema
 import kubernetes_validate
 
-SCHEMAS = pathlib.Path(__file__).resolve().parent / "schemas"
+SCHEMAS = pathlib.Path(__file__).resolve().parents[1] / "workflows" / "schemas"
 K8S_VERSION = "1.37.0"
 
 # (group, kind) -> schema file for CRDs rooted at their kind.

@@ -20,7 +20,9 @@ from promotion.analysis import decide, decide_ready
 from promotion.controller import Controller, ControllerConfig
 from promotion.observations import Observations, VersionWindow
 from promotion.policy import load_policy
-from promotion.readiness import KubernetesReadiness, Readiness, deployment_ready
+from promotion.readiness import (
+    KubernetesReadiness, Readiness, deployment_ready, routing_applied,
+)
 from promotion.state import CanaryState, Phase
 from tests.fixtures.promotion_controller import (
     MODEL, TEST_POLICY, Clock, RouterStub, canary_weight, decision_log, git, main_state,
@@ -75,11 +77,17 @@ class Scripted:
     def __init__(self) -> None:
         self.ready = False
         self.asked: list[str] = []
+        self.routing = True
+        self.routes_asked: list[dict] = []
 
     def check(self, model, version, desired):
         self.asked.append(version)
         assert desired is not None and desired["kind"] == "Deployment"  # git's Deployment
         return Readiness(self.ready, "2/2 replicas ready" if self.ready else "not applied yet")
+
+    def routed(self, model, weights):
+        self.routes_asked.append(dict(weights))
+        return Readiness(self.routing, "applied" if self.routing else "the step is not applied")
 
 
 def test_controller_waits_for_readiness_then_commits_the_first_step(tmp_path, promotion_repo):
@@ -113,6 +121,50 @@ def test_controller_waits_for_readiness_then_commits_the_first_step(tmp_path, pr
     assert source.calls
     assert decision_log(promotion_repo)[0]["subject"] == "canary(shapes): 10% -> 25% (v2 over v1)"
     controller.close()
+
+
+def test_a_step_is_judged_only_once_the_router_has_it(tmp_path, promotion_repo):
+    """Argo CD applies the step commit minutes later: until then the canary still gets the
+    previous share, and "no traffic" there is not "down" (this rolled back every canary
+    on the cluster-latency platform)."""
+    merge_to_main(promotion_repo, "v2", {**TEST_POLICY, "no_traffic_grace": "5s"}, ready=False)
+    merged = float(git(promotion_repo, "log", "-1", "--format=%ct", "main").strip())
+    clock, readiness, source = Clock(merged), Scripted(), RouterStub(promotion_repo)
+    readiness.ready, readiness.routing = True, False
+    controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w"),
+                            source, clock=clock, readiness=readiness)
+    clock.advance(1.0)
+    controller.tick()  # ready: the first step is committed
+    assert canary_weight(promotion_repo) == 10
+    first_step = git(promotion_repo, "rev-parse", "main")
+    for _ in range(60):  # twelve times the no-traffic grace with the step not applied
+        clock.advance(1.0)
+        controller.tick()
+    assert git(promotion_repo, "rev-parse", "main") == first_step  # no rollback
+    assert source.calls == []  # no window was judged
+    assert readiness.routes_asked[-1] == {"v1": 90, "v2": 10}  # git's split, per version
+
+    readiness.routing = True
+    asked = len(readiness.routes_asked)
+    for _ in range(8):
+        clock.advance(1.0)
+        controller.tick()
+    assert source.calls  # judged from here on
+    commits = decision_log(promotion_repo)
+    assert commits[0]["subject"] == "canary(shapes): 10% -> 25% (v2 over v1)"
+    # Asked once per commit (the step that went live, then each new step), not every pass.
+    assert len(readiness.routes_asked) - asked <= 1 + len(commits) < 8
+    controller.close()
+
+
+@pytest.mark.parametrize("live, ready, words", [
+    (None, False, "no VirtualService"),
+    ({"v1": 100}, False, "the router sends v1 100%, git says v1 90%/v2 10%"),
+    ({"v1": 90, "v2": 10, "v3": 0}, True, "v1 90%/v2 10%"),
+])
+def test_routing_applied_compares_the_live_split_with_git(live, ready, words):
+    answer = routing_applied(live, {"v1": 90, "v2": 10}, "shapes")
+    assert answer.ready is ready and words in answer.reason
 
 
 LIVE = {

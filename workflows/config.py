@@ -9,7 +9,9 @@ import pathlib
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from contracts.names import model_name_problem
 
 from promotion.gate import GateConfig
 from workflows.errors import ConfigError
@@ -73,7 +75,15 @@ class PromotionConfig(_Strict):
 class ModelRepoConfig(_Strict):
     """The whole `mlops.yaml`."""
 
-    model: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    model: str  # contracts.names: the one rule every derived name fits
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        problem = model_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
     training: TrainingConfig
     evaluation: EvaluationConfig
     gate: GateConfig = GateConfig()

@@ -1,15 +1,16 @@
 """Validate rendered manifests against the official schemas, offline.
 
-Ships with the package (the JSON files in `workflows/schemas/` are copied
-from the project's `tests/schemas/`, see the README there for provenance),
-so `mlops workflows lint DIR` works from an installed wheel:
+Ships with the package (the JSON files in `workflows/schemas/`, see the
+README there for provenance), so `mlops workflows lint DIR` and
+`mlops gitops lint` work from an installed wheel:
 
 * Argo Workflows kinds: the verbatim upstream schema through a `$ref` to the
   one kind, IntOrString widened to integer-or-string (Argo accepts both).
 * PaddleJob manifests embedded in resource templates: `paddlejob.schema.json`,
   after replacing `{{...}}` placeholders with sample values (a placeholder is
   not a DNS name, the value Argo substitutes at run time is).
-* Argo Events EventSource / Sensor: their derived schemas.
+* Argo Events EventSource / Sensor, Istio VirtualService / DestinationRule,
+  Argo CD Application: their derived schemas.
 * Core kinds (ServiceAccount, Role, RoleBinding, ...): kubernetes-validate,
   strict, when that package is installed; otherwise they are reported as not
   checked rather than silently passed.
@@ -31,6 +32,9 @@ SCHEMA_FILES = (
     "paddlejob.schema.json",
     "argo-events-eventsource.schema.json",
     "argo-events-sensor.schema.json",
+    "istio-virtualservice.schema.json",
+    "istio-destinationrule.schema.json",
+    "argocd-application.schema.json",
 )
 K8S_VERSION = "1.37.0"
 _ARGO_KINDS = {"Workflow", "WorkflowTemplate", "CronWorkflow", "ClusterWorkflowTemplate"}
@@ -38,6 +42,9 @@ _ROOTED = {
     ("batch.paddlepaddle.org", "PaddleJob"): "paddlejob.schema.json",
     ("argoproj.io", "EventSource"): "argo-events-eventsource.schema.json",
     ("argoproj.io", "Sensor"): "argo-events-sensor.schema.json",
+    ("networking.istio.io", "VirtualService"): "istio-virtualservice.schema.json",
+    ("networking.istio.io", "DestinationRule"): "istio-destinationrule.schema.json",
+    ("argoproj.io", "Application"): "argocd-application.schema.json",
 }
 _PLACEHOLDER = re.compile(r"\{\{\s*([^}]*?)\s*\}\}")
 

@@ -47,6 +47,7 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
+from contracts.names import SHA_CHARS
 from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
@@ -118,7 +119,7 @@ BUILD_SCRIPT = (
 
 def workflow_name(model: str, sha: str) -> str:
     """Deterministic Workflow name for a commit: duplicate deliveries collide."""
-    return f"{model}-{sha[:12].lower()}"
+    return f"{model}-{sha[:SHA_CHARS].lower()}"
 
 
 def _out(path: str) -> str:

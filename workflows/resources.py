@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.names import MAX_WORKERS
 from workflows.errors import ConfigError
 
 TEMPLATE_DIR = pathlib.Path(__file__).resolve().parent / "templates"
@@ -24,7 +25,7 @@ class ResourceTemplate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    workers: int = Field(ge=1)
+    workers: int = Field(ge=1, le=MAX_WORKERS)  # worker indexes fit the derived names
     gpus: int = Field(ge=0)
     cpu: str
     memory: str

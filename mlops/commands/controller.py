@@ -37,7 +37,7 @@ def _sources(url: str, preset: str | None) -> Any:
                 chosen: Any = QueryPreset.from_mapping("custom", policy.metrics.queries or {})
             else:
                 chosen = name
-            cache[key] = PrometheusSource(url, chosen, namespace=policy.metrics.namespace)
+            cache[key] = PrometheusSource(url, chosen, namespace=policy.metrics.namespace or "default")
         return cache[key]
 
     return source_for

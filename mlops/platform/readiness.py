@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from mlops.platform.files import read_json
 from mlops.platform.workdir import Workdir
-from promotion.readiness import Readiness
+from promotion.readiness import Readiness, routing_applied
 
 __all__ = ["PlatformReadiness"]
 
@@ -37,3 +37,13 @@ class PlatformReadiness:
             return Readiness(False, f"{model} {version} is {entry.get('phase', 'pending')}, "
                                     "not ready (readiness probe not passed or not routed)")
         return Readiness(True, f"{model} {version} ready on port {entry.get('port')}")
+
+    def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
+        """HAProxy's weights, as the sync last set them (`haproxy_weight`)."""
+        doc = read_json(self.workdir.status, {}) or {}
+        versions = ((doc.get("models") or {}).get(model) or {}).get("versions")
+        if not versions:
+            return routing_applied(None, weights, model)
+        live = {v: int(e.get("haproxy_weight") or 0) for v, e in versions.items()
+                if e.get("haproxy_up")}
+        return routing_applied(live, weights, model)

@@ -1,0 +1,1 @@
+"""Rules every room shares and none owns: the bottom layer (imports nothing of ours)."""
