@@ -206,8 +206,11 @@ def test_controller_manifests_are_valid_and_minimal():
                               "verbs": ["get", "patch"]}]
     readiness = by_name[("Role", "mlops-controller-readiness")]
     assert readiness["metadata"]["namespace"] == "models"
-    assert readiness["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
-                                   "verbs": ["get"]}]
+    # Exactly what KubernetesReadiness reads: check() a Deployment, routed() the Istio pair.
+    assert readiness["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+        {"apiGroups": ["networking.istio.io"],
+         "resources": ["destinationrules", "virtualservices"], "verbs": ["get"]}]
     deployment = by_name[("Deployment", "mlops-controller")]
     spec = deployment["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "mlops-controller"
