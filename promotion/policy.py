@@ -121,7 +121,7 @@ class CanaryPolicy(_Frozen):
     """Steps, interval, statistics and limits of one model's canary."""
 
     steps: tuple[int, ...] = (10, 25, 50, 100)
-    interval: float = 30.0
+    interval: float = 60.0  # Flagger's default; >= 2 scrape intervals of a 30s Prometheus
     min_requests: int = Field(default=200, ge=1)
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
     max_error_rate: float = Field(default=0.01, gt=0, lt=1)

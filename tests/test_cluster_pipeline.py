@@ -182,6 +182,12 @@ def test_the_argo_ui_shows_the_runs_outputs_and_report():
         assert param in declared, (name, task, declared)
         assert source["default"] == ""
     assert WORKFLOW_OUTPUTS["pr-url"].endswith("pr-url")
+    # The PR link of docs/cluster.md reads status.outputs.parameters.0: pr-url must be the
+    # one and only global output (Argo appends globalName outputs to status.outputs).
+    globals_ = [p["globalName"] for t in templates.values()
+                for p in (t.get("outputs") or {}).get("parameters") or [] if "globalName" in p]
+    assert globals_ == ["pr-url"]
+    assert "url: ${status.outputs.parameters.0.value}" in (ROOT / "docs/cluster.md").read_text()
     report = templates[doc["spec"]["onExit"]]["outputs"]["artifacts"]
     assert [(a["name"], a["path"], a.get("optional")) for a in report] == [
         ("report", "/workspace/out/report.md", True)]

@@ -634,8 +634,12 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ],
             inputs=[Parameter(name="model-dir")],
             outputs=[
-                Parameter(name=key, value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/{key}"))
-                for key in ("version", "pr-url")
+                Parameter(name="version",
+                          value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/version")),
+                # Global: the only one, so the Argo UI's workflow link can read it as
+                # ${status.outputs.parameters.0.value} (docs/cluster.md, section 6).
+                Parameter(name="pr-url", global_name="pr-url",
+                          value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
             ],
             extra_env=[*models_env, *forge_env, *_git_credentials(settings, helper=False)],
             extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],

@@ -5,6 +5,9 @@
   a URL must name an existing repo, the layout is pushed to it. Idempotent.
 * ``mlops gitops show [MODEL] [--repo R] [--ref main]`` -- models, live
   versions, weights and weights digests as committed.
+* ``mlops gitops lint [--repo R] [--ref main] [--scrape-interval 30s]`` -- every
+  Kubernetes/Istio/Argo CD file against its official schema, then the
+  cross-file rules (`promotion.lint`); exit 1 with one line per problem.
 
 The repo defaults to ``$MLOPS_GITOPS_REPO``.
 """
@@ -75,6 +78,37 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lint(args: argparse.Namespace) -> int:
+    from gitops import layout
+    from gitops.repo import Mirror
+    from promotion.lint import lint_tree
+    from promotion.policy import parse_duration
+    from workflows.lint import lint_paths
+
+    repo = require_repo(args)
+    try:
+        scrape = parse_duration(args.scrape_interval)
+    except ValueError as exc:
+        raise UserError(f"--scrape-interval: {exc}") from None
+    with Mirror(repo) as mirror, tempfile.TemporaryDirectory(prefix="mlops-lint-") as tmp:
+        root = pathlib.Path(tmp)
+        sha = mirror.export(args.ref, root)
+        # Only what Argo CD applies has a schema; the kustomization and our own files
+        # (promotion.yaml, canary-policy.yaml) are checked by the cross-file rules.
+        skip = {layout.KUSTOMIZATION, layout.PROMOTION, "canary-policy.yaml"}
+        files = [p for p in sorted(root.glob(f"{layout.APPS}/*/*.yaml")) if p.name not in skip]
+        files += sorted(root.glob(f"{layout.ARGOCD}/*.yaml"))
+        count, problems = lint_paths(files)
+        problems = [p.replace(f"{root}/", "") for p in problems]
+        problems += lint_tree(root, scrape_interval=scrape)
+    for problem in problems:
+        print(problem)
+    verdict = f"{len(problems)} problem(s)" if problems else "valid"
+    print(f"{repo} @ {args.ref} ({sha[:12]}): {count} document(s) in {len(files)} file(s): "
+          f"{verdict}")
+    return 1 if problems else 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("gitops", help="create and inspect the GitOps repository")
     sub = parser.add_subparsers(dest="gitops_command", metavar="ACTION", required=True)
@@ -92,3 +126,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     repo_argument(show)
     show.add_argument("--ref", default="main", help="branch or commit (default: main)")
     show.set_defaults(func=_show)
+
+    lint = sub.add_parser("lint", help="check the repo's files and the rules between them")
+    repo_argument(lint)
+    lint.add_argument("--ref", default="main", help="branch or commit (default: main)")
+    lint.add_argument("--scrape-interval", default="30s",
+                      help="Prometheus scrape interval of the models (default 30s, kube-prometheus-"
+                           "stack's; Prometheus' own default is 1m)")
+    lint.set_defaults(func=_lint)

@@ -1,0 +1,106 @@
+"""The `mlops` commands the README and docs/cluster.md show are the ones that exist.
+
+Every `mlops ...` line of their shell blocks is parsed by the real CLI
+parser (an unknown flag or a removed subcommand fails here); the cluster
+guide's render, lint and controller-manifests commands are then run as
+written, with its own `settings.yaml`, and their output must lint clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+import re
+import shlex
+
+import pytest
+
+from mlops import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "docs" / "cluster.md"]
+SAMPLES = {"$URL": "http://127.0.0.1:8080", "$PROM": "http://127.0.0.1:9090",
+           "$SHA": "0" * 40, "PORT": "9090"}
+
+
+def shell_blocks(path: pathlib.Path) -> list[str]:
+    return re.findall(r"```(?:bash|sh)\n(.*?)```", path.read_text(), re.S)
+
+
+def mlops_commands(path: pathlib.Path) -> list[list[str]]:
+    """Each `mlops` command of the file's shell blocks as argv (after `mlops`)."""
+    found = []
+    for block in shell_blocks(path):
+        for line in block.replace("\\\n", " ").splitlines():
+            for part in line.split(" ; "):
+                part = re.split(r"\s+#", part.strip())[0]      # a trailing comment
+                part = re.split(r"\s(?:\d?>|&)", part)[0]       # redirections, background
+                if not part.startswith("mlops "):
+                    continue
+                part = re.sub(r"\s\[[^\]]*\]", "", part)        # [optional] parts: usage lines
+                part = re.sub(r"(\w+)(\|[\w-]+)+", r"\1", part)  # a|b|c: the first choice
+                for name, value in SAMPLES.items():
+                    part = part.replace(name, value)
+                found.append(shlex.split(part)[1:])
+    return found
+
+
+def exported(path: pathlib.Path) -> set[str]:
+    """Variables the file's shell blocks `export` (the commands after them rely on them)."""
+    names = set()
+    for block in shell_blocks(path):
+        for line in block.splitlines():
+            if line.strip().startswith("export "):
+                names |= set(re.findall(r"(\w+)=", line.split("#")[0]))
+    return names
+
+
+ALL = [(path.name, argv) for path in DOCS for argv in mlops_commands(path)]
+
+
+def test_the_docs_show_commands():
+    assert len([a for name, a in ALL if name == "cluster.md"]) >= 10
+    assert len([a for name, a in ALL if name == "README.md"]) >= 20
+
+
+@pytest.mark.parametrize("doc, argv", ALL, ids=[" ".join(a[:3]) for _, a in ALL])
+def test_each_command_parses(doc, argv, monkeypatch, tmp_path):
+    for name in exported(next(p for p in DOCS if p.name == doc)):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    parser = cli.build_parser()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            parser.parse_args(argv)
+    except SystemExit as exc:
+        pytest.fail(f"{doc}: `mlops {' '.join(argv)}` does not parse: {err.getvalue()}"
+                    f" (exit {exc.code})")
+
+
+def test_the_cluster_guides_render_lint_and_manifests_run_as_written(tmp_path, monkeypatch,
+                                                                      capsys):
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    settings = re.search(r"```yaml\n(# settings\.yaml\n.*?)```", text, re.S)
+    assert settings, "the guide's settings.yaml block"
+    (tmp_path / "settings.yaml").write_text(settings.group(1))
+    (tmp_path / "manifests").mkdir()
+    # The guide runs from a directory holding the model repo `shapes-detector`.
+    (tmp_path / "shapes-detector").symlink_to(ROOT / "examples" / "shapes-detector")
+    monkeypatch.chdir(tmp_path)
+    commands = mlops_commands(ROOT / "docs" / "cluster.md")
+    ran = []
+    for argv in commands:
+        if argv[:2] == ["workflows", "render"] or argv[:2] == ["workflows", "lint"]:
+            assert cli.main(argv) == 0, argv
+        elif argv[:2] == ["controller", "manifests"]:
+            capsys.readouterr()
+            assert cli.main(argv) == 0, argv
+            (tmp_path / "manifests" / "controller.yaml").write_text(capsys.readouterr().out)
+        else:
+            continue
+        ran.append(argv[:2])
+    assert ran.count(["workflows", "lint"]) == 2 and ["controller", "manifests"] in ran
+    out = capsys.readouterr().out
+    assert "valid" in out and "problem" not in out
+    rendered = (tmp_path / "manifests" / "pipeline" / "workflowtemplate.yaml").read_text()
+    assert "mlops-pull" in rendered and "mlops-git" in rendered  # the settings took effect
