@@ -246,7 +246,7 @@ def test_bad_writes_are_refused(tree):
                 )
             },
         )
-    with pytest.raises(GitOpsError, match="not a DNS label"):
+    with pytest.raises(GitOpsError, match="is not valid"):
         layout.read_model(tree, "Bad_Name")
 
 
