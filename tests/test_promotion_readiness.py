@@ -250,6 +250,31 @@ def test_kubernetes_backend_reads_the_deployment_through_the_official_client(api
     assert seen == ["/apis/apps/v1/namespaces/models/deployments/shapes-v2"] * 2
 
 
+def test_kubernetes_backend_reads_the_live_istio_split(api_server):
+    """The Istio objects as Argo CD applied them (networking.istio.io/v1), through the
+    official client's CustomObjectsApi; git's split is per version, the live one per
+    subset, so the DestinationRule maps one to the other."""
+    from kubernetes import client
+
+    from serving import manifests
+
+    url, served, seen = api_server
+    readiness = KubernetesReadiness("models", api_client=client.ApiClient(
+        client.Configuration(host=url)))
+    want = {"v1": 90, "v2": 10}
+    assert "no VirtualService" in readiness.routed(MODEL, want).reason  # 404: not applied
+    base = "/apis/networking.istio.io/v1/namespaces/models"
+    served[f"{base}/destinationrules/{MODEL}"] = manifests.destination_rule(MODEL, "v1", "v2")
+    served[f"{base}/virtualservices/{MODEL}"] = manifests.virtual_service(MODEL, 100, 0,
+                                                                          canary=True)
+    before = readiness.routed(MODEL, want)
+    assert not before.ready and "the step is not applied yet" in before.reason
+    served[f"{base}/virtualservices/{MODEL}"] = manifests.virtual_service(MODEL, 90, 10,
+                                                                          canary=True)
+    assert readiness.routed(MODEL, want).ready
+    assert f"{base}/virtualservices/{MODEL}" in seen
+
+
 def test_platform_backend_reads_the_sync_status(tmp_path):
     from mlops.platform.files import atomic_write_json
     from mlops.platform.readiness import PlatformReadiness
@@ -272,3 +297,15 @@ def test_platform_backend_reads_the_sync_status(tmp_path):
     atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
         "versions": versions}}})
     assert readiness.check(MODEL, "v2", None).ready
+
+    # The router: HAProxy's weights of the routed (up) servers, as the sync set them.
+    versions["v1"].update(haproxy_weight=100, haproxy_up=True)
+    versions["v2"].update(haproxy_weight=0, haproxy_up=True)
+    atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
+        "versions": versions}}})
+    waiting = readiness.routed(MODEL, {"v1": 90, "v2": 10})
+    assert not waiting.ready and "v1 100%" in waiting.reason
+    versions["v1"]["haproxy_weight"], versions["v2"]["haproxy_weight"] = 90, 10
+    atomic_write_json(wd.status, {"applied_commit": "ghi", "models": {MODEL: {
+        "versions": versions}}})
+    assert readiness.routed(MODEL, {"v1": 90, "v2": 10}).ready
