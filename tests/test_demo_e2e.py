@@ -108,6 +108,17 @@ def test_the_gitops_history_tells_the_good_story_in_order(demo_all):
     assert any("Merge pull request" in line for line in summary["gitops_log"]), summary["gitops_log"]
 
 
+def test_the_gitops_repo_after_the_demo_passes_the_gitops_lint(demo_all):
+    """Schemas of every applied file and the cross-file rules, on what the demo left
+    (the local platform scrapes every second, hence the scrape interval)."""
+    work, _, _ = demo_all
+    lint = subprocess.run([sys.executable, "-m", "mlops", "gitops", "lint", "--repo",
+                           str(work / "gitops.git"), "--scrape-interval", "1s"],
+                          capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert ": valid" in lint.stdout
+
+
 def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
     work, _, _ = demo_all
     reports = sorted((work / "controller" / "rollouts").glob("shapes-detector/*/report.md"))
