@@ -29,6 +29,7 @@ read them).
 import base64
 import binascii
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -96,17 +97,17 @@ def _parse_tensor_form(doc: dict[str, Any]) -> CompatRequest:
         else:
             try:
                 data = np.asarray(values, dtype=datatype_to_numpy(datatype))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 raise BadRequest(f"tensor '{name}': '{field}' must be a list of numbers") from None
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise BadRequest(f"tensor '{name}': 'shape' must be a list of non-negative integers")
-        if int(np.prod(shape, dtype=np.int64)) != data.size:
+        if math.prod(shape) != data.size:  # Python ints: no int64 wrap-around
             raise BadRequest(f"tensor '{name}': shape {shape} does not match {data.size} values")
         inputs.append(Tensor(name, datatype, tuple(shape), data.reshape(shape)))
     fetch = doc.get("fetch_var_names") or None
     if fetch is not None and not all(isinstance(n, str) for n in fetch):
         raise BadRequest("'fetch_var_names' must be a list of strings")
-    return CompatRequest("tensor", inputs, fetch, int(doc.get("log_id") or 0))
+    return CompatRequest("tensor", inputs, fetch, _log_id(doc))
 
 
 def _parse_feed_form(doc: dict[str, Any]) -> CompatRequest:
@@ -127,13 +128,21 @@ def _parse_feed_form(doc: dict[str, Any]) -> CompatRequest:
             continue
         try:
             array = np.asarray(values, dtype=np.float32)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             raise BadRequest(f"feed input '{name}' must be numbers (or base64 images)") from None
         inputs.append(Tensor(name, "FP32", tuple(array.shape), array))
     fetch = doc.get("fetch") or None
     if fetch is not None and (not isinstance(fetch, list) or not all(isinstance(n, str) for n in fetch)):
         raise BadRequest("'fetch' must be a list of output names")
-    return CompatRequest("feed", inputs, fetch, int(doc.get("log_id") or 0))
+    return CompatRequest("feed", inputs, fetch, _log_id(doc))
+
+
+def _log_id(doc: dict[str, Any]) -> int:
+    """Paddle Serving's request id: an integer (a client's "abc" is a 400, not a 500)."""
+    value = doc.get("log_id") or 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'log_id' must be an integer, got {value!r}")
+    return value
 
 
 def _decode_images(name: str, values: Any) -> np.ndarray:

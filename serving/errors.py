@@ -26,6 +26,19 @@ class BadRequest(ServingError):
     status_code = 400
 
 
+class RequestTimeout(ServingError):
+    """The body did not arrive within the server's read timeout (a slow or stalled client)."""
+
+    status_code = 408
+
+
+class ClientClosed(ServingError):
+    """The client went away before its body arrived: nginx's 499, a client-side outcome
+    that must never count as the server's error in a canary's verdict."""
+
+    status_code = 499
+
+
 class NotFound(ServingError):
     """Unknown model, version or route."""
 

@@ -18,6 +18,7 @@ length-prefixed raw bytes (4-byte little-endian length, then the bytes).
 import base64
 import binascii
 import dataclasses
+import math
 import struct
 from typing import Any
 
@@ -166,7 +167,8 @@ def _parse_input(raw: Any, index: int, binary: bytes, offset: int) -> tuple[Tens
     ):
         raise BadRequest(f"input '{name}': 'shape' must be a list of non-negative integers")
     shape = tuple(shape_raw)
-    count = int(np.prod(shape, dtype=np.int64))
+    # Python ints: np.prod in int64 wraps around for huge shapes (2**40 x 2**40 -> 0).
+    count = math.prod(shape)
     params = raw.get("parameters") or {}
     binary_size = params.get("binary_data_size") if isinstance(params, dict) else None
     if binary_size is not None:
@@ -199,9 +201,9 @@ def _from_json(name: str, datatype: str, count: int, values: Any) -> np.ndarray[
             except (binascii.Error, ValueError):
                 raise BadRequest(f"input '{name}': element {i} is not valid base64") from None
         return out
-    try:
+    try:  # numpy's own recursion on a deep list ends in RecursionError: the client's fault
         array = np.asarray(values, dtype=DATATYPE_TO_NUMPY[datatype])
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         raise BadRequest(
             f"input '{name}': data is not a (nested) list of {datatype} numbers"
         ) from None
@@ -212,18 +214,41 @@ def _from_json(name: str, datatype: str, count: int, values: Any) -> np.ndarray[
     return array.reshape(-1)
 
 
+#: Deeper nesting than any tensor has: a client's deep list is a 400, not a RecursionError.
+MAX_NESTING = 32
+
+
 def _flatten(values: Any) -> list[Any]:
+    """Leaves of a nested list, depth-first, without recursion."""
     if not isinstance(values, list):
         return [values]
     out: list[Any] = []
-    for item in values:
-        out.extend(_flatten(item) if isinstance(item, list) else [item])
+    stack: list[tuple[Any, int]] = [(iter(values), 1)]
+    while stack:
+        items, depth = stack[-1]
+        item = next(items, _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            if depth >= MAX_NESTING:
+                raise BadRequest(f"data is nested deeper than {MAX_NESTING} levels")
+            stack.append((iter(item), depth + 1))
+        else:
+            out.append(item)
     return out
+
+
+_END = object()
 
 
 def binary_to_array(name: str, datatype: str, count: int, chunk: bytes) -> np.ndarray[Any, Any]:
     """Flat array of `count` elements from binary-extension bytes; `BadRequest` if malformed."""
     if datatype == "BYTES":
+        # Each element has a 4-byte length prefix: check the count against the data
+        # before allocating (a 111-byte request with shape [2**27] asked for 1 GiB).
+        if count * 4 > len(chunk):
+            raise BadRequest(f"input '{name}': shape holds {count} BYTES elements, "
+                             f"{len(chunk)} binary bytes cannot")
         out = np.empty(count, dtype=object)
         pos = 0
         for i in range(count):

@@ -40,14 +40,16 @@ from typing import Any, AsyncIterator, Callable
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from serving.errors import (
     BadRequest,
+    ClientClosed,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     ServingError,
     Unavailable,
 )
@@ -73,6 +75,9 @@ class ServerSettings:
     port: int = 8000
     max_body_bytes: int = 8 * 1024 * 1024
     max_in_flight: int = 16
+    #: Seconds a client may take to send its body. Bodies are read before a request takes
+    #: an in-flight slot, so slow senders cannot hold the slots; this bounds them anyway.
+    body_timeout: float = 10.0
     threads: int = dataclasses.field(default_factory=default_threads)
     math_threads: int = 1
     graceful_timeout: float = 30.0
@@ -234,6 +239,16 @@ def build_app(state: ServerState) -> Starlette:
                     status = injected
                     return _json({"error": drill.error_message()}, injected)
                 service = ready_service()  # a shutdown may have begun during the delay
+            # The body first, under a timeout, and only then a slot: 16 clients trickling
+            # one byte each used to hold every slot and turn all inference into 503s.
+            try:
+                body = await asyncio.wait_for(_read_body(request, settings.max_body_bytes),
+                                              settings.body_timeout)
+            except asyncio.TimeoutError:
+                raise RequestTimeout(
+                    f"body not received within {settings.body_timeout:g} s") from None
+            except ClientDisconnect:
+                raise ClientClosed("client disconnected before sending its body") from None
             if state.in_flight >= settings.max_in_flight:
                 raise Unavailable(
                     f"overloaded: {state.in_flight} requests in flight "
@@ -242,7 +257,6 @@ def build_app(state: ServerState) -> Starlette:
             state.in_flight += 1
             metrics.in_flight.inc()
             try:
-                body = await _read_body(request, settings.max_body_bytes)
                 header_length = request.headers.get(HEADER_LENGTH)
                 future = service.pool.submit(work, service, body, header_length)
                 result = await asyncio.wrap_future(future)

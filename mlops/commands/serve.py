@@ -27,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="larger request bodies get 413 (default 8 MiB)")
     serve.add_argument("--max-in-flight", type=int, default=16,
                        help="inference requests admitted at once; more get 503 (default 16)")
+    serve.add_argument("--body-timeout", type=float, default=10.0,
+                       help="seconds a client may take to send its body; then 408 (default 10)")
     serve.add_argument("--threads", type=int, default=None,
                        help="predictor worker threads (default: one per core)")
     serve.add_argument("--math-threads", type=int, default=1,
@@ -78,6 +80,8 @@ def run_serve(args: argparse.Namespace) -> int:
     for flag in ("max_body_bytes", "max_in_flight", "math_threads"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.body_timeout <= 0:
+        raise UserError("--body-timeout must be positive")
     threads = args.threads if args.threads is not None else default_threads()
     if threads < 1:
         raise UserError("--threads must be at least 1")
@@ -91,6 +95,7 @@ def run_serve(args: argparse.Namespace) -> int:
         threads=threads,
         math_threads=args.math_threads,
         graceful_timeout=args.graceful_timeout,
+        body_timeout=args.body_timeout,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return serve(model, settings, log_level=args.log_level)

@@ -1,0 +1,145 @@
+"""Attacks from the adversarial review (issue 16, findings 1-4), against a real server.
+
+Each test sends what the review sent and checks the guard: a small request
+cannot make the server allocate gigabytes, decode without bound or hold every
+in-flight slot, and whatever a client gets wrong is a 4xx in the metrics the
+canary is judged on, never a 5xx. A real `mlops serve` on the tiny exported
+detector; raw sockets where a well-behaved client library would not misbehave.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import socket
+import time
+
+import requests
+from PIL import Image
+
+MAX_IMAGES = 32  # serving.preprocess.MAX_IMAGES (a literal: the test must run against old code too)
+
+MODEL = "tiny-detector"
+
+
+def _infer(server, body, headers=None, route=None):
+    return requests.post(route or f"{server.url}/v2/models/{MODEL}/infer", data=body,
+                         headers=headers or {"Content-Type": "application/json"}, timeout=30)
+
+
+def _count(server, code: str) -> float:
+    text = requests.get(f"{server.url}/metrics", timeout=5).text
+    return sum(float(m) for m in re.findall(
+        rf'model_requests_total{{[^}}]*status_code="{code}"[^}}]*}} ([0-9.e+]+)', text))
+
+
+def _png(size=(8, 8), mode="RGB") -> str:
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, "PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def _images(*encoded: str) -> bytes:
+    return json.dumps({"inputs": [{"name": "image_bytes", "shape": [len(encoded)],
+                                   "datatype": "BYTES", "data": list(encoded)}]}).encode()
+
+
+def test_a_tiny_binary_request_cannot_allocate_a_gigabyte(model_server, tiny_model_dir):
+    """Finding 1: BYTES with the binary extension, shape [2**27], 4 bytes of data."""
+    server = model_server(tiny_model_dir)
+    header = json.dumps({"inputs": [{"name": "image_bytes", "shape": [2 ** 27],
+                                     "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": 4}}]}).encode()
+    before = server.rss_bytes()
+    r = _infer(server, header + b"\x01\x00\x00\x00",
+               {"Inference-Header-Content-Length": str(len(header)),
+                "Content-Type": "application/octet-stream"})
+    assert r.status_code == 400 and "134217728 BYTES elements" in r.json()["error"]
+    assert server.rss_bytes() - before < 256 * 1024 * 1024  # np.empty(2**27, object): 1 GiB
+
+
+def test_a_huge_shape_with_empty_data_is_the_clients_error(model_server, tiny_model_dir):
+    """Finding 4: int64 wrap-around made 2**40 x 2**40 a shape of 0 elements (then a 500)."""
+    server = model_server(tiny_model_dir)
+    body = json.dumps({"inputs": [{"name": "image", "shape": [2 ** 40, 2 ** 40, 2 ** 44],
+                                   "datatype": "FP32", "data": []}]}).encode()
+    r = _infer(server, body)
+    assert r.status_code == 400, r.text
+    assert _count(server, "500") == 0
+
+
+def test_deep_nesting_is_a_400_not_a_recursion_error(model_server, tiny_model_dir):
+    server = model_server(tiny_model_dir)
+    deep = "[" * 990 + '"aGk="' + "]" * 990  # as the review sent it
+    for datatype, name in (("BYTES", "image_bytes"), ("FP32", "image")):
+        value = deep if datatype == "BYTES" else deep.replace('"aGk="', "1.0")
+        body = ('{"inputs": [{"name": "%s", "shape": [1], "datatype": "%s", "data": %s}]}'
+                % (name, datatype, value)).encode()
+        r = _infer(server, body)
+        assert r.status_code == 400, (datatype, r.text)
+    assert _count(server, "500") == 0
+
+
+def test_paddle_serving_log_id_must_be_an_integer(model_server, tiny_model_dir):
+    server = model_server(tiny_model_dir)
+    body = json.dumps({"feed": [{"image": _png()}], "fetch": ["bbox"], "log_id": "abc"})
+    r = requests.post(f"{server.url}/GeneralModelService/inference", data=body, timeout=30)
+    assert r.status_code == 400 and "log_id" in r.json()["error"]
+    assert _count(server, "500") == 0
+
+
+def test_images_per_request_formats_and_pixels_are_capped(model_server, tiny_model_dir):
+    """Finding 2: a thousand 1x1 PNGs, huge 1-bit PNGs, any format Pillow reads."""
+    server = model_server(tiny_model_dir)
+    many = _infer(server, _images(*[_png((1, 1))] * (MAX_IMAGES + 1)))
+    assert many.status_code == 400 and f"at most {MAX_IMAGES}" in many.json()["error"]
+    big = _png((2048, 2048), "1")  # 4 Mpx, a few KB on the wire
+    two_big = _infer(server, _images(big, big))
+    assert two_big.status_code == 400 and "too large" in two_big.json()["error"]
+    gif = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(gif, "GIF")
+    other = _infer(server, _images(base64.b64encode(gif.getvalue()).decode()))
+    assert other.status_code == 400 and "PNG or JPEG" in other.json()["error"]
+    fine = _infer(server, _images(_png(), _png()))
+    assert fine.status_code == 200, fine.text
+    assert _count(server, "500") == 0
+
+
+def _slow_client(port: int) -> socket.socket:
+    """Headers of a 100-byte request and one byte of its body, then nothing."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
+                 "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode())
+    return sock
+
+
+def test_slow_senders_hold_no_inference_slot_and_time_out(model_server, tiny_model_dir):
+    """Finding 3: 16 sockets trickling a body made every inference a 503."""
+    server = model_server(tiny_model_dir, "--max-in-flight", "4", "--body-timeout", "3")
+    slow = [_slow_client(server.port) for _ in range(16)]
+    try:
+        time.sleep(0.5)
+        r = _infer(server, _images(_png()))
+        assert r.status_code == 200, r.text  # the slow bodies hold no slot
+        answers = []
+        for sock in slow:
+            answers.append(sock.recv(4096).decode(errors="replace").split("\r\n")[0])
+        assert all(" 408 " in a for a in answers), answers  # and they end, with the reason
+    finally:
+        for sock in slow:
+            sock.close()
+    assert _count(server, "408") == 16 and _count(server, "503") == 0
+
+
+def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(model_server, tiny_model_dir):
+    server = model_server(tiny_model_dir)
+    for _ in range(3):
+        sock = _slow_client(server.port)
+        time.sleep(0.2)
+        sock.close()
+    deadline = time.monotonic() + 10
+    while _count(server, "499") < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _count(server, "499") == 3 and _count(server, "500") == 0
