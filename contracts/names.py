@@ -33,6 +33,23 @@ DESCRIPTION = (f"lower-case letters, digits and '-', starting with a letter and 
                f"letter or digit, at most {MAX_MODEL_NAME} characters")
 
 
+#: A model version: a label value in lower case (it is the `version` label, a subset's
+#: selector, part of the Deployment's name and a path segment of the models volume).
+VERSION_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_VERSION = re.compile(VERSION_PATTERN)
+MAX_VERSION = 63
+
+
+def version_problem(version: object) -> str | None:
+    """Why `version` cannot be a model version, or None when it can. Never a path:
+    no '/', and no '..' (a version is joined to directories and queries)."""
+    if not isinstance(version, str) or len(version) > MAX_VERSION \
+            or not _VERSION.match(version) or ".." in version:
+        return (f"model version {version!r} is not valid (lower-case letters, digits, '-' and "
+                f"'.', no '..', at most {MAX_VERSION} characters)")
+    return None
+
+
 def model_name_problem(name: object) -> str | None:
     """Why `name` cannot be a model name, or None when it can."""
     if not isinstance(name, str) or not _MODEL.match(name):

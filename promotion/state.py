@@ -35,6 +35,7 @@ from pydantic import (
     field_validator,
 )
 
+from contracts.names import model_name_problem, version_problem
 from promotion import stats
 
 __all__ = [
@@ -194,6 +195,24 @@ class CanaryState(BaseModel):
     """An action a human asked for; `decide()` carries it out next interval."""
     requested_by: str | None = None
     last_decision: LastDecision | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        problem = model_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("stable", "candidate")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        # promotion.yaml is a file people edit: a version becomes a path in the controller's
+        # work dir and a PromQL label value, so `../..` or a quote must stop here.
+        problem = version_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("started_at", "step_started_at", "empty_since", "fault_since",
                      "canary_silent_since")

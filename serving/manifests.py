@@ -62,7 +62,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from contracts.names import model_name_problem
+from contracts.names import model_name_problem, version_problem
 
 __all__ = [
     "ANNOTATION_METRICS",
@@ -97,7 +97,6 @@ DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
 
 # Names end up in DNS (Service, host of the DestinationRule): RFC 1035 label.
 # Versions are label values and part of the Deployment name: lower case only.
-_VERSION_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _RUN_AS = 1000
@@ -116,11 +115,9 @@ def _check_model(model: str) -> None:
 
 
 def _check_version(version: str) -> None:
-    if not isinstance(version, str) or len(version) > 63 or not _VERSION_RE.match(version):
-        raise ManifestError(
-            f"model version {version!r} is not a valid label value in lower case "
-            "(letters, digits, '-', '.', at most 63 characters)"
-        )
+    problem = version_problem(version)
+    if problem:
+        raise ManifestError(problem)
 
 
 def _check_port(port: int) -> None:
