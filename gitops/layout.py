@@ -61,9 +61,11 @@ class RepoConfig:
     argocd_namespace: str = "argocd"
     project: str = "default"
     destination_server: str = "https://kubernetes.default.svc"
+    policy: Mapping[str, Any] | None = None
+    """The platform's `policy:` section, raw (the promotion room validates it)."""
 
     def to_doc(self) -> dict[str, Any]:
-        return {
+        doc = {
             "repoURL": self.repo_url,
             "targetRevision": self.target_revision,
             "namespace": self.namespace,
@@ -71,6 +73,9 @@ class RepoConfig:
             "project": self.project,
             "destinationServer": self.destination_server,
         }
+        if self.policy is not None:
+            doc["policy"] = dict(self.policy)
+        return doc
 
     @classmethod
     def from_doc(cls, doc: Any, name: str = CONFIG_FILE) -> "RepoConfig":
@@ -83,11 +88,15 @@ class RepoConfig:
             "project": "project",
             "destinationServer": "destination_server",
         }
-        unknown = set(doc) - set(keys) - {"repoURL"}
+        unknown = set(doc) - set(keys) - {"repoURL", "policy"}
         if unknown:
             raise BrokenManifestError(f"{name}: unknown keys {sorted(unknown)}", name)
+        policy = doc.get("policy")
+        if policy is not None and not isinstance(policy, dict):
+            raise BrokenManifestError(f"{name}: 'policy' must be a mapping", name)
         return cls(
-            repo_url=doc["repoURL"], **{keys[k]: str(v) for k, v in doc.items() if k in keys}
+            repo_url=doc["repoURL"], policy=policy,
+            **{keys[k]: str(v) for k, v in doc.items() if k in keys}
         )
 
 

@@ -17,6 +17,7 @@ from contracts.names import model_name_problem
 from gitops import layout
 from gitops.errors import GitOpsError
 from promotion import apply
+from promotion.platform_policy import load_platform_policy
 from promotion.policy import CanaryPolicy, PolicyError, load_policy
 from promotion.production import current_state
 from promotion.state import StateError
@@ -173,6 +174,10 @@ def lint_tree(root: pathlib.Path, *, scrape_interval: float = DEFAULT_SCRAPE_INT
     except GitOpsError as exc:
         return [str(exc)]
     problems: list[str] = []
+    try:
+        load_platform_policy(config.policy)
+    except PolicyError as exc:
+        problems.append(str(exc))
     apps = root / layout.APPS
     for folder in sorted(p for p in apps.iterdir() if p.is_dir()) if apps.is_dir() else []:
         problems += _model(root, folder.name, config, scrape_interval)

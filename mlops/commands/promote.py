@@ -97,25 +97,32 @@ def _write_outputs(folder: pathlib.Path, result: Any) -> None:
 
 
 def _propose(args: argparse.Namespace) -> int:
-    from promotion.policy import load_policy
+    from promotion.platform_policy import read_platform_policy
     from promotion.propose import propose
 
+    # The platform's policy in the GitOps repo bounds what the model repo's mlops.yaml
+    # (pushed with the commit) may ask: approval, canary policy, serving image.
+    platform = read_platform_policy(args.gitops, args.branch)
     canary: dict[str, Any] = {}
-    approval = args.approval
+    approval = args.approval  # an operator's explicit flag; the pipeline never passes it
     image, replicas, port = args.image, args.replicas, args.port
     if args.config:
         from workflows.config import load_config
 
         loaded = load_config(args.config)
         canary = dict(loaded.config.promotion.canary)
-        approval = approval or loaded.config.promotion.approval
+        if approval is None:
+            approval = platform.approval_for(loaded.config.promotion.approval,
+                                             f"{loaded.path}: promotion.approval")
         image = image or loaded.config.serving.image
         replicas = replicas or loaded.config.serving.replicas
         port = port or loaded.config.serving.port
         source = f"{loaded.path}: promotion.canary"
     else:
         source = "promotion.canary"
-    policy = load_policy(canary, source)
+    policy = platform.canary_for(canary, source)
+    if image:
+        platform.check_image(image, f"{args.config or 'propose'}: serving.image")
     metrics = None
     if args.metrics:
         raw = _read_mapping(args.metrics, "--metrics")

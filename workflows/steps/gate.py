@@ -77,14 +77,21 @@ def run(
     loaded = load_config(repo)
     output_dir = pathlib.Path(out).resolve() / which
     metrics = _read_metrics(output_dir / "metrics.json", "candidate metrics")
+    gate = loaded.config.gate
     if production:
         prod = _read_metrics(pathlib.Path(production), "production metrics")
     elif production_from_gitops:
+        # The platform's gate in the GitOps repo bounds the pushed mlops.yaml's: a push
+        # that lowers `min` to 0 fails here, naming the field.
+        from promotion.platform_policy import read_platform_policy
+
         prod = _production_from_gitops(production_from_gitops, loaded.config.model,
                                        gitops_branch or "main")
+        platform = read_platform_policy(production_from_gitops, gitops_branch or "main")
+        gate = platform.gate_for(gate, f"{loaded.path}: gate")
     else:
         prod = None
-    result = evaluate_gate(loaded.config.gate, metrics, prod)
+    result = evaluate_gate(gate, metrics, prod)
     (output_dir / "gate.json").write_text(json.dumps(result.model_dump(), indent=2) + "\n")
     print(result.reason, flush=True)
     return {**result.as_outputs(), "value": f"{result.value:.6f}"}

@@ -1,0 +1,159 @@
+"""The platform's policy, kept in the GitOps repo: a model repo may only tighten it.
+
+Who may skip review, the gate's floor, how a canary is judged and which
+server images may run decide what reaches production; the platform team owns
+them, in the `policy:` section of `mlops-gitops.yaml`. A model repo's
+`mlops.yaml` travels with every push, so whoever can push could otherwise
+write `approval: auto`, `gate.min: 0`, `steps: [100]` or an `errors:
+vector(0)` query and merge a candidate to 100 % with no human (issue 16,
+finding 5). The platform's values are bounds; the model's are merged over
+them, and any that loosens a bound the platform set is refused with the
+field named:
+
+* `approval` (default `pr`, even without a `policy:` section): every
+  candidate waits for a human unless the platform says `auto`;
+* `gate`: the same metric, `min` at least, `max_regression` at most;
+* `canary`: `interval`, `min_requests`, `min_latency_samples` at least;
+  `max_error_rate`, `max_p99_ms`, `max_latency_ratio`,
+  `min_latency_difference_ms`, `traffic_tolerance`, `no_traffic_grace` at
+  most; `steps` starting no higher and no fewer of them; `metrics`, `alpha`
+  and the budgets only as the platform sets them. Custom metric queries
+  never come from a model repo (an `errors: vector(0)` query hides every
+  error);
+* `images`: the serving image must start with one of the allowed prefixes.
+
+Pure: the callers read the section (`gitops.layout.RepoConfig.policy`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from promotion.gate import GateConfig
+from promotion.policy import CanaryPolicy, PolicyError, load_policy
+
+__all__ = ["PlatformPolicy", "load_platform_policy"]
+
+_AT_LEAST = ("interval", "min_requests", "min_latency_samples")
+_AT_MOST = ("max_error_rate", "max_p99_ms", "max_latency_ratio", "min_latency_difference_ms",
+            "traffic_tolerance", "no_traffic_grace")
+_PLATFORM_ONLY = ("metrics", "alpha", "insufficient_evidence", "faults")
+WHERE = "mlops-gitops.yaml: policy"
+
+
+class PlatformPolicy(BaseModel):
+    """The `policy:` section of `mlops-gitops.yaml` (every key optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    approval: Literal["pr", "auto"] = "pr"
+    gate: GateConfig | None = None
+    canary: dict[str, Any] = Field(default_factory=dict)
+    images: list[str] = Field(default_factory=list)
+    """Allowed server image prefixes (`registry.example.com/mlops/`); empty: any."""
+
+    def canary_policy(self) -> CanaryPolicy:
+        return load_policy(self.canary, f"{WHERE}.canary")
+
+    def approval_for(self, asked: str, where: str) -> str:
+        """The approval mode a model repo may have."""
+        if asked == "auto" and self.approval != "auto":
+            raise PolicyError(f"{where}: approval auto is not allowed by the GitOps repo's "
+                              f"policy ({WHERE}.approval: {self.approval}); a human approves "
+                              "each candidate")
+        return asked
+
+    def gate_for(self, model: GateConfig | None, where: str) -> GateConfig:
+        """The model's gate within the platform's bounds (refused where it loosens them)."""
+        if self.gate is None:
+            return model or GateConfig()
+        if model is None:
+            return self.gate
+        bounds = self.gate.model_fields_set
+        problems = []
+        if "metric" in bounds and model.metric != self.gate.metric:
+            problems.append(f"metric {model.metric} (the platform gates on {self.gate.metric})")
+        if "min" in bounds and model.min < self.gate.min:
+            problems.append(f"min {model.min:g} is below the platform's {self.gate.min:g}")
+        if "max_regression" in bounds and model.max_regression > self.gate.max_regression:
+            problems.append(f"max_regression {model.max_regression:g} is above the platform's "
+                            f"{self.gate.max_regression:g}")
+        if problems:
+            raise PolicyError(f"{where}: loosens the GitOps repo's gate ({WHERE}.gate): "
+                              + "; ".join(problems))
+        return model
+
+    def canary_for(self, model: Mapping[str, Any] | None, where: str) -> CanaryPolicy:
+        """The platform's canary policy with the model's own settings where they tighten it."""
+        platform = self.canary_policy()
+        mine = load_policy(dict(model or {}), where)
+        problems = []
+        if mine.metrics.preset == "custom" and mine.metrics != platform.metrics:
+            problems.append("custom metric queries are the platform's to write")
+        for name in sorted(mine.model_fields_set & platform.model_fields_set):
+            ours, theirs = getattr(mine, name), getattr(platform, name)
+            if name in _AT_LEAST and ours < theirs:
+                problems.append(f"{name} {ours:g} is below the platform's {theirs:g}")
+            elif name in _AT_MOST and ours > theirs:
+                problems.append(f"{name} {ours:g} is above the platform's {theirs:g}")
+            elif name == "steps" and (ours[0] > theirs[0] or len(ours) < len(theirs)):
+                problems.append(f"steps {list(ours)} skip ahead of the platform's {list(theirs)}")
+            elif name in _PLATFORM_ONLY and ours != theirs:
+                problems.append(f"{name} is the platform's to set")
+        if problems:
+            raise PolicyError(f"{where}: loosens the GitOps repo's canary policy "
+                              f"({WHERE}.canary): " + "; ".join(problems))
+        merged = {**{k: v for k, v in platform.model_dump(mode="json").items()
+                     if k in platform.model_fields_set},
+                  **{k: v for k, v in mine.model_dump(mode="json").items()
+                     if k in mine.model_fields_set}}
+        return load_policy(merged, where)
+
+    def check_image(self, image: str, where: str) -> str:
+        if self.images and not any(image.startswith(prefix) for prefix in self.images):
+            raise PolicyError(f"{where}: image {image!r} is not allowed by {WHERE}.images "
+                              f"({', '.join(self.images)})")
+        return image
+
+
+def read_platform_policy(repo: str, branch: str = "main") -> PlatformPolicy:
+    """The policy on `branch` of the GitOps repo `repo` (path or URL)."""
+    import tempfile
+
+    import yaml
+
+    from gitops import layout
+    from gitops.errors import GitOpsError
+    from gitops.git import remote
+    from gitops.repo import Mirror
+
+    where = f"GitOps repo {remote(repo).display}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="mlops-policy-") as tmp:
+            with Mirror(repo, path=__import__("pathlib").Path(tmp) / "mirror.git") as mirror:
+                tip = mirror.sha(branch)
+                text = mirror.show(tip, layout.CONFIG_FILE) if tip else None
+    except GitOpsError as exc:
+        raise PolicyError(f"cannot read the platform policy from {where}: {exc}") from None
+    if text is None:
+        raise PolicyError(f"{where} has no {layout.CONFIG_FILE} on {branch!r}: not a GitOps "
+                          "repo (create one with `mlops gitops init`)")
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{where}: {layout.CONFIG_FILE} is not valid YAML: {exc}") from None
+    return load_platform_policy(doc.get("policy") if isinstance(doc, dict) else None)
+
+
+def load_platform_policy(doc: Any) -> PlatformPolicy:
+    """Validate the raw section (None: the defaults: a human approves every candidate)."""
+    try:
+        policy = PlatformPolicy.model_validate(doc or {})
+        policy.canary_policy()
+    except ValidationError as exc:
+        problems = "; ".join(f"{WHERE}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        raise PolicyError(problems) from None
+    return policy
