@@ -53,6 +53,17 @@ def check_digest(text: str | None, path: str, record: ProposalRecord, number: in
         )
 
 
+def check_files(found: dict[str, str], record: ProposalRecord, number: int) -> None:
+    """Refuse unless the branch changes exactly the files, with exactly the content, that
+    propose recorded."""
+    wanted = record.files or {}
+    differ = sorted(p for p in set(found) | set(wanted) if found.get(p) != wanted.get(p))
+    if differ:
+        raise DigestMismatchError(
+            f"PR #{number}: the branch differs from what propose wrote in "
+            f"{', '.join(differ)}; refusing to merge (delete the branch and propose again)")
+
+
 def approve(
     repo_url: str | pathlib.Path,
     number: int,
@@ -76,13 +87,28 @@ def approve(
         base = mirror.sha(pr.base)
         if base is None:
             raise GitError(f"PR #{number}: base {pr.base!r} is missing in {mirror.remote.display}")
+        if record is None:
+            raise DigestMismatchError(
+                f"PR #{number}: its body carries no mlops:proposal record (the evaluated "
+                "digest and the files the bot wrote); refusing to merge what was never "
+                "checked (propose again to rewrite the PR)")
+        # The evaluated digest first (the most specific refusal), then who wrote the
+        # branch, then every file it changes.
         tree = mirror.merge_tree(base, head)
-        if record is not None:
-            path = f"apps/{record.model}/deployment-{record.version}.yaml"
-            check_digest(mirror.show(tree, path), path, record, number)
-            checked = f"{path} carries the evaluated weights sha256 {record.weights_sha256[:12]}…"
-        else:
-            checked = "no evaluated digest was recorded in the PR; merged without a digest check"
+        path = f"apps/{record.model}/deployment-{record.version}.yaml"
+        check_digest(mirror.show(tree, path), path, record, number)
+        others = [c for c in mirror.log(f"{base}..{head}") if c.author_email != identity.email]
+        if others:
+            who = ", ".join(f"{c.sha[:10]} by {c.author_name} <{c.author_email}>" for c in others)
+            raise DigestMismatchError(
+                f"PR #{number}: branch {pr.branch!r} was edited by hand ({who}); approval "
+                "merges only what propose wrote: delete the branch and propose again, or "
+                "merge it on the forge yourself if the edit is meant")
+        if record.files is not None:
+            check_files(mirror.changes(base, head), record, number)
+        checked = f"{path} carries the evaluated weights sha256 {record.weights_sha256[:12]}…"
+        if record.files is not None:
+            checked += f"; the branch changes exactly the {len(record.files)} file(s) proposed"
     merged = forge.merge(number, head_sha=head)
     if merged.state != "merged":
         raise ForgeError(f"PR #{number}: the forge did not merge it (state {merged.state})")

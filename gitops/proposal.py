@@ -37,16 +37,21 @@ from gitops.repo import Mirror
 from gitops.writeback import DEFAULT_BACKOFF, Backoff, Message, WriteBack
 
 ANNOTATION_WEIGHTS_SHA256 = "mlops.paddle.org/weights-sha256"  # = serving.manifests'
-_MARKER = re.compile(r"\n*<!-- mlops:proposal (\{.*?\}) -->\s*$", re.S)
+# The JSON holds no '<' or '>' (json.dumps of names, digests and paths): a marker-like
+# text earlier in the body (training-written, say) cannot swallow the real one.
+_MARKER = re.compile(r"\n*<!-- mlops:proposal (\{[^<>]*\}) -->\s*$")
 
 
 @dataclass(frozen=True)
 class ProposalRecord:
-    """What was evaluated: the model, its version and the weights digest."""
+    """What was evaluated (the model, its version, the weights digest) and what the bot
+    wrote for it: every path the branch changes with its blob sha (approval compares the
+    branch against this, so an edited `model-uri` or `image:` is refused too)."""
 
     model: str
     version: str
     weights_sha256: str
+    files: dict[str, str] | None = None
 
 
 def embed_record(body: str, record: ProposalRecord | None) -> str:
@@ -64,8 +69,13 @@ def parse_record(body: str) -> ProposalRecord | None:
         return None
     try:
         data = json.loads(match.group(1))
-        return ProposalRecord(str(data["model"]), str(data["version"]), str(data["weights_sha256"]))
-    except (ValueError, KeyError, TypeError):
+        files = data.get("files")
+        if files is not None and not (isinstance(files, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in files.items())):
+            return None
+        return ProposalRecord(str(data["model"]), str(data["version"]),
+                              str(data["weights_sha256"]), files)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -171,6 +181,13 @@ def propose(
         return Proposal(
             "unchanged", branch, pr, None, f"{base!r} already holds this state; no PR needed"
         )
+    if record is not None:  # what the bot's branch changes, as approval will recompute it
+        with Mirror(repo_url, identity=identity) as mirror:
+            head = mirror.sha(branch)
+            if head is not None:
+                record = ProposalRecord(record.model, record.version, record.weights_sha256,
+                                        mirror.changes(f"origin/{base}", head))
+        full_body = embed_record(body, record)
     if pr is not None and pr.state == "open":
         if pr.title != title or pr.body != full_body:
             pr = forge.update_pr(pr.number, title=title, body=full_body)

@@ -178,6 +178,20 @@ class Mirror:
             commits.append(CommitInfo(sha, name, email, subject, parsed))
         return commits
 
+    def changes(self, base: str, head: str) -> dict[str, str]:
+        """What ``head`` changes since its merge base with ``base``: path -> blob sha of the
+        new content (``"deleted"`` for a removed file)."""
+        merge_base = self.git.run("merge-base", base, head).stdout.strip()
+        out = self.git.run("diff", "--no-renames", "--raw", "-z", merge_base, head).stdout
+        fields = out.split("\0")
+        found: dict[str, str] = {}
+        for meta, path in zip(fields[0::2], fields[1::2]):
+            if not meta.startswith(":"):
+                continue
+            _, _, _, new_sha, status = meta[1:].split(" ")
+            found[path] = "deleted" if status.startswith("D") else new_sha
+        return found
+
     def merge_tree(self, base: str, head: str) -> str:
         """Tree of merging ``head`` into ``base``; ConflictError names the files."""
         proc = self.git.run(

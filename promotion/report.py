@@ -59,8 +59,11 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def _cell(value: Any) -> str:
-    # A pipe or a newline would break the table; backticks keep digests readable.
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    # A pipe or a newline would break the table; backticks keep digests readable. Text
+    # that training wrote (hyperparameters, lineage) is escaped as HTML: a `<!--` in it
+    # must not open a comment in the PR body, let alone forge the proposal record.
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _code(value: Any) -> str:

@@ -236,13 +236,24 @@ def test_propose_and_approve_through_github_api_with_real_git(guarded_repo, gith
         approve(guarded_repo, 1, forge)
     assert github_fake.merge_calls == []
 
-    # Restored: approval merges through the API with the verified head pinned.
+    # Restored by hand: still a branch the bot did not write alone, still refused.
     dep.write_text(dep.read_text().replace("ee" * 32, SHA))
     git(clone, "commit", "-q", "-am", "evaluated weights back")
     git(clone, "push", "-q", "origin", "mlops/det-v2")
-    result = approve(guarded_repo, 1, forge)
-    assert result.status == "merged"
-    assert github_fake.merge_calls == [{"number": 1, "sha": head(guarded_repo, "mlops/det-v2")}]
+    with pytest.raises(DigestMismatchError, match="edited by hand"):
+        approve(guarded_repo, 1, forge)
+    assert github_fake.merge_calls == []
+
+    # Proposed again on a fresh branch (this guarded repo keeps every branch): approval
+    # merges through the API with the verified head pinned.
+    again = propose(guarded_repo, "det", "mlops/det-v2-again", files, "promote(det): v2",
+                    "report", forge, backoff=FAST)
+    number = again.pr.number
+    result = approve(guarded_repo, number, forge)
+    # the three files and the kustomization that lists them
+    assert result.status == "merged" and "exactly the 4 file(s) proposed" in result.message
+    assert github_fake.merge_calls == [
+        {"number": number, "sha": head(guarded_repo, "mlops/det-v2-again")}]
 
 
 def test_cli_lists_prs_of_a_hosted_forge(fake_forge, monkeypatch, capsys):
