@@ -265,6 +265,8 @@ def deployment(
             model,
             "--model-version",
             version,
+            "--weights-sha256",
+            weights_sha256,
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],

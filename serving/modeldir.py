@@ -176,10 +176,7 @@ class ModelDir:
 
     @property
     def weights_sha256(self) -> str:
-        """The weights digest recorded at export (computed if the record lacks it)."""
-        value = self.record.get("weights_sha256")
-        if value:
-            return str(value)
+        """The digest of the weights file as it is now (never model.yaml's claim)."""
         return sha256_file(self.params_file)
 
 

@@ -47,6 +47,7 @@ from starlette.routing import Route
 from serving.errors import (
     BadRequest,
     ClientClosed,
+    ModelDirError,
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
@@ -54,7 +55,7 @@ from serving.errors import (
     Unavailable,
 )
 from serving.metrics import CONTENT_TYPE, ServerMetrics
-from serving.modeldir import FaultConfig, ModelDir
+from serving.modeldir import FaultConfig, ModelDir, sha256_file
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import PredictorPool, default_threads
 from serving.service import ModelService, Result
@@ -78,6 +79,9 @@ class ServerSettings:
     #: Seconds a client may take to send its body. Bodies are read before a request takes
     #: an in-flight slot, so slow senders cannot hold the slots; this bounds them anyway.
     body_timeout: float = 10.0
+    #: The digest the manifest says these weights have (the Deployment passes its
+    #: annotation): the server hashes what it loads and refuses to serve anything else.
+    weights_sha256: str | None = None
     threads: int = dataclasses.field(default_factory=default_threads)
     math_threads: int = 1
     graceful_timeout: float = 30.0
@@ -156,10 +160,19 @@ class ServerState:
             import paddle
 
             settings = self.settings
+            loaded = sha256_file(self.model.params_file)
+            if settings.weights_sha256 and loaded != settings.weights_sha256:
+                raise ModelDirError(
+                    f"{self.model.params_file} has sha256 {loaded[:12]}…, the manifest says "
+                    f"{settings.weights_sha256[:12]}…: refusing to serve other weights")
+            claimed = self.model.record.get("weights_sha256")
+            if claimed and claimed != loaded:
+                log.warning("model.yaml claims weights sha256 %.12s…, the file has %.12s…",
+                            claimed, loaded)
             pool = PredictorPool(self.model, settings.threads, settings.math_threads)
             service = ModelService(self.model, settings.model_name, settings.model_version, pool)
             service.warm_up()
-            self.metrics.set_info(self.model.weights_sha256, paddle.__version__)
+            self.metrics.set_info(loaded, paddle.__version__)  # what runs, not a claim
             self.service = service
             if not self.shutting_down:
                 self.set_ready(True)

@@ -86,6 +86,8 @@ def test_deployment_contract_other_rooms_rely_on():
         "shapes-detector",
         "--model-version",
         "v2",
+        "--weights-sha256",  # the server refuses other weights than the annotation's
+        SHA,
     ]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"

@@ -28,7 +28,7 @@ def test_the_rendered_container_runs_with_mapped_paths_port_and_host():
     assert pod.argv[1:3] == ("-m", "mlops")  # `mlops` from this environment, image ignored
     assert list(pod.argv[3:]) == ["serve", "/local/models/v-1", "--port", "45678",
                                   "--host", "127.0.0.1", "--model-name", "shapes",
-                                  "--model-version", "v-1"]
+                                  "--model-version", "v-1", "--weights-sha256", SHA]
     assert pod.env["HOME"] == "/w/scratch/s/tmp"  # HOME=/tmp, the emptyDir at /tmp
     assert pod.scratch_dirs == ("/w/scratch/s/tmp",)
     # The readiness probe as written, on the mapped port; the startup probe's budget.

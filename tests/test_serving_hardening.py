@@ -143,3 +143,29 @@ def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(model_server, tin
     while _count(server, "499") < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _count(server, "499") == 3 and _count(server, "500") == 0
+
+
+def test_the_server_refuses_weights_other_than_the_manifests(tiny_model_dir, tmp_path):
+    """Finding 6: the server reported model.yaml's claim; now it hashes what it loads and
+    refuses to serve weights the Deployment's digest does not name."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.serving import server_env
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mlops", "serve", str(tiny_model_dir), "--port", "0",
+         "--weights-sha256", "ab" * 32],
+        capture_output=True, text=True, timeout=300, env=server_env())
+    assert done.returncode != 0
+    assert "refusing to serve other weights" in done.stdout + done.stderr
+
+
+def test_the_server_reports_the_digest_of_what_it_loaded(model_server, tiny_model_dir):
+    from serving.modeldir import sha256_file
+
+    real = sha256_file(tiny_model_dir / "inference.pdiparams")
+    server = model_server(tiny_model_dir, "--weights-sha256", real)
+    text = requests.get(f"{server.url}/metrics", timeout=5).text
+    # the fixture's model.yaml claims 000…0; the metric says what runs
+    assert f'weights_sha256="{real}"' in text and 'weights_sha256="' + "0" * 64 not in text

@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                        help="larger request bodies get 413 (default 8 MiB)")
     serve.add_argument("--max-in-flight", type=int, default=16,
                        help="inference requests admitted at once; more get 503 (default 16)")
+    serve.add_argument("--weights-sha256", metavar="HEX",
+                       help="refuse to serve unless the weights file has this sha256 "
+                            "(the Deployment passes its annotation)")
     serve.add_argument("--body-timeout", type=float, default=10.0,
                        help="seconds a client may take to send its body; then 408 (default 10)")
     serve.add_argument("--threads", type=int, default=None,
@@ -96,6 +99,7 @@ def run_serve(args: argparse.Namespace) -> int:
         math_threads=args.math_threads,
         graceful_timeout=args.graceful_timeout,
         body_timeout=args.body_timeout,
+        weights_sha256=args.weights_sha256,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return serve(model, settings, log_level=args.log_level)
