@@ -47,6 +47,7 @@ def test_every_rendered_document_validates(docs):
         "EventSource",
         "Role",
         "RoleBinding",
+        "Secret",
         "Sensor",
         "ServiceAccount",
         "WorkflowTemplate",
@@ -235,14 +236,33 @@ def test_sensor_filters_and_deterministic_name(docs):
     assert es["webhook"]["webhook"]["authSecret"] == {"name": "mlops-webhook", "key": "token"}
 
 
-def test_rbac_grants_what_the_workflow_needs(docs):
+def test_rbac_grants_exactly_what_each_account_needs(docs):
+    """Every verb granted, listed: a widened grant fails here (issue 16, finding 11).
+    Argo >= 3.4's executor needs only workflowtaskresults (docs/workflow-rbac.md); resource
+    templates apply (get, create, patch) and poll with GET (executor/resource.go)."""
     roles = {d["metadata"]["name"]: d for d in docs["rbac.yaml"] if d["kind"] == "Role"}
-    rules = roles["mlops-pipeline"]["rules"]
-    paddle = next(r for r in rules if r["apiGroups"] == ["batch.paddlepaddle.org"])
-    assert {"create", "get", "watch", "patch", "delete"} <= set(paddle["verbs"])
-    assert any(r["resources"] == ["workflowtaskresults"] for r in rules)
-    sensor = roles["mlops-sensor"]["rules"]
-    assert any(r["resources"] == ["workflows"] and "create" in r["verbs"] for r in sensor)
+    granted = {(name, group, resource, verb)
+               for name, role in roles.items() for rule in role["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"]
+               for verb in rule["verbs"]}
+    assert granted == {
+        ("mlops-executor", "argoproj.io", "workflowtaskresults", "create"),
+        ("mlops-executor", "argoproj.io", "workflowtaskresults", "patch"),
+        ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "create"),
+        ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "get"),
+        ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "patch"),
+        ("mlops-sensor", "argoproj.io", "workflows", "create"),
+        ("mlops-sensor", "argoproj.io", "workflows", "get"),
+        ("mlops-sensor", "argoproj.io", "workflows", "list"),
+        ("mlops-sensor", "argoproj.io", "workflows", "watch"),
+        ("mlops-sensor", "argoproj.io", "workflowtemplates", "get"),
+        ("mlops-sensor", "argoproj.io", "workflowtemplates", "list"),
+        ("mlops-sensor", "argoproj.io", "workflowtemplates", "watch"),
+    }
+    # The step pods' account has no Role at all, and no token.
+    steps = next(d for d in docs["rbac.yaml"]
+                 if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "mlops-pipeline")
+    assert steps["automountServiceAccountToken"] is False and "mlops-pipeline" not in roles
 
 
 def test_settings_file_overrides_and_bad_settings(tmp_path):
@@ -266,7 +286,7 @@ def test_cli_render_then_lint(tmp_path, capsys):
     assert cli(["workflows", "render", str(EXAMPLE), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     assert cli(["workflows", "lint", str(out)]) == 0
-    assert "9 document(s) in 4 file(s): valid" in capsys.readouterr().out
+    assert "14 document(s) in 4 file(s): valid" in capsys.readouterr().out
 
 
 def test_broken_config_is_a_clear_error_and_nothing_is_written(tmp_path, capsys):
@@ -292,7 +312,8 @@ def test_lint_rejects_broken_manifests(tmp_path, docs, capsys):
     job = yaml.safe_load(train["resource"]["manifest"])
     job["spec"]["cleanPolicy"] = job["spec"].pop("cleanPodPolicy")  # the user-guide typo
     train["resource"]["manifest"] = yaml.safe_dump(job)
-    role = yaml.safe_load(yaml.safe_dump(docs["rbac.yaml"][1]))
+    role = yaml.safe_load(yaml.safe_dump(next(
+        d for d in docs["rbac.yaml"] if d["kind"] == "Role")))
     role["rules"][0]["verb"] = role["rules"][0].pop("verbs")
     (tmp_path / "wt.yaml").write_text(yaml.safe_dump(wt))
     (tmp_path / "rbac.yaml").write_text(yaml.safe_dump(role))
@@ -301,7 +322,7 @@ def test_lint_rejects_broken_manifests(tmp_path, docs, capsys):
     text = "\n".join(problems)
     assert "spec.activeDeadlineSeconds" in text
     assert "template train" in text and "cleanPolicy" in text
-    assert "Role mlops-pipeline" in text
+    assert f"Role {role['metadata']['name']}" in text
     assert cli(["workflows", "lint", str(tmp_path)]) == 1
     assert "problem(s)" in capsys.readouterr().err
 

@@ -131,10 +131,12 @@ def _workspace_mount() -> m.VolumeMount:
 
 
 def _restricted() -> m.SecurityContext:
+    # A read-only root: steps write only to the workspace and to /tmp (an emptyDir:
+    # HOME, the outputs folder), so a compromised step cannot alter its own image.
     return m.SecurityContext(
         allow_privilege_escalation=False,
         capabilities=m.Capabilities(drop=["ALL"]),
-        read_only_root_filesystem=False,
+        read_only_root_filesystem=True,
     )
 
 
@@ -207,7 +209,8 @@ def _tool_container(
         command=list(command),
         args=args,
         env=[*env, *extra_env],
-        volume_mounts=[_workspace_mount(), *extra_mounts],
+        volume_mounts=[_workspace_mount(), m.VolumeMount(name="tmp", mount_path="/tmp"),
+                       *extra_mounts],
         security_context=security_context or _restricted(),
         active_deadline_seconds=settings.step_deadline_seconds if deadline is None else deadline,
         retry_strategy=_infra_retry(settings) if retry else None,
@@ -281,6 +284,7 @@ def paddlejob_manifest(
                         **({"imagePullSecrets": _pull_secrets(settings)}
                            if settings.image_pull_secrets else {}),
                         "restartPolicy": "Never",
+                        "automountServiceAccountToken": False,  # training needs no API
                         "securityContext": {
                             "runAsNonRoot": True,
                             "runAsUser": settings.run_as_user,
@@ -352,6 +356,9 @@ def _training_template(
             Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
         ],
         annotations={LOCAL_ANNOTATION: "paddlejob"},
+        # The only pods with an API token: argoexec applies the PaddleJob with it.
+        service_account_name=settings.paddlejob_service_account,
+        automount_service_account_token=True,
         active_deadline_seconds=deadline,
         retry_strategy=_infra_retry(settings),
     )
@@ -382,6 +389,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         entrypoint=ENTRYPOINT,
         on_exit=EXIT_HANDLER,
         service_account_name=settings.service_account,
+        automount_service_account_token=False,
+        executor=m.ExecutorConfig(service_account_name=settings.executor_service_account),
         image_pull_secrets=[m.LocalObjectReference(name=n) for n in settings.image_pull_secrets]
         or None,
         arguments=[
@@ -435,6 +444,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 ),
             ),
             m.Volume(name="buildkit-state", empty_dir=m.EmptyDirVolumeSource()),
+            m.Volume(name="tmp", empty_dir=m.EmptyDirVolumeSource()),
             # Where serving reads models (`serving.manifests`): publish writes, propose reads.
             m.Volume(
                 name="models",

@@ -1,9 +1,11 @@
 """The least RBAC the pipeline and its trigger need, as plain manifests.
 
-The workflow's service account runs the pods (Argo's emissary executor
-reports results through `workflowtaskresults`) and, through resource
-templates, applies and watches PaddleJobs; it needs nothing else. The
-Sensor's service account may only submit Workflows and read the template.
+Four accounts, each with one job: the step pods' (no rights and no token:
+the image build with unconfined seccomp and registry credentials, the
+training code and every tool step can reach no API), Argo's executor's
+(reports results through `workflowtaskresults`), the PaddleJob resource
+templates' (applies and polls PaddleJobs) and the Sensor's (submits
+Workflows, reads the template).
 """
 
 from typing import Any
@@ -41,23 +43,21 @@ def _account(
 
 
 def build_rbac(settings: PipelineSettings) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding for the workflow and for the Sensor."""
-    workflow_rules = [
-        # Argo's executor: results of each step, and its own pod.
-        {
-            "apiGroups": ["argoproj.io"],
-            "resources": ["workflowtaskresults"],
-            "verbs": ["create", "patch"],
-        },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "patch"]},
-        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get", "watch"]},
-        # Resource templates: `apply` reads then creates/patches; the success
-        # and failure conditions watch; cleanup deletes.
-        {
-            "apiGroups": ["batch.paddlepaddle.org"],
-            "resources": ["paddlejobs"],
-            "verbs": ["create", "get", "list", "watch", "patch", "delete"],
-        },
+    """ServiceAccounts, Roles and RoleBindings: the step pods', the executor's, the
+    PaddleJob templates', the Sensor's."""
+    # Argo >= 3.4's executor needs only this (docs/workflow-rbac.md, v3.7.9). Its token
+    # reaches the init/wait containers through the Secret below; step containers get
+    # none (`automountServiceAccountToken: false`, docs/security.md).
+    executor_rules = [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"],
+         "verbs": ["create", "patch"]},
+    ]
+    # Resource templates: `apply` gets, then creates or patches; the success and failure
+    # conditions poll with GET (workflow/executor/resource.go checkResourceState). The
+    # workflow owns the job, so garbage collection deletes it, not this account.
+    paddlejob_rules = [
+        {"apiGroups": ["batch.paddlepaddle.org"], "resources": ["paddlejobs"],
+         "verbs": ["create", "get", "patch"]},
     ]
     sensor_rules = [
         {
@@ -71,6 +71,23 @@ def build_rbac(settings: PipelineSettings) -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch"],
         },
     ]
-    return _account(settings.service_account, workflow_rules, settings) + _account(
-        settings.sensor_service_account, sensor_rules, settings
-    )
+    token = {
+        # Kubernetes >= 1.24 no longer creates token Secrets; Argo mounts the executor's
+        # from `<account>.service-account-token` (util/secrets TokenNameForServiceAccount).
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {**_meta(f"{settings.executor_service_account}.service-account-token",
+                             settings),
+                     "annotations": {"kubernetes.io/service-account.name":
+                                     settings.executor_service_account}},
+        "type": "kubernetes.io/service-account-token",
+    }
+    steps = {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": _meta(settings.service_account, settings),
+             "automountServiceAccountToken": False}  # no API rights, no token
+    return [
+        steps,
+        *_account(settings.executor_service_account, executor_rules, settings),
+        token,
+        *_account(settings.paddlejob_service_account, paddlejob_rules, settings),
+        *_account(settings.sensor_service_account, sensor_rules, settings),
+    ]

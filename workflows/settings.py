@@ -27,7 +27,13 @@ class PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: str = Field(default="mlops", pattern=_NAME)
+    # Step pods run as `service_account` with no API token mounted; Argo's executor
+    # (init/wait containers) reports results as `executor_service_account`; only the
+    # PaddleJob resource templates run as `paddlejob_service_account`, which may apply
+    # PaddleJobs (workflows/rbac.py).
     service_account: str = Field(default="mlops-pipeline", pattern=_NAME)
+    executor_service_account: str = Field(default="mlops-executor", pattern=_NAME)
+    paddlejob_service_account: str = Field(default="mlops-paddlejob", pattern=_NAME)
     # Images. The tool image holds this package (`mlops step ...`); the
     # training image is built per commit from the model repo's Dockerfile.
     tool_image: str = "registry.example.com/mlops/mlops:0.1.0"
