@@ -192,7 +192,9 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
     assert {v: info["pid"] for v, info in versions_of(wd, MODEL).items()} == pids
     assert f"apps/{MODEL}/virtualservice.yaml" in (wd.logs / "sync.log").read_text()
     assert cli.main(["status", "--workdir", str(wd.root)]) == 0
-    assert f"ERROR apps/{MODEL}/virtualservice.yaml" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"ERROR apps/{MODEL}/virtualservice.yaml" in printed
+    assert f"newest seen {broken[:12]} is REFUSED" in printed  # the refused commit, named
 
     # The write-back refuses to build on a broken file (the GitOps room's rule),
     # so the human fixes it by hand; the new weights apply without a restart.

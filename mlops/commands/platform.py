@@ -96,8 +96,12 @@ def _status(args: argparse.Namespace) -> int:
     print(f"GitOps:     {doc['gitops']} ({doc['branch']})")
     applied = doc["applied_commit"] or "none yet"
     print(f"applied:    {applied[:12]}" + (
-        f"  (newest seen {doc['seen_commit'][:12]} has errors)"
+        f"  (newest seen {doc['seen_commit'][:12]} is REFUSED, see ERROR below)"
         if doc["seen_commit"] and doc["seen_commit"] != doc["applied_commit"] else ""))
+    tip = doc.get("tip_commit")
+    if tip and tip not in (doc["applied_commit"], doc["seen_commit"]):
+        print(f"main's tip: {tip[:12]}  (not applied yet: the sync applies a commit "
+              f"{doc.get('sync_delay') or 0:g} s after it sees it)")
     for name, svc in doc["services"].items():
         state = f"running (pid {svc['pid']})" if svc["running"] else "NOT RUNNING"
         if svc.get("restarts"):
@@ -129,7 +133,8 @@ def _status(args: argparse.Namespace) -> int:
                   f"{'yes' if v.get('ready') else 'no':<6}{up:<4}"
                   f"{v['pid'] or '-':>8}{v['port'] or '-':>7}{v['restarts']:>9}")
             if v["phase"] != "ready" and v.get("last_exit"):
-                print(f"    last exit: {v['last_exit']}; log: {v.get('log')}")
+                looping = "CRASH LOOP, " if v.get("restarts", 0) >= 3 else ""
+                print(f"    {looping}last exit: {v['last_exit']}; log: {v.get('log')}")
     prs = doc.get("pull_requests")
     if isinstance(prs, list):
         print(f"\nopen pull requests: {len(prs)}")

@@ -231,6 +231,8 @@ def status(workdir: Workdir) -> dict[str, Any]:
         },
         "applied_commit": doc.get("applied_commit"),
         "seen_commit": doc.get("seen_commit"),
+        "tip_commit": doc.get("tip_commit"),
+        "sync_delay": doc.get("sync_delay"),
         "errors": doc.get("errors", []),
         "git_error": doc.get("git_error"),
         "models": models,

@@ -537,6 +537,9 @@ class Sync:
             "gitops": self.config.gitops,
             "branch": self.config.branch,
             "seen_commit": self.seen_commit,
+            # main's tip as the sync last fetched it: ahead of `applied` while a sync
+            # delay holds it back, or while it is refused (errors)
+            "tip_commit": self.heads[-1][0] if self.heads else self.seen_commit,
             "sync_delay": self.config.sync_delay,
             "start_delay": self.config.start_delay,
             "applied_commit": self.applied_commit,
