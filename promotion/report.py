@@ -62,7 +62,7 @@ def _cell(value: Any) -> str:
     # A pipe or a newline would break the table; backticks keep digests readable. Text
     # that training wrote (hyperparameters, lineage) is escaped as HTML: a `<!--` in it
     # must not open a comment in the PR body, let alone forge the proposal record.
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = str(value).replace("<", "&lt;")  # no tag, no comment can open; "->" stays
     return text.replace("|", "\\|").replace("\n", " ")
 
 
