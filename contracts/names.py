@@ -61,6 +61,14 @@ def model_name_problem(name: object) -> str | None:
     return None
 
 
+def valid_model_name(name: str) -> str:
+    """`name`, or ValueError with the reason (a pydantic field validator)."""
+    problem = model_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
 def is_model_name(name: object) -> bool:
     """True when `name` follows the rule."""
     return model_name_problem(name) is None

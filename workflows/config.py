@@ -11,7 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from contracts.names import model_name_problem
+from contracts.names import valid_model_name
 
 from promotion.gate import GateConfig
 from workflows.errors import ConfigError
@@ -80,10 +80,7 @@ class ModelRepoConfig(_Strict):
     @field_validator("model")
     @classmethod
     def _model_name(cls, value: str) -> str:
-        problem = model_name_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return valid_model_name(value)  # contracts.names: one rule for every room
     training: TrainingConfig
     evaluation: EvaluationConfig
     gate: GateConfig = GateConfig()
