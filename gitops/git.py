@@ -197,6 +197,11 @@ class Git:
             )
         return proc
 
+    def argv(self, *args: str) -> list[str]:
+        """The full command line for ``git args`` (the credential helper config included;
+        no secret: the helper reads the token from the environment, ``self.env``)."""
+        return ["git", *self._config, *args]
+
     def out(self, *args: str, input: str | None = None) -> str:
         """Stdout of a successful git command, stripped."""
         return self.run(*args, input=input).stdout.strip()

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gitops.git import BOT_IDENTITY
+from gitops.git import BOT_IDENTITY, redact, remote
 from gitops.protect import protect_branch
 from workflows.errors import ConfigError
 
@@ -125,6 +125,11 @@ def install_hook(
     if runs is not None:
         _git("--git-dir", str(bare), "config", "mlops.runsDir", str(pathlib.Path(runs).resolve()))
     if gitops is not None:  # where runs propose candidates (empty: end at the gate)
+        if gitops and gitops != remote(gitops).url and "://" in gitops:
+            # The bare repo's config is a file anyone who reads the repo reads.
+            raise ConfigError(f"--gitops {redact(gitops)}: a URL with credentials would be "
+                             "stored in the repo's config; pass the URL without them and "
+                             "set MLOPS_GIT_TOKEN for the runs")
         _git("--git-dir", str(bare), "config", "mlops.gitopsRepo", gitops)
     hook.parent.mkdir(exist_ok=True)
     # The interpreter is pinned so the hook works whatever PATH git runs it with.
@@ -229,7 +234,8 @@ def run_queued(lock: pathlib.Path, argv: list[str]) -> int:
 
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        print(f"mlops: {time.strftime('%H:%M:%S')} starting: {' '.join(argv)}", flush=True)
+        print(f"mlops: {time.strftime('%H:%M:%S')} starting: {redact(' '.join(argv))}",
+              flush=True)
         return subprocess.call(argv)
 
 

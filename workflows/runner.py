@@ -46,6 +46,7 @@ from typing import Any
 import yaml
 from hera.workflows import WorkflowTemplate
 
+from gitops.git import redact
 from workflows import paddlejob_local
 from workflows.errors import StepError
 from workflows.expressions import (
@@ -290,7 +291,7 @@ def _run_container(
         argv = [sys.executable, "-m", "mlops", *argv[1:]]
     elif argv[0] in ("python", "python3"):
         argv = [sys.executable, *argv[1:]]
-    log.write("$ " + " ".join(argv) + "\n")
+    log.write("$ " + redact(" ".join(argv)) + "\n")  # a GitOps URL may carry a token
     log.flush()
     proc = subprocess.run(
         argv, cwd=cwd, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT

@@ -6,8 +6,10 @@ moved does ``files(sha)`` fetch into a private bare cache in the work dir and
 exports that one commit (``git archive``) into a temp dir to be parsed. The sync never checks out a working tree, so it can never modify
 the repo, and it reads exactly one commit.
 
-Authentication for remote URLs is git's (credential helper, environment);
-nothing is written into the cache's config.
+Authentication for remote URLs: `gitops.git`'s (a token in the URL is split
+out and travels in the environment, as does `MLOPS_GIT_TOKEN`; git reads it
+through an inline credential helper). Nothing is written into the cache's
+config, and every message is redacted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import io
 import pathlib
 import subprocess
 import tarfile
+
+from gitops.git import Git, redact, remote
 
 _GIT_ENV_TIMEOUT = 30.0
 
@@ -28,25 +32,29 @@ class GitSource:
     """The ``branch`` of ``repo`` (a path or URL), cached under ``cache``."""
 
     def __init__(self, repo: str, branch: str, cache: pathlib.Path) -> None:
-        self.repo = repo
+        self.remote = remote(repo)
+        self.repo = self.remote.url  # never a token: that travels in the runner's env
         self.branch = branch
         self.cache = cache
+        self._runner = Git(cache, credentials=self.remote.env, timeout=_GIT_ENV_TIMEOUT)
 
     def _git(self, *args: str, cwd: pathlib.Path | None = None, stdin: bytes | None = None) -> bytes:
+        where = self.remote.display
         try:
             done = subprocess.run(
-                ["git", *args],
+                self._runner.argv(*args),
                 cwd=str(cwd) if cwd else None,
+                env=self._runner.env,
                 input=stdin,
                 capture_output=True,
                 timeout=_GIT_ENV_TIMEOUT,
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise GitSourceError(f"git {args[0]} timed out on {self.repo}") from None
+            raise GitSourceError(f"git {args[0]} timed out on {where}") from None
         if done.returncode != 0:
-            err = done.stderr.decode(errors="replace").strip()
-            raise GitSourceError(f"git {args[0]} failed on {self.repo}: {err}")
+            err = redact(done.stderr.decode(errors="replace").strip())
+            raise GitSourceError(f"git {args[0]} failed on {where}: {err}")
         return done.stdout
 
     def head(self) -> str | None:

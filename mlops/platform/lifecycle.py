@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from gitops.git import remote
 from mlops.platform import binaries, procs, prometheus
 from mlops.platform.files import read_json
 from mlops.platform.ports import free_port, port_free
@@ -50,6 +51,10 @@ def _resolve_config(
         )
     if gitops and not ("://" in gitops or gitops.startswith("git@")):
         gitops = str(pathlib.Path(gitops).expanduser().resolve())
+    elif gitops:
+        # `https://user:token@host/repo.git`: the token goes to the sync's environment
+        # (see `up`), never into platform.json, status.json or any output.
+        gitops = remote(gitops).url
     config = old or PlatformConfig(gitops=gitops or "")
     if gitops and gitops != config.gitops:
         if running:
@@ -82,6 +87,7 @@ def up(
 ) -> dict[str, Any]:
     """Start what is not running; return a summary (what started, what was reused)."""
     found = binaries.require(path)
+    credentials = remote(gitops).env if gitops else {}
     running = {name: _alive(workdir, name) for name in SERVICES}
     config = _resolve_config(
         workdir, gitops, controller_port, poll_interval,
@@ -112,7 +118,8 @@ def up(
         before = time.time()
         _popen, record = procs.spawn(
             "sync", [sys.executable, "-m", "mlops.platform.sync", "--workdir", str(workdir.root)],
-            workdir.logs / "sync.log", env=procs.marked_env(str(workdir.root)),
+            workdir.logs / "sync.log",
+            env={**procs.marked_env(str(workdir.root)), **credentials},
         )
         procs.write_record(workdir.pidfile("sync"), record)
 
