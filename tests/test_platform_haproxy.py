@@ -42,6 +42,8 @@ def test_long_work_dir_moves_the_socket_to_a_short_path(tmp_path):
     assert len(str(socket)) < 108
     assert Workdir(tmp_path / "a").admin_socket() != Workdir(tmp_path / "b").admin_socket()
     assert Workdir(tmp_path / ("x" * 120)).admin_socket() == socket  # found again later
+    for wd in (Workdir(tmp_path / ("x" * 120)), Workdir(tmp_path / "a"), Workdir(tmp_path / "b")):
+        wd.release_admin_socket()
 
 
 def test_long_work_dir_socket_is_in_a_private_unguessable_dir(tmp_path):
@@ -63,6 +65,8 @@ def test_long_work_dir_socket_is_in_a_private_unguessable_dir(tmp_path):
     socket.parent.chmod(0o777)
     moved = Workdir(root).admin_socket()
     assert moved.parent != socket.parent and moved.parent.lstat().st_mode & 0o077 == 0
+    Workdir(root).release_admin_socket()
+    socket.parent.rmdir()  # the opened-up one is not ours to trust: the test removes it
 
 
 def test_prometheus_config_is_valid_for_promtool(tmp_path):
@@ -78,3 +82,23 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path):
     targets = prometheus.model_targets([("shapes", "v1", 18501)])
     assert targets == [{"targets": ["127.0.0.1:18501"],
                         "labels": {"app": "shapes", "version": "v1", "deployment": "shapes-v1"}}]
+
+
+def test_released_socket_dir_is_removed_and_a_foreign_one_is_kept(tmp_path):
+    """`mlops down` releases the private temp dir a long work dir's socket lives
+    in; before, every test and demo with a deep work dir left one in /tmp."""
+    wd = Workdir(tmp_path / ("z" * 120))
+    socket = wd.admin_socket()
+    socket.write_text("")  # where HAProxy's socket was
+    wd.release_admin_socket()
+    assert not socket.parent.exists()
+    assert not (wd.run / "admin-socket-dir").exists()
+    wd.release_admin_socket()  # nothing recorded: nothing to do
+
+    other = wd.admin_socket()
+    (other.parent / "notes.txt").write_text("someone's file")
+    wd.release_admin_socket()  # not only our socket in it: left as found
+    assert (other.parent / "notes.txt").exists()
+    (other.parent / "notes.txt").unlink()
+    wd.release_admin_socket()
+    assert not other.parent.exists()

@@ -177,6 +177,7 @@ def down(workdir: Workdir, timeout: float = 10.0) -> dict[str, Any]:
             stopped.append(f"stray process {pid}")
     if survivors:
         raise PlatformError(f"could not stop: {', '.join(survivors)}")
+    workdir.release_admin_socket()
     return {"workdir": str(workdir.root), "stopped": stopped}
 
 

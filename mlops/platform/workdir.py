@@ -130,6 +130,28 @@ class Workdir:
         pointer.write_text(str(made) + "\n")
         return made / "admin.sock"
 
+    def release_admin_socket(self) -> None:
+        """Remove the private temp dir of a long work dir's socket (after `mlops down`).
+
+        Only a dir that is still ours and private is removed, and only its
+        socket in it: anything else found there is left for a human to see.
+        """
+        pointer = self.run / "admin-socket-dir"
+        try:
+            recorded = pathlib.Path(pointer.read_text().strip())
+        except OSError:
+            return
+        try:
+            if not _private_dir(recorded):
+                return
+            (recorded / "admin.sock").unlink(missing_ok=True)
+            recorded.rmdir()
+        except FileNotFoundError:
+            pass  # already gone (a reboot cleaned /tmp): forget it
+        except OSError:
+            return
+        pointer.unlink(missing_ok=True)
+
 
 def _private_dir(path: pathlib.Path) -> bool:
     """A real directory (not a link) owned by this user that nobody else may enter."""
