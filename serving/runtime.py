@@ -21,7 +21,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from serving.errors import InferenceFailed, ModelDirError
+from serving.errors import ClientClosed, InferenceFailed, ModelDirError
 from serving.modeldir import ModelDir
 
 T = TypeVar("T")
@@ -114,6 +114,7 @@ class PredictorPool:
         Must be called from inside work given to `submit` (a pool thread).
         Paddle errors become `InferenceFailed` (HTTP 500).
         """
+        self.raise_if_abandoned()
         predictor = self._predictor()
         start = time.perf_counter()
         try:
@@ -122,9 +123,33 @@ class PredictorPool:
             raise InferenceFailed(f"inference failed: {_paddle_reason(exc)}") from exc
         return outputs, time.perf_counter() - start
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> "concurrent.futures.Future[T]":
-        """Run `fn(*args)` on a worker thread."""
-        return self._executor.submit(fn, *args)
+    def submit(self, fn: Callable[..., T], *args: Any,
+               abandoned: threading.Event | None = None) -> "concurrent.futures.Future[T]":
+        """Run `fn(*args)` on a worker thread.
+
+        `abandoned`, once set (the client hung up), stops the work at its next
+        check: `raise_if_abandoned`, before each image's decoding and before the
+        predictor runs. A queued future is cancelled by the caller; this is for
+        work already started, so a request nobody waits for does not hold a
+        predictor for the next one.
+        """
+        if abandoned is None:
+            return self._executor.submit(fn, *args)
+
+        def run() -> T:
+            self._local.abandoned = abandoned
+            try:
+                return fn(*args)
+            finally:
+                self._local.abandoned = None
+
+        return self._executor.submit(run)
+
+    def raise_if_abandoned(self) -> None:
+        """`ClientClosed` if the work on this worker thread was abandoned by its client."""
+        abandoned = getattr(self._local, "abandoned", None)
+        if abandoned is not None and abandoned.is_set():
+            raise ClientClosed("client disconnected; its inference was abandoned")
 
     def warm_up(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """One inference on every worker's predictor; returns the outputs of the last."""

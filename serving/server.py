@@ -214,6 +214,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def _disconnected(request: Request) -> None:
+    """Return once the client has hung up (the body is already read: the next
+    ASGI message can only be the disconnect, or the end of the response)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def build_app(state: ServerState) -> Starlette:
     """The ASGI application for one model version."""
     settings = state.settings
@@ -267,15 +274,8 @@ def build_app(state: ServerState) -> Starlette:
                     f"overloaded: {state.in_flight} requests in flight "
                     f"(limit {settings.max_in_flight}); retry later"
                 )
-            state.in_flight += 1
-            metrics.in_flight.inc()
-            try:
-                header_length = request.headers.get(HEADER_LENGTH)
-                future = service.pool.submit(work, service, body, header_length)
-                result = await asyncio.wrap_future(future)
-            finally:
-                state.in_flight -= 1
-                metrics.in_flight.dec()
+            result = await run_unless_abandoned(
+                request, service, lambda: work(service, body, request.headers.get(HEADER_LENGTH)))
             metrics.inference_duration.observe(result.inference_seconds)
             if result.header_length is None:
                 response = Response(result.body, 200, media_type="application/json")
@@ -298,6 +298,46 @@ def build_app(state: ServerState) -> Starlette:
         finally:
             metrics.count(status)
             metrics.request_duration.observe(time.perf_counter() - start)
+
+    async def run_unless_abandoned(
+        request: Request, service: ModelService, job: Callable[[], Result]
+    ) -> Result:
+        """Run `job` on a predictor thread while the client waits for it.
+
+        A client that hangs up gets its queued work cancelled, or its running
+        work stopped at the next image or before the predictor (a normal
+        request used to wait 6 s behind two abandoned ones). The in-flight slot
+        is held until the worker is really done with it.
+        """
+        state.in_flight += 1
+        metrics.in_flight.inc()
+        abandoned = threading.Event()
+        try:
+            future = service.pool.submit(job, abandoned=abandoned)
+        except BaseException:
+            release_slot()
+            raise
+        running = asyncio.wrap_future(future)
+        running.add_done_callback(slot_released)
+        hangup = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({running, hangup}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hangup.cancel()
+        if not running.done():
+            abandoned.set()
+            future.cancel()
+            raise ClientClosed("client disconnected while its inference waited or ran")
+        return running.result()
+
+    def release_slot() -> None:
+        state.in_flight -= 1
+        metrics.in_flight.dec()
+
+    def slot_released(running: "asyncio.Future[Result]") -> None:
+        release_slot()
+        if not running.cancelled():
+            running.exception()  # retrieved: an abandoned request's error is nobody's to log
 
     async def infer(request: Request) -> Response:
         return await handle_inference(

@@ -183,7 +183,8 @@ class ModelService:
         if images.data.size == 0:
             raise BadRequest(f"input '{images.name}': no images")
         batch, original = preprocess_images(
-            list(images.data.reshape(-1)), self.cfg.input, images.name
+            list(images.data.reshape(-1)), self.cfg.input, images.name,
+            before_each=self.pool.raise_if_abandoned,
         )
         arrays, seconds = self.pool.infer({self.image_input: batch})
         bbox, counts = self.decode(arrays, original)

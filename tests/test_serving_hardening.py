@@ -169,3 +169,50 @@ def test_the_server_reports_the_digest_of_what_it_loaded(model_server, tiny_mode
     text = requests.get(f"{server.url}/metrics", timeout=5).text
     # the fixture's model.yaml claims 000…0; the metric says what runs
     assert f'weights_sha256="{real}"' in text and 'weights_sha256="' + "0" * 64 not in text
+
+
+def _inference_count(server) -> float:
+    text = requests.get(f"{server.url}/metrics", timeout=5).text
+    return sum(float(m) for m in re.findall(
+        r"model_inference_duration_seconds_count(?:{[^}]*})? ([0-9.e+]+)", text))
+
+
+def _heavy_images() -> bytes:
+    """As many images and pixels as one request may carry: the costliest valid request."""
+    side = int((4 * 1024 * 1024 / MAX_IMAGES) ** 0.5)  # MAX_REQUEST_PIXELS shared by all
+    noisy = Image.effect_noise((side, side), 64).convert("RGB")
+    out = io.BytesIO()
+    noisy.save(out, "PNG")
+    return _images(*[base64.b64encode(out.getvalue()).decode()] * MAX_IMAGES)
+
+
+def _send_and_hang_up(port: int, body: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                     .encode() + body)
+
+
+def test_abandoned_requests_do_not_run_on(model_server, tiny_model_dir):
+    """Finding 2: a request whose client hung up ran to its end (a normal request
+    waited 6.2 s behind two abandoned ones). One predictor thread: a heavy request
+    holds it while two more heavy ones are sent and abandoned; those two must end
+    as 499 without reaching the predictor, and the server must serve on."""
+    import concurrent.futures
+
+    server = model_server(tiny_model_dir, "--threads", "1", "--max-body-bytes", str(64 << 20))
+    heavy = _heavy_images()
+    before = _inference_count(server)
+    with concurrent.futures.ThreadPoolExecutor(1) as waiting:
+        kept = waiting.submit(_infer, server, heavy)
+        time.sleep(0.05)
+        for _ in range(2):
+            _send_and_hang_up(server.port, heavy)
+        assert kept.result().status_code == 200
+    deadline = time.monotonic() + 30
+    while _count(server, "499") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _count(server, "499") == 2 and _count(server, "200") == 1
+    assert _inference_count(server) - before == 1  # only the request someone waited for ran
+    assert _infer(server, _images(_png())).status_code == 200
+    assert _count(server, "500") == 0
