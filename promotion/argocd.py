@@ -5,8 +5,8 @@ commit must reach the cluster faster than that. Setting the annotation
 `argocd.argoproj.io/refresh: hard` on the Application makes the application
 controller re-read the repository and sync at once (and it removes the
 annotation when done). We patch it with a JSON merge patch through the
-official Kubernetes client, which needs only `get`/`patch` on
-`applications.argoproj.io` in the Argo CD namespace (see `promotion/deploy.py`).
+official Kubernetes client, which needs only `get`/`patch` on the model's
+own Application in the Argo CD namespace (`resourceNames`, see `promotion/deploy.py`).
 
 Off by default: only a controller started with `--argocd-namespace` (in a
 cluster) does this. A failed refresh is logged and reported, never raised:
@@ -55,6 +55,12 @@ class ArgoRefresher:
                 plural="applications", name=application, body=body,
             )
         except Exception as exc:  # the API server's answer, a timeout, TLS...
-            log.warning("argo cd refresh of %s/%s failed: %s", self.namespace, application, exc)
+            if getattr(exc, "status", None) == 403:  # the Role names each Application it grants
+                log.warning("argo cd refresh of %s/%s is not granted: add `--application %s` to "
+                            "`mlops controller manifests` and apply them again",
+                            self.namespace, application, application)
+            else:
+                log.warning("argo cd refresh of %s/%s failed: %s",
+                            self.namespace, application, exc)
             return False
         return True

@@ -5,9 +5,12 @@ reads the GitOps repo and Prometheus over HTTP, and talks to the API server
 only to (1) read the serving Deployments, to give a merged canary traffic
 only once it is deployed and ready (`get` on `deployments` in the models
 namespace, `promotion.readiness`), and (2) ask Argo CD for a refresh after a
-rollback (`get`/`patch` on `applications.argoproj.io` in the Argo CD
-namespace). Two namespaced Roles bound to the controller's ServiceAccount --
-no ClusterRole, no access to Secrets or Pods.
+rollback (`get`/`patch` on the named `applications.argoproj.io` in the Argo
+CD namespace: `resourceNames`, one per model, so the controller cannot touch
+another team's Application; without names, no grant and no refresh -- a
+rollback then waits for Argo CD's poll or a forge webhook to Argo CD). At
+most two namespaced Roles bound to the controller's ServiceAccount -- no
+ClusterRole, no access to Secrets or Pods.
 
 One replica with the `Recreate` strategy: two controllers would not corrupt
 anything (a decision is only written on top of the state it was computed
@@ -26,6 +29,8 @@ notification webhook URL as `MLOPS_WEBHOOK_URL`.
 from __future__ import annotations
 
 from typing import Any, Sequence
+
+from contracts.names import model_name_problem
 
 __all__ = ["controller_manifests"]
 
@@ -57,14 +62,24 @@ def controller_manifests(
     reports_claim: str | None = "mlops-controller",
     image_pull_secrets: Sequence[str] = (),
     git_poll: float = CLUSTER_GIT_POLL,
+    applications: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """ServiceAccount, two Roles + RoleBindings, the reports claim, Deployment and Service."""
+    """ServiceAccount, Roles + RoleBindings, the reports claim, Deployment and Service.
+
+    `applications`: the Argo CD Applications (one per model, named after it)
+    the controller may refresh after a decision; empty: it refreshes none.
+    """
+    for application in applications:
+        problem = model_name_problem(application)
+        if problem:
+            raise ValueError(f"application {application!r}: {problem}")
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
     args = ["controller", "run", "--gitops", gitops_url, "--prometheus", prometheus_url,
             "--workdir", "/work", "--metrics-port", str(METRICS_PORT), "--metrics-addr",
-            "0.0.0.0", "--argocd-namespace", argocd_namespace,
-            "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
+            "0.0.0.0", "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
             "--git-poll", f"{git_poll:g}"]
+    if applications:
+        args += ["--argocd-namespace", argocd_namespace]
     if preset:
         args += ["--preset", preset]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
@@ -92,6 +107,7 @@ def controller_manifests(
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": NAME, "namespace": argocd_namespace, "labels": dict(labels)},
         "rules": [{"apiGroups": ["argoproj.io"], "resources": ["applications"],
+                   "resourceNames": list(dict.fromkeys(applications)),
                    "verbs": ["get", "patch"]}],
     }
     binding = {
@@ -170,7 +186,8 @@ def controller_manifests(
     pod_spec = deployment["spec"]["template"]["spec"]  # type: ignore[index]
     if image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
-    docs = [service_account, role, binding, readiness_role, readiness_binding]
+    docs = [service_account, *([role, binding] if applications else []),
+            readiness_role, readiness_binding]
     if reports_claim:
         docs.append({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",

@@ -193,7 +193,7 @@ def test_cli_once_with_prometheus_down_holds_without_committing(promotion_repo, 
 def test_controller_manifests_are_valid_and_minimal():
     docs = controller_manifests(gitops_url="https://git.example.com/gitops.git",
                                 prometheus_url="http://prometheus.monitoring:9090",
-                                webhook_secret="slack")
+                                webhook_secret="slack", applications=["shapes", "faces"])
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "Role",
                                          "RoleBinding", "PersistentVolumeClaim", "Deployment",
                                          "Service"]
@@ -202,8 +202,9 @@ def test_controller_manifests_are_valid_and_minimal():
     by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
     role = by_name[("Role", "mlops-controller")]
     assert role["metadata"]["namespace"] == "argocd"
+    # Only the named Applications (issue 16, finding 11: it could patch every one).
     assert role["rules"] == [{"apiGroups": ["argoproj.io"], "resources": ["applications"],
-                              "verbs": ["get", "patch"]}]
+                              "resourceNames": ["shapes", "faces"], "verbs": ["get", "patch"]}]
     readiness = by_name[("Role", "mlops-controller-readiness")]
     assert readiness["metadata"]["namespace"] == "models"
     # Exactly what KubernetesReadiness reads: check() a Deployment, routed() the Istio pair.
@@ -225,6 +226,18 @@ def test_controller_manifests_are_valid_and_minimal():
     assert not any("WEBHOOK" in a or "slack" in a for a in args)
     assert {"name": "MLOPS_WEBHOOK_URL",
             "valueFrom": {"secretKeyRef": {"name": "slack", "key": "url"}}} in container["env"]
+
+
+def test_without_applications_the_controller_gets_no_argo_cd_grant():
+    """No names, no grant: an empty resourceNames would mean every Application."""
+    docs = controller_manifests(gitops_url="https://git.example.com/gitops.git",
+                                prometheus_url="http://prometheus.monitoring:9090")
+    assert all(d["metadata"].get("namespace") != "argocd" for d in docs)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert "--argocd-namespace" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    with pytest.raises(ValueError, match="Bad_Name"):
+        controller_manifests(gitops_url="https://g/r.git", prometheus_url="http://p:9090",
+                             applications=["Bad_Name"])
 
 
 def test_controller_manifests_in_a_cluster_parse_with_the_real_cli(tmp_path):

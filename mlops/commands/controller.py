@@ -15,6 +15,7 @@ import logging
 import os
 import pathlib
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -221,7 +222,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME",
                      help="imagePullSecrets of the controller's pod (repeatable; added to "
                           "the settings file's image_pull_secrets)")
+    man.add_argument("--application", action="append", default=[], metavar="MODEL",
+                     type=_application_name,
+                     help="an Argo CD Application (named after its model) the controller may "
+                          "refresh after each decision (repeatable); none: no refresh, and a "
+                          "rollback waits for Argo CD's poll")
     man.set_defaults(func=_manifests)
+
+
+def _application_name(value: str) -> str:
+    from contracts.names import model_name_problem
+
+    problem = model_name_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def _manifests(args: argparse.Namespace) -> int:
@@ -240,6 +255,11 @@ def _manifests(args: argparse.Namespace) -> int:
         git_secret=args.git_secret, webhook_secret=args.webhook_secret, forge=args.forge,
         forge_repo=args.forge_repo, forge_url=args.forge_url, forge_secret=args.forge_secret,
         models_namespace=args.models_namespace, reports_claim=args.reports_claim or None,
-        image_pull_secrets=list(dict.fromkeys(pull)), git_poll=args.git_poll)
+        image_pull_secrets=list(dict.fromkeys(pull)), git_poll=args.git_poll,
+        applications=args.application)
+    if not args.application:
+        print("note: no --application given: the controller will not ask Argo CD to refresh, "
+              "so a rollback waits for Argo CD's poll (3 min by default); pass "
+              "--application MODEL for each model to grant exactly those", file=sys.stderr)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
