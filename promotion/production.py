@@ -133,7 +133,7 @@ def _metrics_of(current: layout.ModelState, version: str) -> tuple[dict[str, flo
         return annotated, f"annotation {manifests.ANNOTATION_METRICS}"
     local = _local_record(current.deployments[version])
     if local is not None and isinstance(local[0].get("metrics"), dict):
-        metrics = {k: float(v) for k, v in local[0]["metrics"].items()
+        metrics = {k: v for k, v in local[0]["metrics"].items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return metrics, local[1]
     return {}, ""

@@ -81,7 +81,7 @@ class ModelRecord(BaseModel):
     training_commit: str = ""
     workflow_id: str = ""
     dataset_digest: str = ""
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, int | float] = Field(default_factory=dict)  # counts stay integers
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, including the extra ones (hyperparameters, paddle_version...)."""

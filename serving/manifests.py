@@ -197,7 +197,8 @@ def deployment_metrics(doc: Mapping[str, Any]) -> dict[str, float] | None:
     if not isinstance(data, dict):
         raise ManifestError(f"{where} must be a JSON object of metric -> number, got {text!r}")
     try:
-        return {name: float(_metric_value(name, value)) for name, value in data.items()}
+        # as written: a count stays an int (the PR table printed "8000.0000" for detections)
+        return {name: _metric_value(name, value) for name, value in data.items()}
     except ManifestError as exc:
         raise ManifestError(f"{where}: {exc}") from None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -153,6 +154,24 @@ def test_evaluation_report_prints_counts_as_integers():
     text = evaluation_report(record, {"version": "v1", "metrics": {"map50": 0.7, "images": 180}},
                              steps=(10, 100))
     assert "| images | 200 | 180 | +20 |" in text
+
+
+def test_a_real_proposal_prints_counts_as_integers(repo, tmp_path):
+    """Issue 12: a real run's PR printed `detections | 8000.0000 | 8000.0000 | +0.0000`:
+    the production side came back through the Deployment's metrics annotation as float."""
+    forge = LocalForge(repo)
+    folders = []
+    for version in ("v1", "v2"):
+        folder = _model_dir(tmp_path, version, 0.9)
+        record = yaml.safe_load((folder / "model.yaml").read_text())
+        record["metrics"]["detections"] = 8000
+        (folder / "model.yaml").write_text(yaml.safe_dump(record))
+        folders.append(folder)
+    propose(folders[0], str(repo), forge, load_policy({}), approval="auto")
+    shutil.rmtree(folders[0])  # production's metrics from the annotation, not its model.yaml
+    opened = propose(folders[1], str(repo), forge, load_policy({}))
+    body = forge.get_pr(opened.pr_number).body
+    assert "| detections | 8000 | 8000 | +0 |" in body, body
 
 
 def test_cli_reports_a_missing_model_yaml_without_traceback(repo, tmp_path):
