@@ -85,7 +85,7 @@ def main() -> int:
                 repo = _copy_with_epochs(repo, args.epochs, pathlib.Path(tmp))
             wt = build_workflow_template(load_config(repo), load_settings())
             start = time.monotonic()
-            result = run_workflow(wt, repo, pathlib.Path(tmp) / "run", commands=set())
+            result = run_workflow(wt, repo, pathlib.Path(tmp) / "run")
             wall = time.monotonic() - start
             run = json.loads((pathlib.Path(tmp) / "run" / "run.json").read_text())
         how = "measured" + (f" with the full job at {args.epochs} epoch(s)" if args.epochs else "")

@@ -6,6 +6,7 @@ the gate that follow are the real steps.
 """
 
 import json
+import pathlib
 
 import pytest
 import yaml
@@ -41,7 +42,7 @@ def _quiet(_line):
 
 def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     out = tmp_path / "run"
-    result = run_workflow(_wt(fake_model_repo), fake_model_repo, out, commands=set(), echo=_quiet)
+    result = run_workflow(_wt(fake_model_repo), fake_model_repo, out, echo=_quiet)
     assert [t.name for t in result.tasks] == [*PIPELINE, "record-outcome"]
     phases = {t.name: t.phase for t in result.tasks}
     assert all(phases[n] == "Succeeded" for n in PIPELINE[:6] + ["record-outcome"]), phases
@@ -76,16 +77,6 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert 'argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
     assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
     assert (out / "environment.txt").read_text().startswith("python ")
-
-
-def test_propose_without_the_promote_command_is_skipped_with_a_message(fake_model_repo, tmp_path):
-    assert cli(["gitops", "init", str(tmp_path / "gitops.git")]) == 0  # the gate reads it
-    result = run_workflow(
-        _wt(fake_model_repo), fake_model_repo, tmp_path / "run",
-        parameters={"gitops-repo": str(tmp_path / "gitops.git")}, commands=set(), echo=_quiet,
-    )
-    assert result.task("propose").phase == "Skipped"
-    assert "`mlops promote` is not available" in result.task("propose").message
 
 
 def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_path, capsys):
@@ -125,8 +116,7 @@ def test_failed_gate_skips_propose_by_its_when(tmp_path, monkeypatch):
     gitops = tmp_path / "gitops.git"
     assert cli(["gitops", "init", str(gitops)]) == 0  # the gate reads production from it
     result = run_workflow(
-        _wt(repo), repo, tmp_path / "run", parameters={"gitops-repo": str(gitops)},
-        commands={"promote"}, echo=_quiet,
+        _wt(repo), repo, tmp_path / "run", parameters={"gitops-repo": str(gitops)}, echo=_quiet,
     )
     assert result.task("gate").phase == "Succeeded"  # a FAIL verdict is an output, not a crash
     assert result.task("gate").outputs["passed"] == "false"
@@ -139,7 +129,7 @@ def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
     repo = make_fake_model_repo(tmp_path / "repo")
     monkeypatch.setenv("FAKE_TRAIN_FAIL", "full")
     lines = []
-    result = run_workflow(_wt(repo), repo, tmp_path / "run", commands=set(), echo=lines.append)
+    result = run_workflow(_wt(repo), repo, tmp_path / "run", echo=lines.append)
     phases = {t.name: t.phase for t in result.tasks}
     assert phases["smoke-train"] == "Succeeded"
     assert phases["train"] == "Failed"
@@ -185,11 +175,27 @@ def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, 
             ],
         )
     )
-    result = run_workflow(wt, fake_model_repo, tmp_path / "run", commands=set(), echo=_quiet)
+    result = run_workflow(wt, fake_model_repo, tmp_path / "run", echo=_quiet)
     assert result.task("report-card").phase == "Succeeded"
     assert result.task("report-card").outputs["card"] == "map50=1.000000"
     names = [t.name for t in result.tasks]
     assert names.index("evaluate") < names.index("report-card")
+
+
+def test_a_command_that_cannot_start_fails_the_run_with_its_error(fake_model_repo, tmp_path):
+    """Issue 12: `mlops GROUP --help` failing made the task *Skipped* (a broken import
+    became a green run). Now the task runs as its pod would and fails with the CLI's error."""
+    wt = _wt(fake_model_repo)
+    broken = Container(name="broken", image="python:3.11", command=["mlops"],
+                       args=["no-such-group", "--flag"])
+    wt.templates.append(broken)
+    dag = next(t for t in wt.templates if isinstance(t, DAG))
+    dag.tasks.append(Task(name="broken", template=broken, depends="checkout"))
+    result = run_workflow(wt, fake_model_repo, tmp_path / "run", echo=_quiet)
+    task = result.task("broken")
+    assert task.phase == "Failed" and "exited with code 2" in task.message
+    assert "invalid choice: 'no-such-group'" in pathlib.Path(task.log).read_text()
+    assert result.status == "Failed"
 
 
 def test_dag_order_follows_depends_not_definition_order(fake_model_repo):

@@ -177,7 +177,6 @@ class _Ctx:
     model: str
     scope: dict[str, str]
     echo: Echo
-    commands: set[str] | None
     metrics: list[str] = field(default_factory=list)
 
 
@@ -266,28 +265,17 @@ def _standin_paddlejob(
         raise _TaskFailed(str(exc)) from None
 
 
-def _command_available(group: str, commands: set[str] | None) -> bool:
-    if commands is not None:
-        return group in commands
-    proc = subprocess.run([sys.executable, "-m", "mlops", group, "--help"], capture_output=True)
-    return proc.returncode == 0
+def _run_container(log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.Path) -> None:
+    """Run a container's command locally, as its pod would; `_TaskFailed` if it fails.
 
-
-def _run_container(
-    ctx: _Ctx, task: str, log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.Path
-) -> str:
-    """Run a container's command locally; returns 'Skipped' or ''."""
+    A command that cannot start (an unknown `mlops` group, a broken import)
+    fails the task with its own error: it used to be a skip, which hid a
+    broken installation behind a green run.
+    """
     if argv[:2] == ["mlops", "step"] and len(argv) > 2:
         _run_step(argv[2], argv[3:], log, env)
-        return ""
+        return
     if argv[0] == "mlops":
-        group = argv[1] if len(argv) > 1 else ""
-        if not _command_available(group, ctx.commands):
-            msg = (
-                f"`mlops {group}` is not available in this installation; {task} is skipped locally"
-            )
-            log.write(msg + "\n")
-            return msg
         argv = [sys.executable, "-m", "mlops", *argv[1:]]
     elif argv[0] in ("python", "python3"):
         argv = [sys.executable, *argv[1:]]
@@ -298,7 +286,6 @@ def _run_container(
     )
     if proc.returncode != 0:
         raise _TaskFailed(f"{argv[0]} exited with code {proc.returncode}")
-    return ""
 
 
 # --- one task ------------------------------------------------------------------
@@ -428,10 +415,7 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
             if not argv:
                 raise _TaskFailed(f"template {tmpl['name']} has no command")
             cwd = mapped(container["workingDir"]) if container.get("workingDir") else ctx.repo
-            skipped = _run_container(ctx, name, log, argv, env, cwd)
-            if skipped:
-                record.phase, record.message = "Skipped", skipped
-                return
+            _run_container(log, argv, env, cwd)
         else:
             raise _TaskFailed(
                 f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
@@ -476,7 +460,6 @@ def run_workflow(
     out: pathlib.Path,
     *,
     parameters: dict[str, str] | None = None,
-    commands: set[str] | None = None,
     echo: Echo = print,
 ) -> RunResult:
     """Run the DAG of `wt` locally on `repo`, writing everything under `out`."""
@@ -508,7 +491,7 @@ def run_workflow(
     scope.update(
         {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local"}
     )
-    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, commands=commands)
+    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo)
 
     echo(f"local run {name}: {repo} -> {out}")
     start = time.monotonic()

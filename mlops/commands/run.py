@@ -6,17 +6,6 @@ import pathlib
 from mlops.errors import UserError
 
 
-def _available_commands() -> set[str]:
-    from mlops.cli import build_parser
-
-    parser = build_parser()
-    for action in parser._subparsers._group_actions if parser._subparsers else []:
-        choices = getattr(action, "choices", None)
-        if choices:
-            return set(choices)
-    return set()
-
-
 def _run(args: argparse.Namespace) -> int:
     # Imported here: Hera's models take seconds to import, and every other
     # `mlops` command should not pay for them.
@@ -37,7 +26,7 @@ def _run(args: argparse.Namespace) -> int:
         params[name] = value
     out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
     result = run_workflow(
-        wt, loaded.repo_dir, out, parameters=params, commands=_available_commands()
+        wt, loaded.repo_dir, out, parameters=params
     )
     return 0 if result.status == "Succeeded" else 1
 
