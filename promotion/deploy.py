@@ -48,7 +48,7 @@ def controller_manifests(
     *,
     gitops_url: str,
     prometheus_url: str,
-    image: str = "registry.example.com/mlops/paddle-serve:0.1.0",
+    image: str = "registry.example.com/mlops/controller:0.1.0",
     namespace: str = "mlops",
     argocd_namespace: str = "argocd",
     preset: str | None = None,

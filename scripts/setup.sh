@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian's prometheus and haproxy (real services the
 # local platform and the tests run), git and kubectl checks, and this project
-# with its pinned Python dependencies.
+# with the Python dependencies pinned in requirements.lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,5 +22,8 @@ for svc in prometheus haproxy prometheus-node-exporter; do
     (command -v service >/dev/null && service "$svc" stop >/dev/null 2>&1) || true
 done
 
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+# The exact versions CI runs with (requirements.lock, every transitive package),
+# then this project on top without letting pip pick anything else.
+python3 -m pip install -q --disable-pip-version-check -r requirements.lock
+python3 -m pip install -q --disable-pip-version-check --no-deps -e .
 echo "setup: done ($(prometheus --version 2>&1 | head -1 | cut -d' ' -f1-3); $(haproxy -v | head -1 | cut -d' ' -f1-3); paddle $(python3 -c 'import paddle; print(paddle.__version__)' 2>/dev/null))"

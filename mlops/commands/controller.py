@@ -197,7 +197,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                             "and RBAC for a cluster")
     man.add_argument("--gitops", required=True, help="GitOps repository URL (as pods see it)")
     man.add_argument("--prometheus", required=True, help="Prometheus URL (as pods see it)")
-    man.add_argument("--image", default="registry.example.com/mlops/paddle-serve:0.1.0")
+    man.add_argument("--image", default="registry.example.com/mlops/controller:0.1.0")
     man.add_argument("--namespace", default="mlops")
     man.add_argument("--argocd-namespace", default="argocd")
     man.add_argument("--models-namespace", default="models",
