@@ -240,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
 
         def sample() -> None:
             doc = read_json(wd.status, {}) or {}
-            pids = {"sync": doc.get("sync_pid"), "controller": controller.proc.pid}
+            # Per process: a restarted controller is a new process whose warm-up must not
+            # read as the old one's growth (the first run mixed three controllers: +7.9 %).
+            pids = {"sync": doc.get("sync_pid"),
+                    f"controller pid {controller.proc.pid}": controller.proc.pid}
             for version, info in (doc.get("models", {}).get(MODEL, {})
                                   .get("versions", {}) or {}).items():
                 pids[f"server {version} pid {info.get('pid')}"] = info.get("pid")
@@ -333,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             "cycles_not_as_expected": lost, "decision_commits": commits,
             "duplicate_decisions": dup, "controller_restarts": controller.restarts,
             "load": {"status_counts": statuses, "good": good, "non_2xx": non2xx,
-                     "non_2xx_pct": round(100 * non2xx / max(good, 1), 4)},
+                     "non_2xx_pct": round(100 * non2xx / max(good, 1), 4),
+                     "error_samples": report.get("error_samples", {})},
             "bad_requests": bad, "processes": procs,
             "targets": {"lost_or_duplicate_decisions": 0, "non_2xx_pct_max": 0.1,
                         "rss_growth_pct_max": 5.0, "fd_growth": 0},
@@ -343,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(cycles)} cycles, {len(lost)} not as expected, {commits} decision commits, "
           f"{len(dup)} duplicated; steady load {good} 2xx, {non2xx} other "
           f"({result['load']['non_2xx_pct']} %); bad requests {bad}")
+    for status, kept in sorted(result["load"]["error_samples"].items()):
+        for sample in kept:
+            print(f"  load {status}: {sample}")
     for name, info in sorted(procs.items()):
         print(f"  {name:<40} RSS {info['rss_bytes']['growth_pct']:+6.2f} %  "
               f"fds {info['fds']['first']:.0f} -> {info['fds']['last']:.0f}")

@@ -87,6 +87,8 @@ class LoadReport:
     latency_ms: dict[str, float]  # p50, p90, p99, max, mean over answered requests
     lag_ms: dict[str, float]  # how late sends were against the schedule (p50, p99, max)
     stopped_early: bool = False  # Ctrl-C / SIGTERM: the report covers what was sent until then
+    #: The first answers of each non-200 status: "t+12.3 s: <body or error>", to say why.
+    error_samples: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
         """Human-readable lines for the terminal."""
@@ -102,11 +104,16 @@ class LoadReport:
             f"latency  p50 {lat.get('p50', float('nan')):.2f} ms  p90 {lat.get('p90', float('nan')):.2f} ms  "
             f"p99 {lat.get('p99', float('nan')):.2f} ms  max {lat.get('max', float('nan')):.2f} ms",
             f"lag      p99 {self.lag_ms.get('p99', float('nan')):.2f} ms behind schedule",
+            *(f"{status:<8} {sample}" for status, kept in sorted(self.error_samples.items())
+              for sample in kept),
         ])
 
     def to_json(self) -> str:
         """The report as a JSON document."""
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+SAMPLES_PER_STATUS = 5
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -187,6 +194,7 @@ def run_load(
     local = threading.local()
     slots = threading.BoundedSemaphore(concurrency_cap)
     results: list[tuple[str, float, float]] = []  # (status, latency s, lag s)
+    samples: dict[str, list[str]] = {}
     last_done = [0.0]
 
     def send(index: int, due: float) -> None:
@@ -195,15 +203,22 @@ def run_load(
             session = local.session = requests.Session()
         body, headers = bodies[index % len(bodies)]
         sent_at = time.perf_counter()
+        detail = ""
         try:
             response = session.post(target, data=body, headers=headers, timeout=timeout)
             status = str(response.status_code)
-        except requests.RequestException:
-            status = "error"
+            if status != "200":
+                detail = response.text
+        except requests.RequestException as exc:
+            status, detail = "error", f"{type(exc).__name__}: {exc}"
         finally:
             slots.release()
         done = time.perf_counter()
         results.append((status, done - sent_at, sent_at - due))
+        if detail:
+            kept = samples.setdefault(status, [])
+            if len(kept) < SAMPLES_PER_STATUS:
+                kept.append(f"t+{sent_at - start:.1f} s: {' '.join(detail.split())[:200]}")
         last_done[0] = max(last_done[0], done)
 
     scheduled = max(1, int(round(rps * duration)))
@@ -248,6 +263,7 @@ def run_load(
         latency_ms=percentiles(answered),
         lag_ms={k: lag[k] for k in ("p50", "p99", "max") if k in lag},
         stopped_early=stopped_early,
+        error_samples=samples,
     )
 
 
