@@ -4,7 +4,7 @@
 promotion room calls with the candidate's Deployment, the VirtualService at
 its first canary step, ``promotion.yaml`` and the Markdown evaluation report.
 
-Looking first and adopting what exists (STYLE 12):
+Looking first and adopting what exists (principles §12):
 
 * the PR for ``branch`` is already merged -> ``merged``, nothing written;
 * the branch carries a commit whose author is not our bot (a human pushed to

@@ -12,9 +12,9 @@ manifest builders and :mod:`gitops.layout`, never by patching YAML text).
 What happens then, and why:
 
 * nothing staged -> ``unchanged``, no commit: writing the same desired state
-  twice is a no-op (idempotent steps, STYLE 12);
+  twice is a no-op (idempotent steps, principles §12);
 * push ``HEAD:refs/heads/<branch>`` -- never ``--force``, never a ``+`` refspec;
-  there is no code path that can rewrite the remote (STYLE 11);
+  there is no code path that can rewrite the remote (principles §11);
 * the push is rejected because the remote moved (``fetch first`` /
   ``non-fast-forward``) -> wait (bounded back-off, injectable ``sleep``), fetch,
   **rebase our one unpublished commit** onto the new tip (that is the

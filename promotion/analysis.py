@@ -1,6 +1,6 @@
 """The canary decision: `decide(policy, state, observations, now) -> Decision`.
 
-A pure function (STYLE 2): it reads no clock, no socket and no file. The
+A pure function (principles §2): it reads no clock, no socket and no file. The
 controller gives it the policy, the state read from git, one window of
 observations and the time; it returns what to do *and* the next state, which
 the controller commits together (one decision, one commit). Replaying the
@@ -33,7 +33,7 @@ The order of the rules is the policy, so it is written down here:
    "Not yet rejected" alone is not "good": a canary at 3 % errors against a
    1 % limit is held, not stepped, until the evidence settles either way.
 
-Three outcomes other than success are three types (STYLE 10): a `Rollback`
+Three outcomes other than success are three types (principles §10): a `Rollback`
 with cause `verdict` (the canary is worse), a `Hold` with cause `fault` (we
 could not see) and a `Hold` with cause `insufficient-evidence` (nothing to
 judge yet). Each decision carries `Evidence` that serialises to a plain dict

@@ -2,7 +2,7 @@
 
 The analysis (`promotion/analysis.py`) returns the next state; this module
 says what that state means for the model's folder in the GitOps repo and
-writes it as **one** commit (STYLE 4: a decision produces a change, one place
+writes it as **one** commit (principles §4: a decision produces a change, one place
 applies it). `plan()` is pure -- it edits copies of the documents read from
 `main` -- and `commit()` hands the plan to `gitops.writeback`, which pushes
 without force and rebases only over a moved remote.

@@ -1,6 +1,6 @@
 """The controller's own `/metrics`: what it decided, and on what numbers.
 
-Every analysed value is exported next to its threshold (STYLE: every decision
+Every analysed value is exported next to its threshold (design §5: every decision
 is explainable), so a dashboard can draw "canary error rate vs limit" without
 parsing commit trailers. Gauges are per model (and per check); a model whose
 rollout ends keeps its last values until the next rollout overwrites them.

@@ -8,7 +8,7 @@ the request counts unless the source measured it separately.
 A `fault` (the metric source failed: Prometheus down, a broken query) is a
 different thing from "no data" (the source answered, nobody sent requests):
 the first is our problem, the second is the world's, and `decide()` treats
-them differently (STYLE 10). A faulted `Observations` carries no numbers.
+them differently (principles §10). A faulted `Observations` carries no numbers.
 """
 
 from __future__ import annotations

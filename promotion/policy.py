@@ -1,6 +1,6 @@
 """The canary policy: what a model's `mlops.yaml` says about `promotion.canary`.
 
-Checked once at the boundary (STYLE 13): everything below `decide()` sees a
+Checked once at the boundary (principles §13): everything below `decide()` sees a
 frozen, valid `CanaryPolicy` and never a raw dict. Durations are accepted as
 seconds or as Prometheus-style strings (`30s`, `1m`, `1m30s`), because that is
 how Flagger and Argo Rollouts users already write them.

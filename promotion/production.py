@@ -1,6 +1,6 @@
 """The model in production, read back from the GitOps repo: what the gate compares with.
 
-DESIGN §1 asks the gate "is it good enough, and no worse than the model in
+design §1 asks the gate "is it good enough, and no worse than the model in
 production?". Production is whatever the GitOps repo's branch says is the
 *stable* version of ``apps/<model>/``, so that is where we look, through the
 same read path as `propose` (a `gitops.repo.Mirror` and `gitops.layout.read_model`):

@@ -1,13 +1,13 @@
 """The canary's persisted state: the shape of `apps/<model>/promotion.yaml`.
 
-Git is the only memory of a rollout (DESIGN §4): the controller may be killed
+Git is the only memory of a rollout (design §4): the controller may be killed
 at any time and must resume from the last committed `promotion.yaml` without
 repeating or skipping a step. So everything the analysis accumulates lives
 here: the request/error counts and latency buckets since the current step
 began, the sequential tests' log likelihood ratios since the rollout began,
 and the budgets' counters. Nothing is kept in memory between intervals.
 
-This module is the only reader and writer of the file (STYLE 14):
+This module is the only reader and writer of the file (principles §14):
 `load_state(text | dict)` validates and names the bad field,
 `dump_state(state)` returns the plain dict that is written as YAML. The model
 is frozen; changes are `with_*` copies made by `decide()` or by the small

@@ -1,7 +1,7 @@
 """Read a model directory: the Paddle export, `infer_cfg.yml` and `model.yaml`.
 
-The directory is the artifact contract of the training step (see DESIGN.md
-§4 "Model artifact")::
+The directory is the artifact contract of the training step (docs/design.md
+§4, "Model artifact")::
 
     inference.json | inference.pdmodel   program (PIR JSON from Paddle 3, or legacy)
     inference.pdiparams                  weights

@@ -1,6 +1,7 @@
 """The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
 
-checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> propose
+checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
+(and the exit handler, record-outcome)
 
 Argo runs this object once submitted; the local runner (`workflows.runner`)
 walks the very same object. So every template carries what a machine

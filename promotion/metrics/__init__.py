@@ -1,13 +1,13 @@
 """Metric sources: where a window of canary and stable observations comes from.
 
-One small Protocol (STYLE 5, after Flagger's two-method metrics provider):
+One small Protocol (principles §5, after Flagger's two-method metrics provider):
 `observe` returns both versions' counts for one window, or an `Observations`
 whose `fault` says why it could not; `is_online` is a cheap health check for
 the controller's startup and `/metrics`. Backends live one per module
 (`prometheus.py`); the PromQL they run is data in `presets/`.
 
 A source never raises for a failed query: a fault is an observation the
-decision counts against its fault budget (STYLE 10), while "the query
+decision counts against its fault budget (principles §10), while "the query
 answered with no series" is an honest zero, i.e. no data.
 """
 

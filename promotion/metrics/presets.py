@@ -1,12 +1,12 @@
 """Query presets: PromQL templates kept as data files, found by name.
 
-Queries are data (STYLE 7): each preset is one YAML file in `presets/`
+Queries are data (principles §7): each preset is one YAML file in `presets/`
 with three templates (`requests`, `errors`, `latency`) and the unit of the
 latency buckets. Templates use `string.Template` placeholders (`$model`,
 `$version`, `$workload`, `$namespace`, `$window`) because PromQL's own braces
 would fight `str.format`. Tests pin every rendered query.
 
-The registry fails loudly (STYLE 6): an unknown preset name is an error that
+The registry fails loudly (principles §6): an unknown preset name is an error that
 lists the choices, never a silent fallback to a default.
 """
 
