@@ -74,6 +74,18 @@ def tiny_model(dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
+def model_version(src: pathlib.Path, dest: pathlib.Path, model: str, version: str) -> pathlib.Path:
+    """A copy of the tiny export at `dest` with its own `model.yaml` (name, version, digest)."""
+    import hashlib
+
+    shutil.copytree(src, dest)
+    sha = hashlib.sha256((dest / "inference.pdiparams").read_bytes()).hexdigest()
+    (dest / "model.yaml").write_text(yaml.safe_dump(
+        {"name": model, "version": version, "weights_sha256": sha,
+         "metrics": {"map50": 0.5}}, sort_keys=False))
+    return dest
+
+
 def wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -39,19 +39,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import pathlib
-import shutil
 import subprocess
 import sys
 import threading
 import time
 
-import yaml
 from _platform import (  # first: it puts the repo root on sys.path
     ROOT,
     machine,
+    model_version,
     percentile,
     scratch,
     start_platform,
@@ -83,15 +81,6 @@ from tests.fixtures.platform import converged
 MODEL = "bench-detector"
 POLICY = {"steps": [10, 50, 100], "interval": "30s", "metrics": {"preset": "haproxy"}}
 SPLIT = {"v1": 90, "v2": 10}
-
-
-def version_dir(src: pathlib.Path, dest: pathlib.Path, version: str) -> pathlib.Path:
-    shutil.copytree(src, dest)
-    sha = hashlib.sha256((dest / "inference.pdiparams").read_bytes()).hexdigest()
-    (dest / "model.yaml").write_text(yaml.safe_dump(
-        {"name": MODEL, "version": version, "weights_sha256": sha,
-         "metrics": {"map50": 0.5}}, sort_keys=False))
-    return dest
 
 
 def canary_route(api: RuntimeApi) -> tuple[str, ServerState | None]:
@@ -232,8 +221,8 @@ def run_rounds(args: argparse.Namespace, base: pathlib.Path, wd: Workdir,
                stamps: dict[str, float]) -> list[dict[str, float]]:
     """The platform, the two versions and the controller; then the timed rollbacks."""
     source = args.model_dir or tiny_model(base / "tiny")
-    v1 = version_dir(source, base / "models" / "v1", "v1")
-    v2 = version_dir(source, base / "models" / "v2", "v2")
+    v1 = model_version(source, base / "models" / "v1", MODEL, "v1")
+    v2 = model_version(source, base / "models" / "v2", MODEL, "v2")
     repo = start_platform(base, wd, args.poll_interval)
     forge, policy = LocalForge(repo), load_policy(POLICY)
     propose(v1, str(repo), forge, policy, approval="auto")

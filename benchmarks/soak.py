@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import io
 import json
 import os
 import pathlib
-import shutil
 import signal
 import socket
 import subprocess
@@ -50,7 +48,8 @@ import time
 
 import requests
 import yaml
-from _platform import ROOT, machine, scratch, start_platform, tiny_model, wait  # noqa: I001
+from _platform import (ROOT, machine, model_version, scratch, start_platform,  # noqa: I001
+                       tiny_model, wait)
 from PIL import Image
 
 from gitops.forges.local import LocalForge
@@ -67,16 +66,6 @@ POLICY = {"steps": [10, 50, 100], "interval": "5s", "min_requests": 20,
           "metrics": {"preset": "haproxy"}}
 KINDS = ("good", "broken", "human", "restart")
 SAMPLE_EVERY = 15.0
-
-
-def version_dir(src: pathlib.Path, root: pathlib.Path, version: str) -> pathlib.Path:
-    dest = root / version
-    shutil.copytree(src, dest)
-    sha = hashlib.sha256((dest / "inference.pdiparams").read_bytes()).hexdigest()
-    (dest / "model.yaml").write_text(yaml.safe_dump(
-        {"name": MODEL, "version": version, "weights_sha256": sha,
-         "metrics": {"map50": 0.5}}, sort_keys=False))
-    return dest
 
 
 def images(dest: pathlib.Path) -> pathlib.Path:
@@ -221,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         src = tiny_model(base / "tiny")
         versions = base / "models"
         forge, policy = LocalForge(repo), load_policy(POLICY)
-        propose(version_dir(src, versions, "v0"), str(repo), forge, policy, approval="auto")
+        propose(model_version(src, versions / "v0", MODEL, "v0"), str(repo), forge, policy, approval="auto")
         wait(lambda: (read_json(wd.status, {}) or {}).get("models", {}).get(MODEL, {})
              .get("url"), 300, "the first version to serve")
         url = read_json(wd.status)["models"][MODEL]["url"]
@@ -264,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 version = f"v{n}"
                 t0 = time.monotonic()
                 try:
-                    folder = version_dir(src, versions, version)
+                    folder = model_version(src, versions / version, MODEL, version)
                     propose(folder, str(repo), forge, policy, approval="auto")
                     if kind == "broken":  # after evaluation and merge: other weights
                         params = folder / "inference.pdiparams"
