@@ -1,6 +1,7 @@
 """Errors of the GitOps room, named after what the caller should do next.
 
-Every class carries an integer ``exit_code`` so the CLI prints ``error: ...``
+Every class is a :class:`contracts.errors.MlopsError` with its ``exit_code``
+(the table in ``contracts/errors.py``), so the CLI prints ``error: ...``
 without a traceback. Messages never contain credentials: URLs pass through
 :func:`gitops.git.redact` before they reach a message.
 
@@ -17,23 +18,25 @@ without a traceback. Messages never contain credentials: URLs pass through
 
 from __future__ import annotations
 
+from contracts.errors import ExitCode, MlopsError
 
-class GitOpsError(Exception):
+
+class GitOpsError(MlopsError):
     """Base of every user-facing GitOps error."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class GitError(GitOpsError):
     """A git command failed for a reason retrying will not fix by itself."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
 
 
 class ConflictError(GitOpsError):
     """Our change and the remote's change touch the same lines: stop, ask a human."""
 
-    exit_code = 3
+    exit_code = ExitCode.CONFLICT
 
     def __init__(self, message: str, files: list[str] | None = None) -> None:
         super().__init__(message)
@@ -43,7 +46,7 @@ class ConflictError(GitOpsError):
 class PushRejectedError(GitOpsError):
     """The remote kept moving; the bounded retries are exhausted."""
 
-    exit_code = 4
+    exit_code = ExitCode.PUSH_REJECTED
 
 
 class BrokenManifestError(GitOpsError):
@@ -57,7 +60,7 @@ class BrokenManifestError(GitOpsError):
 class DigestMismatchError(GitOpsError):
     """The merged Deployment's weights digest is not the evaluated one."""
 
-    exit_code = 3
+    exit_code = ExitCode.DIGEST_MISMATCH
 
 
 class ForgeError(GitOpsError):
@@ -70,3 +73,5 @@ class UnknownForgeError(ForgeError):
 
 class PullRequestNotFound(ForgeError):
     """No pull request with that number (or for that branch)."""
+
+    exit_code = ExitCode.NOT_FOUND

@@ -6,8 +6,8 @@ Keeping one module per group lets the rooms grow their commands without
 editing a shared file.
 
 Errors meant for the user (bad config, missing binary, refused promotion)
-are any exception whose class carries an integer `exit_code` attribute: the
-CLI prints `error: <message>` and exits with that code, never a traceback.
+derive from `contracts.errors.MlopsError`: the CLI prints `error: <message>`
+on stderr and exits with its `ExitCode` (the README's table), never a traceback.
 """
 
 import argparse
@@ -17,6 +17,7 @@ import sys
 from typing import Sequence
 
 import mlops.commands
+from contracts.errors import report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,12 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # user-facing errors carry an exit code
-        code = getattr(type(exc), "exit_code", None)
-        if isinstance(code, int):
-            print(f"error: {exc}", file=sys.stderr)
-            return code
-        raise
+    except Exception as exc:  # errors meant for a person: one line and their exit code
+        code = report(exc)
+        if code is None:
+            raise
+        return code
     return int(result or 0)
 
 

@@ -39,6 +39,7 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from gitops.writeback import Message, WriteBack, WriteResult
 from promotion.state import (
@@ -69,10 +70,10 @@ OnRollback = Literal["remove", "scale-to-zero"]
 Kind = Literal["step", "hold", "rollback", "promote", "manual", "start"]
 
 
-class StaleDecision(RuntimeError):
+class StaleDecision(MlopsError, RuntimeError):
     """`main` moved under the decision (its base state changed): decide again."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
 
 
 @dataclass(frozen=True)

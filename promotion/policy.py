@@ -26,13 +26,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contracts.errors import ExitCode, MlopsError
+
 __all__ = ["Budget", "CanaryPolicy", "MetricsSpec", "PolicyError", "load_policy", "parse_duration"]
 
 
-class PolicyError(ValueError):
+class PolicyError(MlopsError, ValueError):
     """The canary policy is invalid; the message names the field."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 _NUM = r"\d+(?:\.\d+)?"

@@ -29,6 +29,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from gitops.errors import GitOpsError
 from promotion.state import CanaryState, load_state
@@ -45,10 +46,10 @@ __all__ = [
 ]
 
 
-class ProductionError(Exception):
+class ProductionError(MlopsError):
     """The GitOps repo could not be read, so production is unknown (not absent)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from promotion import apply
 from promotion.policy import CanaryPolicy
@@ -64,10 +65,10 @@ __all__ = [
 PARAMS_FILE = "inference.pdiparams"
 
 
-class ProposeError(Exception):
+class ProposeError(MlopsError):
     """The candidate cannot be proposed; the message says why and what to do."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class ModelRecord(BaseModel):

@@ -35,6 +35,7 @@ from pydantic import (
     field_validator,
 )
 
+from contracts.errors import ExitCode, MlopsError
 from contracts.names import valid_model_name, version_problem
 from promotion import stats
 
@@ -58,10 +59,10 @@ __all__ = [
 STATE_VERSION: Literal[1] = 1
 
 
-class StateError(ValueError):
+class StateError(MlopsError, ValueError):
     """`promotion.yaml` cannot be read; the message names the field."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class Phase(str, enum.Enum):

@@ -22,6 +22,7 @@ import orjson
 import requests
 import urllib3
 
+from contracts.errors import ExitCode, MlopsError
 from serving.errors import ServingError
 from serving.protocol import (
     HEADER_LENGTH,
@@ -33,10 +34,10 @@ from serving.protocol import (
 )
 
 
-class ClientError(Exception):
+class ClientError(MlopsError):
     """The server answered with an error status (or could not be reached)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)

@@ -8,12 +8,14 @@ message without a traceback when the same error happens at start-up (for
 example a model directory that cannot be loaded).
 """
 
+from contracts.errors import ExitCode, MlopsError
 
-class ServingError(Exception):
+
+class ServingError(MlopsError):
     """Base class: an HTTP status and a message meant for the caller."""
 
     status_code = 500
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -31,6 +31,7 @@ import numpy as np
 import orjson
 import requests
 
+from contracts.errors import ExitCode, MlopsError
 from serving.client import encode_request
 from serving.protocol import Tensor
 
@@ -39,10 +40,10 @@ EXAMPLE_VAL = REPO_ROOT / "examples" / "shapes-detector" / "data" / "val"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
-class LoadError(Exception):
+class LoadError(MlopsError):
     """Bad load-generator input (no images, unreachable server)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 def default_images_dir() -> pathlib.Path:

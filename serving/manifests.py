@@ -62,6 +62,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from contracts.errors import ExitCode, MlopsError
 from contracts.names import model_name_problem, version_problem
 
 __all__ = [
@@ -102,10 +103,10 @@ _DNS1123_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _RUN_AS = 1000
 
 
-class ManifestError(ValueError):
+class ManifestError(MlopsError, ValueError):
     """A value cannot become a valid manifest; the message names the value."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 def _check_model(model: str) -> None:

@@ -74,7 +74,7 @@ def test_an_edited_model_uri_is_refused_even_under_the_bots_name(empty_gitops, t
     # Anyone can write the bot's name into a commit: the content is what is checked.
     _push_to_branch(empty_gitops, tmp_path, f"mlops/propose/{MODEL}/v1",
                     _edit_deployment("v1", _other_weights), as_bot=True)
-    assert cli(["pr", "approve", str(number), "--repo", str(empty_gitops)]) == 3
+    assert cli(["pr", "approve", str(number), "--repo", str(empty_gitops)]) == 5
     err = capsys.readouterr().err
     assert "differs from what propose wrote in apps/shapes/deployment-v1.yaml" in err
     assert _main(empty_gitops) == before
@@ -84,7 +84,7 @@ def test_a_human_edited_branch_is_refused_with_who_edited_it(empty_gitops, tmp_p
     number = _propose(empty_gitops, tmp_path, "v1")
     _push_to_branch(empty_gitops, tmp_path, f"mlops/propose/{MODEL}/v1",
                     _edit_deployment("v1", _other_image))
-    assert cli(["pr", "approve", str(number), "--repo", str(empty_gitops)]) == 3
+    assert cli(["pr", "approve", str(number), "--repo", str(empty_gitops)]) == 5
     err = capsys.readouterr().err
     assert "edited by hand" in err and "Mallory <m@example.com>" in err
 
@@ -106,7 +106,7 @@ def test_a_pr_without_a_record_is_not_merged(empty_gitops, tmp_path, capsys):
     forge = LocalForge(empty_gitops)
     forge.update_pr(number, body="LGTM, trust me")
     before = _main(empty_gitops)
-    assert cli(["pr", "approve", str(number), "--repo", str(empty_gitops)]) == 3
+    assert cli(["pr", "approve", str(number), "--repo", str(empty_gitops)]) == 5
     assert "carries no mlops:proposal record" in capsys.readouterr().err
     assert _main(empty_gitops) == before
 

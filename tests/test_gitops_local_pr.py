@@ -237,7 +237,7 @@ def test_cli_refuses_digest_mismatch_without_traceback(repo, forge, human, capsy
         human.read("apps/det/deployment-v2.yaml").replace(V2_SHA, "ee" * 32),
     )
     human.commit_push("swap det v2 weights", branch=BRANCH)
-    assert cli(["pr", "approve", "1", "--repo", str(repo)]) == 3
+    assert cli(["pr", "approve", "1", "--repo", str(repo)]) == 5  # digest mismatch
     err = capsys.readouterr().err
     assert err.startswith("error: PR #1: apps/det/deployment-v2.yaml carries weights sha256")
 

@@ -60,10 +60,10 @@ def test_evaluate_and_gate_on_the_smoke_model(smoke_run, capsys):
     params = gate.run(str(repo), str(out), which="smoke")
     assert params["passed"] == "false"
     assert "below the minimum 0.8500" in params["reason"]
-    # --exit-code turns the verdict into exit 3, still writing the outputs.
+    # --exit-code turns the verdict into exit 6 (gate refused), still writing the outputs.
     code = cli(["step", "gate", "--repo", str(repo), "--out", str(out), "--which", "smoke",
                 "--exit-code"])
-    assert code == 3
+    assert code == 6
     assert (outputs / "passed").read_text() == "false"
 
 

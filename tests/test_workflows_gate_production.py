@@ -87,7 +87,7 @@ def test_an_unreadable_gitops_repo_fails_the_step_instead_of_passing(candidate, 
     for extra in (["--production-from-gitops", str(tmp_path / "nowhere.git")],
                   ["--production-from-gitops", str(empty_gitops), "--gitops-branch", "prod"]):
         code, params = _gate(repo, out, *extra)
-        printed = capsys.readouterr().out
+        printed = capsys.readouterr().err  # the same stream as every other error
         assert code == 2 and params == {}, printed
         assert printed.startswith("error: cannot read the production model") and "Traceback" \
             not in printed

@@ -170,6 +170,6 @@ def test_unreachable_server_is_a_clear_error(fake_model_repo, port, capsys):
             "https://git.example.com/x.git",
         ]
     )
-    assert code == 1
+    assert code == 8  # ExitCode.UNAVAILABLE: try again when the server is up
     err = capsys.readouterr().err
     assert "cannot connect" in err and "Traceback" not in err

@@ -12,13 +12,14 @@ import json
 import pathlib
 from typing import Any
 
+from contracts.errors import ExitCode
 from workflows.errors import StepError
 
 
 class EvaluationError(StepError):
     """The evaluation inputs are unusable: the message names the file."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 def _load_json(path: pathlib.Path, what: str) -> Any:

@@ -14,6 +14,8 @@
 import re
 from collections.abc import Callable, Mapping
 
+from contracts.errors import ExitCode, MlopsError
+
 _BRACES = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 _KUBE_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _TOKEN = re.compile(
@@ -22,10 +24,10 @@ _TOKEN = re.compile(
 TASK_RESULTS = ("Succeeded", "Failed", "Errored", "Skipped", "Omitted", "Daemoned")
 
 
-class ExpressionError(ValueError):
+class ExpressionError(MlopsError, ValueError):
     """An expression the runner cannot resolve or parse; the message shows it."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 def substitute(text: str, scope: Mapping[str, str], where: str = "") -> str:

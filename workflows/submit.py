@@ -19,6 +19,7 @@ from hera.exceptions import AlreadyExists, HeraException
 from hera.workflows import Parameter, Workflow, WorkflowsService
 from hera.workflows import models as m
 
+from contracts.errors import ExitCode, MlopsError
 from workflows.config import LoadedConfig
 from workflows.errors import ConfigError
 from workflows.pipeline import build_workflow_template, workflow_name
@@ -27,10 +28,16 @@ from workflows.settings import PipelineSettings
 TOKEN_ENV = "ARGO_TOKEN"
 
 
-class SubmitError(Exception):
+class SubmitError(MlopsError):
     """The Argo Server refused or could not be reached; the message says which."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
+
+
+class ArgoUnavailable(SubmitError):
+    """The Argo Server did not answer (refused, DNS, TLS): try again when it is up."""
+
+    exit_code = ExitCode.UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,7 @@ def submit(
     except HeraException as exc:
         raise SubmitError(f"Argo Server {server}: {exc}") from exc
     except OSError as exc:  # connection refused, DNS, TLS
-        raise SubmitError(f"Argo Server {server}: cannot connect ({exc})") from exc
+        raise ArgoUnavailable(f"Argo Server {server}: cannot connect ({exc})") from exc
     return Submission(
         workflow=wf.name or "",
         namespace=settings.namespace,

@@ -5,6 +5,7 @@ import pathlib
 import sys
 from typing import Any
 
+from contracts.errors import ExitCode, MlopsError
 from workflows.config import load_config
 from workflows.settings import load_settings
 
@@ -13,10 +14,10 @@ from workflows.settings import load_settings
 TOKEN_ENV = "ARGO_TOKEN"
 
 
-class LintFailed(Exception):
+class LintFailed(MlopsError):
     """Some manifests do not validate."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
 
 
 def _settings(args: argparse.Namespace) -> Any:

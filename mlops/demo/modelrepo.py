@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from contracts.errors import ExitCode
 from mlops.demo.scenarios import with_args
 from mlops.errors import UserError
 
@@ -21,7 +22,7 @@ IGNORED = ("data", "__pycache__", "*.pyc", ".git", "runs", "out")
 class ModelRepoEditError(UserError):
     """`mlops.yaml` is not laid out as the demo expects."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 def copy_example(example: pathlib.Path, clone: pathlib.Path) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from contracts.errors import ExitCode
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.errors import UserError
 from mlops.platform import lifecycle, procs
@@ -47,7 +48,7 @@ OWNED = ("model.git", "model", "gitops.git", "platform", "runs", "controller", "
 class DemoError(UserError):
     """A stage failed or a scenario ended otherwise than expected; says where to look."""
 
-    exit_code = 1
+    exit_code = ExitCode.FAILED
 
 
 class Demo:

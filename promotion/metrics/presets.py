@@ -20,6 +20,8 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from contracts.errors import ExitCode, MlopsError
+
 __all__ = ["PRESET_NAMES", "PresetError", "QueryPreset", "get_preset", "render_window"]
 
 PRESET_DIR = pathlib.Path(__file__).with_name("presets")
@@ -28,10 +30,10 @@ PLACEHOLDERS = ("model", "version", "workload", "namespace", "window")
 QueryKind = Literal["requests", "errors", "latency"]
 
 
-class PresetError(ValueError):
+class PresetError(MlopsError, ValueError):
     """Unknown preset or a broken template; the message says which and why."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class QueryPreset(BaseModel):

@@ -12,6 +12,8 @@ import os
 import pathlib
 from typing import Any, Callable, Sequence
 
+from contracts.errors import report
+
 
 def base_parser(description: str) -> argparse.ArgumentParser:
     """Arguments common to every step."""
@@ -55,10 +57,9 @@ def run_main(
     try:
         params = func(args)
     except Exception as exc:
-        code = getattr(type(exc), "exit_code", None)
-        if isinstance(code, int):
-            print(f"error: {exc}", flush=True)
-            return code
-        raise
+        code = report(exc)  # the same one line on stderr as the CLI's
+        if code is None:
+            raise
+        return code
     write_outputs(outputs_dir(args), params)
     return 0

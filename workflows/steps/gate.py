@@ -2,7 +2,7 @@
 
 The verdict is an output parameter (`passed`), not the exit code: a failed
 gate is a judgement, not a crash, so Argo must not retry it and the exit
-handler still records it. `--exit-code` makes a failed gate exit 3 for
+handler still records it. `--exit-code` makes a failed gate exit 6 (gate refused) for
 scripts that want that.
 
 The production model is read from the GitOps repo the candidate would be
@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from contracts.errors import ExitCode, MlopsError
 from promotion.gate import evaluate_gate
 from promotion.production import read_production
 from workflows.config import load_config
@@ -27,10 +28,10 @@ from workflows.errors import ConfigError
 from workflows.steps.common import base_parser, run_main
 
 
-class GateFailed(Exception):
+class GateFailed(MlopsError):
     """The candidate did not pass (only raised with --exit-code)."""
 
-    exit_code = 3
+    exit_code = ExitCode.GATE_REFUSED
 
 
 def _read_metrics(path: pathlib.Path, what: str) -> dict[str, float]:
@@ -109,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--gitops-branch", default="main", help="branch of the GitOps repo")
     parser.add_argument("--which", default="full", choices=["full", "smoke"])
-    parser.add_argument("--exit-code", action="store_true", help="exit 3 when the gate fails")
+    parser.add_argument("--exit-code", action="store_true",
+                        help="exit 6 (gate refused) when the gate fails")
 
     def go(a: Any) -> dict[str, Any]:
         params = run(a.repo, a.out, a.production, a.which, a.production_from_gitops,

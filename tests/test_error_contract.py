@@ -1,0 +1,56 @@
+"""One error contract (issue 12): every person-meant error of every room derives from
+`contracts.errors.MlopsError`, the exit codes are distinct and the README's table is the enum.
+Before, exit 3 meant a conflict, a digest mismatch or a failed gate, and steps printed their
+errors on stdout while the CLI used stderr."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+import pkgutil
+import re
+
+from contracts.errors import ExitCode, MlopsError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOMS = ("contracts", "gitops", "serving", "promotion", "workflows", "mlops")
+
+
+def test_the_readme_table_is_the_enum():
+    text = (ROOT / "README.md").read_text()
+    table = dict(re.findall(r"^\| (\d) \| ([a-z ]+):", text, re.M))
+    assert table == {str(int(code)): code.name.lower().replace("_", " ") for code in ExitCode}
+    assert len(set(ExitCode)) == len(ExitCode.__members__)  # no alias: each code one meaning
+
+
+def _modules():
+    for room in ROOMS:
+        package = importlib.import_module(room)
+        yield package
+        for info in pkgutil.walk_packages(package.__path__, f"{room}."):
+            if info.name.rsplit(".", 1)[-1] == "__main__":  # runs the CLI when imported
+                continue
+            yield importlib.import_module(info.name)
+
+
+def test_every_error_with_an_exit_code_is_an_mlops_error():
+    seen = []
+    for module in _modules():
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != module.__name__ or not issubclass(cls, BaseException):
+                continue
+            if "exit_code" in vars(cls) or issubclass(cls, MlopsError):
+                assert issubclass(cls, MlopsError), f"{cls.__module__}.{cls.__name__}"
+                assert cls.exit_code in set(ExitCode), f"{cls.__name__}: {cls.exit_code}"
+                seen.append(cls.__name__)
+    assert {"ConflictError", "DigestMismatchError", "GateFailed", "PullRequestNotFound",
+            "ArgoUnavailable", "ConfigError"} <= set(seen)
+
+
+def test_step_and_cli_errors_go_to_stderr_with_their_code(tmp_path, capsys):
+    from mlops.cli import main
+
+    code = main(["step", "gate", "--repo", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.BAD_INPUT and err.startswith("error: ") and "error:" not in out
