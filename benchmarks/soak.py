@@ -210,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         src = tiny_model(base / "tiny")
         versions = base / "models"
         forge, policy = LocalForge(repo), load_policy(POLICY)
-        propose(model_version(src, versions / "v0", MODEL, "v0"), str(repo), forge, policy, approval="auto")
+        propose(model_version(src, versions / "v0", MODEL, "v0"), str(repo), forge, policy,
+                approval="auto")
+        # Ready, not only a URL: the first runs started the load while HAProxy had no server
+        # up yet, and counted ~35 "No server is available" 503s in its first 2 s.
         wait(lambda: (read_json(wd.status, {}) or {}).get("models", {}).get(MODEL, {})
-             .get("url"), 300, "the first version to serve")
+             .get("versions", {}).get("v0", {}).get("ready"), 300, "the first version to serve")
         url = read_json(wd.status)["models"][MODEL]["url"]
         controller = Controller(repo, wd, base)
         load_json = base / "load.json"

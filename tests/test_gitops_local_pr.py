@@ -256,7 +256,7 @@ def test_cli_list_show_approve(repo, forge, capsys):
     assert "merged PR #1" in capsys.readouterr().out
     assert cli(["pr", "list", "--repo", str(repo), "--state", "merged"]) == 0
     assert "#1    merged" in capsys.readouterr().out
-    assert cli(["pr", "show", "7", "--repo", str(repo)]) == 2
+    assert cli(["pr", "show", "7", "--repo", str(repo)]) == 7  # ExitCode.NOT_FOUND
     assert "no pull request #7" in capsys.readouterr().err
 
 

@@ -116,12 +116,12 @@ def test_evaluate_with_empty_predictions_exits_nonzero(smoke_run, tmp_path, caps
     (fake_out / "full" / "bbox.json").write_text("[]")
     code = cli(["step", "evaluate", "--repo", str(repo), "--out", str(fake_out)])
     assert code == 2
-    assert "no detections" in capsys.readouterr().out
+    assert "no detections" in capsys.readouterr().err
     assert not (fake_out / "full" / "metrics.json").exists()
     # Without an export at all, evaluate names what training failed to leave.
     shutil.rmtree(fake_out / "full" / "model")
     assert cli(["step", "evaluate", "--repo", str(repo), "--out", str(fake_out)]) != 0
-    assert "lacks: inference.pdiparams" in capsys.readouterr().out
+    assert "lacks: inference.pdiparams" in capsys.readouterr().err
     assert not (fake_out / "outputs").exists()
 
 
