@@ -180,8 +180,12 @@ def slope_and_growth(points: list[tuple[float, int]]) -> dict[str, float] | None
     k = max(1, n // 5)
     head = sum(v for _, v in points[:k]) / k
     tail = sum(v for _, v in points[-k:]) / k
+    # Growth over the second half alone: a warm-up that levels off shows here as ~0,
+    # a leak as about half the whole growth.
+    middle = sum(v for _, v in points[n // 2 - k // 2: n // 2 - k // 2 + k]) / k
     return {"slope_per_hour": round(slope * 3600, 2), "first": round(head, 1),
-            "last": round(tail, 1), "growth_pct": round((tail / head - 1) * 100, 2) if head else 0}
+            "last": round(tail, 1), "growth_pct": round((tail / head - 1) * 100, 2) if head else 0,
+            "second_half_growth_pct": round((tail / middle - 1) * 100, 2) if middle else 0}
 
 
 def duplicates(repo: pathlib.Path) -> tuple[int, list[str]]:
@@ -343,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         for sample in kept:
             print(f"  load {status}: {sample}")
     for name, info in sorted(procs.items()):
-        print(f"  {name:<40} RSS {info['rss_bytes']['growth_pct']:+6.2f} %  "
+        print(f"  {name:<40} RSS {info['rss_bytes']['growth_pct']:+6.2f} % "
+              f"(second half {info['rss_bytes']['second_half_growth_pct']:+5.2f} %)  "
               f"fds {info['fds']['first']:.0f} -> {info['fds']['last']:.0f}")
     print(f"results: {args.out}")
     return 0
