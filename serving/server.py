@@ -274,8 +274,9 @@ def build_app(state: ServerState) -> Starlette:
                     f"overloaded: {state.in_flight} requests in flight "
                     f"(limit {settings.max_in_flight}); retry later"
                 )
+            header_length = request.headers.get(HEADER_LENGTH)
             result = await run_unless_abandoned(
-                request, service, lambda: work(service, body, request.headers.get(HEADER_LENGTH)))
+                request, service, lambda: work(service, body, header_length))
             metrics.inference_duration.observe(result.inference_seconds)
             if result.header_length is None:
                 response = Response(result.body, 200, media_type="application/json")
@@ -309,14 +310,12 @@ def build_app(state: ServerState) -> Starlette:
         request used to wait 6 s behind two abandoned ones). The in-flight slot
         is held until the worker is really done with it.
         """
+        abandoned = threading.Event()
+        future = service.pool.submit(job, abandoned=abandoned)
+        # The slot is taken once the work exists (nothing to give back if submit fails;
+        # no await in between, so the admission check above still holds).
         state.in_flight += 1
         metrics.in_flight.inc()
-        abandoned = threading.Event()
-        try:
-            future = service.pool.submit(job, abandoned=abandoned)
-        except BaseException:
-            release_slot()
-            raise
         running = asyncio.wrap_future(future)
         running.add_done_callback(slot_released)
         hangup = asyncio.ensure_future(_disconnected(request))
@@ -330,12 +329,9 @@ def build_app(state: ServerState) -> Starlette:
             raise ClientClosed("client disconnected while its inference waited or ran")
         return running.result()
 
-    def release_slot() -> None:
+    def slot_released(running: "asyncio.Future[Result]") -> None:
         state.in_flight -= 1
         metrics.in_flight.dec()
-
-    def slot_released(running: "asyncio.Future[Result]") -> None:
-        release_slot()
         if not running.cancelled():
             running.exception()  # retrieved: an abandoned request's error is nobody's to log
 
