@@ -94,14 +94,14 @@ def test_every_third_party_import_is_declared_and_nothing_unused_is():
 
 _BLOCKER = '''
 import importlib.abc, sys
+BLOCKED = {blocked!r}
 class Missing(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ModuleNotFoundError(f"No module named {name!r} (not in this image)", name=name)
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in this image)", name=name)
 sys.meta_path.insert(0, Missing())
-from mlops.cli import main
-sys.exit(main(sys.argv[1:]))
 '''
+_CLI = "from mlops.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 #: What each image lacks: the distributions of the other extras, by import name.
 NOT_IN = {
     "controller": ["paddle", "hera", "starlette", "uvicorn", "PIL", "faster_coco_eval",
@@ -111,10 +111,15 @@ NOT_IN = {
 }
 
 
+def _python_without(image: str, code: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run `code` in a Python where the packages `image` lacks cannot be imported."""
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKER.format(blocked=NOT_IN[image]) + code, *argv],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
 def _cli_without(image: str, *argv: str) -> subprocess.CompletedProcess:
-    code = f"BLOCKED = {NOT_IN[image]!r}\n{_BLOCKER}"
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return _python_without(image, _CLI, *argv)
 
 
 def test_the_controller_image_needs_no_paddle(promotion_repo, tmp_path):
@@ -141,19 +146,14 @@ def test_the_controller_image_needs_no_paddle(promotion_repo, tmp_path):
 @pytest.mark.parametrize("image", sorted(NOT_IN))
 def test_the_blocker_really_blocks(image):
     """The two tests above would pass vacuously if the hook blocked nothing."""
-    code = f"BLOCKED = {NOT_IN[image]!r}\n" + _BLOCKER.replace(
-        "from mlops.cli import main\nsys.exit(main(sys.argv[1:]))", "import hera")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = _python_without(image, "import hera")
     assert done.returncode != 0 and "not in this image" in done.stderr
 
 
 def test_the_serving_image_needs_no_pipeline_or_controller_packages():
     done = _cli_without("serve", "serve", "--help")
     assert done.returncode == 0 and "--weights-sha256" in done.stdout, done.stderr
-    code = f"BLOCKED = {NOT_IN['serve']!r}\n" + _BLOCKER.replace(
-        "from mlops.cli import main\nsys.exit(main(sys.argv[1:]))",
-        "import serving.server, serving.service, serving.runtime, serving.client\n"
-        "import paddle.inference")  # what `mlops serve` loads once it has a model
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    # what `mlops serve` loads once it has a model
+    done = _python_without("serve", "import serving.server, serving.service, serving.runtime, "
+                                    "serving.client\nimport paddle.inference")
     assert done.returncode == 0, done.stderr
