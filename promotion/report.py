@@ -4,7 +4,10 @@ Both are plain Markdown that GitHub, GitLab and Gitea render the same way
 (pipe tables, no HTML), built by pure functions from plain data so tests pin
 their text. Only `write_canary_report` touches the disk: it renders the PNG
 with matplotlib's `Agg` backend (no display on a controller pod) and writes
-the Markdown summary next to it.
+the Markdown summary next to it. The PNG is drawn in a short-lived child
+process: in the long-lived controller, matplotlib's import and its font and
+glyph caches cost ~40 MB and grew it another ~25 MB over its first ten plots
+(`benchmarks/report_memory.py`), which the soak read as a leak.
 
 The canary report's data is a *timeline*: one point per analysis interval
 (time, weight, and per version request rate, error rate, p99), appended by
@@ -17,14 +20,17 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import pathlib
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "METRIC_NAMES",
     "canary_summary",
     "evaluation_report",
+    "plot_in_child",
     "plot_timeline",
     "read_timeline",
     "write_canary_report",
@@ -238,6 +244,15 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
         plt.close(fig)
 
 
+def plot_in_child(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title: str,
+                  timeout: float = 180.0) -> None:
+    """`plot_timeline` in a fresh (spawned, not forked: the caller has threads) child
+    process, so matplotlib never lives in the caller; its errors are raised here."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        pool.submit(plot_timeline, list(points), path, title).result(timeout=timeout)
+
+
 def canary_summary(
     model: str,
     stable: str | None,
@@ -300,7 +315,7 @@ def write_canary_report(
     png: pathlib.Path | None = None
     if points:
         png = directory / "canary.png"
-        plot_timeline(points, png, f"{model}: {candidate} over {stable or '–'} ({outcome})")
+        plot_in_child(points, png, f"{model}: {candidate} over {stable or '–'} ({outcome})")
     text = canary_summary(model, stable, candidate, outcome, decisions, points,
                           plot_name=png.name if png else None)
     md = directory / "report.md"

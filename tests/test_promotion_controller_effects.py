@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -417,3 +418,29 @@ def test_a_failing_webhook_is_logged_without_its_secret_url(caplog):
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "127.0.0.1" in logged and "HTTP 500" in logged
     assert secret not in logged and "s3cr3t" not in logged
+
+
+def test_the_canary_plot_is_drawn_outside_the_controller_process(tmp_path):
+    """matplotlib in the long-lived controller cost ~40 MB at the first plot and grew it
+    ~25 MB more over the next ten (benchmarks/report_memory.py): the soak read it as a leak.
+    A fresh interpreter (pytest itself may have matplotlib loaded) writes a report with a
+    real PNG and must end without matplotlib imported; a plot error must still surface."""
+    script = (
+        "import pathlib, sys\n"
+        "from promotion.report import write_canary_report\n"
+        "points = [{'t': i * 5.0, 'weight': 10 * i, 'stable': {'rps': 5.0},"
+        " 'canary': {'rps': 1.0}} for i in range(5)]\n"
+        "d = pathlib.Path(sys.argv[1])\n"
+        "md, png = write_canary_report(d, 'm', 'v1', 'v2', 'promoted', [], points)\n"
+        "assert png.stat().st_size > 1000 and md.is_file()\n"
+        "print('matplotlib' in sys.modules)\n"
+        "try:\n"
+        "    write_canary_report(d, 'm', 'v1', 'v3', 'promoted', [], [{'no': 't'}])\n"
+        "except KeyError as exc:\n"
+        "    print('raised', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "report")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["False", "raised 't'"]
