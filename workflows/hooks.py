@@ -177,13 +177,12 @@ def start_run(
     work = home / "repo"
     _git("clone", "--quiet", "--no-checkout", str(bare), str(work))
     _git("-C", str(work), "checkout", "--quiet", "--detach", decision.sha)
-    gitops = _config(bare, "mlops.gitopsRepo", "")
-    params = ["--param", f"gitops-repo={gitops}"] if gitops else []
+    run_args = mlops_run_args(work, home / "out", _config(bare, "mlops.gitopsRepo", ""))
     with open(home / "run.log", "ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "workflows.hooks", "run-queued", str(runs / QUEUE_LOCK), "--",
-                sys.executable, "-m", "mlops", "run", str(work), "--out", str(home / "out"), *params,
+                sys.executable, "-m", "mlops", *run_args,
             ],  # fmt: skip
             cwd=home,
             stdin=subprocess.DEVNULL,
@@ -194,6 +193,12 @@ def start_run(
         )
     (home / "pid").write_text(f"{proc.pid}\n")
     return True, home
+
+
+def mlops_run_args(work: pathlib.Path, out: pathlib.Path, gitops: str) -> list[str]:
+    """`mlops` arguments of one pushed commit's run (tests parse them with the real CLI)."""
+    params = ["--param", f"gitops-repo={gitops}"] if gitops else []
+    return ["run", str(work), "--out", str(out), *params]
 
 
 def post_receive(bare: pathlib.Path, lines: Iterable[str]) -> list[str]:

@@ -659,6 +659,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         tool_container(
             EXIT_HANDLER,
             [
+                "step",
+                EXIT_HANDLER,
                 "--status",
                 "{{workflow.status}}",
                 "--workflow",
@@ -668,7 +670,6 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--out",
                 "$(MLOPS_OUT)",
             ],
-            command=["python", "-m", "workflows.outcome"],
             deadline=600,
             retry=False,
             # The run's report (commit, mAP, gate, PR, failures) in the Argo UI's artifacts.

@@ -1,4 +1,11 @@
-"""Pipeline step entrypoints, by the name the DAG and `mlops step` use."""
+"""Pipeline step entrypoints, by the name the DAG and `mlops step` use.
+
+Each module has `build_parser()` (its arguments), `main(argv)` (what a
+container runs as `mlops step NAME ...`, and what the local runner calls in
+process) and, where the step does work, a typed `run(...)`. The Argo
+templates build these argv with `workflows.pipeline._step_args`; a test parses
+every rendered argv with the real parsers (tests/test_rendered_argv.py).
+"""
 
 STEPS = {
     "smoke-train": "workflows.steps.smoke_train",
@@ -6,4 +13,5 @@ STEPS = {
     "evaluate": "workflows.steps.evaluate",
     "gate": "workflows.steps.gate",
     "publish": "workflows.steps.publish",
+    "record-outcome": "workflows.steps.record_outcome",
 }

@@ -7,6 +7,7 @@ the model, records the metrics into the model's `model.yaml`, and outputs
 `map50`, `map`, the model's `version` and `model_dir` as parameters.
 """
 
+import argparse
 import json
 import pathlib
 from typing import Any, Sequence
@@ -45,10 +46,16 @@ def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Container / CLI entry."""
+def build_parser() -> argparse.ArgumentParser:
+    """This step's arguments; tests parse every rendered template's argv with it."""
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--which", default="full", choices=["full", "smoke"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Container / CLI entry."""
+    parser = build_parser()
     return run_main(lambda a: run(a.repo, a.out, a.which), parser, argv)
 
 

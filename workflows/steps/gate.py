@@ -14,6 +14,7 @@ model.yaml or metrics JSON) overrides it. A GitOps repo that cannot be read
 fails the step: production would be unknown, not absent.
 """
 
+import argparse
 import json
 import pathlib
 from typing import Any, Sequence
@@ -98,8 +99,8 @@ def run(
     return {**result.as_outputs(), "value": f"{result.value:.6f}"}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Container / CLI entry."""
+def build_parser() -> argparse.ArgumentParser:
+    """This step's arguments; tests parse every rendered template's argv with it."""
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--production", help="production model's model.yaml or metrics JSON")
     parser.add_argument(
@@ -112,6 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--which", default="full", choices=["full", "smoke"])
     parser.add_argument("--exit-code", action="store_true",
                         help="exit 6 (gate refused) when the gate fails")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Container / CLI entry."""
+    parser = build_parser()
 
     def go(a: Any) -> dict[str, Any]:
         params = run(a.repo, a.out, a.production, a.which, a.production_from_gitops,

@@ -20,6 +20,7 @@ temporary directory; the next publish of the same model removes those that
 have not been written to for :data:`STALE_TMP_SECONDS`.
 """
 
+import argparse
 import errno
 import os
 import pathlib
@@ -116,12 +117,18 @@ def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
     return {"model-dir": str(target)}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Container / CLI entry."""
+def build_parser() -> argparse.ArgumentParser:
+    """This step's arguments; tests parse every rendered template's argv with it."""
     parser = base_parser(__doc__.splitlines()[0])
     parser.add_argument("--models-root", required=True,
                         help="the models volume's mount (the pipeline passes $(MLOPS_MODELS))")
     parser.add_argument("--which", default="full", choices=["full", "smoke"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Container / CLI entry."""
+    parser = build_parser()
     return run_main(lambda a: run(a.out, a.models_root, a.which), parser, argv)
 
 

@@ -5,6 +5,7 @@ layout, a crash in the first steps) is caught in seconds, before the full
 job books its workers. It always starts from scratch.
 """
 
+import argparse
 from typing import Any, Sequence
 
 from workflows.steps.common import base_parser, run_main
@@ -20,9 +21,14 @@ def run(repo: str, out: str) -> dict[str, Any]:
     return run_job(repo, out, "smoke", fresh=True, job_override=job, timeout=SMOKE_TIMEOUT_S)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """This step's arguments; tests parse every rendered template's argv with it."""
+    return base_parser(__doc__.splitlines()[0])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Container / CLI entry."""
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = build_parser()
     return run_main(lambda a: run(a.repo, a.out), parser, argv)
 
 

@@ -1,5 +1,6 @@
 """`train`: the full training job, resuming from its checkpoints if interrupted."""
 
+import argparse
 from typing import Any, Sequence
 
 from workflows.steps.common import base_parser, run_main
@@ -11,9 +12,14 @@ def run(repo: str, out: str) -> dict[str, Any]:
     return run_job(repo, out, "full", fresh=False)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """This step's arguments; tests parse every rendered template's argv with it."""
+    return base_parser(__doc__.splitlines()[0])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Container / CLI entry."""
-    parser = base_parser(__doc__.splitlines()[0])
+    parser = build_parser()
     return run_main(lambda a: run(a.repo, a.out), parser, argv)
 
 

@@ -78,14 +78,19 @@ def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Container / CLI entry (`python -m workflows.outcome`)."""
+def build_parser() -> argparse.ArgumentParser:
+    """This step's arguments; tests parse every rendered template's argv with it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--status", required=True)
     parser.add_argument("--workflow", default="")
     parser.add_argument("--failures", default="null", help="JSON, as Argo's {{workflow.failures}}")
     parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Container / CLI entry (`mlops step record-outcome`)."""
+    args = build_parser().parse_args(argv)
     try:
         failures = json.loads(args.failures) if args.failures else None
     except json.JSONDecodeError:
