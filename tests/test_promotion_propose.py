@@ -7,6 +7,7 @@ checked; no Paddle program is needed because proposing never loads the model.
 from __future__ import annotations
 
 import hashlib
+import json
 import pathlib
 import shutil
 import subprocess
@@ -172,6 +173,22 @@ def test_a_real_proposal_prints_counts_as_integers(repo, tmp_path):
     opened = propose(folders[1], str(repo), forge, load_policy({}))
     body = forge.get_pr(opened.pr_number).body
     assert "| detections | 8000 | 8000 | +0 |" in body, body
+
+
+def test_the_pipelines_propose_command_keeps_counts_integers(repo, tmp_path):
+    """The pipeline proposes through `mlops promote propose --metrics metrics.json` (the
+    evaluate step's file); the CLI used to float() every value on the way in."""
+    folder = _model_dir(tmp_path, "v1", 0.9)
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps({"metrics": {"map50": 0.9, "detections": 8000,
+                                               "usable": True}}))
+    proc = subprocess.run([sys.executable, "-m", "mlops", "promote", "propose", str(folder),
+                           "--gitops", str(repo), "--metrics", str(metrics)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    body = LocalForge(repo).get_pr(1).body
+    assert "| detections | 8000 |" in body and "8000.0" not in body, body
+    assert "usable" not in body  # a flag is not a metric
 
 
 def test_cli_reports_a_missing_model_yaml_without_traceback(repo, tmp_path):

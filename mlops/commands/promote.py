@@ -127,7 +127,9 @@ def _propose(args: argparse.Namespace) -> int:
     if args.metrics:
         raw = _read_mapping(args.metrics, "--metrics")
         raw = raw.get("metrics", raw) if isinstance(raw.get("metrics"), dict) else raw
-        metrics = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float))}
+        # Counts stay integers: float() here printed `8000.0000` in every real PR.
+        metrics = {k: v for k, v in raw.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
     production = _read_mapping(args.production, "--production") if args.production else None
     gate = _read_mapping(args.gate, "--gate") if args.gate else None
     forge = make_forge(args.forge, args.gitops, args.forge_url, args.forge_repo)
