@@ -75,7 +75,8 @@ from promotion import apply
 from promotion.controller import Controller, ControllerConfig
 from promotion.metrics.prometheus import PrometheusSource
 from promotion.policy import load_policy
-from promotion.propose import plan_proposal, propose, read_record
+from contracts.artifact import read_record
+from promotion.propose import plan_proposal, propose
 from tests.fixtures.platform import converged
 
 MODEL = "bench-detector"

@@ -37,14 +37,13 @@ can compare with it wherever the repo is read (`promotion.production`).
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contracts.artifact import ModelRecord, read_record
 from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from promotion import apply
@@ -54,74 +53,16 @@ from promotion.state import CanaryState, Phase, dump_state_yaml
 from serving import manifests
 
 __all__ = [
-    "ModelRecord",
     "ProposalPlan",
     "ProposeError",
     "branch_name",
     "plan_proposal",
-    "read_record",
 ]
-
-PARAMS_FILE = "inference.pdiparams"
-
 
 class ProposeError(MlopsError):
     """The candidate cannot be proposed; the message says why and what to do."""
 
     exit_code = ExitCode.BAD_INPUT
-
-
-class ModelRecord(BaseModel):
-    """The fields of `model.yaml` that a proposal needs (others are carried along)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    name: str = Field(min_length=1)
-    version: str = Field(min_length=1)
-    weights_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    training_commit: str = ""
-    workflow_id: str = ""
-    dataset_digest: str = ""
-    metrics: dict[str, int | float] = Field(default_factory=dict)  # counts stay integers
-
-    def as_dict(self) -> dict[str, Any]:
-        """Every field, including the extra ones (hyperparameters, paddle_version...)."""
-        return self.model_dump()
-
-
-def read_record(model_dir: pathlib.Path, *, check_weights: bool = True) -> ModelRecord:
-    """Read and check `MODEL_DIR/model.yaml` (and the weights' digest)."""
-    path = pathlib.Path(model_dir) / "model.yaml"
-    if not path.is_file():
-        raise ProposeError(f"{path}: not found; MODEL_DIR must be a trained model directory "
-                           "(model.yaml, inference.pdiparams, infer_cfg.yml)")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ProposeError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ProposeError(f"{path}: expected a mapping")
-    try:
-        record = ModelRecord.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
-        raise ProposeError(f"{path}: {problems}") from None
-    if check_weights:
-        params = path.parent / PARAMS_FILE
-        if not params.is_file():
-            raise ProposeError(f"{params}: not found; cannot check the evaluated weights")
-        digest = hashlib.sha256()
-        with params.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-        if digest.hexdigest() != record.weights_sha256:
-            raise ProposeError(
-                f"{params}: sha256 {digest.hexdigest()[:12]}... is not the evaluated "
-                f"weights_sha256 {record.weights_sha256[:12]}... in {path}; "
-                "re-run evaluation on these weights before proposing them"
-            )
-    return record
 
 
 def branch_name(model: str, version: str) -> str:

@@ -1,7 +1,7 @@
 """Read a model directory: the Paddle export, `infer_cfg.yml` and `model.yaml`.
 
 The directory is the artifact contract of the training step (docs/design.md
-§4, "Model artifact")::
+§4, "Model artifact"; its names and `model.yaml` are `contracts.artifact`)::
 
     inference.json | inference.pdmodel   program (PIR JSON from Paddle 3, or legacy)
     inference.pdiparams                  weights
@@ -21,7 +21,6 @@ through the GitOps repo to every replica, locally and in a cluster.
 """
 
 import dataclasses
-import hashlib
 import json
 import pathlib
 from typing import Any, Literal
@@ -29,10 +28,16 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
+from contracts.artifact import (
+    INFER_CFG_FILE,
+    PARAMS_FILE,
+    PROGRAM_FILES,
+    ArtifactError,
+    program_file,
+    read_record_data,
+    sha256_file,
+)
 from serving.errors import ModelDirError
-
-PROGRAM_FILES = ("inference.json", "inference.pdmodel")
-PARAMS_FILE = "inference.pdiparams"
 
 
 class InputConfig(pydantic.BaseModel):
@@ -180,28 +185,22 @@ class ModelDir:
         return sha256_file(self.params_file)
 
 
-def sha256_file(path: pathlib.Path) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def load_model_dir(path: str | pathlib.Path) -> ModelDir:
     """Check and read a model directory; raises `ModelDirError` naming what is wrong."""
     root = pathlib.Path(path)
     if not root.is_dir():
         raise ModelDirError(f"model directory {root} does not exist")
-    program = next((root / name for name in PROGRAM_FILES if (root / name).is_file()), None)
+    program = program_file(root)
     if program is None:
         raise ModelDirError(f"{root}: no {' or '.join(PROGRAM_FILES)} (a paddle.jit.save export)")
     params = root / PARAMS_FILE
     if not params.is_file():
         raise ModelDirError(f"{root}: missing {PARAMS_FILE}")
-    infer_cfg = _load_infer_cfg(root / "infer_cfg.yml")
-    record = _load_yaml(root / "model.yaml", required=False)
+    infer_cfg = _load_infer_cfg(root / INFER_CFG_FILE)
+    try:
+        record = read_record_data(root, required=False)
+    except ArtifactError as exc:
+        raise ModelDirError(str(exc)) from None
     inputs, outputs = program_signature(program)
     return ModelDir(root, program, params, infer_cfg, record, inputs, outputs)
 

@@ -55,7 +55,8 @@ from serving.errors import (
     Unavailable,
 )
 from serving.metrics import CONTENT_TYPE, ServerMetrics
-from serving.modeldir import FaultConfig, ModelDir, sha256_file
+from contracts.artifact import sha256_file
+from serving.modeldir import FaultConfig, ModelDir
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import PredictorPool, default_threads
 from serving.service import ModelService, Result

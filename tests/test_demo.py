@@ -10,6 +10,7 @@ import yaml
 
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.demo.story import _current_task, _training_progress
+from promotion.state import load_state
 
 EXAMPLE_CONFIG = pathlib.Path(__file__).resolve().parents[1] / "examples/shapes-detector/mlops.yaml"
 
@@ -46,7 +47,8 @@ def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
     (None, {"phase": "rolled_back", "stable": "v-a", "candidate": "v-c"}, None),
 ])
 def test_outcome_of(run, final, expected):
-    assert scenarios.outcome_of(run, final, "v-b") == expected
+    state = None if final is None else load_state({"model": "shapes", **final})
+    assert scenarios.outcome_of(run, state, "v-b") == expected
 
 
 def test_setting_args_keeps_comments_and_changes_one_line():

@@ -16,6 +16,7 @@ import sys
 import pytest
 import yaml
 
+from contracts.artifact import WeightsMismatch
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
 from promotion.policy import load_policy
@@ -132,8 +133,9 @@ def test_a_second_candidate_waits_for_the_running_canary(repo, tmp_path):
 def test_weights_changed_after_evaluation_are_refused(repo, tmp_path):
     v1 = _model_dir(tmp_path, "v1", 0.90)
     (v1 / "inference.pdiparams").write_bytes(b"tampered")
-    with pytest.raises(ProposeError, match="not the evaluated weights_sha256"):
+    with pytest.raises(WeightsMismatch, match="not the evaluated weights_sha256") as raised:
         propose(v1, str(repo), LocalForge(repo), load_policy({}))
+    assert raised.value.exit_code == 5  # digest mismatch, distinct from bad input
     assert "mlops/propose" not in git(repo, "branch", "--list")
 
 

@@ -162,7 +162,7 @@ def test_the_server_refuses_weights_other_than_the_manifests(tiny_model_dir, tmp
 
 
 def test_the_server_reports_the_digest_of_what_it_loaded(model_server, tiny_model_dir):
-    from serving.modeldir import sha256_file
+    from contracts.artifact import sha256_file
 
     real = sha256_file(tiny_model_dir / "inference.pdiparams")
     server = model_server(tiny_model_dir, "--weights-sha256", real)

@@ -12,6 +12,8 @@ import copy
 import dataclasses
 from typing import Any, Literal
 
+from promotion.state import CanaryState, Phase
+
 Outcome = Literal["promoted", "rolled_back", "gate_refused", "pipeline_failed"]
 
 NAMES = ("good", "slow", "errors", "low-map")
@@ -73,7 +75,8 @@ def with_args(config: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def outcome_of(run: dict[str, Any] | None, final: dict[str, Any] | None, version: str) -> Outcome | None:
+def outcome_of(run: dict[str, Any] | None, final: CanaryState | None,
+               version: str) -> Outcome | None:
     """What happened to `version`, from the run's outcome and the last promotion.yaml.
 
     `run` is the pipeline's `outcome.json`; `final` the model's promotion state
@@ -87,8 +90,8 @@ def outcome_of(run: dict[str, Any] | None, final: dict[str, Any] | None, version
             return "pipeline_failed"
     if final is None:
         return None
-    if final.get("stable") == version and final.get("phase") in ("idle", "promoted"):
+    if final.stable == version and final.phase in (Phase.IDLE, Phase.PROMOTED):
         return "promoted"
-    if final.get("candidate") == version and final.get("phase") == "rolled_back":
+    if final.candidate == version and final.phase is Phase.ROLLED_BACK:
         return "rolled_back"
     return None

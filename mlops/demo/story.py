@@ -28,14 +28,14 @@ import sys
 import time
 from typing import Any
 
-import yaml
-
+from contracts.artifact import ArtifactError, read_record_data
 from contracts.errors import ExitCode
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.errors import UserError
 from mlops.platform import lifecycle, procs
 from mlops.platform.ports import free_port
 from mlops.platform.workdir import Workdir
+from promotion.state import CanaryState, Phase, StateError, load_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shapes-detector"
@@ -226,7 +226,8 @@ class Demo:
                   ">>> (waiting for the merge)", flush=True)
             deadline = time.monotonic() + self.args.timeout
             while time.monotonic() < deadline:
-                if version in (self.state().get("stable"), self.state().get("candidate")):
+                state = self.state()
+                if state is not None and version in (state.stable, state.candidate):
                     return time.time()
                 time.sleep(2)
             raise DemoError(f"PR #{number} was not approved within {self.args.timeout:.0f}s")
@@ -246,11 +247,18 @@ class Demo:
         raise DemoError(f"no open pull request proposes {version}; "
                         f"see `mlops pr list --repo {self.gitops}`")
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> CanaryState | None:
+        """The model's canary state on the GitOps repo's main (None before the first)."""
         proc = subprocess.run(
             ["git", "--git-dir", str(self.gitops), "show", f"main:apps/{MODEL}/promotion.yaml"],
             capture_output=True, text=True)
-        return (yaml.safe_load(proc.stdout) or {}) if proc.returncode == 0 else {}
+        if proc.returncode != 0:
+            return None
+        try:
+            return load_state(proc.stdout, f"main:apps/{MODEL}/promotion.yaml")
+        except StateError as exc:  # the controller refuses it too, and says so in its log
+            print(f"  [{self.elapsed()}] {exc}", flush=True)
+            return None
 
     def wait_served(self, weights: dict[str, int]) -> float:
         deadline = time.monotonic() + self.args.timeout
@@ -299,7 +307,7 @@ class Demo:
                                "86400", "--images", str(_val_images(self.runs)))
         self.load_rps = rps
 
-    def watch_canary(self, version: str) -> dict[str, Any]:
+    def watch_canary(self, version: str) -> CanaryState:
         """Show the canary until it ends; returns the final promotion state."""
         deadline = time.monotonic() + self.args.timeout
         last_print = 0.0
@@ -307,23 +315,25 @@ class Demo:
         while time.monotonic() < deadline:
             self.check_controller()
             state = self.state()
-            phase = (state.get("phase"), state.get("weight"))
+            if state is None:
+                time.sleep(1)
+                continue
+            phase = (state.phase, state.weight)
             if phase != last_phase:
-                decision = state.get("last_decision") or {}
-                if decision.get("kind") in ("step", "rollback", "promote"):
-                    print(f"  [{self.elapsed()}] controller: {decision.get('reason', '')}",
-                          flush=True)
+                decision = state.last_decision
+                if decision is not None and decision.kind in ("step", "rollback", "promote"):
+                    print(f"  [{self.elapsed()}] controller: {decision.reason}", flush=True)
                 last_phase = phase
             if scenarios.outcome_of(None, state, version) is not None:
                 return state
-            if state.get("phase") == "paused":
-                raise DemoError(f"the canary paused: {state.get('pause_reason')}; "
+            if state.phase is Phase.PAUSED:
+                raise DemoError(f"the canary paused: {state.pause_reason}; "
                                 f"see {self.logs / 'controller.log'}")
             if time.monotonic() - last_print >= self.args.show_every:
                 last_print = time.monotonic()
                 rows = watch.views(watch.observe(self.prometheus, MODEL),
                                    watch.weights_of(lifecycle.status(Workdir(self.platform)), MODEL),
-                                   state.get("stable"), state.get("candidate"))
+                                   state.stable, state.candidate)
                 print(f"  [{self.elapsed()}] {watch.render(rows)}", flush=True)
             time.sleep(1)
         raise DemoError(f"the canary of {version} did not end within {self.args.timeout:.0f}s; "
@@ -374,7 +384,8 @@ class Demo:
             return
         if record["outcome"] == "pipeline_failed":
             raise DemoError(f"the pipeline failed: {self.run_failure(sha, run)}")
-        stable = self.state().get("stable")
+        before = self.state()
+        stable = before.stable if before is not None else None
         self.set_load(self.args.rps)  # the canary is judged under the full load
         record["marks"]["approved"] = self.approve(version)
         record["marks"]["canary_start"] = self.wait_served({stable: 90, version: 10})
@@ -382,7 +393,7 @@ class Demo:
         final = self.watch_canary(version)
         record["marks"]["finished"] = time.time()
         record["outcome"] = scenarios.outcome_of(None, final, version)
-        record["reason"] = (final.get("last_decision") or {}).get("reason") or ""
+        record["reason"] = final.last_decision.reason if final.last_decision else ""
         print(f"{version}: {record['outcome']} ({record['reason']})")
         self.set_load(self.light_rps)  # until the next canary
         report = self.wait_report(version)
@@ -395,8 +406,10 @@ class Demo:
     def record(self, name: str, message: str, sha: str, run: dict[str, Any],
                marks: dict[str, float], expect: str) -> dict[str, Any]:
         out = self.runs / sha / "out"
-        model_yaml = out / "full" / "model" / "model.yaml"
-        meta = yaml.safe_load(model_yaml.read_text()) if model_yaml.is_file() else {}
+        try:
+            meta = read_record_data(out / "full" / "model", required=False)
+        except ArtifactError:
+            meta = {}  # a run that died mid-export: the summary says "-"
         metrics_file = out / "full" / "metrics.json"
         metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
         record = {

@@ -12,8 +12,7 @@ import json
 import pathlib
 from typing import Any, Sequence
 
-import yaml
-
+from contracts.artifact import read_record_data, write_record_data
 from workflows.config import load_config
 from workflows.evaluation import evaluate_detections
 from workflows.steps.common import base_parser, run_main
@@ -30,13 +29,10 @@ def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
     metrics = evaluate_detections(annotations, predictions)
     metrics_path = output_dir / "metrics.json"
     metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
-    record_path = output_dir / "model" / "model.yaml"
-    if record_path.is_file():
-        record = yaml.safe_load(record_path.read_text()) or {}
-        record["metrics"] = {k: round(float(metrics[k]), 6) for k in ("map50", "map", "map75")}
-        tmp = record_path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(record, sort_keys=False))
-        tmp.replace(record_path)
+    model_dir = output_dir / "model"
+    record = read_record_data(model_dir)  # check_artifact above made sure it is there
+    record["metrics"] = {k: round(float(metrics[k]), 6) for k in ("map50", "map", "map75")}
+    write_record_data(model_dir, record)
     return {
         "map50": f"{metrics['map50']:.6f}",
         "map": f"{metrics['map']:.6f}",

@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Any, Sequence
 
-from promotion.propose import ModelRecord, ProposeError, read_record
+from contracts.artifact import RECORD_FILE, ArtifactError, ModelRecord, read_record
 from workflows.errors import ConfigError, StepError
 from workflows.steps.common import base_parser, run_main
 
@@ -66,12 +66,12 @@ def _remove_stale_tmp(parent: pathlib.Path, version: str, now: float) -> None:
 def _record(model_dir: pathlib.Path) -> ModelRecord:
     """model.yaml, read and checked as `propose` reads it (which also checks the
     weights' digest, on the published copy); name and version become paths here."""
-    path = model_dir / "model.yaml"
+    path = model_dir / RECORD_FILE
     if not path.is_file():
         raise ConfigError(f"{path}: not found (did the train step export the model?)")
     try:
         record = read_record(model_dir, check_weights=False)
-    except ProposeError as exc:
+    except ArtifactError as exc:
         raise ConfigError(str(exc)) from None
     for key in ("name", "version"):
         value = getattr(record, key)

@@ -7,21 +7,17 @@ from typing import Any
 
 import yaml
 
+from contracts.artifact import ArtifactError, missing_files, read_record_data
 from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.resources import ResourceTemplate
 from workflows.steps.common import lineage_env
 from workflows import paddlejob_local
 
-MODEL_FILES = ("inference.pdiparams", "infer_cfg.yml", "model.yaml")
-
-
 def check_artifact(output_dir: pathlib.Path, predictions: str) -> dict[str, Any]:
     """The training output must hold a loadable export and detections."""
     model_dir = output_dir / "model"
-    missing = [f for f in MODEL_FILES if not (model_dir / f).is_file()]
-    if not ((model_dir / "inference.json").is_file() or (model_dir / "inference.pdmodel").is_file()):
-        missing.append("inference.json (or inference.pdmodel)")
+    missing = missing_files(model_dir)
     if not (output_dir / predictions).is_file():
         missing.append(f"../{predictions}")
     if missing:
@@ -30,7 +26,10 @@ def check_artifact(output_dir: pathlib.Path, predictions: str) -> dict[str, Any]
             "(train.py must export with paddle.jit.save and write infer_cfg.yml, model.yaml "
             "and the val detections)"
         )
-    record = yaml.safe_load((model_dir / "model.yaml").read_text()) or {}
+    try:
+        record = read_record_data(model_dir)
+    except ArtifactError as exc:
+        raise StepError(str(exc)) from None
     return {
         "model_dir": str(model_dir.resolve()),
         "version": str(record.get("version", "")),
