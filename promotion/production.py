@@ -27,8 +27,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import yaml
 
+from contracts.artifact import RECORD_FILE, ArtifactError, read_record_data
 from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from gitops.errors import GitOpsError
@@ -94,12 +94,12 @@ def _local_record(deployment: Mapping[str, Any]) -> tuple[dict[str, Any], str] |
     uri = (meta.get("annotations") or {}).get(manifests.ANNOTATION_MODEL_URI, "")
     if not isinstance(uri, str) or not uri.startswith("file://"):
         return None
-    path = pathlib.Path(uri[len("file://"):]) / "model.yaml"
+    model_dir = pathlib.Path(uri[len("file://"):])
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+        data = read_record_data(model_dir)
+    except (OSError, ArtifactError):
         return None
-    return (data, str(path)) if isinstance(data, dict) else None
+    return data, str(model_dir / RECORD_FILE)
 
 
 def _annotated(current: layout.ModelState, version: str) -> dict[str, float] | None:
