@@ -1,9 +1,11 @@
 """The example's --drill-* flags: a fault drill declared at training time, carried by the artifact.
 
 The pure parts (the `fault:` section and the version it implies) are tested
-without training; one short real training pair (the same run with and
-without a drill) checks the export writes what the server then reads, and
-that a drill on identical weights still gets a version of its own.
+without training; short real trainings (the same run with and without a
+drill, and another seed, through one `--weights-cache`) check the export
+writes what the server then reads, that a drill on identical weights still
+gets a version of its own, and that the cache reuses weights only for the
+same training inputs.
 """
 
 import hashlib
@@ -88,19 +90,26 @@ def test_mlops_yaml_args_reach_train_py(tmp_path):
 def test_export_with_a_drill_declares_it_and_gets_its_own_version(tmp_path, shapes_dataset):
     repo = copy_example(tmp_path / "repo")
     flags = ["--data-dir", str(shapes_dataset), "--subset", "32", "--batch-size", "16",
-             "--epochs", "1", "--log-every", "1"]
-    runs = {}
+             "--epochs", "1", "--log-every", "1", "--weights-cache", str(tmp_path / "cache")]
+    runs, logs = {}, {}
     for name, extra in [("clean", []),
                         ("drill", ["--drill-delay-ms", "150", "--drill-error-rate", "0.2",
-                                   "--drill-error-status", "503"])]:
-        run_train(repo, ["--output-dir", str(tmp_path / name), "--checkpoint-dir",
-                         str(tmp_path / f"{name}-ckpt"), *flags, *extra])
+                                   "--drill-error-status", "503"]),
+                        ("other-seed", ["--seed", "1"])]:
+        logs[name] = run_train(repo, ["--output-dir", str(tmp_path / name), "--checkpoint-dir",
+                                      str(tmp_path / f"{name}-ckpt"), *flags, *extra]).stdout
         runs[name] = tmp_path / name / "model"
 
     clean = yaml.safe_load((runs["clean"] / "model.yaml").read_text())
     drill = yaml.safe_load((runs["drill"] / "model.yaml").read_text())
     fault = {"delay_ms": 150.0, "error_rate": 0.2, "error_status": 503}
-    # same data, seed and flags: the same weights (Paddle on one CPU thread is deterministic)
+    # The weights cache: the clean run stored its weights, the drill (serving flags only)
+    # exported them without a training step; another seed is other weights and trains.
+    assert "weights cache: stored" in logs["clean"] and "step=1 " in logs["clean"]
+    assert "holds this run's weights" in logs["drill"] and "step=1 " not in logs["drill"]
+    assert "holds" not in logs["other-seed"] and "weights cache: stored" in logs["other-seed"]
+    other = yaml.safe_load((runs["other-seed"] / "model.yaml").read_text())
+    assert other["weights_sha256"] != clean["weights_sha256"]
     assert drill["weights_sha256"] == clean["weights_sha256"]
     assert clean["version"] == "v-" + clean["weights_sha256"][:12]
     assert "drill" not in clean

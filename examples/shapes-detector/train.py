@@ -3,6 +3,7 @@
     python train.py --output-dir OUT --checkpoint-dir CKPT [--data-dir data] [--epochs N]
         [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
         [--drill-delay-ms MS] [--drill-error-rate R] [--drill-error-status 500|503]
+        [--weights-cache DIR]
     python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
 
 Environment (all optional): MLOPS_TRAINING_COMMIT, MLOPS_WORKFLOW_ID (lineage,
@@ -37,6 +38,12 @@ Design notes:
   on purpose, to rehearse a canary rollback) and ``model.yaml`` a ``drill:``
   record. Training itself is unchanged; the version is not (see
   ``model_version``), so a drill never shares a version with its clean twin.
+* ``--weights-cache DIR`` keeps each finished run's final checkpoint under a
+  key of everything that decides the weights (dataset digest, hyperparameters,
+  worker count, this directory's code); a later run with the same key starts
+  from it, trains zero steps and exports. A push that changes only serving
+  flags (``--drill-*``) then takes seconds instead of minutes; the weights,
+  and so their digest, are the ones trained before. Unset: no cache.
 """
 
 import argparse
@@ -95,6 +102,9 @@ def parse_args(argv=None):
                        help="share of inference requests the server fails (0..1)")
     drill.add_argument("--drill-error-status", type=int, default=500, metavar="{500,503}",
                        help="HTTP status of the injected errors")
+    p.add_argument("--weights-cache", default="", metavar="DIR",
+                   help="reuse the final checkpoint of an earlier run with the same data, "
+                   "hyperparameters, workers and code (empty: train every time)")
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "log_every", "checkpoint_every"):
         if getattr(args, name) < 1:
@@ -218,6 +228,33 @@ def file_sha256(path):
 def latest_checkpoint(ckpt_dir):
     found = sorted(ckpt_dir.glob("ckpt-*.pdckpt"))
     return found[-1] if found else None
+
+
+def weights_key(args, dataset_digest, world):
+    """What decides the trained weights: data, hyperparameters, workers and the code
+    (every .py here). Serving-only flags (--drill-*) and paths are not part of it."""
+    code = hashlib.sha256()
+    for path in sorted(HERE.glob("*.py")):
+        code.update(path.name.encode() + b"\0" + path.read_bytes())
+    # --checkpoint-every too: each checkpoint averages BatchNorm statistics across ranks.
+    inputs = {"dataset": dataset_digest, "epochs": args.epochs, "batch_size": args.batch_size,
+              "lr": args.lr, "max_steps": args.max_steps, "subset": args.subset,
+              "seed": args.seed, "world": world, "checkpoint_every": args.checkpoint_every,
+              "code": code.hexdigest()}
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def store_in_cache(cache_dir, key, checkpoint):
+    """Copy a finished run's final checkpoint into the cache (atomic: whole or absent)."""
+    import shutil
+
+    target = cache_dir / key / "final.pdckpt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".final.{os.getpid()}.tmp")
+    shutil.copyfile(checkpoint, tmp)
+    os.replace(tmp, target)
+    print(f"weights cache: stored {key}", flush=True)
 
 
 def infer_cfg(output_names, categories, stride=8):
@@ -347,6 +384,14 @@ def train(args):
 
         step = 0
         latest = latest_checkpoint(ckpt_dir)
+        cache_dir = pathlib.Path(args.weights_cache) if args.weights_cache else None
+        key = weights_key(args, digest, world) if cache_dir else ""
+        from_cache = False
+        if latest is None and cache_dir is not None and (cache_dir / key / "final.pdckpt").is_file():
+            latest, from_cache = cache_dir / key / "final.pdckpt", True
+            if rank == 0:
+                print(f"weights cache: {key} holds this run's weights (same data, "
+                      "hyperparameters, workers and code); exporting them", flush=True)
         if latest is not None:
             state = paddle.load(str(latest))
             meta = state["meta"]
@@ -424,6 +469,8 @@ def train(args):
             if step % args.checkpoint_every == 0 or step % spe == 0 or step == total:
                 save_checkpoint(step, float(loss))
 
+        if cache_dir is not None and not from_cache and rank == 0 and step == total:
+            store_in_cache(cache_dir, key, latest_checkpoint(ckpt_dir))
         sync_buffers()
         net.eval()
         state = net.state_dict()
