@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from contracts.names import is_model_name, model_name_problem
+from contracts.traffic import weights_by_version
 from gitops import yamlio
 from gitops.errors import BrokenManifestError, GitOpsError
 
@@ -128,26 +129,6 @@ def _check_model(model: str) -> None:
     problem = model_name_problem(model)
     if problem:
         raise GitOpsError(problem)
-
-
-def weights_by_version(
-    destination_rule: dict[str, Any], virtual_service: dict[str, Any]
-) -> dict[str, int]:
-    """Map the first HTTP route's subset weights to versions via the subsets' labels."""
-    subsets = {
-        s.get("name"): (s.get("labels") or {}).get("version")
-        for s in destination_rule.get("spec", {}).get("subsets", []) or []
-    }
-    http = virtual_service.get("spec", {}).get("http") or []
-    out: dict[str, int] = {}
-    for route in (http[0].get("route") or []) if http else []:
-        version = subsets.get(route.get("destination", {}).get("subset"))
-        if version is not None:
-            out[version] = out.get(version, 0) + int(route.get("weight", 0) or 0)
-    if len(out) == 1 and http and len(http[0].get("route") or []) == 1:
-        # A single destination without a weight takes all traffic.
-        out = {version: 100 for version in out}
-    return out
 
 
 # -- builders for the repo's own documents -----------------------------------

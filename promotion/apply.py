@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from contracts.errors import ExitCode, MlopsError
+from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.writeback import Message, WriteBack, WriteResult
 from promotion.state import (
@@ -92,52 +93,6 @@ def window_id(at: dt.datetime) -> str:
 
 
 # -- pure document edits ----------------------------------------------------------------
-
-
-def _route(vs: dict[str, Any]) -> list[dict[str, Any]]:
-    http = vs.setdefault("spec", {}).setdefault("http", [])
-    if not http:
-        http.append({"name": "primary", "route": []})
-    return http[0].setdefault("route", [])
-
-
-def set_weights(vs: dict[str, Any], canary_weight: int, *, with_canary: bool) -> dict[str, Any]:
-    """A copy of VirtualService `vs` with stable `100-w` and canary `w` (or stable alone)."""
-    out = copy.deepcopy(vs)
-    route = _route(out)
-    stable = next((r for r in route if r.get("destination", {}).get("subset") == "stable"), None)
-    if stable is None:
-        raise ValueError(f"VirtualService {vs.get('metadata', {}).get('name')!r} has no route "
-                         "to subset 'stable'")
-    canary = next((r for r in route if r.get("destination", {}).get("subset") == "canary"), None)
-    if with_canary and canary is None:
-        canary = {"destination": {**copy.deepcopy(stable["destination"]), "subset": "canary"}}
-    stable["weight"] = 100 - canary_weight if with_canary else 100
-    new_route = [stable]
-    if with_canary:
-        assert canary is not None
-        canary["weight"] = canary_weight
-        new_route.append(canary)
-    new_route += [r for r in route if r.get("destination", {}).get("subset")
-                  not in ("stable", "canary")]
-    route[:] = new_route
-    return out
-
-
-def set_subsets(dr: dict[str, Any], stable: str, canary: str | None) -> dict[str, Any]:
-    """A copy of DestinationRule `dr` with subsets `stable` (and `canary` when given)."""
-    out = copy.deepcopy(dr)
-    subsets = out.setdefault("spec", {}).setdefault("subsets", [])
-    old = {s.get("name"): s for s in subsets}
-    wanted = [("stable", stable)] + ([("canary", canary)] if canary else [])
-    new = []
-    for name, version in wanted:
-        subset = copy.deepcopy(old.get(name) or {"name": name})
-        subset["labels"] = {**(subset.get("labels") or {}), "version": version}
-        new.append(subset)
-    new += [s for s in subsets if s.get("name") not in ("stable", "canary")]
-    subsets[:] = new
-    return out
 
 
 def plan(current: layout.ModelState, before: CanaryState, after: CanaryState,

@@ -117,8 +117,7 @@ def _model(root: pathlib.Path, model: str, config: layout.RepoConfig,
                     and version not in versions:
                 problems.append(f"{where}/promotion.yaml: {role} {version!r} has no Deployment")
         if state.phase.active and state.candidate and state.stable and subsets:
-            live = layout.weights_by_version(folder.destination_rule or {},
-                                             folder.virtual_service or {})
+            live = folder.weights()
             if live.get(state.candidate, 0) != state.weight:
                 problems.append(
                     f"{where}/promotion.yaml: weight {state.weight} but virtualservice.yaml "

@@ -45,6 +45,7 @@ import yaml
 
 from contracts.artifact import ModelRecord, read_record
 from contracts.errors import ExitCode, MlopsError
+from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from promotion import apply
 from promotion.policy import CanaryPolicy
@@ -155,8 +156,8 @@ def plan_proposal(
     dr = current.destination_rule or manifests.destination_rule(name, stable)
     vs = current.virtual_service or manifests.virtual_service(name, 100, 0, canary=False,
                                                               port=port)
-    docs.append(apply.set_subsets(dr, stable, version))
-    docs.append(apply.set_weights(vs, weight, with_canary=True))
+    docs.append(set_subsets(dr, stable, version))
+    docs.append(set_weights(vs, weight, with_canary=True))
     leftovers = [v for v in current.deployments if v not in (stable, version)]
     return ProposalPlan(model=name, version=version, bootstrap=False, stable=stable,
                         documents=docs, remove_versions=leftovers,

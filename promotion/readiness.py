@@ -156,7 +156,7 @@ class KubernetesReadiness:
     def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
         """Reads the model's Istio DestinationRule and VirtualService (both named
         `<model>`); needs `get` on them in the namespace."""
-        from gitops.layout import weights_by_version
+        from contracts.traffic import weights_by_version
 
         try:
             live = [self.custom.get_namespaced_custom_object(

@@ -64,6 +64,7 @@ from typing import Any, Mapping, Sequence
 
 from contracts.errors import ExitCode, MlopsError
 from contracts.names import model_name_problem, version_problem
+from contracts.traffic import CANARY, STABLE, TrafficError, build_route
 
 __all__ = [
     "ANNOTATION_METRICS",
@@ -387,7 +388,7 @@ def destination_rule(
     """DestinationRule ``<model>`` with subsets ``stable`` and, if given, ``canary``."""
     _check_model(model)
     _check_version(stable_version)
-    subsets = [{"name": "stable", "labels": {"version": stable_version}}]
+    subsets = [{"name": STABLE, "labels": {"version": stable_version}}]
     if canary_version is not None:
         _check_version(canary_version)
         if canary_version == stable_version:
@@ -395,27 +396,13 @@ def destination_rule(
                 f"canary version {canary_version!r} is the stable version; "
                 "a canary must be a different version"
             )
-        subsets.append({"name": "canary", "labels": {"version": canary_version}})
+        subsets.append({"name": CANARY, "labels": {"version": canary_version}})
     return {
         "apiVersion": ISTIO_API,
         "kind": "DestinationRule",
         "metadata": _metadata(model, {"app": model}, namespace),
         "spec": {"host": _host(model, namespace), "subsets": subsets},
     }
-
-
-def _check_weights(stable_weight: int, canary_weight: int) -> None:
-    for name, value in (("stable_weight", stable_weight), ("canary_weight", canary_weight)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ManifestError(
-                f"route weights must be non-negative integers summing to 100, "
-                f"got {name}={value!r} (stable={stable_weight!r}, canary={canary_weight!r})"
-            )
-    if stable_weight + canary_weight != 100:
-        raise ManifestError(
-            f"route weights must sum to 100, got stable={stable_weight} + "
-            f"canary={canary_weight} = {stable_weight + canary_weight}"
-        )
 
 
 def virtual_service(
@@ -436,20 +423,15 @@ def virtual_service(
     """
     _check_model(model)
     _check_port(port)
-    _check_weights(stable_weight, canary_weight)
-    if not canary and canary_weight != 0:
-        raise ManifestError(
-            f"canary_weight={canary_weight} but there is no canary subset; "
-            "pass canary=True or weights 100/0"
-        )
     host = _host(model, namespace)
 
     def destination(subset: str) -> dict[str, Any]:
         return {"host": host, "subset": subset, "port": {"number": port}}
 
-    route = [{"destination": destination("stable"), "weight": stable_weight}]
-    if canary:
-        route.append({"destination": destination("canary"), "weight": canary_weight})
+    try:
+        route = build_route(destination, stable_weight, canary_weight, canary=canary)
+    except TrafficError as exc:
+        raise ManifestError(str(exc)) from None
     spec: dict[str, Any] = {"hosts": list(hosts) if hosts else [host]}
     if gateways:
         spec["gateways"] = list(gateways)

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import yaml
 
+from contracts.traffic import weights_by_version
 from gitops import layout, yamlio
 from gitops.errors import BrokenManifestError, GitOpsError
 from gitops.repo import Mirror, init_repo
@@ -152,7 +153,7 @@ def test_read_back_weights_and_extras(tree):
 def test_stable_only_weights(tmp_path):
     dr = manifests.destination_rule("m", "v1")
     vs = manifests.virtual_service("m", 100, 0, canary=False)
-    assert layout.weights_by_version(dr, vs) == {"v1": 100}
+    assert weights_by_version(dr, vs) == {"v1": 100}
 
 
 def test_removing_a_version_and_keeping_human_resources(tree):

@@ -18,6 +18,7 @@ import pathlib
 import pytest
 import yaml
 
+from contracts import traffic
 from gitops.writeback import Message, WriteBack
 from promotion import apply
 from promotion.controller import Controller, ControllerConfig
@@ -248,7 +249,7 @@ def test_manual_weight_edit_is_adopted_and_recorded(canary_repo, tmp_path):
         def change(root: pathlib.Path) -> None:
             path = root / f"apps/{MODEL}/virtualservice.yaml"
             vs = yaml.safe_load(path.read_text())
-            path.write_text(yaml.safe_dump(apply.set_weights(vs, weight, with_canary=True),
+            path.write_text(yaml.safe_dump(traffic.set_weights(vs, weight, with_canary=True),
                                            sort_keys=False))
         return change
 

@@ -339,7 +339,7 @@ def test_canary_status_says_who_serves_what(promotion_repo, capsys, monkeypatch)
 
 
 def test_weight_and_subset_edits_keep_what_humans_added():
-    from promotion.apply import set_subsets, set_weights
+    from contracts.traffic import set_subsets, set_weights
     from serving import manifests
 
     vs = manifests.virtual_service("m", 90, 10, gateways=["mesh", "public"], hosts=["m.example"])

@@ -30,10 +30,11 @@ import pathlib
 import urllib.parse
 from typing import Any, Mapping
 
+from contracts.traffic import TrafficError, read_routes
 from gitops import layout
-from mlops.platform import podspec
 from gitops.errors import GitOpsError
 from gitops.layout import ModelState
+from mlops.platform import podspec
 from serving.manifests import ANNOTATION_MODEL_URI, ANNOTATION_WEIGHTS_SHA256
 
 APPS = "apps"
@@ -128,41 +129,23 @@ def spec_from_state(state: ModelState) -> ModelSpec:
         if len(versions) == 1:  # no VirtualService yet: the one version takes all traffic
             weights = {v: 100 for v in versions}
         return ModelSpec(versions=versions, weights=weights)
-    subsets: dict[str, str] = {}
-    for subset in _get(state.destination_rule, "spec", "subsets") or []:
-        name, version = _get(subset, "name"), _get(subset, "labels", "version")
-        if not isinstance(name, str) or not isinstance(version, str):
-            raise _Broken(dr_path, f"{dr_path}: every subset needs a name and labels.version")
-        subsets[name] = version
-    http = _get(state.virtual_service, "spec", "http")
-    route = http[0].get("route") if isinstance(http, list) and http and isinstance(http[0], dict) else None
-    if not isinstance(route, list) or not route:
-        raise _Broken(vs_path, f"{vs_path}: spec.http[0].route is missing or empty")
+    try:
+        routes = read_routes(state.destination_rule, state.virtual_service,
+                             dr_path=dr_path, vs_path=vs_path)
+    except TrafficError as exc:
+        raise _Broken(exc.path, str(exc)) from None
     total = 0
-    for entry in route:
-        subset = _get(entry, "destination", "subset")
-        weight = _get(entry, "weight")
-        if weight is None and len(route) == 1:
-            weight = 100
-        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
-            raise _Broken(vs_path, f"{vs_path}: route weight {weight!r} must be an integer 0-100")
-        if subset not in subsets:
-            raise _Broken(
-                vs_path,
-                f"{vs_path}: route to subset {subset!r}, which {dr_path} does not define "
-                f"(subsets: {sorted(subsets)})",
-            )
-        version = subsets[subset]
-        if version not in versions:
-            if weight == 0:
+    for route in routes:
+        if route.version not in versions:
+            if route.weight == 0:
                 continue  # a subset kept at 0 while its Deployment is gone: harmless
             raise _Broken(
                 vs_path,
-                f"{vs_path}: subset {subset!r} (version {version!r}) gets weight {weight} "
-                f"but {folder}/ has no deployment-{version}.yaml",
+                f"{vs_path}: subset {route.subset!r} (version {route.version!r}) gets weight "
+                f"{route.weight} but {folder}/ has no deployment-{route.version}.yaml",
             )
-        weights[version] += weight
-        total += weight
+        weights[route.version] += route.weight
+        total += route.weight
     if total != 100:
         raise _Broken(vs_path, f"{vs_path}: route weights sum to {total}, not 100")
     return ModelSpec(versions=versions, weights=weights)

@@ -1,0 +1,199 @@
+"""The traffic split: which version gets what share, built, read and edited here.
+
+A model's split is two Istio documents in the GitOps repo: the
+DestinationRule names subsets (`stable`, `canary`) by a `version` label, and
+the VirtualService's first HTTP route gives each subset a weight. Serving
+builds them, propose and the controller edit them (keeping whatever a human
+added: retries, headers, other subsets), and the controller, the linter, the
+readiness check, `mlops gitops status` and the local sync read them. They all
+use these functions, so Istio's rules (weights are integers 0-100 summing to
+100; a single destination without a weight takes everything) hold the same
+everywhere.
+
+Reading comes in two strengths. `weights_by_version` is lenient: what can be
+read is returned and the rest is skipped (the controller must keep deciding
+on a folder a human half-edited). `read_routes` is strict: it raises
+`TrafficError` naming the file and the field (the local sync refuses to apply
+what a cluster would reject).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, NamedTuple
+
+from contracts.errors import ExitCode, MlopsError
+
+__all__ = [
+    "CANARY",
+    "STABLE",
+    "Route",
+    "TrafficError",
+    "build_route",
+    "check_split",
+    "read_routes",
+    "set_subsets",
+    "set_weights",
+    "weights_by_version",
+]
+
+STABLE = "stable"
+CANARY = "canary"
+
+
+class TrafficError(MlopsError, ValueError):
+    """A split that Istio would reject or that names what does not exist."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class Route(NamedTuple):
+    """One entry of the first HTTP route, resolved to the version its subset labels."""
+
+    subset: str
+    version: str
+    weight: int
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def check_split(stable_weight: int, canary_weight: int) -> None:
+    """Two weights Istio accepts: non-negative integers summing to 100."""
+    for name, value in (("stable_weight", stable_weight), ("canary_weight", canary_weight)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TrafficError(
+                "virtualservice.yaml",
+                f"route weights must be non-negative integers summing to 100, "
+                f"got {name}={value!r} (stable={stable_weight!r}, canary={canary_weight!r})")
+    if stable_weight + canary_weight != 100:
+        raise TrafficError(
+            "virtualservice.yaml",
+            f"route weights must sum to 100, got stable={stable_weight} + "
+            f"canary={canary_weight} = {stable_weight + canary_weight}")
+
+
+def build_route(destination: Callable[[str], dict[str, Any]], stable_weight: int,
+                canary_weight: int, *, canary: bool) -> list[dict[str, Any]]:
+    """The first HTTP route for a new VirtualService (`destination(subset)` says where)."""
+    check_split(stable_weight, canary_weight)
+    if not canary and canary_weight != 0:
+        raise TrafficError("virtualservice.yaml",
+                           f"canary_weight={canary_weight} but there is no canary subset; "
+                           "pass canary=True or weights 100/0")
+    route = [{"destination": destination(STABLE), "weight": stable_weight}]
+    if canary:
+        route.append({"destination": destination(CANARY), "weight": canary_weight})
+    return route
+
+
+def _subsets(destination_rule: Any, *, strict: bool, path: str) -> dict[str, str]:
+    subsets: dict[str, str] = {}
+    for subset in _get(destination_rule, "spec", "subsets") or []:
+        name, version = _get(subset, "name"), _get(subset, "labels", "version")
+        if isinstance(name, str) and isinstance(version, str):
+            subsets[name] = version
+        elif strict:
+            raise TrafficError(path, f"{path}: every subset needs a name and labels.version")
+    return subsets
+
+
+def read_routes(destination_rule: Any, virtual_service: Any, *,
+                dr_path: str = "destinationrule.yaml",
+                vs_path: str = "virtualservice.yaml") -> list[Route]:
+    """The first HTTP route, every entry checked; `TrafficError` names file and field."""
+    subsets = _subsets(destination_rule, strict=True, path=dr_path)
+    http = _get(virtual_service, "spec", "http")
+    first = http[0] if isinstance(http, list) and http else None
+    route = first.get("route") if isinstance(first, dict) else None
+    if not isinstance(route, list) or not route:
+        raise TrafficError(vs_path, f"{vs_path}: spec.http[0].route is missing or empty")
+    out = []
+    for entry in route:
+        subset = _get(entry, "destination", "subset")
+        weight = _get(entry, "weight")
+        if weight is None and len(route) == 1:
+            weight = 100  # a single destination without a weight takes all traffic
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
+            raise TrafficError(vs_path, f"{vs_path}: route weight {weight!r} must be an integer "
+                                        "0-100")
+        if subset not in subsets:
+            raise TrafficError(vs_path, f"{vs_path}: route to subset {subset!r}, which {dr_path} "
+                                        f"does not define (subsets: {sorted(subsets)})")
+        out.append(Route(subset, subsets[subset], weight))
+    return out
+
+
+def weights_by_version(destination_rule: Any, virtual_service: Any) -> dict[str, int]:
+    """Weight per version from what can be read (lenient: see the module docstring)."""
+    subsets = _subsets(destination_rule, strict=False, path="")
+    http = _get(virtual_service, "spec", "http")
+    first = http[0] if isinstance(http, list) and http else None
+    route = first.get("route") if isinstance(first, dict) else None
+    route = route if isinstance(route, list) else []
+    out: dict[str, int] = {}
+    for entry in route:
+        version = subsets.get(_get(entry, "destination", "subset"))
+        weight = _get(entry, "weight")
+        if version is not None:
+            usable = isinstance(weight, int) and not isinstance(weight, bool)
+            out[version] = out.get(version, 0) + (weight if usable else 0)
+    if len(out) == 1 and len(route) == 1:
+        out = {version: 100 for version in out}  # a single destination takes everything
+    return out
+
+
+def _first_route(vs: dict[str, Any]) -> list[dict[str, Any]]:
+    http = vs.setdefault("spec", {}).setdefault("http", [])
+    if not http:
+        http.append({"name": "primary", "route": []})
+    return http[0].setdefault("route", [])
+
+
+def set_weights(vs: dict[str, Any], canary_weight: int, *, with_canary: bool) -> dict[str, Any]:
+    """A copy of VirtualService `vs` with stable `100-w` and canary `w` (or stable alone);
+    other entries and fields stay as written."""
+    out = copy.deepcopy(vs)
+    route = _first_route(out)
+    stable = next((r for r in route if _get(r, "destination", "subset") == STABLE), None)
+    if stable is None:
+        raise TrafficError("virtualservice.yaml",
+                           f"VirtualService {_get(vs, 'metadata', 'name')!r} has no route to "
+                           f"subset {STABLE!r}")
+    canary = next((r for r in route if _get(r, "destination", "subset") == CANARY), None)
+    if with_canary and canary is None:
+        canary = {"destination": {**copy.deepcopy(stable["destination"]), "subset": CANARY}}
+    stable["weight"] = 100 - canary_weight if with_canary else 100
+    new_route = [stable]
+    if with_canary and canary is not None:
+        canary["weight"] = canary_weight
+        new_route.append(canary)
+    new_route += [r for r in route if _get(r, "destination", "subset") not in (STABLE, CANARY)]
+    route[:] = new_route
+    return out
+
+
+def set_subsets(dr: dict[str, Any], stable: str, canary: str | None) -> dict[str, Any]:
+    """A copy of DestinationRule `dr` with subsets `stable` (and `canary` when given);
+    other subsets and each subset's other labels stay."""
+    out = copy.deepcopy(dr)
+    subsets = out.setdefault("spec", {}).setdefault("subsets", [])
+    old = {s.get("name"): s for s in subsets}
+    wanted = [(STABLE, stable)] + ([(CANARY, canary)] if canary else [])
+    new = []
+    for name, version in wanted:
+        subset = copy.deepcopy(old.get(name) or {"name": name})
+        subset["labels"] = {**(subset.get("labels") or {}), "version": version}
+        new.append(subset)
+    new += [s for s in subsets if s.get("name") not in (STABLE, CANARY)]
+    subsets[:] = new
+    return out
