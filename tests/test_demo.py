@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from mlops.demo import modelrepo, scenarios, timeline, watch
-from mlops.demo.story import _current_task, _training_progress
+from mlops.demo.story import _training_progress
 from promotion.state import load_state
+from workflows import run_events
 
 EXAMPLE_CONFIG = pathlib.Path(__file__).resolve().parents[1] / "examples/shapes-detector/mlops.yaml"
 
@@ -136,16 +137,30 @@ def test_views_drop_a_drained_rolled_back_version_and_show_missing_numbers_as_da
     assert watch.render(rows) == "v-a stable 100% -  err -  p99 -"
 
 
-def test_progress_is_read_from_the_runner_and_training_logs(tmp_path):
+def test_progress_is_read_from_run_events_and_the_training_log(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("config: world=2 images=2000 steps_per_epoch=32 total_steps=384 lr=0.004\n"
                    "step=10 epoch=0 loss=3.1\nstep=20 epoch=0 loss=2.2\n")
-    run_log = tmp_path / "run.log"
-    run_log.write_text(f"  smoke-train    running   (log: {tmp_path}/smoke.log)\n"
-                       "  smoke-train    Succeeded    12.00s\n"
-                       f"  train          running   (log: {log})\n")
-    lines = run_log.read_text().splitlines()
-    assert _current_task(lines) == ("train", log)
-    assert _training_progress(log) == (20, 384)
-    assert _current_task(lines + ["  train          Succeeded   150.00s"]) == (None, None)
-    assert _current_task([]) == (None, None)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run_events.current_task(run_events.read(out)) is None  # no run yet
+    run_events.append(out, "run_started", workflow="shapes-local")
+    run_events.append(out, "task_started", task="smoke-train", log=str(tmp_path / "smoke.log"))
+    run_events.append(out, "task_finished", task="smoke-train", phase="Succeeded", seconds=12.0)
+    run_events.append(out, "task_started", task="train", log=str(log))
+    with open(out / run_events.EVENTS_FILE, "a") as fh:
+        fh.write('{"kind": "task_fini')  # a line being written is skipped, not an error
+    events = run_events.read(out)
+    assert run_events.current_task(events).task == "train"
+    assert _training_progress(pathlib.Path(run_events.current_task(events).log)) == (20, 384)
+    assert run_events.finished(events) is None
+    with open(out / run_events.EVENTS_FILE, "a") as fh:
+        fh.write("\n")
+    run_events.append(out, "task_finished", task="train", phase="Succeeded", seconds=150.0,
+                      outputs={"version": "v-1"})
+    run_events.append(out, "run_finished", workflow="shapes-local", phase="Succeeded")
+    events = run_events.read(out)
+    assert run_events.current_task(events) is None
+    assert run_events.finished(events).phase == "Succeeded"
+    assert [e.outputs for e in events if e.task == "train" and e.kind == "task_finished"] == \
+        [{"version": "v-1"}]

@@ -15,6 +15,7 @@ from hera.workflows import models as m
 
 from mlops.cli import main as cli
 from tests.fixtures.workflows import make_fake_model_repo
+from workflows import run_events
 from workflows.config import load_config
 from workflows.expressions import (
     ExpressionError,
@@ -141,6 +142,17 @@ def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
     assert str(tmp_path / "run" / "logs" / "train.log") in printed
     outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
     assert outcome["status"] == "Failed" and outcome["failures"][0]["displayName"] == "train"
+    # The same story as typed events, in the order it happened, for readers that follow it.
+    events = run_events.read(tmp_path / "run")
+    started = [e.task for e in events if e.kind == "task_started"]
+    finished_ = {e.task: e.phase for e in events if e.kind == "task_finished"}
+    assert started == ["checkout", "build-image", "smoke-train", "train", "record-outcome"]
+    assert finished_ == phases
+    assert [e.kind for e in (events[0], events[-1])] == ["run_started", "run_finished"]
+    assert run_events.finished(events).phase == "Failed"
+    assert run_events.finished(events).message.startswith("train: PaddleJob ")
+    assert next(e for e in events if e.task == "train" and e.kind == "task_started").log \
+        == str(tmp_path / "run" / "logs" / "train.log")
 
 
 def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, tmp_path):

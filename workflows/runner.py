@@ -20,7 +20,8 @@ list of steps. For each task, in `depends` order:
 
 On the first failure it stops scheduling (Argo's DAG fail-fast), runs the
 exit handler, and reports the failing step with the end of its log.
-Everything lands under OUT: `logs/<task>.log`, `run.json` (phases, timings,
+Everything lands under OUT: `logs/<task>.log`, `events.jsonl` (typed run
+events as they happen: `workflows.run_events`), `run.json` (phases, timings,
 outputs), `report.md`, `metrics.prom`, `outcome.json`.
 """
 
@@ -47,7 +48,7 @@ import yaml
 from hera.workflows import WorkflowTemplate
 
 from gitops.git import redact
-from workflows import paddlejob_local
+from workflows import paddlejob_local, run_events
 from workflows.errors import StepError
 from workflows.expressions import (
     ExpressionError,
@@ -58,7 +59,11 @@ from workflows.expressions import (
     substitute,
 )
 from workflows.pipeline import (
-    ARGO_METRIC_PREFIX, LOCAL_ANNOTATION, MODELS_ENV, PATH_ENV, workflow_name,
+    ARGO_METRIC_PREFIX,
+    LOCAL_ANNOTATION,
+    MODELS_ENV,
+    PATH_ENV,
+    workflow_name,
 )
 from workflows.steps import STEPS
 
@@ -486,6 +491,7 @@ def run_workflow(
 
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "report.md").unlink(missing_ok=True)  # the exit handler writes this run's
+    (out / run_events.EVENTS_FILE).unlink(missing_ok=True)  # this run's events only
     (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
     scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
     scope.update(
@@ -494,6 +500,7 @@ def run_workflow(
     ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo)
 
     echo(f"local run {name}: {repo} -> {out}")
+    run_events.append(out, "run_started", workflow=name)
     start = time.monotonic()
     records: list[TaskRecord] = []
     status: dict[str, str] = {}
@@ -515,6 +522,7 @@ def run_workflow(
             record.phase, record.message = "Skipped", f"when {task['when']!r} is false"
         else:
             echo(f"  {record.name:<14} running   (log: {record.log})")
+            run_events.append(out, "task_started", task=record.name, log=record.log)
             t0 = time.monotonic()
             try:
                 _run_task(ctx, task, templates[task["template"]], record)
@@ -524,6 +532,7 @@ def run_workflow(
             if record.phase == "Failed":
                 failed = record
         status[record.name] = record.phase
+        _task_finished(out, record)
         for key, value in record.outputs.items():
             ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
         ctx.scope[f"tasks.{record.name}.status"] = record.phase
@@ -556,6 +565,7 @@ def run_workflow(
         record = TaskRecord(
             name=exit_name, template=exit_name, log=str(out / "logs" / f"{exit_name}.log")
         )
+        run_events.append(out, "task_started", task=record.name, log=record.log)
         t0 = time.monotonic()
         try:
             _run_task(ctx, {"name": exit_name}, templates[exit_name], record)
@@ -563,6 +573,7 @@ def run_workflow(
             record.phase, record.message = "Failed", str(exc)
         record.seconds = round(time.monotonic() - t0, 3)
         records.append(record)
+        _task_finished(out, record)
         echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
     ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
     ctx.metrics += _metric_lines(doc["spec"], ctx.scope)
@@ -577,12 +588,21 @@ def run_workflow(
         outputs=outputs,
     )
     _write_records(result, ctx.metrics)
+    run_events.append(out, "run_finished", workflow=name, phase=wf_status,
+                      seconds=result.seconds,
+                      message=f"{failed.name}: {failed.message}" if failed else "")
     if failed:
         echo(
             f"\nFAILED at {failed.name}: {failed.message}\n--- {failed.log} (last lines) ---\n{_tail(failed.log)}"
         )
     _print_summary(result, echo)
     return result
+
+
+def _task_finished(out: pathlib.Path, record: TaskRecord) -> None:
+    run_events.append(out, "task_finished", task=record.name, log=record.log,
+                      phase=record.phase, seconds=record.seconds, message=record.message,
+                      outputs=dict(record.outputs))
 
 
 def _write_records(result: RunResult, metrics: list[str]) -> None:

@@ -36,6 +36,7 @@ from mlops.platform import lifecycle, procs
 from mlops.platform.ports import free_port
 from mlops.platform.workdir import Workdir
 from promotion.state import CanaryState, Phase, StateError, load_state
+from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shapes-detector"
@@ -205,15 +206,16 @@ class Demo:
                     print("  | " + self.short(line), flush=True)
                 printed = len(lines)
             alive = _run_alive(home)
-            if outcome.is_file() and (_finished(lines) or not alive):
+            events = run_events.read(home / "out")
+            if outcome.is_file() and (run_events.finished(events) is not None or not alive):
                 bar.done()
                 return json.loads(outcome.read_text()), time.time()
             if not alive and not outcome.is_file() and (home / "pid").is_file():
                 raise DemoError(f"the pipeline run of {sha[:12]} died without an outcome; "
                                 f"see {home / 'run.log'}")
-            task, log = _current_task(lines)
-            if task in ("smoke-train", "train") and log is not None:
-                bar.update(task, *_training_progress(log))
+            running = run_events.current_task(events)
+            if running is not None and running.task in ("smoke-train", "train") and running.log:
+                bar.update(running.task, *_training_progress(pathlib.Path(running.log)))
             time.sleep(1)
         raise DemoError(f"the pipeline run of {sha[:12]} did not finish within "
                         f"{self.args.timeout:.0f}s; see {home / 'run.log'}")
@@ -528,24 +530,6 @@ def _lines(path: pathlib.Path) -> list[str]:
         return path.read_text(errors="replace").splitlines()
     except OSError:
         return []
-
-
-def _finished(lines: list[str]) -> bool:
-    """The runner printed its summary (`run NAME: STATUS in Ns` and what follows)."""
-    return any(line.startswith("run ") and " in " in line for line in lines) and \
-        any(line.strip().startswith("timings:") for line in lines)
-
-
-def _current_task(lines: list[str]) -> tuple[str | None, pathlib.Path | None]:
-    """The runner's latest `NAME running (log: PATH)` line, if that task is still running."""
-    task = log = None
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 4 and parts[1] == "running" and parts[2] == "(log:":
-            task, log = parts[0], pathlib.Path(parts[3].rstrip(")"))
-        elif task and len(parts) >= 2 and parts[0] == task:
-            task = log = None
-    return task, log
 
 
 def _training_progress(log: pathlib.Path) -> tuple[int, int]:
