@@ -71,6 +71,12 @@ class UnknownForgeError(ForgeError):
     """A forge name that no backend registered."""
 
 
+class ForgeSetupError(ForgeError):
+    """Not enough to reach the forge (its repo name, its API URL); fix the flags."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
 class PullRequestNotFound(ForgeError):
     """No pull request with that number (or for that branch)."""
 

@@ -278,7 +278,7 @@ def test_cli_lists_prs_of_a_hosted_forge(fake_forge, monkeypatch, capsys):
 
 def test_forge_api_url_comes_from_the_gitops_url():
     # The pipeline's propose step and the controller get only the repo URL.
-    from mlops.commands.promote import forge_api_url
+    from gitops.forges.registry import forge_api_url
 
     assert forge_api_url("github", "https://github.com/o/r.git") == "https://api.github.com"
     assert forge_api_url("github", "https://ghe.example.com/o/r.git") == (

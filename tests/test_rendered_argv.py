@@ -81,14 +81,15 @@ def test_every_workflow_container_parses_with_the_cli():
             f"template {template['name']}: command {command} is neither `mlops` nor `sh -c`"
         parsed[template["name"]] = parse_mlops(container["args"], f"template {template['name']}")
     assert sorted(parsed) == ["evaluate", "gate", "propose", "publish-model", "record-outcome"]
-    steps = {name: args.step for name, args in parsed.items() if args.command == "step"}
-    assert steps == {"evaluate": "evaluate", "gate": "gate", "publish-model": "publish",
-                     "record-outcome": "record-outcome"}
+    # every pipeline container starts the same way: `mlops step NAME`
+    assert {name: args.step for name, args in parsed.items()} == {
+        "evaluate": "evaluate", "gate": "gate", "publish-model": "publish",
+        "propose": "propose", "record-outcome": "record-outcome"}
     assert parsed["gate"].step_parsed.production_from_gitops == \
         "{{workflow.parameters.gitops-repo}}"
     assert parsed["publish-model"].step_parsed.models_root == "$(MLOPS_MODELS)"
     assert parsed["record-outcome"].step_parsed.status == "{{workflow.status}}"
-    propose = parsed["propose"]
+    propose = parsed["propose"].step_parsed
     assert (propose.model_dir, propose.image_pull_secret) == \
         ("{{inputs.parameters.model-dir}}", ["registry-a"])
 

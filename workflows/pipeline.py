@@ -65,7 +65,7 @@ PATH_ENV = {
     "MLOPS_OUTPUTS": "/tmp/outputs",
 }
 LOCAL_ANNOTATION = "mlops.dev/local"
-# `mlops promote propose --outputs`: on the workspace, so the exit handler's report reads it.
+# `mlops step propose --outputs`: on the workspace, so the exit handler's report reads it.
 PROPOSAL_OUTPUTS = "$(MLOPS_OUT)/full/proposal"
 PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
 ENTRYPOINT = "pipeline"
@@ -616,14 +616,14 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             outputs=[Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir")))],
         )
 
-        # `mlops promote propose` (the promotion room): the candidate's serving
+        # `mlops step propose` (`promotion.propose` behind it): the candidate's serving
         # manifests on a branch of the GitOps repo, and a PR whose body is the
         # evaluation report and the gate's verdict. The manifests point at the
         # published copy, not at this run's workspace (deleted with the run).
         propose = tool_container(
             "propose",
             [
-                "promote",
+                "step",
                 "propose",
                 "{{inputs.parameters.model-dir}}",
                 "--gitops",

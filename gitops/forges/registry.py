@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from gitops.errors import UnknownForgeError
+from gitops.errors import ForgeSetupError, UnknownForgeError
 from gitops.forges.base import Forge
 
 _FACTORIES: dict[str, Callable[..., Forge]] = {}
@@ -52,3 +52,52 @@ def create(name: str, *args: Any, **kwargs: Any) -> Forge:
             f"unknown forge {name!r}; choose one of: {', '.join(names())}"
         ) from None
     return factory(*args, **kwargs)
+
+
+# The hosted services' API roots; a self-hosted forge serves its API under
+# the host of its clone URLs, at the path each product documents.
+_HOSTED_API = {"github.com": "https://api.github.com", "gitlab.com": "https://gitlab.com/api/v4"}
+_API_PATH = {"github": "/api/v3", "gitlab": "/api/v4", "gitea": "/api/v1"}
+
+
+def forge_api_url(name: str, gitops: str) -> str | None:
+    """The API root of the forge that hosts `gitops` (an http(s) URL), or None.
+
+    The pipeline's `propose` step and the controller get only the GitOps
+    repo's URL, so a self-hosted Gitea or GitLab must be found from it.
+    """
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(gitops)
+    if parts.scheme not in ("http", "https") or not parts.hostname or name not in _API_PATH:
+        return None
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return _HOSTED_API.get(host) or f"{parts.scheme}://{host}{_API_PATH[name]}"
+
+
+def for_gitops(name: str, gitops: str, api_url: str | None = None,
+               forge_repo: str | None = None, api_flag: str = "--forge-url") -> Forge:
+    """The forge called `name` that hosts the GitOps repo `gitops` (local: the repo itself).
+
+    Without `api_url` the API root comes from `$MLOPS_FORGE_API`, else from
+    the GitOps repo's URL (`forge_api_url`).
+    """
+    import os
+    from urllib.parse import urlsplit
+
+    if name == "local":
+        return create("local", gitops)
+    if not forge_repo and "://" in gitops:
+        # https://github.com/owner/name.git -> owner/name (GitLab groups keep their path)
+        path = urlsplit(gitops).path.strip("/")
+        forge_repo = path[:-4] if path.endswith(".git") else path
+    if not forge_repo:
+        raise ForgeSetupError(f"--forge {name} needs --forge-repo (owner/name on the forge)")
+    api_url = api_url or os.environ.get("MLOPS_FORGE_API") or forge_api_url(name, gitops)
+    if name == "gitea" and not api_url:
+        raise ForgeSetupError(
+            f"--forge gitea needs {api_flag} https://HOST/api/v1 (or MLOPS_FORGE_API)")
+    kwargs: dict[str, Any] = {}
+    if api_url:
+        kwargs["api_url"] = api_url
+    return create(name, forge_repo, **kwargs)

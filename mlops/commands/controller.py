@@ -47,10 +47,10 @@ def _sources(url: str, preset: str | None) -> Any:
 def _commenter(args: argparse.Namespace) -> Any:
     if not args.forge:
         return None
-    from mlops.commands.promote import make_forge
+    from gitops.forges.registry import for_gitops
     from promotion.propose import branch_name
 
-    forge = make_forge(args.forge, args.gitops, args.forge_url, args.forge_repo)
+    forge = for_gitops(args.forge, args.gitops, args.forge_url, args.forge_repo)
 
     def comment(model: str, candidate: str, body: str) -> None:
         pr = forge.find_pr(branch_name(model, candidate))

@@ -26,7 +26,6 @@ from mlops.errors import UserError
 def forge_from_args(args: argparse.Namespace) -> Any:
     """The forge the options name (local needs only the repo)."""
     from gitops.forges import registry
-    from mlops.commands.promote import make_forge
 
     name = args.forge
     if name == "local":
@@ -39,7 +38,7 @@ def forge_from_args(args: argparse.Namespace) -> Any:
             "or --repo with the GitOps repo's https URL"
         )
     # owner/name and the API root default to what the repo's URL says.
-    return make_forge(
+    return registry.for_gitops(
         name, args.repo or "", args.forge_api, args.forge_repo, api_flag="--forge-api"
     )
 

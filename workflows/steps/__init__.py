@@ -13,5 +13,6 @@ STEPS = {
     "evaluate": "workflows.steps.evaluate",
     "gate": "workflows.steps.gate",
     "publish": "workflows.steps.publish",
+    "propose": "workflows.steps.propose",
     "record-outcome": "workflows.steps.record_outcome",
 }
