@@ -60,6 +60,7 @@ from _platform import (  # first: it puts the repo root on sys.path
 )
 
 import promotion.controller as controller_module
+from contracts.artifact import read_record
 from gitops import layout
 from gitops.forges.local import LocalForge
 from gitops.writeback import Message, WriteBack
@@ -75,7 +76,6 @@ from promotion import apply
 from promotion.controller import Controller, ControllerConfig
 from promotion.metrics.prometheus import PrometheusSource
 from promotion.policy import load_policy
-from contracts.artifact import read_record
 from promotion.propose import plan_proposal, propose
 from tests.fixtures.platform import converged
 

@@ -51,12 +51,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the server runs (before padd
 from serving.client import encode_request  # noqa: E402
 from serving.loadgen import run_load  # noqa: E402
 from serving.modeldir import load_model_dir  # noqa: E402
-from serving.protocol import parse_infer_request  # noqa: E402
-from serving.runtime import PredictorPool  # noqa: E402
-from serving.service import ModelService  # noqa: E402
 from serving.postprocess import decode_centernet  # noqa: E402
 from serving.preprocess import preprocess_images  # noqa: E402
-from serving.protocol import Tensor, encode_infer_response  # noqa: E402
+from serving.protocol import (  # noqa: E402
+    Tensor,
+    encode_infer_response,
+    parse_infer_request,  # noqa: E402
+)
+from serving.runtime import PredictorPool  # noqa: E402
+from serving.service import ModelService  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "shapes-detector"
 RESULTS = ROOT / "benchmarks" / "results" / "serving.json"

@@ -48,8 +48,7 @@ import time
 
 import requests
 import yaml
-from _platform import (ROOT, machine, model_version, scratch, start_platform,  # noqa: I001
-                       tiny_model, wait)
+from _platform import ROOT, machine, model_version, scratch, start_platform, tiny_model, wait  # noqa: I001
 from PIL import Image
 
 from gitops.forges.local import LocalForge

@@ -24,8 +24,8 @@ from typing import Any
 
 from gitops import layout
 from gitops.errors import ConflictError, GitError, GitOpsError
-from gitops.protect import protect_branch
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, remote
+from gitops.protect import protect_branch
 from gitops.writeback import Backoff, Message, WriteBack, WriteResult
 
 DEFAULT_BRANCH = "main"

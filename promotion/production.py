@@ -27,7 +27,6 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-
 from contracts.artifact import RECORD_FILE, ArtifactError, read_record_data
 from contracts.errors import ExitCode, MlopsError
 from gitops import layout

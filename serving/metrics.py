@@ -18,8 +18,14 @@ test process apart.
 
 import platform
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 BUCKETS = tuple(round(10 ** (-3 + 3 * i / 19), 6) for i in range(20)) + (2.5, 5.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -44,6 +44,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from contracts.artifact import sha256_file
 from serving.errors import (
     BadRequest,
     ClientClosed,
@@ -55,7 +56,6 @@ from serving.errors import (
     Unavailable,
 )
 from serving.metrics import CONTENT_TYPE, ServerMetrics
-from contracts.artifact import sha256_file
 from serving.modeldir import FaultConfig, ModelDir
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import PredictorPool, default_threads

@@ -30,10 +30,10 @@ from serving.postprocess import ROLES, decode_centernet, label_names
 from serving.preprocess import preprocess_images
 from serving.protocol import (
     Tensor,
+    datatype_to_numpy,
     encode_infer_response,
     encode_json,
     numpy_to_datatype,
-    datatype_to_numpy,
     parse_infer_request,
 )
 from serving.runtime import PredictorPool

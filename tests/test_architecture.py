@@ -1,8 +1,8 @@
 """The rooms' doors, written in .importlinter, are checked, not just described."""
 
 import pathlib
-import subprocess
 import shutil
+import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,11 @@ from gitops import git as gitcli
 from mlops import cli
 from workflows.config import load_config
 from workflows.events import (
-    DESCRIPTION_ANNOTATION, SHAPES, TITLE_ANNOTATION, build_sensor, ui_annotations,
+    DESCRIPTION_ANNOTATION,
+    SHAPES,
+    TITLE_ANNOTATION,
+    build_sensor,
+    ui_annotations,
 )
 from workflows.pipeline import ARGO_METRIC_PREFIX, WORKFLOW_OUTPUTS, build_workflow_template
 from workflows.sensor_filters import MISSING, gjson_get

@@ -8,8 +8,6 @@ against an unreachable loopback URL; real files are read back.
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from mlops.platform.gitsource import GitSource, GitSourceError

@@ -146,10 +146,11 @@ def test_mlops_down_leaves_no_process_and_nothing_is_written_outside_the_work_di
 def test_a_second_run_on_the_same_work_dir_replaces_the_first(demo_all):
     """Set-up only (the repos and the platform come back fresh); the full replay
     would take another 20 minutes and runs the same code as the first."""
+    import argparse
+
     from mlops.demo.story import Demo
     from mlops.platform import lifecycle
     from mlops.platform.workdir import Workdir
-    import argparse
 
     work, _, _ = demo_all
     args = argparse.Namespace(workdir=str(work), scenario="good", wait_approval=False,

@@ -18,11 +18,11 @@ import pathlib
 import pytest
 
 from gitops.git import BOT_IDENTITY
+from tests.manifest_validation import validate_manifest
 from workflows.config import load_config
 from workflows.events import build_eventsource, build_sensor
 from workflows.sensor_filters import MISSING, dependency_matches, gjson_get
 from workflows.settings import PipelineSettings
-from tests.manifest_validation import validate_manifest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "events"

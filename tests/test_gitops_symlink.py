@@ -10,10 +10,10 @@ metric source is the scripted `RouterStub` (see test_promotion_controller.py).
 import os
 import pathlib
 
+from gitops.git import Identity
 from gitops.repo import Mirror
 from gitops.writeback import Message, WriteBack
 from promotion.controller import Controller, ControllerConfig
-from gitops.git import Identity
 from tests.fixtures.promotion_controller import (
     MODEL,
     Clock,

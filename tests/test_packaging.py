@@ -15,9 +15,9 @@ import pathlib
 import re
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -14,7 +14,6 @@ import pathlib
 import textwrap
 
 import pytest
-import yaml
 
 from workflows import paddlejob_local
 from workflows.config import load_config

@@ -21,7 +21,13 @@ from gitops import layout
 from gitops.writeback import Message, WriteBack
 from mlops.platform.workdir import Workdir
 from tests.fixtures.platform import (
-    FAST, converged, model_documents, status_doc, versions_of, wait_for, write_model,
+    FAST,
+    converged,
+    model_documents,
+    status_doc,
+    versions_of,
+    wait_for,
+    write_model,
 )
 
 pytestmark = pytest.mark.slow

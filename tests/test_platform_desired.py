@@ -5,7 +5,12 @@ import pytest
 
 from gitops import layout
 from mlops.platform.desired import (
-    ModelError, ModelSpec, VersionSpec, merge_last_good, read_checkout, spec_from_state,
+    ModelError,
+    ModelSpec,
+    VersionSpec,
+    merge_last_good,
+    read_checkout,
+    spec_from_state,
 )
 from serving import manifests
 

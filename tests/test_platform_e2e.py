@@ -30,7 +30,12 @@ from mlops.platform.workdir import Workdir
 from serving import manifests
 from tests.fixtures.gitops import Human, guard, head
 from tests.fixtures.platform import (
-    converged, status_doc, teardown, versions_of, wait_for, write_model,
+    converged,
+    status_doc,
+    teardown,
+    versions_of,
+    wait_for,
+    write_model,
 )
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,17 @@ import pytest
 
 from mlops.platform.desired import ModelSpec, VersionSpec
 from mlops.platform.plan import (
-    Actual, AddRoute, OpenFrontend, RemoveRoute, RouteView, ServerView, SetRoute,
-    StartServer, StopServer, WriteTargets, plan,
+    Actual,
+    AddRoute,
+    OpenFrontend,
+    RemoveRoute,
+    RouteView,
+    ServerView,
+    SetRoute,
+    StartServer,
+    StopServer,
+    WriteTargets,
+    plan,
 )
 
 M = "shapes"

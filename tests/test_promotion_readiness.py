@@ -21,11 +21,21 @@ from promotion.controller import Controller, ControllerConfig
 from promotion.observations import Observations, VersionWindow
 from promotion.policy import load_policy
 from promotion.readiness import (
-    KubernetesReadiness, Readiness, deployment_ready, routing_applied,
+    KubernetesReadiness,
+    Readiness,
+    deployment_ready,
+    routing_applied,
 )
 from promotion.state import CanaryState, Phase
 from tests.fixtures.promotion_controller import (
-    MODEL, TEST_POLICY, Clock, RouterStub, canary_weight, decision_log, git, main_state,
+    MODEL,
+    TEST_POLICY,
+    Clock,
+    RouterStub,
+    canary_weight,
+    decision_log,
+    git,
+    main_state,
     merge_to_main,
 )
 

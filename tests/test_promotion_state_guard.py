@@ -16,7 +16,12 @@ from promotion.controller import Controller, ControllerConfig
 from promotion.state import StateError, load_state
 from tests.fixtures.gitops import Human
 from tests.fixtures.promotion_controller import (
-    MODEL, Clock, RouterStub, git, merge_to_main, merged_at,
+    MODEL,
+    Clock,
+    RouterStub,
+    git,
+    merge_to_main,
+    merged_at,
 )
 
 

@@ -11,7 +11,6 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 
-
 @pytest.fixture(scope="module")
 def server(shapes_server):
     return shapes_server

@@ -18,7 +18,7 @@ import yaml
 from mlops.cli import main as cli
 from tests.fixtures.training import copy_example
 from workflows.errors import StepError
-from workflows.steps import evaluate, gate, publish, smoke_train
+from workflows.steps import gate, publish, smoke_train
 
 
 @pytest.fixture(scope="module")

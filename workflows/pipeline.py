@@ -54,7 +54,7 @@ from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
-from workflows.training import training_args, worker_command
+from workflows.training import worker_command
 
 # Paths inside the pods. The runner maps these env names to local paths.
 MODELS_ENV = "MLOPS_MODELS"  # the models volume's mount, in publish and propose only

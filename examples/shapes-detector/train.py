@@ -340,7 +340,6 @@ def atomic_text(path, text):
 def train(args):
     import paddle
     import paddle.distributed as dist
-
     from model import ShapesNet, build_targets, count_parameters, detection_loss
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))

@@ -466,7 +466,7 @@ class Demo:
         doc = {"workdir": str(self.work), "seconds": round(time.monotonic() - self.started, 1),
                "scenarios": self.results, "gitops_log": log.stdout.splitlines()}
         (self.work / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"  summary   summary.json")
+        print("  summary   summary.json")
         if self.args.keep_running:
             print(f"\nThe platform keeps running: `mlops status --workdir {self.platform}`; "
                   f"Prometheus {self.prometheus}; model route {getattr(self, 'url', '-')}.\n"

@@ -26,7 +26,11 @@ from mlops.platform.files import read_json
 from mlops.platform.ports import free_port, port_free
 from mlops.platform.runtime import RuntimeApi
 from mlops.platform.services import (
-    PlatformError, start_haproxy, start_lock, start_prometheus, wait_ready,
+    PlatformError,
+    start_haproxy,
+    start_lock,
+    start_prometheus,
+    wait_ready,
 )
 from mlops.platform.workdir import PlatformConfig, Workdir, load_config, save_config
 

@@ -40,8 +40,8 @@ import tempfile
 import time
 from typing import Any
 
+from mlops.platform import binaries, podspec, procs, prometheus, services
 from mlops.platform import haproxy as haproxy_cfg
-from mlops.platform import binaries, podspec, prometheus, procs, services
 from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
 from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
 from mlops.platform.gitsource import GitSource, GitSourceError

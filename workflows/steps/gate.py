@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = run(a.repo, a.out, a.production, a.which, a.production_from_gitops,
                      a.gitops_branch)
         if a.exit_code and params["passed"] != "true":
-            from workflows.steps.common import write_outputs, outputs_dir
+            from workflows.steps.common import outputs_dir, write_outputs
             write_outputs(outputs_dir(a), params)
             raise GateFailed(params["reason"])
         return params

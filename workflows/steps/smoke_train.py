@@ -8,9 +8,9 @@ job books its workers. It always starts from scratch.
 import argparse
 from typing import Any, Sequence
 
+from workflows.config import load_config
 from workflows.steps.common import base_parser, run_main
 from workflows.steps.training_step import run_job
-from workflows.config import load_config
 
 SMOKE_TIMEOUT_S = 15 * 60
 

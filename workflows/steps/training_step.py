@@ -8,11 +8,12 @@ from typing import Any
 import yaml
 
 from contracts.artifact import ArtifactError, missing_files, read_record_data
+from workflows import paddlejob_local
 from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.resources import ResourceTemplate
 from workflows.steps.common import lineage_env
-from workflows import paddlejob_local
+
 
 def check_artifact(output_dir: pathlib.Path, predictions: str) -> dict[str, Any]:
     """The training output must hold a loadable export and detections."""
