@@ -66,7 +66,7 @@ class RepoConfig:
     """The platform's `policy:` section, raw (the promotion room validates it)."""
 
     def to_doc(self) -> dict[str, Any]:
-        doc = {
+        doc: dict[str, Any] = {
             "repoURL": self.repo_url,
             "targetRevision": self.target_revision,
             "namespace": self.namespace,

@@ -564,8 +564,8 @@ def decide_ready(policy: CanaryPolicy, state: CanaryState, ready: bool, reason: 
     if now.tzinfo is None:
         now = now.replace(tzinfo=dt.timezone.utc)
     evidence = Evidence(weight=state.weight, window={}, step=_step_dict(state),
-                        checks=[Check(name="ready", verdict="pass" if ready else "unknown",
-                                      detail=reason)])
+                        checks=(Check(name="ready", verdict="pass" if ready else "unknown",
+                                      detail=reason),))
     if state.phase is not Phase.WAITING:
         return decide(policy, state, Observations(window_seconds=0.0), now)
     if ready:

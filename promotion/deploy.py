@@ -186,7 +186,7 @@ def controller_manifests(
     pod_spec = deployment["spec"]["template"]["spec"]  # type: ignore[index]
     if image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
-    docs = [service_account, *([role, binding] if applications else []),
+    docs: list[dict[str, Any]] = [service_account, *([role, binding] if applications else []),
             readiness_role, readiness_binding]
     if reports_claim:
         docs.append({

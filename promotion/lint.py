@@ -81,11 +81,11 @@ def _model(root: pathlib.Path, model: str, config: layout.RepoConfig,
         problems.append(f"{where}: needs destinationrule.yaml and virtualservice.yaml")
     else:
         for subset in (folder.destination_rule.get("spec") or {}).get("subsets") or []:
-            version = (subset.get("labels") or {}).get("version")
-            subsets[str(subset.get("name"))] = str(version)
-            if version not in versions:
+            selected = (subset.get("labels") or {}).get("version")
+            subsets[str(subset.get("name"))] = str(selected)
+            if selected not in versions:
                 problems.append(f"{where}/destinationrule.yaml: subset {subset.get('name')!r} "
-                                f"selects version {version!r}, which has no Deployment")
+                                f"selects version {selected!r}, which has no Deployment")
         routes = _weights(folder.virtual_service)
         for subset, weight in routes:
             if subset not in subsets:
@@ -112,10 +112,10 @@ def _model(root: pathlib.Path, model: str, config: layout.RepoConfig,
         problems.append(str(exc))
         state = None
     if state is not None:
-        for role, version in (("stable", state.stable), ("candidate", state.candidate)):
-            if version is not None and (state.phase.active or role == "stable") \
-                    and version not in versions:
-                problems.append(f"{where}/promotion.yaml: {role} {version!r} has no Deployment")
+        for role, named in (("stable", state.stable), ("candidate", state.candidate)):
+            if named is not None and (state.phase.active or role == "stable") \
+                    and named not in versions:
+                problems.append(f"{where}/promotion.yaml: {role} {named!r} has no Deployment")
         if state.phase.active and state.candidate and state.stable and subsets:
             live = folder.weights()
             if live.get(state.candidate, 0) != state.weight:

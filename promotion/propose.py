@@ -128,7 +128,7 @@ def plan_proposal(
         stable = None  # its Deployment is gone: nothing serves it, start afresh
     if stable is None:
         new = CanaryState(model=name, phase=Phase.IDLE, stable=version)
-        docs = [deployment, manifests.service(name, port=port),
+        docs: list[dict[str, Any]] = [deployment, manifests.service(name, port=port),
                 manifests.destination_rule(name, version),
                 manifests.virtual_service(name, 100, 0, canary=False, port=port)]
         leftovers = [v for v in (current.deployments if current else {}) if v != version]
@@ -150,7 +150,7 @@ def plan_proposal(
     weight = 0
     new = CanaryState(model=name, phase=Phase.WAITING, stable=stable, candidate=version,
                       weight=weight)
-    docs: list[dict[str, Any]] = [deployment]
+    docs = [deployment]
     if current.service is None:
         docs.append(manifests.service(name, port=port))
     dr = current.destination_rule or manifests.destination_rule(name, stable)

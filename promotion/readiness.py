@@ -175,8 +175,9 @@ class KubernetesReadiness:
 
         name = deployment_name(model, version)
         try:
-            response = self.api.read_namespaced_deployment(name, self.namespace,
-                                                           _preload_content=False)
+            # _preload_content=False: the raw HTTP response (typed as the model by the client)
+            response: Any = self.api.read_namespaced_deployment(name, self.namespace,
+                                                                _preload_content=False)
             live = json.loads(response.data)
         except ApiException as exc:
             if exc.status == 404:

@@ -90,9 +90,9 @@ class DecodeConfig(pydantic.BaseModel):
 
     type: Literal["centernet"] = "centernet"
     stride: float = 4
-    top_k: int = pydantic.Field(100, ge=1)
+    top_k: int = pydantic.Field(default=100, ge=1)
     score_threshold: float = 0.05
-    nms_kernel: int = pydantic.Field(3, ge=1)  # max-pool window that stands in for NMS
+    nms_kernel: int = pydantic.Field(default=3, ge=1)  # max-pool window that stands in for NMS
     size_unit: Literal["cells", "pixels"] = "cells"  # size head in grid cells or input pixels
     heatmap_activation: Literal["none", "sigmoid"] = "none"  # "none": already in (0, 1)
 

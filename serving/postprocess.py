@@ -52,7 +52,7 @@ def decode_centernet(
     Column 0 is the category id of the heatmap channel (`category_ids`,
     default: the channel index).
     """
-    heat = heatmap.astype(np.float32, copy=False)
+    heat: np.ndarray = heatmap.astype(np.float32, copy=False)
     if cfg.heatmap_activation == "sigmoid":
         heat = 1.0 / (1.0 + np.exp(-heat))
     peaks = np.where(_max_pool_same(heat, cfg.nms_kernel) == heat, heat, 0.0)

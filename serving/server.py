@@ -321,7 +321,8 @@ def build_app(state: ServerState) -> Starlette:
         running.add_done_callback(slot_released)
         hangup = asyncio.ensure_future(_disconnected(request))
         try:
-            await asyncio.wait({running, hangup}, return_when=asyncio.FIRST_COMPLETED)
+            waiters: set[asyncio.Future[Any]] = {running, hangup}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
             hangup.cancel()
         if not running.done():
@@ -444,7 +445,8 @@ def serve(model: ModelDir, settings: ServerSettings, log_level: str = "info") ->
         port=settings.port,
         log_level=log_level,
         access_log=False,
-        timeout_graceful_shutdown=settings.graceful_timeout,
+        # uvicorn hands it to asyncio.wait_for, so seconds as a float work; its hint says int.
+        timeout_graceful_shutdown=settings.graceful_timeout,  # type: ignore[arg-type]
         lifespan="on",
     )
     server = _Server(config, state)

@@ -162,7 +162,7 @@ def _compare(left: object, op: str, right: object) -> bool:
         return a != b
     if op in ("<", ">", "<=", ">=") and not (ln is not None and rn is not None):
         raise ExpressionError(f"{left!r} {op} {right!r}: ordering needs numbers")
-    return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[op]  # type: ignore[operator]
+    return {"<": a < b, ">": a > b, "<=": a <= b, ">=": a >= b}[op]
 
 
 def eval_when(text: str) -> bool:

@@ -148,7 +148,7 @@ def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
     return RetryStrategy(
         limit=settings.retry_limit,
         retry_policy="OnError",
-        backoff=m.Backoff(duration="30s", factor=2, max_duration="30m"),
+        backoff=m.Backoff(duration="30s", factor=m.IntOrString(2), max_duration="30m"),
     )
 
 

@@ -459,6 +459,14 @@ def _tail(path: str, lines: int = 25) -> str:
 # --- the run -------------------------------------------------------------------
 
 
+def workflow_parameters(doc: dict[str, Any]) -> dict[str, str]:
+    """The rendered template's parameters and their default values."""
+    return {
+        p["name"]: str(p.get("value", ""))
+        for p in (doc["spec"].get("arguments") or {}).get("parameters") or []
+    }
+
+
 def run_workflow(
     wt: WorkflowTemplate | dict[str, Any],
     repo: pathlib.Path,
@@ -474,10 +482,7 @@ def run_workflow(
     ordered = dag_tasks(doc)
     model = doc["metadata"].get("labels", {}).get("mlops.dev/model") or doc["metadata"]["name"]
 
-    params = {
-        p["name"]: str(p.get("value", ""))
-        for p in (doc["spec"].get("arguments") or {}).get("parameters") or []
-    }
+    params = workflow_parameters(doc)
     sha = _git(repo, "rev-parse", "HEAD")
     params.setdefault("repo", "")
     params["repo"] = params["repo"] or str(repo)

@@ -14,9 +14,10 @@ import os
 import pathlib
 import subprocess
 from dataclasses import dataclass
+from typing import cast
 
 from hera.exceptions import AlreadyExists, HeraException
-from hera.workflows import Parameter, Workflow, WorkflowsService
+from hera.workflows import Parameter, Workflow, WorkflowsService, WorkflowTemplate
 from hera.workflows import models as m
 
 from contracts.errors import ExitCode, MlopsError
@@ -87,6 +88,11 @@ def build_submission(
     )
 
 
+def _built(wt: WorkflowTemplate) -> m.WorkflowTemplate:
+    # Hera types build() as any of its workflow kinds; a WorkflowTemplate builds one.
+    return cast(m.WorkflowTemplate, wt.build())
+
+
 def submit(
     loaded: LoadedConfig,
     settings: PipelineSettings,
@@ -105,18 +111,19 @@ def submit(
         verify_ssl=verify_ssl,
     )
     wt = build_workflow_template(loaded, settings)
+    name = str(wt.name)
     try:
         try:
             service.create_workflow_template(
-                m.WorkflowTemplateCreateRequest(template=wt.build()), namespace=settings.namespace
+                m.WorkflowTemplateCreateRequest(template=_built(wt)), namespace=settings.namespace
             )
             action = "created"
         except AlreadyExists:
-            current = service.get_workflow_template(wt.name, namespace=settings.namespace)
-            updated = wt.build()
+            current = service.get_workflow_template(name, namespace=settings.namespace)
+            updated = _built(wt)
             updated.metadata.resource_version = current.metadata.resource_version
             service.update_workflow_template(
-                wt.name,
+                name,
                 m.WorkflowTemplateUpdateRequest(template=updated),
                 namespace=settings.namespace,
             )
@@ -124,7 +131,8 @@ def submit(
         wf = build_submission(loaded, settings, params)
         try:
             service.create_workflow(
-                m.WorkflowCreateRequest(workflow=wf.build()), namespace=settings.namespace
+                m.WorkflowCreateRequest(workflow=cast(m.Workflow, wf.build())),
+                namespace=settings.namespace,
             )
             created = True
         except AlreadyExists:

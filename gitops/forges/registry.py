@@ -26,7 +26,7 @@ def register(name: str, factory: Callable[..., Forge]) -> None:
 
 def _lazy(module: str, cls: str) -> Callable[..., Forge]:
     def factory(*args: Any, **kwargs: Any) -> Forge:
-        return getattr(importlib.import_module(module), cls)(*args, **kwargs)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), cls)(*args, **kwargs)
 
     return factory
 

@@ -26,7 +26,7 @@ from promotion.policy import CanaryPolicy
 
 
 def _sources(url: str, preset: str | None) -> Any:
-    cache: dict[tuple[str, str], PrometheusSource] = {}
+    cache: dict[tuple[str, str | None], PrometheusSource] = {}
 
     def source_for(policy: CanaryPolicy) -> PrometheusSource:
         name = preset or policy.metrics.preset

@@ -109,7 +109,7 @@ def _lint(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("gitops", help="create and inspect the GitOps repository")
     sub = parser.add_subparsers(dest="gitops_command", metavar="ACTION", required=True)
 

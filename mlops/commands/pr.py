@@ -86,7 +86,7 @@ def _approve(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("pr", help="pull requests: list, show, approve")
     sub = parser.add_subparsers(dest="pr_command", metavar="ACTION", required=True)
 

@@ -11,13 +11,13 @@ def _run(args: argparse.Namespace) -> int:
     # `mlops` command should not pay for them.
     from workflows.config import load_config
     from workflows.pipeline import build_workflow_template
-    from workflows.runner import run_workflow
+    from workflows.runner import run_workflow, workflow_parameters
     from workflows.settings import load_settings
 
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
     wt = build_workflow_template(loaded, settings)
-    known = [p.name for p in wt.arguments or []]
+    known = list(workflow_parameters(wt.to_dict()))
     params = {}
     for item in args.param or []:
         name, sep, value = item.partition("=")

@@ -10,7 +10,7 @@ import sys
 from mlops.errors import UserError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `serve` and `load` commands."""
     serve = subparsers.add_parser(
         "serve",

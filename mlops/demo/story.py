@@ -394,6 +394,9 @@ class Demo:
             raise DemoError(f"the pipeline failed: {self.run_failure(sha, run)}")
         before = self.state()
         stable = before.stable if before is not None else None
+        if stable is None:
+            raise DemoError(f"{MODEL} has no stable version to canary {version} against; "
+                            "the first push must be promoted before a scenario plays")
         self.set_load(self.args.rps)  # the canary is judged under the full load
         record["marks"]["approved"] = self.approve(version)
         record["marks"]["canary_start"] = self.wait_served({stable: 90, version: 10})

@@ -73,7 +73,8 @@ def _resolve_config(
         if value is not None:
             if value < 0:
                 raise PlatformError(f"--{name.replace('_', '-')} must be >= 0 seconds, got {value}")
-            config = dataclasses.replace(config, **{name: float(value)})
+            change: dict[str, Any] = {name: float(value)}
+            config = dataclasses.replace(config, **change)
     if poll_interval is not None:
         config = dataclasses.replace(config, poll_interval=poll_interval)
     return config

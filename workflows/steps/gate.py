@@ -80,6 +80,7 @@ def run(
     output_dir = pathlib.Path(out).resolve() / which
     metrics = _read_metrics(output_dir / "metrics.json", "candidate metrics")
     gate = loaded.config.gate
+    prod: dict[str, float] | None
     if production:
         prod = _read_metrics(pathlib.Path(production), "production metrics")
     elif production_from_gitops:
