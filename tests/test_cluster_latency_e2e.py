@@ -36,8 +36,11 @@ from tests.test_promotion_controller_e2e import MODEL, POLICY, SERVER_READY, _ve
 
 pytestmark = pytest.mark.slow
 
-SYNC_DELAY, START_DELAY = 25.0, 8.0
-GRACE = 10.0  # the policy's no-traffic grace: well below the sync delay
+# Argo CD's 3-minute poll scaled down: what matters is the order of the three, and each
+# canary step waits one sync delay, so every second here costs about five in the test.
+SYNC_DELAY, START_DELAY = 12.0, 6.0
+GRACE = 4.0  # the policy's no-traffic grace: well below the sync delay
+STEPS = [10, 50, 100]  # fewer steps than the e2e policy: each costs a sync delay
 
 
 def _state(repo):
@@ -52,7 +55,7 @@ def test_no_rollback_and_no_error_before_the_canary_is_ready_then_it_promotes(
     v2 = _version_dir(trained_model.model_dir, tmp_path / "models" / "v2", "v2")
     wd = platform_factory(repo, sync_delay=SYNC_DELAY, start_delay=START_DELAY)
     forge = LocalForge(repo)
-    policy = load_policy({**POLICY, "no_traffic_grace": f"{GRACE:g}s"})
+    policy = load_policy({**POLICY, "no_traffic_grace": f"{GRACE:g}s", "steps": STEPS})
     propose(v1, str(repo), forge, policy, approval="auto")
     wait_for(lambda: converged(wd, MODEL, {"v1": 100}), SYNC_DELAY + SERVER_READY, "v1 to serve")
     url = status_doc(wd)["models"][MODEL]["url"]
