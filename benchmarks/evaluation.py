@@ -30,14 +30,24 @@ from workflows.evaluation import evaluate_detections  # noqa: E402
 
 def make_gt(images: int, seed: int) -> dict:
     rng = random.Random(seed)
-    imgs = [{"id": i, "width": 128, "height": 128, "file_name": f"{i}.png"} for i in range(1, images + 1)]
+    imgs = [
+        {"id": i, "width": 128, "height": 128, "file_name": f"{i}.png"}
+        for i in range(1, images + 1)
+    ]
     anns = []
     for img in imgs:
         for _ in range(rng.randint(2, 6)):
             w, h = rng.uniform(8, 40), rng.uniform(8, 40)
-            anns.append({"id": len(anns) + 1, "image_id": img["id"], "category_id": rng.randint(1, 3),
-                         "bbox": [rng.uniform(0, 128 - w), rng.uniform(0, 128 - h), w, h],
-                         "area": w * h, "iscrowd": 0})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": img["id"],
+                    "category_id": rng.randint(1, 3),
+                    "bbox": [rng.uniform(0, 128 - w), rng.uniform(0, 128 - h), w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
     cats = [{"id": 1, "name": "circle"}, {"id": 2, "name": "square"}, {"id": 3, "name": "triangle"}]
     return {"images": imgs, "annotations": anns, "categories": cats}
 
@@ -47,13 +57,29 @@ def make_dets(gt: dict, seed: int) -> list:
     dets = []
     for ann in gt["annotations"]:
         x, y, w, h = ann["bbox"]
-        dets.append({"image_id": ann["image_id"], "category_id": ann["category_id"], "score": rng.random(),
-                     "bbox": [x + rng.gauss(0, 1.5), y + rng.gauss(0, 1.5), w * rng.uniform(0.85, 1.15),
-                              h * rng.uniform(0.85, 1.15)]})
+        dets.append(
+            {
+                "image_id": ann["image_id"],
+                "category_id": ann["category_id"],
+                "score": rng.random(),
+                "bbox": [
+                    x + rng.gauss(0, 1.5),
+                    y + rng.gauss(0, 1.5),
+                    w * rng.uniform(0.85, 1.15),
+                    h * rng.uniform(0.85, 1.15),
+                ],
+            }
+        )
     for img in gt["images"]:
         for _ in range(10):  # low-score false positives, as a real top-k decoder emits
-            dets.append({"image_id": img["id"], "category_id": rng.randint(1, 3), "score": rng.random() * 0.3,
-                         "bbox": [rng.uniform(0, 100), rng.uniform(0, 100), 20, 20]})
+            dets.append(
+                {
+                    "image_id": img["id"],
+                    "category_id": rng.randint(1, 3),
+                    "score": rng.random() * 0.3,
+                    "bbox": [rng.uniform(0, 100), rng.uniform(0, 100), 20, 20],
+                }
+            )
     return dets
 
 
@@ -101,8 +127,11 @@ def main() -> int:
         "max_abs_difference": max(abs(ours["map"] - ref["map"]), abs(ours["map50"] - ref["map50"])),
     }
     pathlib.Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{args.images} images, {len(dets)} detections: ours {ours_s:.3f}s, pycocotools {ref_s:.3f}s "
-          f"({result['speedup']}x); mAP@0.5 {ours['map50']:.6f} vs {ref['map50']:.6f}")
+    print(
+        f"{args.images} images, {len(dets)} detections: ours {ours_s:.3f}s, "
+        f"pycocotools {ref_s:.3f}s "
+        f"({result['speedup']}x); mAP@0.5 {ours['map50']:.6f} vs {ref['map50']:.6f}"
+    )
     return 0
 
 

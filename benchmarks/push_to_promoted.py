@@ -6,7 +6,8 @@ Plays `mlops demo --scenario good` in a fresh work dir (real git push, hook,
 2-process training, gate, PR, approval, sync, canary under 40 requests/s)
 and reads the instants the demo recorded in its `summary.json`:
 
-    push ─ pipeline overhead ─ training ─ evaluation ─ proposal ─ approval ─ sync ─ canary start ─ canary ─ promoted
+    push ─ pipeline overhead ─ training ─ evaluation ─ proposal ─ approval ─ sync
+         ─ canary start ─ canary ─ promoted
 
 The parts add up to push-to-canary-start (see `mlops/demo/timeline.py`).
 The baseline in the same run is the first push (the bootstrap), which has no
@@ -86,8 +87,11 @@ def main() -> int:
     for row in result["pushes"]:
         parts = "  ".join(f"{k[:-2]} {v:.1f}s" for k, v in row["parts"].items())
         total = row.get("push_to_canary_start_s")
-        print(f"{row['scenario']:<10} {row['outcome']:<13} push->canary start "
-              f"{total if total is not None else '-'}s  push->end {row.get('push_to_finished_s', '-')}s")
+        print(
+            f"{row['scenario']:<10} {row['outcome']:<13} push->canary start "
+            f"{total if total is not None else '-'}s  "
+            f"push->end {row.get('push_to_finished_s', '-')}s"
+        )
         print(f"           {parts}")
     print(f"saved {args.out}")
     return 0

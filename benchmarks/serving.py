@@ -309,13 +309,16 @@ def main():
                     "added_p50_ms": round(srv["p50_ms"] - bare["p50_ms"], 3),
                     "rounds": {"bare": bare_rounds, "server": server_rounds},
                 }
-                print(f"{key:14s} bare {bare['rps']:7.1f} req/s p50 {bare['p50_ms']:6.2f} ms "
-                      f"p99 {bare['p99_ms']:6.2f} | server {srv['rps']:7.1f} req/s "
-                      f"p50 {srv['p50_ms']:6.2f} ms p99 {srv['p99_ms']:6.2f} | ratio "
-                      f"{results[key]['throughput_ratio']:.2f}, +{results[key]['added_p50_ms']:.2f} ms p50; "
-                      f"in server: handler {results[key]['server_handler_mean_ms']:.2f} ms, "
-                      f"predictor {results[key]['server_predictor_mean_ms']:.2f} ms (means)",
-                      flush=True)
+                print(
+                    f"{key:14s} bare {bare['rps']:7.1f} req/s p50 {bare['p50_ms']:6.2f} ms "
+                    f"p99 {bare['p99_ms']:6.2f} | server {srv['rps']:7.1f} req/s "
+                    f"p50 {srv['p50_ms']:6.2f} ms p99 {srv['p99_ms']:6.2f} | ratio "
+                    f"{results[key]['throughput_ratio']:.2f}, "
+                    f"+{results[key]['added_p50_ms']:.2f} ms p50; "
+                    f"in server: handler {results[key]['server_handler_mean_ms']:.2f} ms, "
+                    f"predictor {results[key]['server_predictor_mean_ms']:.2f} ms (means)",
+                    flush=True,
+                )
         best = results["image_c2"]["server"]["rps"]
         rate = max(5.0, round(0.7 * best))
         report = run_load(f"http://127.0.0.1:{port}", rps=rate, duration=max(args.seconds, 5),

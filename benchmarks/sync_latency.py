@@ -62,7 +62,9 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=20)
     parser.add_argument("--model-dir", type=pathlib.Path)
     parser.add_argument("--poll-interval", type=float, default=0.5)
-    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks/results/sync_latency.json")
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=ROOT / "benchmarks/results/sync_latency.json"
+    )
     args = parser.parse_args()
 
     with scratch("mlops-sync-bench-") as (base, wd):
@@ -98,12 +100,16 @@ def main() -> int:
             seen = time.monotonic()
             latencies.append(seen - pushed)
             pushes.append(pushed - started)
-            print(f"change {i + 1:2d}: v2 -> {weight:3d}%  {1000 * (seen - pushed):6.0f} ms", flush=True)
+            print(
+                f"change {i + 1:2d}: v2 -> {weight:3d}%  {1000 * (seen - pushed):6.0f} ms",
+                flush=True,
+            )
             time.sleep(0.2 + (i % 5) * 0.077)  # de-phase from the poll interval
 
     result = {
         "benchmark": "sync_latency",
-        "what": "seconds from `git push` returning to HAProxy's `get weight` showing the committed weight",
+        "what": "seconds from `git push` returning to HAProxy's "
+                "`get weight` showing the committed weight",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "poll_interval_s": args.poll_interval,

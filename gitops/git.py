@@ -163,7 +163,12 @@ class Git:
             "init.defaultBranch=main",
         ]
         if env.get("MLOPS_GIT_TOKEN"):
-            self._config += ["-c", "credential.helper=", "-c", f"credential.helper={CREDENTIAL_HELPER}"]
+            self._config += [
+                "-c",
+                "credential.helper=",
+                "-c",
+                f"credential.helper={CREDENTIAL_HELPER}",
+            ]
 
     def run(
         self,

@@ -181,7 +181,10 @@ def message(kind: Kind, before: CanaryState, after: CanaryState, *, at: dt.datet
     trailers = [
         ("Mlops-Decision", f"{kind}/{cause}"),
         ("Mlops-Model", before.model),
-        ("Mlops-Step", f"{before.weight}->{after.weight if after.phase is not Phase.PROMOTED else 100}"),
+        (
+            "Mlops-Step",
+            f"{before.weight}->{after.weight if after.phase is not Phase.PROMOTED else 100}",
+        ),
         ("Mlops-Candidate", str(before.candidate)),
         ("Mlops-Stable", str(before.stable)),
         ("Mlops-Window", window_id(at)),

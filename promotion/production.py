@@ -110,7 +110,9 @@ def _annotated(current: layout.ModelState, version: str) -> dict[str, float] | N
         ) from None
 
 
-def production_record(current: layout.ModelState | None, stable: str | None) -> dict[str, Any] | None:
+def production_record(
+    current: layout.ModelState | None, stable: str | None
+) -> dict[str, Any] | None:
     """The stable version's record for the PR report (None without a live stable version).
 
     The lineage comes from its local ``model.yaml`` when the model-uri points at

@@ -222,7 +222,10 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
             for version, color in (("stable", "tab:blue"), ("canary", "tab:orange")):
                 ys = [v * scale for v in _series(points, version, key)]
                 ax.plot(xs, ys, marker=".", color=color, label=version)
-            if all(math.isnan(v) for v in _series(points, "stable", key) + _series(points, "canary", key)):
+            if all(
+                math.isnan(v)
+                for v in _series(points, "stable", key) + _series(points, "canary", key)
+            ):
                 ax.text(0.5, 0.5, "not measured by this metric source", ha="center",
                         va="center", transform=ax.transAxes, color="grey")
             ax.set_ylabel(label)

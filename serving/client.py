@@ -162,7 +162,9 @@ class ModelClient:
         else:
             tensors = [_bytes_tensor([bytes(b) for b in inputs])]
         body, header_length = encode_request(tensors, outputs, binary, request_id)
-        headers = {"Content-Type": "application/octet-stream" if header_length else "application/json"}
+        headers = {
+            "Content-Type": "application/octet-stream" if header_length else "application/json"
+        }
         if header_length is not None:
             headers["Inference-Header-Content-Length"] = str(header_length)
         response = self._request("POST", f"{self._model_path()}/infer", data=body, headers=headers)
@@ -173,7 +175,12 @@ class ModelClient:
         """Detections for one encoded image."""
         out = self.infer(image)
         return [
-            Detection(int(row[0]), label.decode("utf-8"), float(row[1]), tuple(float(v) for v in row[2:6]))  # type: ignore[arg-type]
+            Detection(
+                int(row[0]),
+                label.decode("utf-8"),
+                float(row[1]),
+                tuple(float(v) for v in row[2:6]),  # type: ignore[arg-type]
+            )
             for row, label in zip(out["bbox"], out["labels"])
         ]
 

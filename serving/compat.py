@@ -114,7 +114,11 @@ def _parse_feed_form(doc: dict[str, Any]) -> CompatRequest:
     samples = doc["feed"]
     if isinstance(samples, dict):
         samples = [samples]
-    if not isinstance(samples, list) or not samples or not all(isinstance(s, dict) for s in samples):
+    if (
+        not isinstance(samples, list)
+        or not samples
+        or not all(isinstance(s, dict) for s in samples)
+    ):
         raise BadRequest("'feed' must be a non-empty list of {input name: value} objects")
     names = list(samples[0])
     inputs = []
@@ -132,7 +136,9 @@ def _parse_feed_form(doc: dict[str, Any]) -> CompatRequest:
             raise BadRequest(f"feed input '{name}' must be numbers (or base64 images)") from None
         inputs.append(Tensor(name, "FP32", tuple(array.shape), array))
     fetch = doc.get("fetch") or None
-    if fetch is not None and (not isinstance(fetch, list) or not all(isinstance(n, str) for n in fetch)):
+    if fetch is not None and (
+        not isinstance(fetch, list) or not all(isinstance(n, str) for n in fetch)
+    ):
         raise BadRequest("'fetch' must be a list of output names")
     return CompatRequest("feed", inputs, fetch, _log_id(doc))
 

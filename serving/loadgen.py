@@ -95,19 +95,27 @@ class LoadReport:
         """Human-readable lines for the terminal."""
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.status_counts.items()))
         lat = self.latency_ms
-        return "\n".join([
-            f"target   {self.url} model {self.model} ({self.route})",
-            f"offered  {self.offered_rps:.1f} req/s for {self.duration_s:.1f} s "
-            f"({self.scheduled} scheduled, {self.sent} sent, {self.dropped} dropped)"
-            + (" - stopped early" if self.stopped_early else ""),
-            f"achieved {self.achieved_rps:.1f} req/s sent, {self.throughput_rps:.1f} req/s answered 200",
-            f"status   {codes or 'none'}",
-            f"latency  p50 {lat.get('p50', float('nan')):.2f} ms  p90 {lat.get('p90', float('nan')):.2f} ms  "
-            f"p99 {lat.get('p99', float('nan')):.2f} ms  max {lat.get('max', float('nan')):.2f} ms",
-            f"lag      p99 {self.lag_ms.get('p99', float('nan')):.2f} ms behind schedule",
-            *(f"{status:<8} {sample}" for status, kept in sorted(self.error_samples.items())
-              for sample in kept),
-        ])
+        return "\n".join(
+            [
+                f"target   {self.url} model {self.model} ({self.route})",
+                f"offered  {self.offered_rps:.1f} req/s for {self.duration_s:.1f} s "
+                f"({self.scheduled} scheduled, {self.sent} sent, {self.dropped} dropped)"
+                + (" - stopped early" if self.stopped_early else ""),
+                f"achieved {self.achieved_rps:.1f} req/s sent, "
+                f"{self.throughput_rps:.1f} req/s answered 200",
+                f"status   {codes or 'none'}",
+                f"latency  p50 {lat.get('p50', float('nan')):.2f} ms  "
+                f"p90 {lat.get('p90', float('nan')):.2f} ms  "
+                f"p99 {lat.get('p99', float('nan')):.2f} ms  "
+                f"max {lat.get('max', float('nan')):.2f} ms",
+                f"lag      p99 {self.lag_ms.get('p99', float('nan')):.2f} ms behind schedule",
+                *(
+                    f"{status:<8} {sample}"
+                    for status, kept in sorted(self.error_samples.items())
+                    for sample in kept
+                ),
+            ]
+        )
 
     def to_json(self) -> str:
         """The report as a JSON document."""

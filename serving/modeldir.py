@@ -149,7 +149,8 @@ class InferConfig(pydantic.BaseModel):
     def category_ids(self) -> list[int]:
         """Category id of each heatmap channel, in channel order."""
         ordered = sorted(
-            enumerate(self.labels), key=lambda item: item[1].index if item[1].index is not None else item[0]
+            enumerate(self.labels),
+            key=lambda item: item[1].index if item[1].index is not None else item[0],
         )
         return [label.id for _, label in ordered]
 

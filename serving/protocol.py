@@ -115,7 +115,9 @@ def parse_infer_request(body: bytes, header_length: str | None = None) -> InferR
             f"binary data is {len(binary_part)} bytes but the inputs declare {offset}"
         )
     params = doc.get("parameters") or {}
-    binary_default = bool(params.get("binary_data_output", False)) if isinstance(params, dict) else False
+    binary_default = (
+        bool(params.get("binary_data_output", False)) if isinstance(params, dict) else False
+    )
     outputs: list[str] | None = None
     binary_outputs: set[str] = set()
     raw_outputs = doc.get("outputs")

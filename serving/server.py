@@ -404,7 +404,9 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v2/models/{model_name}", model_metadata, methods=["GET"]),
         Route("/v2/models/{model_name}/versions/{model_version}", model_metadata, methods=["GET"]),
         Route("/v2/models/{model_name}/ready", model_ready, methods=["GET"]),
-        Route("/v2/models/{model_name}/versions/{model_version}/ready", model_ready, methods=["GET"]),
+        Route(
+            "/v2/models/{model_name}/versions/{model_version}/ready", model_ready, methods=["GET"]
+        ),
         Route("/v2/models/{model_name}/infer", infer, methods=["POST"]),
         Route("/v2/models/{model_name}/versions/{model_version}/infer", infer, methods=["POST"]),
         Route("/v2/repository/index", repository_index, methods=["POST"]),

@@ -220,7 +220,8 @@ class ModelService:
                 )
             if tensor.datatype != spec.datatype:
                 raise BadRequest(
-                    f"input '{tensor.name}': datatype {tensor.datatype}, the model expects {spec.datatype}"
+                    f"input '{tensor.name}': datatype {tensor.datatype}, "
+                    f"the model expects {spec.datatype}"
                 )
             if not _shape_fits(tensor.shape, spec.shape):
                 raise BadRequest(

@@ -105,7 +105,9 @@ def test_the_gitops_history_tells_the_good_story_in_order(demo_all):
     assert re.search(r"promot", mine[-1]), text
     assert any("approve" in line.lower() or "merge" in line.lower() for line in log.splitlines())
     # the summary's history shows the approvals (merged PRs) too
-    assert any("Merge pull request" in line for line in summary["gitops_log"]), summary["gitops_log"]
+    assert any("Merge pull request" in line for line in summary["gitops_log"]), summary[
+        "gitops_log"
+    ]
 
 
 def test_the_gitops_repo_after_the_demo_passes_the_gitops_lint(demo_all):
@@ -125,7 +127,9 @@ def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
     assert len(reports) >= 3  # good, slow, errors
     assert all(list(r.parent.glob("*.png")) for r in reports)
     # and the demo named each canary's report when its canary ended
-    canaries = [s for s in _summary(work)["scenarios"] if s["scenario"] in ("good", "slow", "errors")]
+    canaries = [
+        s for s in _summary(work)["scenarios"] if s["scenario"] in ("good", "slow", "errors")
+    ]
     assert all(pathlib.Path(s["canary_report"]).is_file() for s in canaries), canaries
 
 

@@ -15,14 +15,25 @@ from workflows.evaluation import EvaluationError, evaluate_detections
 
 def make_gt(seed: int, images: int = 30, per_image: int = 4) -> dict:
     rng = random.Random(seed)
-    imgs = [{"id": i, "width": 128, "height": 128, "file_name": f"{i}.png"} for i in range(1, images + 1)]
+    imgs = [
+        {"id": i, "width": 128, "height": 128, "file_name": f"{i}.png"}
+        for i in range(1, images + 1)
+    ]
     anns = []
     for img in imgs:
         for _ in range(rng.randint(1, per_image)):
             w, h = rng.uniform(6, 40), rng.uniform(6, 40)
             x, y = rng.uniform(0, 128 - w), rng.uniform(0, 128 - h)
-            anns.append({"id": len(anns) + 1, "image_id": img["id"], "category_id": rng.randint(1, 3),
-                         "bbox": [x, y, w, h], "area": w * h, "iscrowd": 0})
+            anns.append(
+                {
+                    "id": len(anns) + 1,
+                    "image_id": img["id"],
+                    "category_id": rng.randint(1, 3),
+                    "bbox": [x, y, w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
     cats = [{"id": i, "name": n} for i, n in ((1, "circle"), (2, "square"), (3, "triangle"))]
     return {"images": imgs, "annotations": anns, "categories": cats}
 
@@ -35,12 +46,28 @@ def random_predictions(gt: dict, seed: int) -> list:
         if rng.random() < 0.85:
             x, y, w, h = ann["bbox"]
             cat = ann["category_id"] if rng.random() < 0.9 else rng.randint(1, 3)
-            dets.append({"image_id": ann["image_id"], "category_id": cat, "score": rng.random(),
-                         "bbox": [x + rng.gauss(0, 2), y + rng.gauss(0, 2),
-                                  max(1.0, w * rng.uniform(0.8, 1.2)), max(1.0, h * rng.uniform(0.8, 1.2))]})
+            dets.append(
+                {
+                    "image_id": ann["image_id"],
+                    "category_id": cat,
+                    "score": rng.random(),
+                    "bbox": [
+                        x + rng.gauss(0, 2),
+                        y + rng.gauss(0, 2),
+                        max(1.0, w * rng.uniform(0.8, 1.2)),
+                        max(1.0, h * rng.uniform(0.8, 1.2)),
+                    ],
+                }
+            )
     for _ in range(40):
-        dets.append({"image_id": rng.randint(1, len(gt["images"])), "category_id": rng.randint(1, 3),
-                     "score": rng.random() * 0.5, "bbox": [rng.uniform(0, 100), rng.uniform(0, 100), 15, 15]})
+        dets.append(
+            {
+                "image_id": rng.randint(1, len(gt["images"])),
+                "category_id": rng.randint(1, 3),
+                "score": rng.random() * 0.5,
+                "bbox": [rng.uniform(0, 100), rng.uniform(0, 100), 15, 15],
+            }
+        )
     return dets
 
 
@@ -83,8 +110,15 @@ def test_matches_pycocotools_on_real_predictions(trained_model):
 
 def test_perfect_predictions_score_one(tmp_path):
     gt = make_gt(5)
-    dets = [{"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0}
-            for a in gt["annotations"]]
+    dets = [
+        {
+            "image_id": a["image_id"],
+            "category_id": a["category_id"],
+            "bbox": a["bbox"],
+            "score": 1.0,
+        }
+        for a in gt["annotations"]
+    ]
     result = evaluate_detections(dump(tmp_path, "gt.json", gt), dump(tmp_path, "dt.json", dets))
     assert result["map50"] == pytest.approx(1.0)
     assert result["map"] == pytest.approx(1.0)
@@ -95,10 +129,22 @@ def test_perfect_predictions_score_one(tmp_path):
     [
         ("{not json", [], "annotations"),
         ({"images": []}, [], "annotations"),
-        ({"images": [{"id": 1}], "annotations": [{"image_id": 1}], "categories": [{"id": 1}]}, [], "annotations[0]"),
+        (
+            {"images": [{"id": 1}], "annotations": [{"image_id": 1}], "categories": [{"id": 1}]},
+            [],
+            "annotations[0]",
+        ),
         (None, [], "no detections"),
-        (None, [{"image_id": 999, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 1}], "image_id 999"),
-        (None, [{"image_id": 1, "category_id": 9, "bbox": [0, 0, 1, 1], "score": 1}], "category_id 9"),
+        (
+            None,
+            [{"image_id": 999, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 1}],
+            "image_id 999",
+        ),
+        (
+            None,
+            [{"image_id": 1, "category_id": 9, "bbox": [0, 0, 1, 1], "score": 1}],
+            "category_id 9",
+        ),
         (None, [{"image_id": 1}], "needs image_id, category_id, bbox and score"),
         (None, {"a": 1}, "expected a list"),
     ],

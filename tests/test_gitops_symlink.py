@@ -29,7 +29,9 @@ def _commit_links(repo: pathlib.Path) -> None:
         os.symlink("/etc/passwd", root / "apps" / MODEL / "evil.yaml")
         os.symlink("../..", root / "apps" / "loop")
 
-    WriteBack(str(repo), identity=Identity("Ada Human", "ada@example.com")).commit("main", change, Message("links, by hand"))
+    WriteBack(str(repo), identity=Identity("Ada Human", "ada@example.com")).commit(
+        "main", change, Message("links, by hand")
+    )
 
 
 def test_export_leaves_links_out_and_keeps_the_files(promotion_repo, tmp_path):

@@ -22,7 +22,9 @@ def docs(weights=(90, 10), uri="file:///models/v2", model="shapes"):
         manifests.service(model),
         manifests.destination_rule(model, "v1", "v2"),
         manifests.virtual_service(model, *weights),
-        manifests.deployment(model, "v1", image="i", model_uri="file:///models/v1", weights_sha256=SHA),
+        manifests.deployment(
+            model, "v1", image="i", model_uri="file:///models/v1", weights_sha256=SHA
+        ),
         manifests.deployment(model, "v2", image="i", model_uri=uri, weights_sha256=SHA),
     ]
 
@@ -94,6 +96,12 @@ def test_last_good_spec_is_kept_for_a_broken_model():
 
 
 def test_spec_from_state_single_version_without_virtual_service():
-    state = layout.ModelState(model="shapes", deployments={
-        "v1": manifests.deployment("shapes", "v1", image="i", model_uri="file:///m", weights_sha256=SHA)})
+    state = layout.ModelState(
+        model="shapes",
+        deployments={
+            "v1": manifests.deployment(
+                "shapes", "v1", image="i", model_uri="file:///m", weights_sha256=SHA
+            )
+        },
+    )
     assert spec_from_state(state).weights == {"v1": 100}

@@ -4,8 +4,8 @@ Everything is real: a bare GitOps repo, `mlops promote propose` and
 `mlops pr approve` (the local forge: a PR is a branch, approving merges it),
 Prometheus, HAProxy, the sync daemon, and `mlops serve` on the model the
 ``trained_model`` fixture trained (the canary is the same weights under
-another version name: what is measured here is routing, not the model). One platform serves the whole
-module (starting Paddle servers is the slow part); the tests run in file
+another version name: what is measured here is routing, not the model). One platform serves
+the whole module (starting Paddle servers is the slow part); the tests run in file
 order and each leaves the platform in the state the next expects.
 """
 
@@ -138,7 +138,9 @@ def test_local_pr_flow_serves_the_committed_split(env):
         return {r["metric"]["version"] for r in ups} == {v1, v2}
     wait_for(scraped, 30, "Prometheus to scrape both model servers")
     def counted():
-        rows = prom_query(wd, f'sum by (model_version) (model_requests_total{{model_name="{MODEL}"}})')
+        rows = prom_query(
+            wd, f'sum by (model_version) (model_requests_total{{model_name="{MODEL}"}})'
+        )
         return {r["metric"].get("model_version") for r in rows} >= {v1, v2}
     wait_for(counted, 30, "model_requests_total per version in Prometheus")
     rows = prom_query(wd, f'haproxy_server_http_responses_total{{proxy="{MODEL}",code="2xx"}}')
@@ -189,7 +191,11 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
     human.write(f"apps/{MODEL}/virtualservice.yaml", "spec: [this is not closed\n")
     broken = human.commit_push("hand edit gone wrong")
 
-    wait_for(lambda: status_doc(wd).get("seen_commit") == broken, 10, "the sync to read the broken commit")
+    wait_for(
+        lambda: status_doc(wd).get("seen_commit") == broken,
+        10,
+        "the sync to read the broken commit",
+    )
     doc = status_doc(wd)
     assert doc["applied_commit"] == good
     assert [e["file"] for e in doc["errors"]] == [f"apps/{MODEL}/virtualservice.yaml"]

@@ -17,7 +17,14 @@ STATE = """1
 
 def test_parse_servers_state():
     v1, v2 = parse_servers_state(STATE)
-    assert (v1.backend, v1.name, v1.port, v1.weight, v1.up, v1.enabled) == ("shapes", "v1", 18501, 90, True, True)
+    assert (v1.backend, v1.name, v1.port, v1.weight, v1.up, v1.enabled) == (
+        "shapes",
+        "v1",
+        18501,
+        90,
+        True,
+        True,
+    )
     assert (v2.name, v2.port, v2.weight, v2.up, v2.enabled) == ("v2", 18502, 10, False, False)
 
 
@@ -77,7 +84,9 @@ def test_prometheus_config_is_valid_for_promtool(tmp_path):
     path.write_text(prometheus.render_config(wd, config))
     prometheus.write_model_targets(wd, [("shapes", "v1", 18501)])
     prometheus.write_controller_targets(wd, None)
-    done = subprocess.run(["promtool", "check", "config", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["promtool", "check", "config", str(path)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     targets = prometheus.model_targets([("shapes", "v1", 18501)])
     assert targets == [{"targets": ["127.0.0.1:18501"],

@@ -148,8 +148,11 @@ def test_status_without_platform_is_a_clear_error(tmp_path, capsys):
     assert "mlops up" in capsys.readouterr().err
 
 
-def test_server_that_cannot_start_is_retried_with_backoff(platform_gitops, platform_factory, tmp_path, capsys):
-    """A Deployment naming a missing model dir: the server exits, the sync retries, status says so."""
+def test_server_that_cannot_start_is_retried_with_backoff(
+    platform_gitops, platform_factory, tmp_path, capsys
+):
+    """A Deployment naming a missing model dir: the server exits, the sync retries, status
+    says so."""
     wd = platform_factory(platform_gitops)
     missing = tmp_path / "no-such-model"
     missing.mkdir()

@@ -79,7 +79,9 @@ def test_crashed_server_takes_no_traffic_and_restarts_after_backoff(now, restart
                (M, "v2"): server(8002, phase="exited", version="v2", retry_at=5.0)}
     routes = {M: {"v1": RouteView(8001, 90, True), "v2": RouteView(8002, 10, True)}}
     before = frozenset({(M, "v1", 8001), (M, "v2", 8002)})
-    actions = plan({M: spec({"v1": 90, "v2": 10})}, actual(servers, routes, targets=before), now=now)
+    actions = plan(
+        {M: spec({"v1": 90, "v2": 10})}, actual(servers, routes, targets=before), now=now
+    )
     assert SetRoute(M, "v2", 0) in actions
     assert (StartServer(M, "v2", "/models/v2", restart=True) in actions) is restarted
     # The exited server leaves Prometheus' targets.

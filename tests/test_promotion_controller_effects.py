@@ -172,7 +172,10 @@ def test_controller_metrics_show_weight_phase_and_checks(promotion_repo, tmp_pat
     assert 'mlops_canary_check_threshold{check="error_rate_limit",model="shapes"} 0.05' in text
     assert 'mlops_canary_check_value{check="error_rate_limit",model="shapes"} 0.0' in text
     assert 'mlops_canary_check_verdict{check="traffic",model="shapes"} 1.0' in text
-    assert 'mlops_canary_last_decision_timestamp_seconds{cause="passed",kind="step",model="shapes"}' in text
+    assert (
+        'mlops_canary_last_decision_timestamp_seconds{cause="passed",kind="step",model="shapes"}'
+        in text
+    )
 
 
 def test_cli_once_with_prometheus_down_holds_without_committing(promotion_repo, tmp_path):
@@ -235,7 +238,9 @@ def test_without_applications_the_controller_gets_no_argo_cd_grant():
                                 prometheus_url="http://prometheus.monitoring:9090")
     assert all(d["metadata"].get("namespace") != "argocd" for d in docs)
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    assert "--argocd-namespace" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert (
+        "--argocd-namespace" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
     with pytest.raises(ValueError, match="Bad_Name"):
         controller_manifests(gitops_url="https://g/r.git", prometheus_url="http://p:9090",
                              applications=["Bad_Name"])
@@ -308,9 +313,9 @@ def test_canary_cli_pause_and_errors(promotion_repo):
     assert "shapes: paused at 10% (paused)" in ok.stdout
     from tests.fixtures.promotion_controller import git, main_state
 
-    assert git(promotion_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[:3] \
-        == ["pause(shapes): requested by alice", "Mlops-Decision: pause/human",
-            "Mlops-Model: shapes"]
+    assert git(promotion_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[
+        :3
+    ] == ["pause(shapes): requested by alice", "Mlops-Decision: pause/human", "Mlops-Model: shapes"]
     assert main_state(promotion_repo)["pause_reason"] == "paused by alice"
     bad = subprocess.run(run + ["resume", "nope", "--gitops", str(promotion_repo)],
                          capture_output=True, text=True, timeout=120)
@@ -382,7 +387,11 @@ def test_timeline_survives_a_torn_line_and_replayed_windows(tmp_path):
                           [{"kind": "rollback", "subject": "rollback(m): 10% -> 0% (v2 over v1)",
                             "commit": "a" * 40, "time": 11.0, "reason": "errors"}], points)
     assert "| canary | 20 | 2 | 10.000 % | 55.0 |" in text
-    assert "| 1 | 1970-01-01 00:00:11 | rollback(m): 10% -> 0% (v2 over v1) | `aaaaaaaaaaaa` | errors |" in text
+    assert (
+        "| 1 | 1970-01-01 00:00:11 | rollback(m): 10% -> 0% (v2 over v1) | "
+        "`aaaaaaaaaaaa` | errors |"
+        in text
+    )
 
 
 def test_a_failing_webhook_is_logged_without_its_secret_url(caplog):

@@ -60,7 +60,11 @@ def _doc(repo: pathlib.Path, rev: str, name: str) -> dict:
 def test_first_model_is_proposed_as_stable_and_auto_merged(repo, tmp_path):
     v1 = _model_dir(tmp_path, "v1", 0.90)
     result = propose(v1, str(repo), LocalForge(repo), load_policy({}), approval="auto")
-    assert (result.bootstrap, result.merged, result.branch) == (True, True, branch_name(MODEL, "v1"))
+    assert (result.bootstrap, result.merged, result.branch) == (
+        True,
+        True,
+        branch_name(MODEL, "v1"),
+    )
 
     assert _files(repo, "main") == ["canary-policy.yaml", "deployment-v1.yaml",
                                     "destinationrule.yaml", "kustomization.yaml",

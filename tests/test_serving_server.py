@@ -128,7 +128,9 @@ def test_raw_tensor_input_returns_raw_outputs(server, trained_model):
     response = requests.post(infer_url(server), data=raw_body(x))
     assert response.status_code == 200, response.text
     shapes = {o["name"]: o["shape"] for o in response.json()["outputs"]}
-    assert shapes == {name: [2, *shape[1:]] for name, shape in declared_outputs(trained_model).items()}
+    assert shapes == {
+        name: [2, *shape[1:]] for name, shape in declared_outputs(trained_model).items()
+    }
     assert len(shapes) == 3
 
 
@@ -181,20 +183,56 @@ def test_paddle_serving_compat_routes(server, val_images, trained_model):
 # ---- errors -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("body, words", [
-    (b"{nope", ["not valid JSON"]),
-    (raw_body(np.zeros((1, 3, 128, 128), np.float32), name="pixels"), ["'pixels'", "image"]),
-    (raw_body(np.zeros((1, 3, 128, 128), np.int64), datatype="INT64"), ["'image'", "INT64", "FP32"]),
-    (raw_body(np.zeros((1, 3, 128), np.float32)), ["'image'", "[1, 3, 128]"]),
-    (raw_body(np.zeros((1, 4, 128, 128), np.float32)), ["'image'", "[1, 4, 128, 128]"]),
-    (raw_body(np.zeros((0, 3, 128, 128), np.float32)), ["'image'"]),
-    (image_body([b"definitely not a png"], name="photo"), ["'photo'", "PNG or JPEG"]),
-    (orjson.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 128, 128],
-                               "data": [1.0, 2.0]}]}), ["'image'", "49152", "2"]),
-    (orjson.dumps({**orjson.loads(raw_body(np.zeros((1, 3, 128, 128), np.float32))),
-                   "outputs": [{"name": "nope"}]}), ["nope", "fetch_name_0"]),
-], ids=["json", "unknown-input", "dtype", "rank", "dim", "empty-batch", "image", "count",
-        "unknown-output"])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (b"{nope", ["not valid JSON"]),
+        (raw_body(np.zeros((1, 3, 128, 128), np.float32), name="pixels"), ["'pixels'", "image"]),
+        (
+            raw_body(np.zeros((1, 3, 128, 128), np.int64), datatype="INT64"),
+            ["'image'", "INT64", "FP32"],
+        ),
+        (raw_body(np.zeros((1, 3, 128), np.float32)), ["'image'", "[1, 3, 128]"]),
+        (raw_body(np.zeros((1, 4, 128, 128), np.float32)), ["'image'", "[1, 4, 128, 128]"]),
+        (raw_body(np.zeros((0, 3, 128, 128), np.float32)), ["'image'"]),
+        (image_body([b"definitely not a png"], name="photo"), ["'photo'", "PNG or JPEG"]),
+        (
+            orjson.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "image",
+                            "datatype": "FP32",
+                            "shape": [1, 3, 128, 128],
+                            "data": [1.0, 2.0],
+                        }
+                    ]
+                }
+            ),
+            ["'image'", "49152", "2"],
+        ),
+        (
+            orjson.dumps(
+                {
+                    **orjson.loads(raw_body(np.zeros((1, 3, 128, 128), np.float32))),
+                    "outputs": [{"name": "nope"}],
+                }
+            ),
+            ["nope", "fetch_name_0"],
+        ),
+    ],
+    ids=[
+        "json",
+        "unknown-input",
+        "dtype",
+        "rank",
+        "dim",
+        "empty-batch",
+        "image",
+        "count",
+        "unknown-output",
+    ],
+)
 def test_bad_requests_get_400_naming_the_tensor(server, body, words):
     response = requests.post(infer_url(server), data=body)
     assert response.status_code == 400, response.text

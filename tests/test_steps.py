@@ -71,7 +71,9 @@ def test_gate_against_a_better_production_model(smoke_run, tmp_path):
     repo, out, _ = smoke_run
     metrics = json.loads((out / "smoke" / "metrics.json").read_text())
     prod = tmp_path / "model.yaml"
-    prod.write_text(yaml.safe_dump({"version": "v-old", "metrics": {"map50": metrics["map50"] + 0.2}}))
+    prod.write_text(
+        yaml.safe_dump({"version": "v-old", "metrics": {"map50": metrics["map50"] + 0.2}})
+    )
     # lower the floor so only the regression check can fail
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
     cfg["gate"]["min"] = 0.0
@@ -129,7 +131,9 @@ def test_evaluate_with_empty_predictions_exits_nonzero(smoke_run, tmp_path, caps
 
 
 def _tree(root: pathlib.Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_publish_copies_the_export_under_model_and_version(smoke_run, tmp_path, capsys):
@@ -143,7 +147,9 @@ def test_publish_copies_the_export_under_model_and_version(smoke_run, tmp_path, 
     target = models / "shapes-detector" / params["version"]
     assert (outputs / "model-dir").read_text() == str(target)
     assert _tree(target) == _tree(out / "smoke" / "model")  # the whole export, byte for byte
-    assert sorted(p.name for p in target.parent.iterdir()) == [params["version"]]  # no temp dir left
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        params["version"]
+    ]  # no temp dir left
     # A retry (or a re-run of the same commit) finds the same weights: fine, nothing rewritten.
     before = (target / "model.yaml").stat().st_mtime_ns
     assert publish.run(str(out), str(models), "smoke") == {"model-dir": str(target)}

@@ -102,7 +102,7 @@ def test_model_yaml_records_lineage(trained_model):
 def test_infer_cfg_describes_labels_and_io(trained_model):
     cfg = yaml.safe_load((trained_model.model_dir / "infer_cfg.yml").read_text())
     assert cfg["input"]["size"] == [128, 128] and cfg["input"]["channel_order"] == "RGB"
-    assert [(l["id"], l["name"]) for l in cfg["labels"]] == [
+    assert [(label["id"], label["name"]) for label in cfg["labels"]] == [
         (1, "circle"), (2, "square"), (3, "triangle")]
     assert [o["name"] for o in cfg["outputs"]] == ["heatmap", "size", "offset"]
     assert cfg["decode"]["stride"] == 8

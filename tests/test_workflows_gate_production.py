@@ -100,7 +100,13 @@ def test_the_local_runner_gives_the_gate_the_gitops_repo(tmp_path, empty_gitops,
     put_in_production(empty_gitops, tmp_path, MODEL, "v1", {"map50": 0.5, "map": 0.3})
     wt = build_workflow_template(load_config(repo), load_settings())
 
-    result = run_workflow(wt, repo, tmp_path / "run", parameters={"gitops-repo": str(empty_gitops)}, echo=lambda _line: None)
+    result = run_workflow(
+        wt,
+        repo,
+        tmp_path / "run",
+        parameters={"gitops-repo": str(empty_gitops)},
+        echo=lambda _line: None,
+    )
     gate = result.task("gate")
     assert gate.phase == "Succeeded" and gate.outputs["passed"] == "false"
     assert "regresses from production's 0.5000" in gate.outputs["reason"]

@@ -90,9 +90,8 @@ def test_dag_order_and_conditions(wt_doc):
     assert tasks["smoke-train"]["depends"] == "build-image"
     assert tasks["train"]["depends"] == "smoke-train"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"
-    proposing = (
-        "{{tasks.gate.outputs.parameters.passed}} == true && '{{workflow.parameters.gitops-repo}}' != ''"
-    )
+    proposing = ("{{tasks.gate.outputs.parameters.passed}} == true && "
+                 "'{{workflow.parameters.gitops-repo}}' != ''")
     assert tasks["publish-model"]["when"] == proposing and tasks["propose"]["when"] == proposing
     assert tasks["publish-model"]["depends"] == "gate.Succeeded"
     assert tasks["propose"]["depends"] == "publish-model"  # Succeeded or Skipped: `when` decides
@@ -178,7 +177,12 @@ def test_production_settings(wt_doc):
         spec["workflowMetadata"]["labelsFrom"]["mlops.dev/commit"]["expression"]
         == "workflow.parameters.revision"
     )
-    assert [p["name"] for p in spec["arguments"]["parameters"]] == ["repo", "revision", "ref", "gitops-repo"]
+    assert [p["name"] for p in spec["arguments"]["parameters"]] == [
+        "repo",
+        "revision",
+        "ref",
+        "gitops-repo",
+    ]
     # Retries on infrastructure errors only, and never on the gate.
     for name in ("checkout", "build-image", "smoke-train", "train", "evaluate"):
         assert templates[name]["retryStrategy"]["retryPolicy"] == "OnError", name
@@ -294,7 +298,8 @@ def test_broken_config_is_a_clear_error_and_nothing_is_written(tmp_path, capsys)
     repo.mkdir()
     (repo / "mlops.yaml").write_text(
         "model: broken\ntraining:\n  command: [python, train.py]\n"
-        "  full: {template: training-medium, overrides: {wrokers: 2}}\nevaluation: {annotations: v.json}\n"
+        "  full: {template: training-medium, overrides: {wrokers: 2}}\n"
+        "evaluation: {annotations: v.json}\n"
     )
     out = tmp_path / "out"
     assert cli(["workflows", "render", str(repo), "--out", str(out)]) == 2
@@ -349,7 +354,9 @@ def test_the_model_is_published_to_the_volume_serving_reads(wt_doc):
     assert templates["publish-model"]["outputs"]["parameters"][0]["name"] == "model-dir"
     propose = templates["propose"]["container"]
     assert propose["args"][2] == "{{inputs.parameters.model-dir}}"
-    assert {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True} in propose["volumeMounts"]
+    assert {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True} in propose[
+        "volumeMounts"
+    ]
 
 
 def test_the_models_claim_is_a_setting():
@@ -363,8 +370,13 @@ def test_the_models_claim_is_a_setting():
 def test_forge_token_comes_from_a_secret(tmp_path):
     repo = tmp_path / "gh"
     repo.mkdir()
-    text = (EXAMPLE / "mlops.yaml").read_text().replace(
-        "approval: pr", "approval: pr\n  gitops: {repo: 'https://github.com/org/gitops.git', forge: github}"
+    text = (
+        (EXAMPLE / "mlops.yaml")
+        .read_text()
+        .replace(
+            "approval: pr",
+            "approval: pr\n  gitops: {repo: 'https://github.com/org/gitops.git', forge: github}",
+        )
     )
     (repo / "mlops.yaml").write_text(text)
     doc = build_workflow_template(load_config(repo), load_settings()).to_dict()
@@ -372,7 +384,11 @@ def test_forge_token_comes_from_a_secret(tmp_path):
     propose = _templates(doc)["propose"]["container"]
     token = next(e for e in propose["env"] if e["name"] == "GITHUB_TOKEN")
     assert "value" not in token
-    assert token["valueFrom"]["secretKeyRef"] == {"name": "mlops-forge", "key": "token", "optional": True}
+    assert token["valueFrom"]["secretKeyRef"] == {
+        "name": "mlops-forge",
+        "key": "token",
+        "optional": True,
+    }
     assert propose["args"][propose["args"].index("--forge") + 1] == "github"
     params = {p["name"]: p.get("value") for p in doc["spec"]["arguments"]["parameters"]}
     assert params["gitops-repo"] == "https://github.com/org/gitops.git"

@@ -165,7 +165,8 @@ def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, 
         args=[
             (
                 "import os, pathlib, sys; "
-                "pathlib.Path(os.environ['MLOPS_OUTPUTS'], 'card').write_text('map50=' + sys.argv[1])"
+                "pathlib.Path(os.environ['MLOPS_OUTPUTS'], 'card')"
+                ".write_text('map50=' + sys.argv[1])"
             ),
             "{{inputs.parameters.map50}}",
         ],
@@ -279,6 +280,8 @@ def test_substitution_and_env_expansion():
 
 
 def test_cli_run_rejects_unknown_parameters(fake_model_repo, tmp_path, capsys):
-    assert cli(["run", str(fake_model_repo), "--out", str(tmp_path / "o"), "--param", "gitops=x"]) == 2
+    assert (
+        cli(["run", str(fake_model_repo), "--out", str(tmp_path / "o"), "--param", "gitops=x"]) == 2
+    )
     assert "NAME one of repo, revision, ref, gitops-repo" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

@@ -34,7 +34,9 @@ def _load_json(path: pathlib.Path, what: str) -> Any:
 def check_ground_truth(data: Any, path: pathlib.Path) -> None:
     """Refuse annotations that COCOeval would crash on or silently misread."""
     if not isinstance(data, dict):
-        raise EvaluationError(f"annotations {path}: expected a COCO object, got {type(data).__name__}")
+        raise EvaluationError(
+            f"annotations {path}: expected a COCO object, got {type(data).__name__}"
+        )
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
             raise EvaluationError(f"annotations {path}: missing or invalid {key!r} list")
@@ -48,7 +50,9 @@ def check_ground_truth(data: Any, path: pathlib.Path) -> None:
             )
 
 
-def check_predictions(data: Any, path: pathlib.Path, image_ids: set[int], cat_ids: set[int]) -> None:
+def check_predictions(
+    data: Any, path: pathlib.Path, image_ids: set[int], cat_ids: set[int]
+) -> None:
     """Refuse empty or malformed detections."""
     if not isinstance(data, list):
         raise EvaluationError(f"predictions {path}: expected a list of detections")
@@ -57,14 +61,20 @@ def check_predictions(data: Any, path: pathlib.Path, image_ids: set[int], cat_id
             f"predictions {path}: no detections at all; the model predicted nothing on the val set"
         )
     for i, det in enumerate(data):
-        if not isinstance(det, dict) or not {"image_id", "category_id", "bbox", "score"} <= set(det):
+        if not isinstance(det, dict) or not {"image_id", "category_id", "bbox", "score"} <= set(
+            det
+        ):
             raise EvaluationError(
                 f"predictions {path}: [{i}] needs image_id, category_id, bbox and score"
             )
         if det["image_id"] not in image_ids:
-            raise EvaluationError(f"predictions {path}: [{i}] image_id {det['image_id']} is not in the ground truth")
+            raise EvaluationError(
+                f"predictions {path}: [{i}] image_id {det['image_id']} is not in the ground truth"
+            )
         if det["category_id"] not in cat_ids:
-            raise EvaluationError(f"predictions {path}: [{i}] category_id {det['category_id']} is unknown")
+            raise EvaluationError(
+                f"predictions {path}: [{i}] category_id {det['category_id']} is unknown"
+            )
 
 
 def evaluate_detections(annotations: pathlib.Path, predictions: pathlib.Path) -> dict[str, Any]:

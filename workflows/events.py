@@ -250,13 +250,16 @@ def _trigger(dependency: str, forge: str, loaded: LoadedConfig,
                     {
                         "src": {
                             "dependencyName": dependency,
-                            "dataTemplate": f"{model}-{{{{ .Input.body.after | substr 0 12 | lower }}}}",
+                            "dataTemplate": f"{model}-"
+                                            f"{{{{ .Input.body.after | substr 0 12 | lower }}}}",
                         },
                         "dest": "metadata.name",
                     },
                     *[
-                        {"src": {"dependencyName": dependency, "dataTemplate": template},
-                         "dest": annotation_dest(key)}
+                        {
+                            "src": {"dependencyName": dependency, "dataTemplate": template},
+                            "dest": annotation_dest(key),
+                        }
                         for key, template in ui_annotations(model, forge).items()
                     ],
                 ],

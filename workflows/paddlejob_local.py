@@ -135,7 +135,9 @@ def worker_specs(
     if not containers:
         raise PaddleJobFailed("spec.worker.template.spec.containers is empty")
     container = containers[0]  # the operator injects its env into container 0 only
-    literal = {e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "value" in e}
+    literal = {
+        e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "value" in e
+    }
     env_c = container_env(literal)
     ips = worker_ips(replicas)
     base = {k: v for k, v in (base_env if base_env is not None else os.environ).items()

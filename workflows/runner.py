@@ -200,7 +200,8 @@ def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -
     digest, text = environment_digest()
     (ctx.out / "environment.txt").write_text(text)
     log.write(
-        f"no container engine here: recorded the environment instead ({ctx.out / 'environment.txt'})\n"
+        "no container engine here: recorded the environment instead "
+        f"({ctx.out / 'environment.txt'})\n"
     )
     log.write(f"environment digest sha256:{digest}\n")
     (outputs / "image").write_text(f"local/{ctx.model}-train@sha256:{digest}")
@@ -598,7 +599,8 @@ def run_workflow(
                       message=f"{failed.name}: {failed.message}" if failed else "")
     if failed:
         echo(
-            f"\nFAILED at {failed.name}: {failed.message}\n--- {failed.log} (last lines) ---\n{_tail(failed.log)}"
+            f"\nFAILED at {failed.name}: {failed.message}\n"
+            f"--- {failed.log} (last lines) ---\n{_tail(failed.log)}"
         )
     _print_summary(result, echo)
     return result
@@ -628,12 +630,14 @@ def _write_records(result: RunResult, metrics: list[str]) -> None:
     head = written.read_text() if written.is_file() else (
         f"# Pipeline run `{result.workflow}`: {result.status}\n")
     rows = "\n".join(
-        f"| {t.name} | {t.phase} | {t.seconds:.1f} | {t.message.splitlines()[0] if t.message else ''} |"
+        f"| {t.name} | {t.phase} | {t.seconds:.1f} | "
+        f"{t.message.splitlines()[0] if t.message else ''} |"
         for t in result.tasks
     )
     lines = [
         head.rstrip("\n"),
-        f"- model dir: `{result.output('model_dir') or '-'}` (version `{result.output('version') or '-'}`)",
+        f"- model dir: `{result.output('model_dir') or '-'}` "
+        f"(version `{result.output('version') or '-'}`)",
         "",
         "## Tasks (local run)",
         "",
@@ -655,7 +659,8 @@ def _print_summary(result: RunResult, echo: Echo) -> None:
         echo(f"  mAP@0.5: {result.output('map50')}   mAP@[.5:.95]: {result.output('map')}")
     if result.output("passed"):
         echo(
-            f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - {result.output('reason')}"
+            f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - "
+            f"{result.output('reason')}"
         )
     echo(f"  report:  {out / 'report.md'}")
     echo(f"  timings: {out / 'run.json'}   logs: {out / 'logs'}/")

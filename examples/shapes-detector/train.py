@@ -386,7 +386,11 @@ def train(args):
         cache_dir = pathlib.Path(args.weights_cache) if args.weights_cache else None
         key = weights_key(args, digest, world) if cache_dir else ""
         from_cache = False
-        if latest is None and cache_dir is not None and (cache_dir / key / "final.pdckpt").is_file():
+        if (
+            latest is None
+            and cache_dir is not None
+            and (cache_dir / key / "final.pdckpt").is_file()
+        ):
             latest, from_cache = cache_dir / key / "final.pdckpt", True
             if rank == 0:
                 print(f"weights cache: {key} holds this run's weights (same data, "

@@ -38,7 +38,9 @@ def _sources(url: str, preset: str | None) -> Any:
                 chosen: Any = QueryPreset.from_mapping("custom", policy.metrics.queries or {})
             else:
                 chosen = name
-            cache[key] = PrometheusSource(url, chosen, namespace=policy.metrics.namespace or "default")
+            cache[key] = PrometheusSource(
+                url, chosen, namespace=policy.metrics.namespace or "default"
+            )
         return cache[key]
 
     return source_for

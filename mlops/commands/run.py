@@ -22,7 +22,9 @@ def _run(args: argparse.Namespace) -> int:
     for item in args.param or []:
         name, sep, value = item.partition("=")
         if not sep or name not in known:
-            raise UserError(f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(known)}")
+            raise UserError(
+                f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(known)}"
+            )
         params[name] = value
     out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
     result = run_workflow(

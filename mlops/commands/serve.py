@@ -101,7 +101,9 @@ def run_serve(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         weights_sha256=args.weights_sha256,
     )
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     return serve(model, settings, log_level=args.log_level)
 
 

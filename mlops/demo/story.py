@@ -336,9 +336,12 @@ class Demo:
                                 f"see {self.logs / 'controller.log'}")
             if time.monotonic() - last_print >= self.args.show_every:
                 last_print = time.monotonic()
-                rows = watch.views(watch.observe(self.prometheus, MODEL),
-                                   watch.weights_of(lifecycle.status(Workdir(self.platform)), MODEL),
-                                   state.stable, state.candidate)
+                rows = watch.views(
+                    watch.observe(self.prometheus, MODEL),
+                    watch.weights_of(lifecycle.status(Workdir(self.platform)), MODEL),
+                    state.stable,
+                    state.candidate,
+                )
                 print(f"  [{self.elapsed()}] {watch.render(rows)}", flush=True)
             time.sleep(1)
         raise DemoError(f"the canary of {version} did not end within {self.args.timeout:.0f}s; "
@@ -370,7 +373,10 @@ class Demo:
         version = record["version"]
         record["marks"]["approved"] = self.approve(version)
         record["marks"]["canary_start"] = self.wait_served({version: 100})
-        record["outcome"], record["reason"] = "promoted", "first version: stable at 100 % once approved"
+        record["outcome"], record["reason"] = (
+            "promoted",
+            "first version: stable at 100 % once approved",
+        )
         print(f"{version} serves 100 %")
         self.start_load()
 
@@ -443,11 +449,15 @@ class Demo:
         run_docs = {}
         for record in self.results:
             run_json = self.runs / record["commit"] / "out" / "run.json"
-            run_docs[record["commit"]] = json.loads(run_json.read_text()) if run_json.is_file() else {}
+            run_docs[record["commit"]] = (
+                json.loads(run_json.read_text()) if run_json.is_file() else {}
+            )
             record["timeline"] = timeline.breakdown(record["marks"], run_docs[record["commit"]])
             ok = record["outcome"] == record["expect"]
             if not ok:
-                problems.append(f"{record['scenario']}: {record['outcome']}, expected {record['expect']}")
+                problems.append(
+                    f"{record['scenario']}: {record['outcome']}, expected {record['expect']}"
+                )
             mark = "ok " if ok else "!! "
             map50 = f"mAP@0.5 {record['map50']:.3f}" if record.get("map50") is not None else ""
             print(f"{mark}{record['scenario']:<9} {str(record['version']):<16} {map50:<14} "
@@ -474,7 +484,10 @@ class Demo:
             print(f"\nThe platform keeps running: `mlops status --workdir {self.platform}`; "
                   f"Prometheus {self.prometheus}; model route {getattr(self, 'url', '-')}.\n"
                   f"Stop everything with: mlops down --workdir {self.platform}")
-        print(f"\nClean up: mlops down --workdir {self.platform} (if still up), then rm -rf {self.work}")
+        print(
+            f"\nClean up: mlops down --workdir {self.platform} (if still up), "
+            f"then rm -rf {self.work}"
+        )
         print(f"demo finished in {self.elapsed()}")
         return problems
 

@@ -1,4 +1,5 @@
-"""Atomic file writes: readers (status, Prometheus file_sd, HAProxy reload) never see half a file."""
+"""Atomic file writes: readers (status, Prometheus file_sd, HAProxy reload) never see half a
+file."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 ``head()`` is one ``git ls-remote`` (cheap enough to run twice a second, and
 it works the same for a local bare repo and a remote URL); only when the sha
 moved does ``files(sha)`` fetch into a private bare cache in the work dir and
-exports that one commit (``git archive``) into a temp dir to be parsed. The sync never checks out a working tree, so it can never modify
-the repo, and it reads exactly one commit.
+exports that one commit (``git archive``) into a temp dir to be parsed. The sync never checks
+out a working tree, so it can never modify the repo, and it reads exactly one commit.
 
 Authentication for remote URLs: `gitops.git`'s (a token in the URL is split
 out and travels in the environment, as does `MLOPS_GIT_TOKEN`; git reads it
@@ -38,7 +38,9 @@ class GitSource:
         self.cache = cache
         self._runner = Git(cache, credentials=self.remote.env, timeout=_GIT_ENV_TIMEOUT)
 
-    def _git(self, *args: str, cwd: pathlib.Path | None = None, stdin: bytes | None = None) -> bytes:
+    def _git(
+        self, *args: str, cwd: pathlib.Path | None = None, stdin: bytes | None = None
+    ) -> bytes:
         where = self.remote.display
         try:
             done = subprocess.run(

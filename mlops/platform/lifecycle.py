@@ -102,9 +102,13 @@ def up(
         sub.mkdir(parents=True, exist_ok=True)
 
     # Ports: keep the chosen ones unless a stopped service's port was taken.
-    if not config.prometheus_port or (running["prometheus"] is None and not port_free(config.prometheus_port)):
+    if not config.prometheus_port or (
+        running["prometheus"] is None and not port_free(config.prometheus_port)
+    ):
         config = dataclasses.replace(config, prometheus_port=free_port())
-    if not config.haproxy_stats_port or (running["haproxy"] is None and not port_free(config.haproxy_stats_port)):
+    if not config.haproxy_stats_port or (
+        running["haproxy"] is None and not port_free(config.haproxy_stats_port)
+    ):
         config = dataclasses.replace(config, haproxy_stats_port=free_port())
     save_config(workdir, config)
 
@@ -205,7 +209,9 @@ def status(workdir: Workdir) -> dict[str, Any]:
     """Everything `mlops status` shows, as data (the CLI formats it)."""
     config = load_config(workdir)
     if config is None:
-        raise PlatformError(f"no platform in {workdir.root}; start it with `mlops up --gitops REPO`")
+        raise PlatformError(
+            f"no platform in {workdir.root}; start it with `mlops up --gitops REPO`"
+        )
     services = {}
     for name in SERVICES:
         record = _alive(workdir, name)

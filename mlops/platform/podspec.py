@@ -99,10 +99,14 @@ def _port(value: Any, container: Mapping[str, Any], source: str, field: str) -> 
     for port in container.get("ports") or []:
         if port.get("name") == value:
             return int(port["containerPort"])
-    raise PodSpecError(f"{source}: {field} names port {value!r}, which the container does not declare")
+    raise PodSpecError(
+        f"{source}: {field} names port {value!r}, which the container does not declare"
+    )
 
 
-def probe_of(deployment: Mapping[str, Any], source: str, kind: str = "readinessProbe") -> Probe | None:
+def probe_of(
+    deployment: Mapping[str, Any], source: str, kind: str = "readinessProbe"
+) -> Probe | None:
     """The container's HTTP probe of `kind`, or None when it has none."""
     container = _container(deployment, source)
     spec = container.get(kind)

@@ -169,7 +169,9 @@ def _members(pgid: int, *, marked_only: bool) -> list[int]:
     return found
 
 
-def stop(record: ProcRecord, *, timeout: float = 10.0, popen: subprocess.Popen[bytes] | None = None) -> bool:
+def stop(
+    record: ProcRecord, *, timeout: float = 10.0, popen: subprocess.Popen[bytes] | None = None
+) -> bool:
     """Stop the process group of ``record``; True if nothing of it survives.
 
     While the leader is still the recorded process (pid + start time) the

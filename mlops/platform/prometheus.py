@@ -80,7 +80,11 @@ def write_model_targets(workdir: Workdir, servers: Iterable[tuple[str, str, int]
 
 
 def write_controller_targets(workdir: Workdir, port: int | None) -> None:
-    doc = [] if port is None else [{"targets": [f"127.0.0.1:{port}"], "labels": {"app": "mlops-controller"}}]
+    doc = (
+        []
+        if port is None
+        else [{"targets": [f"127.0.0.1:{port}"], "labels": {"app": "mlops-controller"}}]
+    )
     atomic_write_json(workdir.targets / CONTROLLER_TARGETS, doc)
 
 

@@ -121,7 +121,9 @@ class RuntimeApi:
         self._checked(f"set weight {backend}/{server} {int(weight)}")
 
     def set_addr(self, backend: str, server: str, port: int) -> None:
-        answer = self.command(f"set server {backend}/{server} addr 127.0.0.1 port {int(port)}").strip()
+        answer = self.command(
+            f"set server {backend}/{server} addr 127.0.0.1 port {int(port)}"
+        ).strip()
         if answer and "changed" not in answer and "no need to change" not in answer:
             raise RuntimeApiError(f"haproxy: set addr of {backend}/{server}: {answer}")
 

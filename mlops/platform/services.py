@@ -60,7 +60,9 @@ def wait_ready(check: Callable[[], bool], what: str, log: pathlib.Path, record: 
         if popen is not None:
             popen.poll()
         if not procs.record_alive(record):
-            raise PlatformError(f"{what} exited during start-up; its log ({log}) ends with:\n{tail(log)}")
+            raise PlatformError(
+                f"{what} exited during start-up; its log ({log}) ends with:\n{tail(log)}"
+            )
         time.sleep(0.1)
     raise PlatformError(f"{what} not ready after {READY_TIMEOUT:.0f} s; see {log}:\n{tail(log)}")
 
@@ -89,7 +91,9 @@ def start_lock(workdir: Workdir, wait: bool = True) -> Iterator[bool]:
 
 
 def start_prometheus(workdir: Workdir, config: PlatformConfig, binary: str) -> Started:
-    atomic_write_text(workdir.prometheus / "prometheus.yml", prometheus.render_config(workdir, config))
+    atomic_write_text(
+        workdir.prometheus / "prometheus.yml", prometheus.render_config(workdir, config)
+    )
     if not (workdir.targets / prometheus.MODELS_TARGETS).exists():
         prometheus.write_model_targets(workdir, [])
     prometheus.write_controller_targets(workdir, config.controller_port)
@@ -99,7 +103,9 @@ def start_prometheus(workdir: Workdir, config: PlatformConfig, binary: str) -> S
         env=procs.marked_env(str(workdir.root)),
     )
     procs.write_record(workdir.pidfile("prometheus"), record)
-    wait_ready(lambda: http_ok(config.prometheus_port, "/-/ready"), "prometheus", log, record, popen)
+    wait_ready(
+        lambda: http_ok(config.prometheus_port, "/-/ready"), "prometheus", log, record, popen
+    )
     return popen, record
 
 

@@ -184,7 +184,9 @@ class Sync:
             if isinstance(probe, dict):
                 server.probe = podspec.Probe(**probe)
             if procs.record_alive(record):
-                log.info("adopted model server %s-%s (pid %d, port %d)", *key, record.pid, server.port)
+                log.info(
+                    "adopted model server %s-%s (pid %d, port %d)", *key, record.pid, server.port
+                )
             else:
                 server.phase = "exited"
                 server.last_exit = "exited while the sync was not running"
@@ -277,8 +279,10 @@ class Sync:
             self.applied_commit = head
             self.applied_at = time.time()
         log.info(
-            "commit %s read: %s", head[:12],
-            ", ".join(f"{m}={dict(s.weights)}" for m, s in sorted(self.desired.items())) or "no models",
+            "commit %s read: %s",
+            head[:12],
+            ", ".join(f"{m}={dict(s.weights)}" for m, s in sorted(self.desired.items()))
+            or "no models",
         )
 
     def refresh_processes(self, now: float) -> None:
@@ -462,12 +466,21 @@ class Sync:
             self.workdir.server_log(action.model, action.version), env=env,
         )
         server = ServerProc(
-            model=action.model, version=action.version, model_dir=action.model_dir,
-            port=port, record=record, popen=popen, started=now,
-            restarts=(old.restarts + 1) if (old is not None and action.restart) else (old.restarts if old else 0),
+            model=action.model,
+            version=action.version,
+            model_dir=action.model_dir,
+            port=port,
+            record=record,
+            popen=popen,
+            started=now,
+            restarts=(old.restarts + 1)
+            if (old is not None and action.restart)
+            else (old.restarts if old else 0),
             failures=old.failures if old is not None else 0,
             last_exit=old.last_exit if old is not None else None,
-            probe=pod.readiness, start_timeout=pod.start_timeout, start_period=pod.start_period,
+            probe=pod.readiness,
+            start_timeout=pod.start_timeout,
+            start_period=pod.start_period,
             pod=spec.pod,
         )
         self.servers[key] = server

@@ -48,7 +48,8 @@ def check_regular_tree(source: pathlib.Path) -> None:
             if stat.S_ISLNK(mode):
                 raise StepError(
                     f"{path}: a symbolic link (to {os.readlink(path)!r}) in the exported model; "
-                    "publish copies regular files only, so the export must hold the files themselves"
+                    "publish copies regular files only, "
+                    "so the export must hold the files themselves"
                 )
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise StepError(f"{path}: not a regular file or directory; refusing to publish it")
