@@ -59,7 +59,9 @@ class Route(NamedTuple):
     weight: int
 
 
-def _get(doc: Any, *keys: str) -> Any:
+def nested(doc: Any, *keys: str) -> Any:
+    """`doc[k1][k2]...` of a parsed manifest, or None where a level is missing or not a
+    mapping (hand-edited YAML may hold anything)."""
     for key in keys:
         if not isinstance(doc, dict):
             return None
@@ -98,8 +100,8 @@ def build_route(destination: Callable[[str], dict[str, Any]], stable_weight: int
 
 def _subsets(destination_rule: Any, *, strict: bool, path: str) -> dict[str, str]:
     subsets: dict[str, str] = {}
-    for subset in _get(destination_rule, "spec", "subsets") or []:
-        name, version = _get(subset, "name"), _get(subset, "labels", "version")
+    for subset in nested(destination_rule, "spec", "subsets") or []:
+        name, version = nested(subset, "name"), nested(subset, "labels", "version")
         if isinstance(name, str) and isinstance(version, str):
             subsets[name] = version
         elif strict:
@@ -112,15 +114,15 @@ def read_routes(destination_rule: Any, virtual_service: Any, *,
                 vs_path: str = "virtualservice.yaml") -> list[Route]:
     """The first HTTP route, every entry checked; `TrafficError` names file and field."""
     subsets = _subsets(destination_rule, strict=True, path=dr_path)
-    http = _get(virtual_service, "spec", "http")
+    http = nested(virtual_service, "spec", "http")
     first = http[0] if isinstance(http, list) and http else None
     route = first.get("route") if isinstance(first, dict) else None
     if not isinstance(route, list) or not route:
         raise TrafficError(vs_path, f"{vs_path}: spec.http[0].route is missing or empty")
     out = []
     for entry in route:
-        subset = _get(entry, "destination", "subset")
-        weight = _get(entry, "weight")
+        subset = nested(entry, "destination", "subset")
+        weight = nested(entry, "weight")
         if weight is None and len(route) == 1:
             weight = 100  # a single destination without a weight takes all traffic
         if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= 100:
@@ -136,14 +138,14 @@ def read_routes(destination_rule: Any, virtual_service: Any, *,
 def weights_by_version(destination_rule: Any, virtual_service: Any) -> dict[str, int]:
     """Weight per version from what can be read (lenient: see the module docstring)."""
     subsets = _subsets(destination_rule, strict=False, path="")
-    http = _get(virtual_service, "spec", "http")
+    http = nested(virtual_service, "spec", "http")
     first = http[0] if isinstance(http, list) and http else None
     route = first.get("route") if isinstance(first, dict) else None
     route = route if isinstance(route, list) else []
     out: dict[str, int] = {}
     for entry in route:
-        version = subsets.get(_get(entry, "destination", "subset"))
-        weight = _get(entry, "weight")
+        version = subsets.get(nested(entry, "destination", "subset"))
+        weight = nested(entry, "weight")
         if version is not None:
             usable = isinstance(weight, int) and not isinstance(weight, bool)
             out[version] = out.get(version, 0) + (weight if usable else 0)
@@ -164,12 +166,12 @@ def set_weights(vs: dict[str, Any], canary_weight: int, *, with_canary: bool) ->
     other entries and fields stay as written."""
     out = copy.deepcopy(vs)
     route = _first_route(out)
-    stable = next((r for r in route if _get(r, "destination", "subset") == STABLE), None)
+    stable = next((r for r in route if nested(r, "destination", "subset") == STABLE), None)
     if stable is None:
         raise TrafficError("virtualservice.yaml",
-                           f"VirtualService {_get(vs, 'metadata', 'name')!r} has no route to "
+                           f"VirtualService {nested(vs, 'metadata', 'name')!r} has no route to "
                            f"subset {STABLE!r}")
-    canary = next((r for r in route if _get(r, "destination", "subset") == CANARY), None)
+    canary = next((r for r in route if nested(r, "destination", "subset") == CANARY), None)
     if with_canary and canary is None:
         canary = {"destination": {**copy.deepcopy(stable["destination"]), "subset": CANARY}}
     stable["weight"] = 100 - canary_weight if with_canary else 100
@@ -177,7 +179,7 @@ def set_weights(vs: dict[str, Any], canary_weight: int, *, with_canary: bool) ->
     if with_canary and canary is not None:
         canary["weight"] = canary_weight
         new_route.append(canary)
-    new_route += [r for r in route if _get(r, "destination", "subset") not in (STABLE, CANARY)]
+    new_route += [r for r in route if nested(r, "destination", "subset") not in (STABLE, CANARY)]
     route[:] = new_route
     return out
 

@@ -30,7 +30,7 @@ import pathlib
 import urllib.parse
 from typing import Any, Mapping
 
-from contracts.traffic import TrafficError, read_routes
+from contracts.traffic import TrafficError, nested, read_routes
 from gitops import layout
 from gitops.errors import GitOpsError
 from gitops.layout import ModelState
@@ -79,14 +79,6 @@ class _Broken(Exception):
         self.file = file
 
 
-def _get(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(key)
-    return doc
-
-
 def _model_dir(uri: Any, path: str) -> str:
     if not isinstance(uri, str) or not uri:
         raise _Broken(path, f"{path}: Deployment has no annotation {ANNOTATION_MODEL_URI}")
@@ -109,7 +101,7 @@ def spec_from_state(state: ModelState) -> ModelSpec:
     versions: dict[str, VersionSpec] = {}
     for version, doc in sorted(state.deployments.items()):
         path = f"{folder}/deployment-{version}.yaml"
-        annotations = _get(doc, "metadata", "annotations") or {}
+        annotations = nested(doc, "metadata", "annotations") or {}
         model_dir = _model_dir(annotations.get(ANNOTATION_MODEL_URI), path)
         try:  # would its container run here? (same translation as at start time)
             podspec.local_pod(doc, source=path, model_dir=model_dir, port=1, scratch="/")
