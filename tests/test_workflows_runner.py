@@ -72,8 +72,9 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:6])
     assert "'--max-steps', '20'" in (out / "logs" / "smoke-train.log").read_text()
     assert "PASS" in (out / "report.md").read_text()
-    outcome = json.loads((out / "outcome.json").read_text())
-    assert outcome["status"] == "Succeeded" and outcome["gate"]["passed"] is True
+    # run.json is the one record: the exit handler's outcome is folded in, its file gone.
+    assert run["status"] == "Succeeded" and run["gate"]["passed"] is True and run["finished_at"]
+    assert not (out / "outcome.json").exists()
     prom = (out / "metrics.prom").read_text()
     assert 'argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
     assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
@@ -140,8 +141,8 @@ def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
     printed = "\n".join(lines)
     assert "FAILED at train" in printed and "crashes on purpose" in printed
     assert str(tmp_path / "run" / "logs" / "train.log") in printed
-    outcome = json.loads((tmp_path / "run" / "outcome.json").read_text())
-    assert outcome["status"] == "Failed" and outcome["failures"][0]["displayName"] == "train"
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "Failed" and run["failures"][0]["displayName"] == "train"
     # The same story as typed events, in the order it happened, for readers that follow it.
     events = run_events.read(tmp_path / "run")
     started = [e.task for e in events if e.kind == "task_started"]

@@ -21,8 +21,10 @@ list of steps. For each task, in `depends` order:
 On the first failure it stops scheduling (Argo's DAG fail-fast), runs the
 exit handler, and reports the failing step with the end of its log.
 Everything lands under OUT: `logs/<task>.log`, `events.jsonl` (typed run
-events as they happen: `workflows.run_events`), `run.json` (phases, timings,
-outputs), `report.md`, `metrics.prom`, `outcome.json`.
+events as they happen: `workflows.run_events`), `run.json` (the run's one
+record: status, phases, timings, outputs, and the exit handler's outcome,
+gate verdict and failures, folded in from its `outcome.json`), `report.md`
+(the exit handler's page) and `metrics.prom` (the workflow's metrics).
 """
 
 import contextlib
@@ -66,6 +68,7 @@ from workflows.pipeline import (
     workflow_name,
 )
 from workflows.steps import STEPS
+from workflows.steps.record_outcome import OUTCOME_FILE
 
 Echo = Callable[[str], None]
 
@@ -612,17 +615,34 @@ def _task_finished(out: pathlib.Path, record: TaskRecord) -> None:
                       outputs=dict(record.outputs))
 
 
+def _exit_outcome(out: pathlib.Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((out / OUTCOME_FILE).read_text())
+    except (OSError, ValueError):
+        return {}  # no exit handler, or it died mid-write: run.json says what the runner knows
+    return doc if isinstance(doc, dict) else {}
+
+
 def _write_records(result: RunResult, metrics: list[str]) -> None:
     out = result.out
+    outcome = _exit_outcome(out)
     data = {
         "workflow": result.workflow,
         "status": result.status,
         "seconds": result.seconds,
+        "finished_at": outcome.get("finished_at"),
+        "gate": outcome.get("gate"),
+        "failures": outcome.get("failures"),
         "parameters": result.parameters,
         "outputs": result.outputs,
         "tasks": [asdict(t) for t in result.tasks],
     }
-    (out / "run.json").write_text(json.dumps(data, indent=2) + "\n")
+    # Atomic: the demo and `mlops status` read it while runs come and go. Then the exit
+    # handler's own file goes: a local run leaves one record of how it ended.
+    tmp = out / ".run.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(out / "run.json")
+    (out / OUTCOME_FILE).unlink(missing_ok=True)
     (out / "metrics.prom").write_text("\n".join(metrics) + ("\n" if metrics else ""))
     # The exit handler's report (as in the cluster) plus what only a local run knows:
     # where the model landed and each task's time.

@@ -79,7 +79,7 @@ def outcome_of(run: dict[str, Any] | None, final: CanaryState | None,
                version: str) -> Outcome | None:
     """What happened to `version`, from the run's outcome and the last promotion.yaml.
 
-    `run` is the pipeline's `outcome.json`; `final` the model's promotion state
+    `run` is the pipeline run's `run.json` (status and gate); `final` the model's promotion state
     after the canary (None when no canary ran).
     """
     if run is not None:

@@ -192,9 +192,9 @@ class Demo:
         return self.git("rev-parse", "HEAD", show=False).strip(), at
 
     def wait_run(self, sha: str) -> tuple[dict[str, Any], float]:
-        """Follow the hook's run of `sha` until its outcome is written; (outcome, when)."""
+        """Follow the hook's run of `sha` until it has finished; (its run.json, when)."""
         home = self.runs / sha
-        outcome = home / "out" / "outcome.json"
+        record = home / "out" / "run.json"
         deadline = time.monotonic() + self.args.timeout
         printed = 0
         bar = ProgressLine(self.tty)
@@ -207,10 +207,11 @@ class Demo:
                 printed = len(lines)
             alive = _run_alive(home)
             events = run_events.read(home / "out")
-            if outcome.is_file() and (run_events.finished(events) is not None or not alive):
+            # run_finished comes after run.json (the runner's last write)
+            if run_events.finished(events) is not None and record.is_file():
                 bar.done()
-                return json.loads(outcome.read_text()), time.time()
-            if not alive and not outcome.is_file() and (home / "pid").is_file():
+                return json.loads(record.read_text()), time.time()
+            if not alive and (home / "pid").is_file():
                 raise DemoError(f"the pipeline run of {sha[:12]} died without an outcome; "
                                 f"see {home / 'run.log'}")
             running = run_events.current_task(events)

@@ -18,6 +18,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+OUTCOME_FILE = "outcome.json"
+"""The exit handler's record in OUT; a local run folds it into `run.json` (workflows.runner)."""
+
 
 def _read_json(path: pathlib.Path) -> Any:
     try:
@@ -66,9 +69,9 @@ def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict
         "gate": gate,
     }
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".outcome.json.tmp"
+    tmp = out / f".{OUTCOME_FILE}.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out / "outcome.json")
+    tmp.replace(out / OUTCOME_FILE)
     text = report(result, _read_json(out / "full" / "metrics.json"),
                   _read_json(out / "full" / "proposal" / "proposal.json"),
                   os.environ.get("MLOPS_TRAINING_COMMIT", ""))
