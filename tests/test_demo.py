@@ -73,6 +73,21 @@ def test_setting_args_again_replaces_the_previous_line_and_empty_removes_it():
     assert modelrepo.full_args_text(twice, {}) == text
 
 
+def test_a_long_work_dir_path_in_the_args_stays_on_one_line():
+    """The demo's args carry `--weights-cache` under the work dir; PyYAML folds a
+    flow mapping at 80 columns, so under a deep work dir (pytest-xdist's
+    `popen-gw0/`) the `errors` push was refused as "not one line"."""
+    production = {"weights-cache": "/tmp/pytest-of-root/pytest-10/popen-gw0/demo0/w/cache/weights",
+                  "epochs": 14}
+    slow = modelrepo.full_args_text(EXAMPLE_CONFIG.read_text(), {**production,
+                                                                 "drill-delay-ms": 250})
+    errors = {**production, "drill-error-rate": 0.3}
+    edited = modelrepo.full_args_text(slow, errors)  # replaces slow's line: all of it
+    assert yaml.safe_load(edited)["training"]["full"]["overrides"]["args"] == errors
+    added = set(edited.splitlines()) - set(EXAMPLE_CONFIG.read_text().splitlines())
+    assert len(added) == 1
+
+
 def test_args_written_as_a_block_are_refused_not_half_edited():
     text = EXAMPLE_CONFIG.read_text().replace(
         "    overrides:\n      workers: 2\n",

@@ -3,6 +3,8 @@
 import pathlib
 import subprocess
 
+import pytest
+
 from mlops.platform import binaries, haproxy, prometheus
 from mlops.platform.runtime import parse_servers_state
 from mlops.platform.workdir import PlatformConfig, Workdir
@@ -51,6 +53,27 @@ def test_long_work_dir_moves_the_socket_to_a_short_path(tmp_path):
     assert Workdir(tmp_path / ("x" * 120)).admin_socket() == socket  # found again later
     for wd in (Workdir(tmp_path / ("x" * 120)), Workdir(tmp_path / "a"), Workdir(tmp_path / "b")):
         wd.release_admin_socket()
+
+
+@pytest.mark.parametrize("extra", [0, 1, 3])
+def test_haproxy_accepts_the_admin_socket_at_and_just_past_its_length_limit(tmp_path, extra):
+    """HAProxy refuses a Unix socket path over 97 bytes (it binds `<path>.<pid>.tmp`
+    first: `str2sa_range` in its src/tools.c), 11 bytes under sun_path; a work dir
+    whose socket path was 98-100 bytes long failed `mlops up`. Checked by HAProxy itself."""
+    room = 97 - len(str(tmp_path / "x" / "haproxy" / "admin.sock")) + 1
+    assert room > 0, "pytest's temp dir is too deep for this test"
+    wd = Workdir(tmp_path / ("w" * (room + extra)))
+    socket = wd.admin_socket()
+    assert len(str(socket)) <= 97
+    assert (socket == wd.haproxy / "admin.sock") == (extra == 0)
+    text = haproxy.render_config(wd, stats_port=18404, frontends={"shapes": 18405},
+                                 servers={"shapes": {"v1": (18501, 100)}})
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(text)
+    done = subprocess.run(haproxy.check_command(binaries.which("haproxy"), wd),
+                          capture_output=True, text=True)
+    wd.release_admin_socket()
+    assert done.returncode == 0, done.stderr
 
 
 def test_long_work_dir_socket_is_in_a_private_unguessable_dir(tmp_path):

@@ -31,7 +31,9 @@ def copy_example(example: pathlib.Path, clone: pathlib.Path) -> None:
 
 
 def _flow(args: dict[str, Any]) -> str:
-    return yaml.safe_dump(dict(args), default_flow_style=True, sort_keys=False).strip()
+    # width: PyYAML folds long flow mappings at 80 columns (a deep work dir in a path)
+    return yaml.safe_dump(dict(args), default_flow_style=True, sort_keys=False,
+                          width=2**31 - 1).strip()
 
 
 def full_args_text(text: str, args: dict[str, Any], where: str = "mlops.yaml") -> str:

@@ -30,8 +30,11 @@ from typing import Any
 
 from mlops.platform.files import atomic_write_json, read_json
 
-# sun_path is 108 bytes on Linux, including the terminating NUL.
-_MAX_SOCKET_PATH = 100
+# sun_path is 108 bytes on Linux, including the terminating NUL, and HAProxy
+# binds `<path>.<pid>.tmp` first and renames it, so it refuses a path longer than
+# 107 - 10 = 97 ("socket path ... too long (max 97)"; `str2sa_range` in HAProxy's
+# src/tools.c). A work dir one level deeper than the tests' used to fail `mlops up`.
+_MAX_SOCKET_PATH = 97
 
 
 def default_workdir() -> pathlib.Path:
