@@ -9,4 +9,8 @@ bash scripts/setup.sh
 python3 -m ruff check .
 python3 -m mypy
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-exec python3 -m pytest "$@"
+# Two workers (pytest-xdist), a whole module per worker at a time, modules handed out in
+# collection order (tests/conftest.py puts the slow ones first): the demo's end-to-end run
+# trains on one worker while the other runs the rest; the example is still trained once
+# (tests/fixtures/training.py shares it between the workers).
+exec python3 -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

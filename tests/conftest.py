@@ -16,3 +16,17 @@ pytest_plugins = sorted(
     for p in (ROOT / "tests" / "fixtures").glob("*.py")
     if p.stem != "__init__"
 )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules with slow tests first (the order otherwise is kept).
+
+    `scripts/test.sh` runs the suite on two pytest-xdist workers with
+    `--dist loadfile --no-loadscope-reorder`: a module runs whole on one
+    worker, and modules are handed out in collection order. The demo's
+    end-to-end module alone takes most of the run, so it must start first,
+    not after the fast modules.
+    """
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    # Whole modules move, so a module-scoped fixture is still set up once.
+    items.sort(key=lambda item: item.path not in slow_modules)
