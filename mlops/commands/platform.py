@@ -7,8 +7,9 @@ import json
 import pathlib
 from typing import Any
 
+from mlops.errors import UserError
 from mlops.platform import lifecycle
-from mlops.platform.workdir import Workdir, default_workdir
+from mlops.platform.workdir import Workdir, default_workdir, load_config
 
 
 def _workdir(args: argparse.Namespace) -> Workdir:
@@ -52,6 +53,10 @@ def register(subparsers: Any) -> None:
     status = subparsers.add_parser("status", help="models, weights, applied commit, process health")
     _add_workdir(status)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--runs", action="append", metavar="DIR", default=[],
+        help="also show pipeline runs: a hook's runs dir (<bare repo>/mlops-runs) or one "
+             "run's --out dir; repeatable. With --runs only, no platform is needed")
     status.set_defaults(func=_status)
 
 
@@ -87,8 +92,49 @@ def _fmt_weight(value: Any) -> str:
     return "-" if value is None else f"{value}%"
 
 
+def _runs(dirs: list[str]) -> list[dict[str, Any]]:
+    import dataclasses
+
+    from workflows import run_events
+
+    runs = []
+    for directory in dirs:
+        path = pathlib.Path(directory).expanduser()
+        if not path.is_dir():
+            raise UserError(f"--runs {directory}: no such directory")
+        runs += [dataclasses.asdict(summary) for summary in run_events.scan(path)]
+    return runs
+
+
+def _print_runs(runs: list[dict[str, Any]]) -> None:
+    print(f"\npipeline runs: {len(runs)}")
+    for run in runs:
+        took = "" if run["seconds"] is None else f"{run['seconds']:.0f}s"
+        where = {"Running": f"at {run['task'] or '-'}",
+                 "Failed": f"at {run['task']}: {run['message']}",
+                 "Error": f"at {run['task']}: {run['message']}",
+                 "Died": "without finishing: its process is gone; see its run.log",
+                 }.get(run["status"], "")
+        gate = f"gate {run['gate']}" if run["gate"] else ""
+        version = f"version {run['version']}" if run["version"] else ""
+        detail = ", ".join(part for part in (version, gate, where) if part)
+        print(f"  {run['name']:<14}{run['status']:<11}{took:>7}  {detail}")
+        print(f"  {'':<14}{run['out']}")
+
+
 def _status(args: argparse.Namespace) -> int:
-    doc = lifecycle.status(_workdir(args))
+    runs = _runs(args.runs)
+    workdir = _workdir(args)
+    if args.runs and not args.workdir and load_config(workdir) is None:
+        # runs only: a model repo's pushes can be followed without a platform
+        if args.json:
+            print(json.dumps({"runs": runs}, indent=2, sort_keys=True))
+        else:
+            _print_runs(runs)
+        return 0
+    doc = lifecycle.status(workdir)
+    if args.runs:
+        doc["runs"] = runs
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
@@ -145,4 +191,6 @@ def _status(args: argparse.Namespace) -> int:
                 print(f"  {pr}")
     elif isinstance(prs, dict) and prs.get("error"):
         print(f"\nopen pull requests: cannot list ({prs['error']})")
+    if args.runs:
+        _print_runs(runs)
     return 0

@@ -482,7 +482,8 @@ class Demo:
         (self.work / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
         print("  summary   summary.json")
         if self.args.keep_running:
-            print(f"\nThe platform keeps running: `mlops status --workdir {self.platform}`; "
+            print(f"\nThe platform keeps running: `mlops status --workdir {self.platform} "
+                  f"--runs {self.runs}`; "
                   f"Prometheus {self.prometheus}; model route {getattr(self, 'url', '-')}.\n"
                   f"Stop everything with: mlops down --workdir {self.platform}")
         print(
