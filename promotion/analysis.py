@@ -33,6 +33,11 @@ The order of the rules is the policy, so it is written down here:
    "Not yet rejected" alone is not "good": a canary at 3 % errors against a
    1 % limit is held, not stepped, until the evidence settles either way.
 
+Modes (`policy.mode`, `policy.approval`): in `shadow` the controller passes
+each decision through `shadowed`, so verdicts are recorded and weights stay;
+with `approval: step`, rule 7's step waits (cause `awaiting-approval`) until
+`approved_by` is set, while rules 1-6 go on judging.
+
 Three outcomes other than success are three types (principles §10): a `Rollback`
 with cause `verdict` (the canary is worse), a `Hold` with cause `fault` (we
 could not see) and a `Hold` with cause `insufficient-evidence` (nothing to
@@ -73,6 +78,7 @@ __all__ = [
     "Step",
     "decide",
     "decide_ready",
+    "shadowed",
 ]
 
 TRAFFIC_ALPHA = 1e-3
@@ -100,6 +106,8 @@ class HoldCause(str, enum.Enum):
     """No rollout in flight (idle, promoted, rolled back)."""
     NOT_READY = "not-ready"
     """The merged candidate is not deployed and ready yet: no traffic, nothing judged."""
+    AWAITING_APPROVAL = "awaiting-approval"
+    """`approval: step`: the analysis passed the step; a person has not approved it yet."""
 
 
 Verdict = Literal["pass", "fail", "unknown", "skipped"]
@@ -546,9 +554,33 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     if nxt is None:
         return _promote(state, "passed", f"all checks passed at {state.weight}%", now, evidence)
     reason = f"{state.weight}% -> {nxt}%: all checks passed"
-    moved = state.reset_step(now)
+    if policy.approval == "step":
+        if not state.approved_by:
+            return _hold(state, HoldCause.AWAITING_APPROVAL,
+                         f"{reason}; waiting for approval (`mlops canary approve "
+                         f"{state.model}`)", now, evidence, awaiting_approval=nxt)
+        reason += f"; approved by {state.approved_by}"
+    moved = state.reset_step(now).with_(awaiting_approval=None, approved_by=None)
     return Step(to=nxt, reason=reason, cause="passed", evidence=evidence,
                 state=_record(moved, "step", reason, "passed", now, weight=nxt))
+
+
+def shadowed(before: CanaryState, decision: Decision) -> Decision:
+    """`mode: shadow`: the verdict of `decision`, recorded but not acted on.
+
+    A step, promotion or rollback reached by the analysis becomes a `Hold` with
+    cause `shadow-<kind>` whose reason says what would have happened; its state
+    keeps the analysis going (a step's counters start afresh, as a step would
+    have them) but not the weights or the phase, which only people change in
+    this mode. What people asked for (`requested`) and plain holds pass through.
+    """
+    if isinstance(decision, Hold) or decision.cause in ("requested", "manual", "ready"):
+        return decision
+    state = decision.state.with_(phase=before.phase, weight=before.weight)
+    what = {"step": f"would step to {getattr(decision, 'to', '?')}%",
+            "promote": "would promote", "rollback": "would roll back"}[decision.kind]
+    return Hold(reason=f"shadow: {what}: {decision.reason}", cause=f"shadow-{decision.kind}",
+                evidence=decision.evidence, state=state)
 
 
 def decide_ready(policy: CanaryPolicy, state: CanaryState, ready: bool, reason: str,

@@ -156,13 +156,17 @@ def subject(kind: Kind, before: CanaryState, after: CanaryState) -> str:
     if kind == "rollback":
         return f"rollback({model}): {before.weight}% -> 0% {pair}"
     if kind == "manual":
-        return f"canary({model}): {before.weight}% -> {after.weight}% by hand {pair}"
+        paused = ", paused" if after.phase is Phase.PAUSED else ""
+        return f"canary({model}): {before.weight}% -> {after.weight}% by hand {pair}{paused}"
     if kind == "start":
         return f"canary({model}): start at {after.weight}% {pair}"
     if kind == "step":
         return f"canary({model}): {before.weight}% -> {after.weight}% {pair}"
     if after.phase is Phase.PAUSED and before.phase is not Phase.PAUSED:
         return f"pause({model}): at {after.weight}% {pair}"
+    if after.awaiting_approval and after.awaiting_approval != before.awaiting_approval:
+        return (f"approval({model}): {after.weight}% -> {after.awaiting_approval}% "
+                f"waits for approval {pair}")
     return f"hold({model}): at {after.weight}% {pair}"
 
 
@@ -225,7 +229,7 @@ def commit(writer: WriteBack, branch: str, the_plan: Plan, base: CanaryState,
 
 # -- humans ----------------------------------------------------------------------------------
 
-HumanAction = Literal["pause", "resume", "abort", "promote"]
+HumanAction = Literal["pause", "resume", "abort", "promote", "approve"]
 
 
 def human_change(state: CanaryState, action: HumanAction, by: str,
@@ -235,7 +239,8 @@ def human_change(state: CanaryState, action: HumanAction, by: str,
     Pause and resume take effect at once and are stamped as the latest decision
     (so the controller's next window starts at `now`, not before the pause);
     abort and promote are *requests* the controller carries out with its next
-    decision, because only a decision commit moves the weights.
+    decision, because only a decision commit moves the weights; approve lets
+    the next step up (`approval: step`) happen when the analysis passes it.
     """
     from promotion import state as st
 
@@ -251,6 +256,8 @@ def human_change(state: CanaryState, action: HumanAction, by: str,
         return st.request_abort(state, by)
     if action == "promote":
         return st.request_promote(state, by)
+    if action == "approve":
+        return st.approve_step(state, by)
     raise ValueError(f"unknown action {action!r}")
 
 

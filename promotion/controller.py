@@ -5,8 +5,10 @@ GitOps repo's `main`:
 
 1. Read the folder and `promotion.yaml` from `main` (a bare mirror in the
    work dir; `git archive` of the tip). Git is the only durable memory.
-2. A human changed the canary weight by hand in `virtualservice.yaml`? Adopt
-   it and record it (one commit; weight 0 is a rollback by hand).
+2. A human changed the canary weight by hand in `virtualservice.yaml`? That
+   is a takeover: adopt the weight and pause, naming the commit and its author
+   (one commit; weight 0 is a rollback by hand). `mlops canary resume` hands
+   the rollout back to the controller.
 3. A rollout in flight? Analyse every *due window*: windows are
    `policy.interval` long and aligned to the last committed decision
    (`last_decision.at`), or to the merge that started the canary. For each:
@@ -61,7 +63,7 @@ from gitops.errors import GitOpsError
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion import apply, report
-from promotion.analysis import Decision, Hold, Promote, decide, decide_ready
+from promotion.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
 from promotion.controller_metrics import ControllerMetrics
 from promotion.metrics import MetricSource
 from promotion.observations import Observations, histogram_quantile
@@ -74,7 +76,8 @@ __all__ = ["Controller", "ControllerConfig", "Outcome"]
 
 log = logging.getLogger("mlops.controller")
 
-_MATERIAL = ("phase", "weight", "stable", "candidate", "requested", "pause_reason")
+_MATERIAL = ("phase", "weight", "stable", "candidate", "requested", "pause_reason",
+             "awaiting_approval")
 
 
 def _utc(ts: float) -> dt.datetime:
@@ -321,11 +324,11 @@ class Controller:
             return []
 
         now = _utc(self.clock())
-        manual = self._manual_weight(folder, track, now)
+        policy = self._policy(root, folder)
+        manual = self._manual_weight(folder, track, now, takeover=policy.mode != "shadow")
         if manual is not None:
             return [manual]
 
-        policy = self._policy(root, folder)
         interval = float(self.config.interval or policy.interval)
         if committed.requested is not None:
             empty = Observations(window_seconds=interval)
@@ -362,6 +365,8 @@ class Controller:
             obs = self.source_for(policy).observe(model, committed.stable, committed.candidate,
                                                   window, at=end)
             decision = decide(policy, track.state, obs, end)
+            if policy.mode == "shadow":
+                decision = shadowed(track.state, decision)
             self._record_point(model, committed, track.state, obs, decision, end)
             outcome = self._apply(folder, track, decision, end)
             outcomes.append(outcome)
@@ -419,8 +424,12 @@ class Controller:
     # -- humans ----------------------------------------------------------------------------
 
     def _manual_weight(self, folder: layout.ModelState, track: _Track,
-                       now: dt.datetime) -> Outcome | None:
-        """A weight edited by hand in the VirtualService is adopted and recorded."""
+                       now: dt.datetime, takeover: bool = True) -> Outcome | None:
+        """A weight edited by hand in the VirtualService is adopted and recorded.
+
+        With `takeover` (the norm) the rollout pauses: the person has taken the
+        wheel. In shadow mode people steer by design, so the weight is adopted
+        and the analysis goes on at it."""
         state = track.base
         assert state.candidate is not None
         weights = folder.weights()
@@ -428,18 +437,31 @@ class Controller:
         if observed == state.weight:
             return None
         change = self._last_change(f"{layout.APPS}/{folder.model}/virtualservice.yaml")
-        who = f" ({change[2]})" if change else ""
+        sha, _, author = change[2].partition(" ") if change else ("", "", "")
+        who = f" (commit {sha} by {author})" if change else ""
         if observed == 0:
             reason = f"canary weight set to 0% by hand{who}: rolled back"
             last = LastDecision(kind="rollback", reason=reason, at=now, cause="manual", weight=0)
             after = state.with_(phase=Phase.ROLLED_BACK, weight=0, requested=None,
                                 last_decision=last)
             kind = "rollback"
-        else:
-            reason = f"canary weight set to {observed}% by hand{who}: adopted"
+        elif not takeover:
+            reason = f"canary weight set to {observed}% by hand{who}: adopted (shadow mode)"
             last = LastDecision(kind="step", reason=reason, at=now, cause="manual",
                                 weight=observed)
             after = state.reset_step(now).with_(weight=observed, last_decision=last)
+            kind = "manual"
+        else:
+            # A takeover: the human's weight stands and the controller stops steering
+            # until `mlops canary resume` (resuming one interval later would undo a
+            # person's decision without asking them).
+            reason = (f"canary weight set to {observed}% by hand{who}: paused until "
+                      f"`mlops canary resume {folder.model}`")
+            last = LastDecision(kind="step", reason=reason, at=now, cause="manual",
+                                weight=observed)
+            after = state.reset_step(now).with_(
+                weight=observed, last_decision=last, phase=Phase.PAUSED,
+                pause_reason=f"paused: weight set to {observed}% by hand{who}")
             kind = "manual"
         track.state = state
         return self._commit(folder, track, kind, after, now, reason, "manual",
@@ -456,7 +478,9 @@ class Controller:
         if obs.fault is not None or committed.candidate is None:
             return
         point: dict[str, Any] = {"t": end.timestamp(), "weight": state.weight,
-                                 "decision": decision.kind}
+                                 "decision": decision.kind, "cause": decision.cause}
+        if decision.cause.startswith("shadow-"):
+            point["reason"] = decision.reason  # shadow verdicts live here, not in git
         for version, window in (("stable", obs.stable), ("canary", obs.canary)):
             p99 = histogram_quantile(0.99, window.latency) if window.latency else None
             point[version] = {

@@ -17,6 +17,9 @@ Why these defaults:
   see a tenfold regression of a 0.5 % baseline and for a p99 to mean something.
 - Insufficient evidence pauses after 20 intervals instead of rolling back: a
   quiet night is not a verdict on the model.
+- `mode: auto` and `approval: auto`: the controller steps on its own verdicts.
+  `shadow` (judge, never act) and `step` (each step up waits for a person) are
+  how a team builds trust in the analysis before handing it the weights.
 """
 
 from __future__ import annotations
@@ -136,6 +139,13 @@ class CanaryPolicy(_Frozen):
     ready_timeout: float = 900.0
     """How long a merged candidate may take to be deployed and ready (Argo CD's poll,
     image pull, start-up) before it is rolled back; analysis starts only when it is."""
+    mode: Literal["auto", "shadow"] = "auto"
+    """`shadow`: analyse every window and record the verdicts (log, report, /metrics)
+    but move no weight: people step the canary (by hand in the VirtualService,
+    `mlops canary promote|abort`). To try a new analysis before trusting it."""
+    approval: Literal["auto", "step"] = "auto"
+    """`step`: a step up that passed the analysis waits for `mlops canary approve`;
+    the analysis goes on meanwhile, so a canary that turns bad is still rolled back."""
     insufficient_evidence: Budget = Budget(max_intervals=20, action="pause")
     faults: Budget = Budget(max_intervals=10, action="pause")
     metrics: MetricsSpec = MetricsSpec()

@@ -230,12 +230,15 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
                         va="center", transform=ax.transAxes, color="grey")
             ax.set_ylabel(label)
             ax.legend(loc="upper left", fontsize="small")
+        colors = {"step": "grey", "promote": "green", "rollback": "red"}
         for p, x in zip(points, xs):
             kind = p.get("decision")
-            if kind in ("step", "promote", "rollback"):
-                color = {"step": "grey", "promote": "green", "rollback": "red"}[kind]
+            shadow = str(p.get("cause", "")).removeprefix("shadow-")
+            if kind in colors or (shadow != p.get("cause") and shadow in colors):
+                style = "-" if kind in colors else ":"  # dotted: a verdict not acted on
                 for ax in axes:
-                    ax.axvline(x, color=color, alpha=0.3, linewidth=1)
+                    ax.axvline(x, color=colors.get(str(kind), colors.get(shadow)), alpha=0.3,
+                               linewidth=1, linestyle=style)
         axes[-1].set_xlabel("minutes since the canary started")
         axes[0].set_title(title)
         fig.tight_layout()
@@ -286,6 +289,14 @@ def canary_summary(
                 f"| {i} | {stamp} | {_cell(d.get('subject') or d.get('kind', '?'))} | "
                 f"{_code(str(d.get('commit', ''))[:12] or '–')} | {_cell(d.get('reason') or '')} |"
             )
+        lines.append("")
+    shadow = [p for p in points if str(p.get("cause", "")).startswith("shadow-")]
+    if shadow:
+        lines += [f"Shadow mode: {len(shadow)} verdicts recorded, none acted on.", "",
+                  "| time (UTC) | weight | verdict |", "|---|---:|---|"]
+        for p in shadow:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(p["t"])))
+            lines.append(f"| {stamp} | {p.get('weight', '–')} % | {_cell(p.get('reason', ''))} |")
         lines.append("")
     if points:
         lines += ["| version | requests | errors | error rate | worst p99 ms |",

@@ -195,6 +195,10 @@ class CanaryState(BaseModel):
     requested: Literal["abort", "promote"] | None = None
     """An action a human asked for; `decide()` carries it out next interval."""
     requested_by: str | None = None
+    awaiting_approval: int | None = Field(default=None, ge=1, le=100)
+    """`approval: step`: the weight the analysis would step to, waiting for a person."""
+    approved_by: str | None = None
+    """Who approved the next step up (`mlops canary approve`); spent by that step."""
     last_decision: LastDecision | None = None
 
     @field_validator("model")
@@ -268,6 +272,13 @@ def request_abort(state: CanaryState, by: str = "human") -> CanaryState:
     if not state.phase.active:
         raise StateError(f"{state.model}: nothing to abort (phase {state.phase.value})")
     return state.with_(requested="abort", requested_by=by)
+
+
+def approve_step(state: CanaryState, by: str = "human") -> CanaryState:
+    """Approve the next step up (`approval: step`); given ahead of time, it waits for it."""
+    if state.phase not in (Phase.PROGRESSING, Phase.WAITING):
+        raise StateError(f"{state.model}: nothing to approve (phase {state.phase.value})")
+    return state.with_(approved_by=by)
 
 
 def request_promote(state: CanaryState, by: str = "human") -> CanaryState:

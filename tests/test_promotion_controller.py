@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pathlib
+import subprocess
 
 import pytest
 import yaml
@@ -239,7 +240,7 @@ def test_human_promote_request(canary_repo, tmp_path):
     assert main_state(canary_repo)["stable"] == "v2"
 
 
-def test_manual_weight_edit_is_adopted_and_recorded(canary_repo, tmp_path):
+def test_a_manual_weight_edit_is_a_takeover_that_pauses_until_resumed(canary_repo, tmp_path):
     clock = Clock(merged_at(canary_repo))
     controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo, rate=10),
                              clock)
@@ -254,17 +255,35 @@ def test_manual_weight_edit_is_adopted_and_recorded(canary_repo, tmp_path):
         return change
 
     human = WriteBack(str(canary_repo))
-    human.commit("main", set_canary(30), Message("ops: give v2 more traffic"))
+    edit = human.commit("main", set_canary(30), Message("ops: give v2 more traffic"))
     _run(controller, clock, 1)
     log = decision_log(canary_repo)
-    assert [c["subject"] for c in log] == ["canary(shapes): 10% -> 30% by hand (v2 over v1)"]
-    assert main_state(canary_repo)["weight"] == 30
+    assert [c["subject"] for c in log] == [
+        "canary(shapes): 10% -> 30% by hand (v2 over v1), paused"]
+    state = main_state(canary_repo)
+    assert (state["weight"], state["phase"]) == (30, "paused")
+    # the pause names the human's commit and its author
+    author = subprocess.run(["git", "--git-dir", str(canary_repo), "log", "-1", "--format=%an",
+                             edit.commit], capture_output=True, text=True).stdout.strip()
+    assert f"commit {edit.commit[:7]}" in state["pause_reason"] and author in state["pause_reason"]
+
+    # a takeover holds: however long the controller runs, it steers nothing
+    _run(controller, clock, 6)
+    assert len(decision_log(canary_repo)) == 1 and main_state(canary_repo)["weight"] == 30
+
+    # `mlops canary resume` hands it back: analysis resumes from the human's weight
+    apply.human_commit(human, "main", MODEL, "resume", "ops",
+                       dt.datetime.fromtimestamp(clock.now, dt.timezone.utc))
+    _run(controller, clock, 20)
+    steps = [c["subject"] for c in decision_log(canary_repo)[1:]]
+    assert steps and steps[0] == "canary(shapes): 30% -> 50% (v2 over v1)", steps
 
     human.commit("main", set_canary(0), Message("ops: stop v2"))
     _run(controller, clock, 1)
     log = decision_log(canary_repo)
-    assert [c["subject"] for c in log][1:] == ["rollback(shapes): 30% -> 0% (v2 over v1)"]
-    assert log[1]["Mlops-Decision"] == "rollback/manual"
+    assert log[-1]["subject"].startswith("rollback(shapes): ") and "-> 0% (v2 over v1)" in \
+        log[-1]["subject"]
+    assert log[-1]["Mlops-Decision"] == "rollback/manual"
     assert main_state(canary_repo)["phase"] == "rolled_back"
 
 

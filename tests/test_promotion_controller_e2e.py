@@ -11,7 +11,10 @@ the `model` preset as a subprocess. Nothing is scripted:
    100 and becomes stable: one commit per decision;
 3. v3 is a broken release (its `infer_cfg.yml` lists a fourth label, so every
    request fails in the decoder with HTTP 500 while the server is ready) and
-   is rolled back; HAProxy ends with v2 alone.
+   is rolled back; HAProxy ends with v2 alone;
+4. during v4's canary a person pushes a weight of 40 % by hand: the controller
+   pauses (a takeover), HAProxy serves 60/40, nothing moves until `mlops
+   canary resume`, then v4 goes 40 -> 50 -> 100 and is promoted.
 
 The policy is tuned for a busy 2-core CI machine (short windows, few
 requests per step, generous latency limits, long start-up grace): the test is
@@ -26,12 +29,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
+from contracts import traffic
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
+from gitops.writeback import Message, WriteBack
 from mlops.platform.files import read_json
 from promotion.policy import load_policy
 from promotion.propose import propose
@@ -92,6 +98,7 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
     v1 = _version_dir(trained_model.model_dir, models / "v1", "v1")
     v2 = _version_dir(trained_model.model_dir, models / "v2", "v2")
     v3 = _version_dir(trained_model.model_dir, models / "v3", "v3", broken=True)
+    v4 = _version_dir(trained_model.model_dir, models / "v4", "v4")
     wd = platform_factory(repo)
     forge = LocalForge(repo)
     policy = load_policy(POLICY)
@@ -147,6 +154,37 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
         pr = forge.find_pr(f"mlops/propose/{MODEL}/v3")
         wait_for(lambda: any("Outcome: rolled back" in c["body"]
                              for c in forge.comments(pr.number)), 120, "the PR comment")
+
+        # 4. A takeover: a person sets v4's weight by hand during its canary. The
+        # controller adopts it and pauses, naming the commit and the author; the
+        # platform serves the person's split; nothing moves until `canary resume`.
+        propose(v4, str(repo), forge, policy, approval="auto")
+        wait_for(lambda: converged(wd, MODEL, {"v2": 90, "v4": 10}), SERVER_READY,
+                 "v4's 90/10 split")
+
+        def forty(root: pathlib.Path) -> None:
+            path = root / f"apps/{MODEL}/virtualservice.yaml"
+            vs = yaml.safe_load(path.read_text())
+            path.write_text(yaml.safe_dump(traffic.set_weights(vs, 40, with_canary=True),
+                                           sort_keys=False))
+
+        edit = WriteBack(str(repo)).commit("main", forty, Message("ops: v4 to 40% by hand"))
+        wait_for(finished("paused"), 60, "the takeover to pause the canary")
+        reason = _state(repo)["pause_reason"]
+        assert f"commit {edit.commit[:7]}" in reason and "by hand" in reason, reason
+        wait_for(lambda: converged(wd, MODEL, {"v2": 60, "v4": 40}), 60, "the human's split")
+        paused_at = git(repo, "rev-parse", "main").strip()
+        time.sleep(12)  # three analysis intervals: a controller still steering would have moved
+        assert git(repo, "rev-parse", "main").strip() == paused_at  # no controller commit
+        resume = subprocess.run(
+            [sys.executable, "-m", "mlops", "canary", "resume", MODEL, "--gitops", str(repo),
+             "--by", "ops"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert resume.returncode == 0, resume.stderr
+        wait_for(finished("promoted"), 300, "v4 to be promoted after the resume")
+        after = [c["subject"] for c in decision_log(repo)][-3:]
+        assert after == ["canary(shapes-detector): 40% -> 50% (v4 over v2)",
+                         "canary(shapes-detector): 50% -> 100% (v4 over v2)",
+                         "promote(shapes-detector): v4 is stable at 100% (replaces v2)"], after
     finally:
         _stop(controller)
         _stop(load)
@@ -154,7 +192,9 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
     # The history tells the whole story, one commit per decision, humans' merges between.
     subjects = git(repo, "log", "--first-parent", "--format=%s", "main").splitlines()[::-1]
     decisions = [s for s in subjects if s.startswith(("canary(", "promote(", "rollback("))]
-    assert len(decisions) == 7  # two "0% -> 10%" once ready, three steps, promote, rollback
+    # v2: "0% -> 10%" once ready, three steps, promote; v3: the same start, rollback;
+    # v4: the start, the takeover, two steps, promote
+    assert len(decisions) == 12, decisions
     report = tmp_path / "controller" / "rollouts" / MODEL
     assert (report / "v2" / "canary.png").is_file() and (report / "v3" / "report.md").is_file()
     assert "Outcome: rolled back" in (report / "v3" / "report.md").read_text()

@@ -1,11 +1,12 @@
-"""`mlops canary pause|resume|abort|promote MODEL`: a human steers a rollout.
+"""`mlops canary pause|resume|abort|promote|approve MODEL`: a human steers a rollout.
 
 Each is one commit to `apps/<model>/promotion.yaml` on the GitOps repo's main
 branch, with trailers naming the action and who asked (`Mlops-Decision:
 pause/human`, `Mlops-Requested-By:`), so the history records humans exactly as
 it records the controller. Pause and resume act at once; abort and promote are
 requests that the controller carries out with its next decision commit (only
-a decision moves the weights). `mlops canary status MODEL` says where the
+a decision moves the weights); approve lets the next step up happen under
+`approval: step`. `mlops canary status MODEL` says where the
 rollout stands (`--json`: the whole state).
 """
 
@@ -40,7 +41,7 @@ def _act(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
     result, state = human_commit(writer, args.branch, args.model, args.action, _who(args), now)
     what = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
-            "promote": "promotion requested"}[args.action]
+            "promote": "promotion requested", "approve": "next step approved"}[args.action]
     commit = (result.commit or "")[:12]
     print(f"{args.model}: {what} at {state.weight}% ({state.phase.value}); commit {commit}"
           if result.status == "committed" else f"{args.model}: nothing to change")
@@ -76,6 +77,11 @@ def _summary(state: CanaryState) -> str:
     # the counts in git lag the controller's; its log and /metrics have them.
     if state.requested:
         lines.append(f"  requested: {state.requested} by {state.requested_by or '?'}")
+    if state.awaiting_approval:
+        lines.append(f"  waiting for approval to go to {state.awaiting_approval}%: "
+                     f"`mlops canary approve {state.model}`")
+    if state.approved_by:
+        lines.append(f"  next step approved by {state.approved_by}")
     last = state.last_decision
     if last is not None:
         lines.append(f"  last decision: {last.kind} at {last.at:%Y-%m-%d %H:%M:%S}Z: {last.reason}")
@@ -84,12 +90,14 @@ def _summary(state: CanaryState) -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `mlops canary`."""
-    parser = subparsers.add_parser("canary", help="pause, resume, abort or promote a rollout")
+    parser = subparsers.add_parser(
+        "canary", help="pause, resume, abort, promote or approve a step of a rollout")
     sub = parser.add_subparsers(dest="canary_command", metavar="ACTION", required=True)
     for action, text in (("pause", "stop the analysis; weights stay"),
                          ("resume", "resume the analysis of a paused rollout"),
                          ("abort", "roll the candidate back at the next decision"),
                          ("promote", "promote the candidate at the next decision"),
+                         ("approve", "approve the next step up (policy approval: step)"),
                          ("status", "where the rollout of MODEL stands (promotion.yaml)")):
         p = sub.add_parser(action, help=text)
         p.add_argument("model", metavar="MODEL")
