@@ -19,7 +19,9 @@ field named:
   most; `steps` starting no higher and no fewer of them; `metrics`, `alpha`
   and the budgets only as the platform sets them. Custom metric queries
   never come from a model repo (an `errors: vector(0)` query hides every
-  error);
+  error); `approval: step` once the platform asks for it, and `mode` (shadow
+  leaves a bad canary serving until a person acts) as the platform sets it,
+  if it does;
 * `images`: the serving image must start with one of the allowed prefixes.
 
 Pure: the callers read the section (`gitops.layout.RepoConfig.policy`).
@@ -102,6 +104,10 @@ class PlatformPolicy(BaseModel):
                 problems.append(f"steps {list(ours)} skip ahead of the platform's {list(theirs)}")
             elif name in _PLATFORM_ONLY and ours != theirs:
                 problems.append(f"{name} is the platform's to set")
+            elif name == "approval" and theirs == "step" and ours != "step":
+                problems.append("approval auto: the platform has a person approve each step")
+            elif name == "mode" and ours != theirs:
+                problems.append(f"mode {ours} (the platform sets {theirs})")
         if problems:
             raise PolicyError(f"{where}: loosens the GitOps repo's canary policy "
                               f"({WHERE}.canary): " + "; ".join(problems))

@@ -144,3 +144,17 @@ def test_the_bounds_are_only_those_the_platform_set():
         policy.canary_for({"min_requests": 10}, "m")
     with pytest.raises(PolicyError, match="policy.approval"):
         load_platform_policy({"approval": "sometimes"})
+
+
+def test_the_canary_modes_are_bounds_only_where_the_platform_sets_them():
+    """Pure: `approval: step` holds once the platform asks for it; `mode` is the
+    platform's when it sets one (shadow leaves a bad canary serving until a
+    person acts); unset, a model team may choose either."""
+    free = load_platform_policy({})
+    assert free.canary_for({"mode": "shadow", "approval": "step"}, "m").mode == "shadow"
+    strict = load_platform_policy({"canary": {"approval": "step", "mode": "auto"}})
+    assert strict.canary_for({}, "m").approval == "step"  # the model is silent: the bound holds
+    with pytest.raises(PolicyError, match="the platform has a person approve each step"):
+        strict.canary_for({"approval": "auto"}, "m")
+    with pytest.raises(PolicyError, match="mode shadow"):
+        strict.canary_for({"mode": "shadow"}, "m")
