@@ -25,7 +25,9 @@ The order of the rules is the policy, so it is written down here:
    tests (`promotion/stats.py`): errors vs stable, error rate vs its limit,
    slow requests vs stable, p99 vs its limit. Any test that rejects is a
    rollback with cause `verdict`; together they are wrong on a healthy
-   canary with probability at most `alpha`, however often we look.
+   canary with probability at most `alpha`, however often we look. The
+   model-quality checks (`promotion/quality.py`: poor answers, canary vs
+   stable) are judged the same way at their own `quality.alpha`.
 7. Step (or promote after the last step) when the canary served
    `min_requests` in this step and the step's own numbers are within the
    policy (error rate <= max, p99 <= max and within `max_latency_ratio` of
@@ -55,14 +57,14 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from promotion import stats
+from promotion import quality, stats
 from promotion.observations import (
     Observations,
     count_above,
     histogram_quantile,
     merge_histograms,
 )
-from promotion.policy import Budget, CanaryPolicy
+from promotion.policy import Budget, CanaryPolicy, QualityCheck
 from promotion.state import CanaryState, Counts, LastDecision, Phase, Statistics
 
 __all__ = [
@@ -316,6 +318,24 @@ def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any,
     return rel, lim
 
 
+def _merge_quality(a: dict[str, dict[float, float]],
+                   b: dict[str, dict[float, float]]) -> dict[str, dict[float, float]]:
+    return {k: merge_histograms(a.get(k), b.get(k)) for k in sorted(set(a) | set(b))}
+
+
+def _quality_check(policy: CanaryPolicy, qc: QualityCheck, state: CanaryState, canary: Counts,
+                   stable: Counts) -> Check:
+    """One model-quality check (`promotion/quality.py`) as evidence."""
+    name = f"quality_{qc.name}"
+    if state.weight >= 100:
+        return Check(name=name, verdict="skipped", detail="stable serves no traffic at 100%")
+    v = quality.judge(policy.quality, qc, state.statistics.quality.get(qc.name),
+                      canary.quality.get(qc.signal), stable.quality.get(qc.signal),
+                      min_answers=policy.min_requests)
+    return Check(name=name, verdict=v.verdict, value=v.canary_share, threshold=v.stable_share,
+                 samples=v.samples, statistic=v.statistic, detail=v.detail)
+
+
 def _window_dict(obs: Observations) -> dict[str, Any]:
     share = obs.observed_share
     return {
@@ -446,20 +466,26 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     # 6. Count the window and judge.
     canary = Counts(requests=state.canary_counts.requests + obs.canary.requests,
                     errors=state.canary_counts.errors + obs.canary.errors,
-                    latency=merge_histograms(state.canary_counts.latency, obs.canary.latency))
+                    latency=merge_histograms(state.canary_counts.latency, obs.canary.latency),
+                    quality=_merge_quality(state.canary_counts.quality, obs.canary.quality))
     stable = Counts(requests=state.stable_counts.requests + obs.stable.requests,
                     errors=state.stable_counts.errors + obs.stable.errors,
-                    latency=merge_histograms(state.stable_counts.latency, obs.stable.latency))
+                    latency=merge_histograms(state.stable_counts.latency, obs.stable.latency),
+                    quality=_merge_quality(state.stable_counts.quality, obs.stable.quality))
     st = state.statistics
     relative = stats.update_relative(st.relative, obs.canary.errors, obs.stable.errors,
                                      obs.canary.requests, obs.stable.requests)
     limit = stats.update_limit(st.limit, obs.canary.errors, obs.canary.requests,
                                policy.max_error_rate)
     lat_rel, lat_lim = _latency_updates(policy, st.latency_relative, st.latency_limit, obs)
+    qual = {c.name: quality.update(st.quality.get(c.name), c, obs.canary.quality.get(c.signal),
+                                   obs.stable.quality.get(c.signal))
+            for c in policy.quality.checks}
     state = state.with_(
         canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
         statistics=Statistics(relative=_floats(relative), limit=_floats(limit),
-                              latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim)),
+                              latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim),
+                              quality=qual),
     )
 
     def e_check(name: str, log_lr: Any) -> tuple[float, float, bool]:
@@ -522,6 +548,8 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
                        f"SPRT on the canary's share of requests slower than "
                        f"{policy.max_latency_ratio:g}x stable's p99, rejects at log e >= "
                        f"{t:.3f}; to step, the ratio must be within it"))
+    for qc in policy.quality.checks:
+        checks.append(_quality_check(policy, qc, state, canary, stable))
     checks.append(Check(
         name="requests", value=float(canary.requests), threshold=float(policy.min_requests),
         samples=canary.requests,
@@ -539,7 +567,9 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
             "latency_vs_stable": f"canary slower than stable (tail beyond "
                                  f"{policy.max_latency_ratio:g}x the p99)",
         }
-        reason = "; ".join(names.get(c.name, c.name) for c in failed)
+        reason = "; ".join(
+            f"model quality ({c.name.removeprefix('quality_')}): {c.detail.split(' (SPRT')[0]}"
+            if c.name.startswith("quality_") else names.get(c.name, c.name) for c in failed)
         return _rollback(state, "verdict", reason, now, evidence)
 
     # 7. Good enough to move on?

@@ -1,9 +1,11 @@
 """What a metric source saw in one analysis window: plain data, no I/O.
 
-Per version: requests, errors (5xx and the router's own failures) and a
+Per version: requests, errors (5xx and the router's own failures), a
 latency histogram as Prometheus keeps it (cumulative buckets, upper bound in
-seconds -> count, `inf` included). The observed traffic share is derived from
-the request counts unless the source measured it separately.
+seconds -> count, `inf` included) and the same kind of histogram for each
+model-quality signal the source reads (what the model answered). The
+observed traffic share is derived from the request counts unless the source
+measured it separately.
 
 A `fault` (the metric source failed: Prometheus down, a broken query) is a
 different thing from "no data" (the source answered, nobody sent requests):
@@ -40,6 +42,9 @@ class VersionWindow(BaseModel):
     errors: int = Field(default=0, ge=0)
     latency: Histogram | None = None
     """None: the source has no latency histogram (e.g. the haproxy preset)."""
+    quality: dict[str, Histogram] = Field(default_factory=dict)
+    """What the model answered, per signal (`detections_per_image`, `top_score`):
+    cumulative buckets of the signal's value -> answers. Empty: not measured."""
 
     @field_validator("errors")
     @classmethod

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.errors import ExitCode, MlopsError
 
-__all__ = ["Budget", "CanaryPolicy", "MetricsSpec", "PolicyError", "load_policy", "parse_duration"]
+__all__ = ["Budget", "CanaryPolicy", "MetricsSpec", "PolicyError", "QualityCheck", "QualitySpec",
+           "load_policy", "parse_duration"]
 
 
 class PolicyError(MlopsError, ValueError):
@@ -122,6 +123,55 @@ class MetricsSpec(_Frozen):
         return self
 
 
+class QualityCheck(_Frozen):
+    """One model-quality check: the canary's share of *poor* answers vs stable's.
+
+    An answer is poor when the signal's value is at most `at_most` (a bucket
+    bound of the signal's histogram, e.g. 0 detections, best score <= 0.5).
+    The check fails when the sequential test says the canary's poor share is
+    above `min_ratio` x stable's *and* the canary's share is at least
+    `min_difference` above stable's: both margins let a harmless drift of a
+    retrain pass.
+    """
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    signal: str
+    at_most: float
+    what: str = ""
+    """How a poor answer reads in a verdict ("images with no detection")."""
+    min_ratio: float = Field(default=2.0, ge=1)
+    min_difference: float = Field(default=0.05, ge=0, lt=1)
+
+
+DEFAULT_QUALITY_CHECKS = (
+    QualityCheck(name="no_detections", signal="detections_per_image", at_most=0,
+                 what="images answered with no detection"),
+    QualityCheck(name="low_confidence", signal="top_score", at_most=0.5,
+                 what="images whose best score is at most 0.5"),
+)
+
+
+class QualitySpec(_Frozen):
+    """What the model answers, canary vs stable (a model that answers 200, fast and
+    wrong: training/serving skew, a label map off by one, live data unlike the
+    val set). Read from the model server's own metrics in every preset."""
+
+    checks: tuple[QualityCheck, ...] = DEFAULT_QUALITY_CHECKS
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    """False-alarm rate of the quality checks together, over a whole rollout, on
+    top of `alpha` for errors and latency (each is stated on its own)."""
+    min_answers: int | None = Field(default=None, ge=1)
+    """Canary answers a step needs on each signal before its check can pass
+    (default: the policy's `min_requests`)."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> QualitySpec:
+        names = [c.name for c in self.checks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"quality check names repeat: {names}")
+        return self
+
+
 class CanaryPolicy(_Frozen):
     """Steps, interval, statistics and limits of one model's canary."""
 
@@ -149,6 +199,7 @@ class CanaryPolicy(_Frozen):
     insufficient_evidence: Budget = Budget(max_intervals=20, action="pause")
     faults: Budget = Budget(max_intervals=10, action="pause")
     metrics: MetricsSpec = MetricsSpec()
+    quality: QualitySpec = QualitySpec()
 
     @field_validator("interval", "no_traffic_grace", "ready_timeout", mode="before")
     @classmethod

@@ -94,6 +94,22 @@ def _bucket_key(le: float) -> str:
     return "+Inf" if math.isinf(le) else repr(float(le))
 
 
+def _parse_histogram(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        out = {}
+        for key, count in value.items():
+            text = str(key).strip()
+            le = math.inf if text in ("+Inf", "inf", "Inf") else float(text)
+            out[le] = count
+        return out
+    return value
+
+
+def _dump_histogram(hist: dict[float, float]) -> dict[str, Any]:
+    return {_bucket_key(le): (int(c) if float(c).is_integer() else c)
+            for le, c in sorted(hist.items())}
+
+
 class Counts(BaseModel):
     """One version's requests, errors and latency buckets since the step began."""
 
@@ -104,22 +120,28 @@ class Counts(BaseModel):
     latency: dict[float, float] = Field(default_factory=dict)
     """Cumulative buckets, upper bound in seconds -> count (stored as strings)."""
 
+    quality: dict[str, dict[float, float]] = Field(default_factory=dict)
+    """Per model-quality signal, cumulative buckets of the answers' values."""
+
     @field_validator("latency", mode="before")
     @classmethod
     def _parse_buckets(cls, value: Any) -> Any:
+        return _parse_histogram(value)
+
+    @field_validator("quality", mode="before")
+    @classmethod
+    def _parse_quality(cls, value: Any) -> Any:
         if isinstance(value, Mapping):
-            out = {}
-            for key, count in value.items():
-                text = str(key).strip()
-                le = math.inf if text in ("+Inf", "inf", "Inf") else float(text)
-                out[le] = count
-            return out
+            return {str(k): _parse_histogram(v) for k, v in value.items()}
         return value
 
     @field_serializer("latency")
     def _dump_buckets(self, latency: dict[float, float]) -> dict[str, Any]:
-        return {_bucket_key(le): (int(c) if float(c).is_integer() else c)
-                for le, c in sorted(latency.items())}
+        return _dump_histogram(latency)
+
+    @field_serializer("quality")
+    def _dump_quality(self, quality: dict[str, dict[float, float]]) -> dict[str, Any]:
+        return {k: _dump_histogram(v) for k, v in sorted(quality.items())}
 
 
 class Statistics(BaseModel):
@@ -135,6 +157,17 @@ class Statistics(BaseModel):
     """Slow requests: canary vs stable."""
     latency_limit: tuple[float, ...] = tuple(stats.initial(stats.LIMIT_GRID))
     """Requests above `max_p99_ms`: canary vs 1 %."""
+    quality: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    """Per model-quality check: poor answers, canary vs stable (`stats.QUALITY_GRID`)."""
+
+    @field_validator("quality")
+    @classmethod
+    def _quality_len(cls, value: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+        for name, lam in value.items():
+            if len(lam) != len(stats.QUALITY_GRID):
+                raise ValueError(f"quality.{name}: expected {len(stats.QUALITY_GRID)} values "
+                                 "(one per alternative)")
+        return value
 
     @field_validator("relative", "latency_relative")
     @classmethod

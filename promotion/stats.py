@@ -55,6 +55,7 @@ from numpy.typing import ArrayLike, NDArray
 __all__ = [
     "ALPHA_SHARES",
     "LIMIT_GRID",
+    "QUALITY_GRID",
     "RELATIVE_GRID",
     "log_e_value",
     "rejection_log_threshold",
@@ -64,6 +65,10 @@ __all__ = [
 
 RELATIVE_GRID: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 """Alternatives for the relative test: canary error rate = rho x stable's."""
+
+QUALITY_GRID: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
+"""Alternatives for a model-quality check: the canary's share of poor answers =
+rho x the null ratio x stable's (finer near 1: the null already has a margin)."""
 
 LIMIT_GRID: tuple[float, ...] = (1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 """Alternatives for the limit test: canary error rate = rho x max_error_rate."""
@@ -94,13 +99,19 @@ def _binomial_log_lr(x: NDArray[np.float64], n: NDArray[np.float64],
 
 def update_relative(log_lr: ArrayLike, canary_errors: ArrayLike, stable_errors: ArrayLike,
                     canary_requests: ArrayLike, stable_requests: ArrayLike,
-                    grid: Sequence[float] = RELATIVE_GRID) -> NDArray[np.float64]:
+                    grid: Sequence[float] = RELATIVE_GRID,
+                    null_ratio: float = 1.0) -> NDArray[np.float64]:
     """Add one window's evidence that the canary fails more often than stable.
 
     `log_lr` has the grid as its last axis; counts broadcast against the rest.
+    `null_ratio` r0 > 1 moves H0 to "the canary's rate is at most r0 x stable's"
+    (a minimum effect: smaller drifts are not evidence); the alternatives are
+    then rho x r0. The likelihood ratio against the boundary stays a
+    supermartingale for every ratio <= r0 (the family has a monotone
+    likelihood ratio in the canary's share), so the level is kept.
     """
     lam = np.asarray(log_lr, dtype=float)
-    rho = np.asarray(grid, dtype=float)
+    rho = np.asarray(grid, dtype=float) * null_ratio
     ec = np.asarray(canary_errors, dtype=float)[..., None]
     es = np.asarray(stable_errors, dtype=float)[..., None]
     nc = np.asarray(canary_requests, dtype=float)[..., None]
@@ -108,7 +119,7 @@ def update_relative(log_lr: ArrayLike, canary_errors: ArrayLike, stable_errors: 
     informative = (nc > 0) & (ns > 0)
     total = np.where(informative, ec + es, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        pi0 = np.where(informative, nc / (nc + ns), 0.5)
+        pi0 = np.where(informative, null_ratio * nc / (null_ratio * nc + ns), 0.5)
         pi1 = np.where(informative, rho * nc / (rho * nc + ns), 0.5)
     return lam + _binomial_log_lr(np.where(informative, ec, 0.0), total, pi0, pi1)
 

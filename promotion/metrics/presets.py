@@ -47,6 +47,10 @@ class QueryPreset(BaseModel):
     requests: str
     errors: str
     latency: str | None = None
+    quality: dict[str, str] = {}
+    """Model-quality signals: name -> a `sum by (le)` histogram query of what the
+    model answered (the model server's own metrics, whichever router counts
+    the requests)."""
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any]) -> QueryPreset:
@@ -57,8 +61,9 @@ class QueryPreset(BaseModel):
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
             raise PresetError(f"metrics preset {name!r}: {problems}") from None
-        for kind in ("requests", "errors", "latency"):
-            template = getattr(preset, kind)
+        templates = {kind: getattr(preset, kind) for kind in ("requests", "errors", "latency")}
+        templates.update({f"quality.{signal}": q for signal, q in preset.quality.items()})
+        for kind, template in templates.items():
             if template is None:
                 continue
             for match in string.Template.pattern.finditer(template):
@@ -68,6 +73,11 @@ class QueryPreset(BaseModel):
                         f"metrics preset {name!r}, query {kind!r}: unknown placeholder "
                         f"${placeholder}; use {', '.join('$' + p for p in PLACEHOLDERS)}")
         return preset
+
+    def render_quality(self, **values: str) -> dict[str, str]:
+        """Each quality signal's query with placeholders filled in."""
+        return {signal: string.Template(template).substitute(values)
+                for signal, template in sorted(self.quality.items())}
 
     @property
     def latency_scale(self) -> float:

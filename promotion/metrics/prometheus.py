@@ -1,11 +1,12 @@
 """Prometheus as a metric source, over its HTTP API (`/api/v1/query`).
 
-Each observation is a handful of instant queries (requests, errors and the
-latency buckets of each version) evaluated at one `time`, so both versions
-are read over exactly the same window: the comparison with stable is fair by
-construction. Anything that goes wrong on the way (connection refused,
-timeout, HTTP error, `status: error`, a non-vector answer) becomes
-`Observations.faulted(...)`; an empty vector is a zero (no data).
+Each observation is a handful of instant queries (requests, errors, the
+latency buckets and the model-quality buckets of each version) evaluated at
+one `time`, so both versions are read over exactly the same window: the
+comparison with stable is fair by construction. Anything that goes wrong on
+the way (connection refused, timeout, HTTP error, `status: error`, a
+non-vector answer) becomes `Observations.faulted(...)`; an empty vector is a
+zero (no data).
 
 `increase()` extrapolates, so counts come back as floats; they are rounded
 to whole requests because the statistics count requests.
@@ -54,6 +55,12 @@ class PrometheusSource:
         kinds: tuple[QueryKind, ...] = ("requests", "errors", "latency")
         return {kind: self.preset.render(kind, **values) for kind in kinds}
 
+    def quality_queries(self, model: str, version: str, window: float) -> dict[str, str]:
+        """The rendered model-quality queries for one version."""
+        return self.preset.render_quality(
+            model=model, version=version, workload=_workload(model, version),
+            namespace=self.namespace, window=render_window(window))
+
     def query(self, promql: str, at: dt.datetime | None = None) -> list[dict[str, Any]]:
         """Run one instant query; the result vector, or MetricFault."""
         params: dict[str, str] = {"query": promql}
@@ -84,15 +91,14 @@ class PrometheusSource:
                 total += value
         return max(0, int(round(total)))
 
-    def _histogram(self, promql: str, at: dt.datetime | None) -> Histogram:
+    def _histogram(self, promql: str, at: dt.datetime | None, scale: float = 1.0) -> Histogram:
         hist: Histogram = {}
         for sample in self.query(promql, at):
             le_text = sample.get("metric", {}).get("le")
             if le_text is None:
-                raise MetricFault(f"latency query returned a series without 'le': {promql}")
+                raise MetricFault(f"histogram query returned a series without 'le': {promql}")
             value = float(sample["value"][1])
-            le = math.inf if le_text in ("+Inf", "Inf", "inf") else float(le_text) \
-                * self.preset.latency_scale
+            le = math.inf if le_text in ("+Inf", "Inf", "inf") else float(le_text) * scale
             hist[le] = 0.0 if math.isnan(value) else value
         return dict(sorted(hist.items()))
 
@@ -100,9 +106,13 @@ class PrometheusSource:
                  at: dt.datetime | None) -> VersionWindow:
         q = self.queries(model, version, window)
         assert q["requests"] is not None and q["errors"] is not None
-        latency = None if q["latency"] is None else self._histogram(q["latency"], at)
+        latency = None if q["latency"] is None else self._histogram(
+            q["latency"], at, self.preset.latency_scale)
+        quality = {signal: self._histogram(promql, at)
+                   for signal, promql in self.quality_queries(model, version, window).items()}
         return VersionWindow(requests=self._scalar(q["requests"], at),
-                             errors=self._scalar(q["errors"], at), latency=latency)
+                             errors=self._scalar(q["errors"], at), latency=latency,
+                             quality={k: v for k, v in quality.items() if v})
 
     def observe(self, model: str, stable: str, canary: str, window: float,
                 at: dt.datetime | None = None) -> Observations:

@@ -1,0 +1,128 @@
+"""Model-quality checks: does the canary answer worse than stable? Pure, no I/O.
+
+A model can answer 200, fast and wrong: a wrong normalisation or colour
+order in `infer_cfg.yml`, a changed input size, a label map off by one, live
+data unlike the val set. The offline gate cannot see it (it evaluates with
+the training code's own preprocessing); the answers can. The model server
+exports, per version, histograms of what it answered (`serving/metrics.py`:
+detections per image, best score per image); each `QualityCheck` of the
+policy turns one of them into a count of *poor* answers (value at most a
+bound: no detection, best score <= 0.5) and compares canary with stable in
+the same windows, with the same conditional binomial test as the error check
+(`stats.update_relative`), its null moved to `min_ratio` x stable's share so
+that a harmless drift is not evidence. Together the checks are wrong on a
+healthy canary with probability at most `quality.alpha` over the rollout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from promotion import stats
+from promotion.observations import Histogram, count_above
+from promotion.policy import QualityCheck, QualitySpec
+
+__all__ = ["QualityVerdict", "judge", "mean", "poor_answers", "update"]
+
+
+def poor_answers(hist: Mapping[float, float] | None, at_most: float) -> tuple[int, int] | None:
+    """(answers whose value is at most `at_most`, all answers); None when unmeasured.
+
+    `at_most` is rounded up to a bucket bound, as the histogram cannot say more.
+    """
+    above = count_above(hist, at_most)
+    if above is None:
+        return None
+    slow, total = above
+    return total - slow, total
+
+
+def mean(hist: Mapping[float, float] | None) -> float | None:
+    """The mean value, each answer counted at its bucket's upper bound (the
+    `+Inf` bucket at the highest finite one): exact for small integer counts
+    such as detections per image, an upper estimate for scores."""
+    if not hist:
+        return None
+    total, running = 0.0, 0.0
+    finite = [le for le in sorted(hist) if not math.isinf(le)]
+    for le in sorted(hist):
+        count = max(float(hist[le]), running)  # cumulative counts only grow
+        value = le if not math.isinf(le) else (finite[-1] if finite else 0.0)
+        total += (count - running) * value
+        running = count
+    return total / running if running > 0 else None
+
+
+def update(log_lr: Sequence[float] | None, check: QualityCheck,
+           canary: Mapping[float, float] | None,
+           stable: Mapping[float, float] | None) -> tuple[float, ...]:
+    """Add one window's evidence that the canary's answers are poorer than stable's."""
+    lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.QUALITY_GRID))
+    c, s = poor_answers(canary, check.at_most), poor_answers(stable, check.at_most)
+    if c is None or s is None:
+        return lam
+    new = stats.update_relative(lam, c[0], s[0], c[1], s[1], grid=stats.QUALITY_GRID,
+                                null_ratio=check.min_ratio)
+    return tuple(float(x) for x in new)
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityVerdict:
+    """One check's verdict and the numbers behind it."""
+
+    name: str
+    verdict: Literal["pass", "fail", "unknown", "skipped"]
+    canary_share: float | None
+    stable_share: float | None
+    samples: int
+    statistic: float
+    threshold: float
+    detail: str
+
+    @property
+    def reason(self) -> str:
+        """A rollback reason naming the signal and both versions' numbers."""
+        return self.detail
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}" if share >= 0.1 else f"{share:.1%}"
+
+
+def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None,
+          canary: Histogram | None, stable: Histogram | None,
+          min_answers: int = 100) -> QualityVerdict:
+    """The check's verdict from the rollout's test state and the step's histograms
+    (`min_answers`: `spec.min_answers` when set)."""
+    min_answers = spec.min_answers or min_answers
+    lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.QUALITY_GRID))
+    threshold = stats.rejection_log_threshold(spec.alpha, 1.0 / max(1, len(spec.checks)))
+    statistic = float(stats.log_e_value(lam))
+    c, s = poor_answers(canary, check.at_most), poor_answers(stable, check.at_most)
+    what = check.what or f"answers with {check.signal} <= {check.at_most:g}"
+    if c is None and s is None:
+        return QualityVerdict(check.name, "skipped", None, None, 0, statistic, threshold,
+                              f"{check.signal}: not measured by the metric source")
+    share_c = c[0] / c[1] if c and c[1] else None
+    share_s = s[0] / s[1] if s and s[1] else None
+    mean_c, mean_s = mean(canary), mean(stable)
+    means = (f"; mean {check.signal} {mean_c:.2f} vs {mean_s:.2f}"
+             if mean_c is not None and mean_s is not None else "")
+    detail = (f"canary {_pct(share_c)} {what}, stable {_pct(share_s)}{means} "
+              f"(SPRT vs {check.min_ratio:g}x stable's share, rejects at log e >= "
+              f"{threshold:.3f}; harmless below +{check.min_difference:.0%})")
+    samples = c[1] if c else 0
+    worse = share_c is not None and share_s is not None and \
+        share_c - share_s >= check.min_difference
+    verdict: Literal["pass", "fail", "unknown", "skipped"]
+    if statistic >= threshold and worse:
+        verdict = "fail"
+    elif samples >= min_answers and share_s is not None:
+        verdict = "pass"
+    else:
+        verdict = "unknown"
+    return QualityVerdict(check.name, verdict, share_c, share_s, samples, statistic, threshold,
+                          detail)

@@ -1,0 +1,180 @@
+"""Model-quality checks in the canary analysis (`promotion/quality.py`): pure,
+no server. A skewed canary (answers 200, fast, and finds nothing) is rolled
+back by a quality check while its errors and latency pass; a harmless drift
+of a retrain is not; the test's false-alarm rate holds at the boundary of its
+minimum effect (Monte Carlo through the same `stats` code the controller runs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import numpy as np
+import pytest
+
+from promotion import quality, stats
+from promotion.analysis import decide
+from promotion.metrics.presets import get_preset
+from promotion.metrics.prometheus import PrometheusSource
+from promotion.observations import Observations, VersionWindow
+from promotion.policy import CanaryPolicy, PolicyError, QualityCheck, load_policy
+from promotion.state import dump_state_yaml, load_state, start_canary
+
+T0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.timezone.utc)
+DETECTION_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
+SCORE_BUCKETS = tuple(round(0.05 * i, 2) for i in range(1, 21))
+
+
+def _cumulative(values: np.ndarray, bounds: tuple[float, ...]) -> dict[float, float]:
+    hist = {float(b): float(np.sum(values <= b + 1e-12)) for b in bounds}
+    hist[math.inf] = float(len(values))
+    return hist
+
+
+def _answers(n: int, empty_share: float, rng: np.random.Generator) -> dict[str, dict]:
+    """`n` images' answers: 3-4 detections scored ~0.9, or none (score 0)."""
+    empty = rng.random(n) < empty_share
+    detections = np.where(empty, 0, rng.integers(3, 5, n))
+    top = np.where(empty, 0.0, rng.uniform(0.8, 0.99, n))
+    return {"detections_per_image": _cumulative(detections, DETECTION_BUCKETS),
+            "top_score": _cumulative(top, SCORE_BUCKETS)}
+
+
+def _window(weight: int, canary_empty: float, stable_empty: float,
+            rng: np.random.Generator, total: int = 1000) -> Observations:
+    n_c = total * weight // 100
+    n_s = total - n_c
+    fast = {0.01: 0.0, 0.05: None, math.inf: None}
+
+    def latency(n: int) -> dict[float, float]:
+        return {k: (float(n) if v is None else v) for k, v in fast.items()}
+
+    return Observations(
+        canary=VersionWindow(requests=n_c, errors=0, latency=latency(n_c),
+                             quality=_answers(n_c, canary_empty, rng)),
+        stable=VersionWindow(requests=n_s, errors=0, latency=latency(n_s),
+                             quality=_answers(n_s, stable_empty, rng)),
+        window_seconds=30)
+
+
+def test_poor_answers_and_mean_read_the_histogram():
+    hist = {0.0: 2.0, 1.0: 2.0, 2.0: 5.0, 3.0: 10.0, math.inf: 10.0}
+    assert quality.poor_answers(hist, 0) == (2, 10)
+    assert quality.poor_answers(hist, 2) == (5, 10)
+    assert quality.mean(hist) == pytest.approx((0 * 2 + 2 * 3 + 3 * 5) / 10)
+    assert quality.poor_answers({}, 0) is None and quality.mean({}) is None
+
+
+def test_a_skewed_canary_is_rolled_back_by_a_quality_check_while_errors_and_latency_pass():
+    rng = np.random.default_rng(7)
+    policy = CanaryPolicy(min_requests=100)
+    state = start_canary("shapes-detector", "v1", "v2", 10, T0)
+    decision = None
+    for minute in range(1, 20):
+        decision = decide(policy, state, _window(10, 0.7, 0.02, rng),
+                          T0 + dt.timedelta(minutes=minute))
+        if decision.kind == "rollback":
+            break
+        state = decision.state
+    assert decision is not None and (decision.kind, decision.cause) == ("rollback", "verdict")
+    assert decision.reason.startswith("model quality (no_detections): canary ")
+    assert "images answered with no detection, stable" in decision.reason
+    checks = {c.name: c for c in decision.evidence.checks}
+    assert checks["quality_no_detections"].verdict == "fail"
+    assert checks["errors_vs_stable"].verdict == "pass"
+    assert checks["latency_p99"].verdict != "fail"
+    # the evidence carries value, threshold and statistic for the commit trailers
+    record = checks["quality_no_detections"].to_dict()
+    assert record["value"] > 0.5 and record["threshold"] < 0.1 and record["statistic"] > 0
+    # and the mean the issue asks a verdict to name
+    assert "mean detections_per_image" in record["detail"]
+
+
+def test_a_harmless_drift_steps_through_every_weight_and_promotes():
+    """Stable answers 2 % of images with nothing, the retrain 3 %: below both margins."""
+    rng = np.random.default_rng(11)
+    policy = CanaryPolicy(min_requests=100)
+    state = start_canary("shapes-detector", "v1", "v2", 10, T0)
+    kinds = []
+    for minute in range(1, 40):
+        decision = decide(policy, state, _window(state.weight, 0.03, 0.02, rng),
+                          T0 + dt.timedelta(minutes=minute))
+        kinds.append(decision.kind)
+        state = decision.state
+        if decision.kind == "promote":
+            break
+    assert "rollback" not in kinds and kinds[-1] == "promote", kinds
+
+
+def test_without_quality_data_the_checks_are_skipped_not_passed_or_failed():
+    policy = CanaryPolicy(min_requests=10)
+    state = start_canary("m", "v1", "v2", 10, T0)
+    obs = Observations(canary=VersionWindow(requests=100, errors=0),
+                       stable=VersionWindow(requests=900, errors=0), window_seconds=30)
+    decision = decide(policy, state, obs, T0 + dt.timedelta(minutes=1))
+    checks = {c.name: c.verdict for c in decision.evidence.checks}
+    assert checks["quality_no_detections"] == "skipped"
+    assert checks["quality_low_confidence"] == "skipped"
+    assert decision.kind == "step"
+
+
+def test_quality_counts_and_statistics_survive_promotion_yaml():
+    rng = np.random.default_rng(3)
+    policy = CanaryPolicy(min_requests=1000)  # hold: the step's counts stay in the state
+    state = start_canary("m", "v1", "v2", 10, T0)
+    decision = decide(policy, state, _window(10, 0.1, 0.02, rng), T0 + dt.timedelta(minutes=1))
+    assert decision.kind == "hold"
+    back = load_state(dump_state_yaml(decision.state))
+    assert back == decision.state
+    assert set(back.statistics.quality) == {"no_detections", "low_confidence"}
+    assert back.canary_counts.quality["detections_per_image"][0.0] > 0
+
+
+@pytest.mark.parametrize("ratio", [1.0, 2.0])
+def test_the_false_alarm_rate_holds_up_to_the_minimum_effect(ratio):
+    """2000 healthy rollouts of 60 windows, the canary's poor share `ratio` x
+    stable's (2.0 is the null's boundary, min_ratio): the test may reject at most
+    alpha of them; at 5x it rejects nearly all (power)."""
+    rng = np.random.default_rng(2026)
+    runs, windows, alpha, r0 = 2000, 60, 0.01, 2.0
+    threshold = stats.rejection_log_threshold(alpha)
+
+    def rejected(true_ratio: float) -> float:
+        lam = np.zeros((runs, len(stats.QUALITY_GRID)))
+        ever = np.zeros(runs, dtype=bool)
+        p_s = 0.05
+        for _ in range(windows):
+            n_c, n_s = 100, 900
+            e_c = rng.binomial(n_c, min(1.0, p_s * true_ratio), runs)
+            e_s = rng.binomial(n_s, p_s, runs)
+            lam = stats.update_relative(lam, e_c, e_s, n_c, n_s, grid=stats.QUALITY_GRID,
+                                        null_ratio=r0)
+            ever |= stats.log_e_value(lam) >= threshold
+        return float(ever.mean())
+
+    assert rejected(ratio) <= alpha
+    assert rejected(5.0) >= 0.95
+
+
+def test_quality_policy_is_validated_with_the_field_named():
+    policy = load_policy({"quality": {"checks": [
+        {"name": "empty", "signal": "detections_per_image", "at_most": 0, "min_ratio": 3}]}})
+    assert policy.quality.checks == (QualityCheck(name="empty", signal="detections_per_image",
+                                                  at_most=0, min_ratio=3),)
+    assert load_policy({"quality": {"checks": []}}).quality.checks == ()
+    with pytest.raises(PolicyError, match=r"promotion\.canary\.quality"):
+        load_policy({"quality": {"checks": [{"name": "a", "signal": "s", "at_most": 0}] * 2}})
+    with pytest.raises(PolicyError, match=r"quality\.alpha"):
+        load_policy({"quality": {"alpha": 0.9}})
+
+
+def test_every_preset_reads_the_model_servers_quality_histograms():
+    for preset in ("model", "istio", "haproxy"):
+        source = PrometheusSource("http://127.0.0.1:9", preset=preset)
+        queries = source.quality_queries("shapes-detector", "v2", 30)
+        assert set(queries) == set(get_preset(preset).quality) == {
+            "detections_per_image", "top_score"}
+        assert queries["top_score"] == (
+            'sum by (le) (increase(model_top_score_bucket{model_name="shapes-detector",'
+            'model_version="v2"}[30s]))')
