@@ -16,6 +16,7 @@ The functions here are pure numpy on arrays the request already holds; the
 server turns the records into metrics (`ServerMetrics.observe_answer`).
 """
 
+import collections
 import dataclasses
 from collections.abc import Collection, Sequence
 
@@ -56,7 +57,7 @@ def input_stats(rgb: np.ndarray, width: int, height: int) -> InputStats:
     server passes the array it has in hand): a resize keeps the mean, and
     `width` x `height` are the decoded size either way.
     """
-    mean = float(rgb.mean()) / 255.0 if rgb.size else 0.0
+    mean = float(rgb.sum()) / (rgb.size * 255.0) if rgb.size else 0.0  # .mean() costs more
     return InputStats(brightness=mean, pixels=int(width) * int(height))
 
 
@@ -78,9 +79,9 @@ def answer_signals(
     if len(scores) != len(labels):
         raise ValueError(f"{len(scores)} scores for {len(labels)} labels")
     counts: dict[str, int] = {}
-    for name in labels:
+    for name, count in collections.Counter(labels).items():  # a few distinct names
         label = class_label(name, classes)
-        counts[label] = counts.get(label, 0) + 1
+        counts[label] = counts.get(label, 0) + count
     top = float(np.max(scores)) if len(scores) else 0.0
     return AnswerSignals(len(scores), top, tuple(counts.items()), image)
 
