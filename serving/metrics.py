@@ -14,9 +14,36 @@ Buckets: 20 log-spaced bounds from 1 ms to 1 s (ratio ~1.44, so a quantile
 read from them is off by at most ~20 %), plus 2.5 s and 5 s for outliers.
 A per-server registry (not the global one) keeps several servers in one
 test process apart.
+
+Model quality on live traffic (`quality.py`): a model that answers 200,
+fast and wrong (training/serving skew: wrong normalisation, BGR for RGB, a
+label map off by one) looks healthy above, so the answers themselves are
+measured too, per image of every successful inference answer (never for a
+4xx/5xx or a fault drill's injected error), and only where the server
+itself made the detections, i.e. for encoded-image requests (a raw-tensor
+request gets the model's heads back; nothing is recorded for it):
+
+* `model_detections_per_image` (histogram; buckets 0, 1, 2, 3, 4, 5, 6, 8,
+  10, 15, 20, 30, 50, 100): detections the client received per image, after
+  the score threshold; the `le="0.0"` bucket counts images without any.
+* `model_top_score` (histogram; 0.05 to 1.0 in steps of 0.05): the best
+  detection's score per image, 0.0 for an image without detections.
+* `model_class_detections_total{class}` (counter): detections by class.
+  `class` is one of the model's own class names (`infer_cfg.yml` `labels:`)
+  or `other` for anything else (a class id the label list does not name),
+  never a free string from a request or an output: every label value is a
+  series kept for the life of the process and scraped every time, so the
+  set is bounded by the model's labels, not by traffic. Every series starts
+  at 0, so an `increase()` sees the first detection of a class.
+* `model_input_brightness` (histogram; 0.05 to 1.0 in steps of 0.05): the
+  mean pixel value of the decoded image scaled to 0..1, before the model's
+  normalisation; `model_input_pixels` (histogram; powers of 2 from 2^10 to
+  2^24): width x height as decoded. Input drift (dark frames, a different
+  camera resolution) is told apart from a model regression with these.
 """
 
 import platform
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -27,6 +54,15 @@ from prometheus_client import (
     generate_latest,
 )
 
+from serving.quality import (
+    BRIGHTNESS_BUCKETS,
+    DETECTION_BUCKETS,
+    OTHER,
+    PIXEL_BUCKETS,
+    SCORE_BUCKETS,
+    AnswerSignals,
+)
+
 BUCKETS = tuple(round(10 ** (-3 + 3 * i / 19), 6) for i in range(20)) + (2.5, 5.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -34,7 +70,10 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class ServerMetrics:
     """The metric families of one model server."""
 
-    def __init__(self, model_name: str, model_version: str) -> None:
+    def __init__(
+        self, model_name: str, model_version: str, classes: Iterable[str] = ()
+    ) -> None:
+        """`classes`: the model's class names, the `class` label's values besides `other`."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.labels = {"model_name": model_name, "model_version": model_version}
         names = ("model_name", "model_version")
@@ -78,6 +117,36 @@ class ServerMetrics:
         ).labels(**self.labels)
         self.set_fault(0.0, 0.0)
 
+        self.detections = Histogram(
+            "model_detections_per_image",
+            "Detections returned per image (after the score threshold), encoded-image requests.",
+            names, buckets=DETECTION_BUCKETS, registry=self.registry,
+        ).labels(**self.labels)
+        self.top_score = Histogram(
+            "model_top_score",
+            "Highest detection score per image (0 for an image without detections).",
+            names, buckets=SCORE_BUCKETS, registry=self.registry,
+        ).labels(**self.labels)
+        class_detections = Counter(
+            "model_class_detections",
+            "Detections returned by class: the model's class names, 'other' for the rest.",
+            (*names, "class"), registry=self.registry,
+        )
+        self.class_detections = {
+            name: class_detections.labels(**self.labels, **{"class": name})
+            for name in (*classes, OTHER)
+        }
+        self.input_brightness = Histogram(
+            "model_input_brightness",
+            "Mean pixel value of each decoded input image, 0..1, before normalisation.",
+            names, buckets=BRIGHTNESS_BUCKETS, registry=self.registry,
+        ).labels(**self.labels)
+        self.input_pixels = Histogram(
+            "model_input_pixels",
+            "Width x height of each decoded input image.",
+            names, buckets=PIXEL_BUCKETS, registry=self.registry,
+        ).labels(**self.labels)
+
     def set_fault(self, delay_seconds: float, error_ratio: float) -> None:
         """Publish the model's declared fault drill (zeros: none)."""
         self.fault_delay.set(delay_seconds)
@@ -93,6 +162,17 @@ class ServerMetrics:
     def count(self, status_code: int) -> None:
         """Count one answered inference request."""
         self.requests.labels(**self.labels, status_code=str(status_code)).inc()
+
+    def observe_answer(self, signals: AnswerSignals) -> None:
+        """Record the quality signals of one image's successful answer."""
+        self.detections.observe(signals.detections)
+        self.top_score.observe(signals.top_score)
+        other = self.class_detections[OTHER]
+        for name, count in signals.classes:
+            self.class_detections.get(name, other).inc(count)  # bounded even if not mapped
+        if signals.image is not None:
+            self.input_brightness.observe(signals.image.brightness)
+            self.input_pixels.observe(signals.image.pixels)
 
     def exposition(self) -> bytes:
         """The text exposition format for `/metrics`."""

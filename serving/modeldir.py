@@ -158,6 +158,11 @@ class InferConfig(pydantic.BaseModel):
         """Category id -> class name."""
         return {label.id: label.name for label in self.labels}
 
+    def class_names(self) -> list[str]:
+        """The model's class names, each once, in `labels:` order: the bounded label
+        set of the quality metrics (`serving.quality`)."""
+        return list(dict.fromkeys(label.name for label in self.labels))
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:

@@ -3,9 +3,12 @@
 Decode (PNG/JPEG via Pillow), convert to RGB (or BGR), resize to the input
 size with bilinear filtering when it differs, scale to 0..1, subtract the
 mean and divide by the std, and lay out as NCHW float32. The original sizes
-are returned too, so boxes can be mapped back to the caller's pixels.
+are returned too, so boxes can be mapped back to the caller's pixels, and
+(`prepare_images`) each image's input stats for the quality metrics, taken
+from the pixel array already in hand (`serving.quality.input_stats`).
 """
 
+import dataclasses
 import io
 from typing import Callable
 
@@ -14,6 +17,7 @@ from PIL import Image, UnidentifiedImageError
 
 from serving.errors import BadRequest
 from serving.modeldir import InputConfig
+from serving.quality import InputStats, input_stats
 
 # Pillow refuses images above ~89 Mpx with a warning and above ~179 Mpx with
 # an error; a detector on 128 px inputs has no use for anything near that.
@@ -40,6 +44,15 @@ def decode_image(data: bytes, what: str, budget: int = MAX_PIXELS) -> Image.Imag
     return image
 
 
+@dataclasses.dataclass
+class Prepared:
+    """A batch of encoded images made ready for the model."""
+
+    batch: np.ndarray  # NCHW float32, normalised
+    sizes: np.ndarray  # [N, 2] original (height, width)
+    stats: list[InputStats]  # per image, before normalisation
+
+
 def preprocess_images(
     images: list[bytes], cfg: InputConfig, tensor_name: str = "image",
     before_each: Callable[[], None] = lambda: None,
@@ -48,6 +61,15 @@ def preprocess_images(
 
     `before_each` runs before each image is decoded (the server stops an
     abandoned request there by raising)."""
+    prepared = prepare_images(images, cfg, tensor_name, before_each)
+    return prepared.batch, prepared.sizes
+
+
+def prepare_images(
+    images: list[bytes], cfg: InputConfig, tensor_name: str = "image",
+    before_each: Callable[[], None] = lambda: None,
+) -> Prepared:
+    """`preprocess_images`, plus each image's `InputStats` (what the server uses)."""
     height, width = cfg.size
     mean = np.asarray(cfg.mean, dtype=np.float32).reshape(3, 1, 1)
     std = np.asarray(cfg.std, dtype=np.float32).reshape(3, 1, 1)
@@ -56,18 +78,22 @@ def preprocess_images(
                          "per request")
     batch = np.empty((len(images), 3, height, width), dtype=np.float32)
     sizes = np.empty((len(images), 2), dtype=np.float32)
+    stats = []
     budget = MAX_REQUEST_PIXELS
     for i, data in enumerate(images):
         before_each()
         image = decode_image(data, f"input '{tensor_name}' element {i}", budget)
         budget -= image.width * image.height
         sizes[i] = (image.height, image.width)
+        decoded_width, decoded_height = image.width, image.height
         image = image.convert("RGB")
         if image.size != (width, height):
             image = image.resize((width, height), Image.Resampling.BILINEAR)
         pixels = np.asarray(image, dtype=np.float32)
+        # On the resized array (a fixed cost per image; a resize keeps the mean).
+        stats.append(input_stats(pixels, decoded_width, decoded_height))
         if cfg.channel_order == "BGR":
             pixels = pixels[:, :, ::-1]
         chw = pixels.transpose(2, 0, 1) * np.float32(cfg.scale)
         batch[i] = (chw - mean) / std
-    return batch, sizes
+    return Prepared(batch, sizes, stats)

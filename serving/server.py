@@ -17,7 +17,8 @@ What this module adds to the request work of `service.py`:
   loaded and every predictor warmed up on a background thread, then ready.
   On SIGTERM the server reports not-ready at once, stops accepting, lets
   in-flight requests finish, then stops the workers.
-* **Metrics** on `/metrics` (see `metrics.py`).
+* **Metrics** on `/metrics` (see `metrics.py`), including the quality
+  signals of every successful encoded-image answer (`quality.py`).
 * **Fault drills.** A model whose `infer_cfg.yml` declares `fault:` gets
   its delay and injected errors on the inference routes (`FaultDrill`), inside
   the request timing and counting, so a canary rollback can be rehearsed
@@ -133,7 +134,8 @@ class ServerState:
     def __init__(self, settings: ServerSettings, model: ModelDir) -> None:
         self.settings = settings
         self.model = model
-        self.metrics = ServerMetrics(settings.model_name, settings.model_version)
+        classes = model.infer_cfg.class_names() if model is not None else []
+        self.metrics = ServerMetrics(settings.model_name, settings.model_version, classes)
         fault = model.infer_cfg.fault if model is not None else None  # None: tests' bare state
         self.drill = FaultDrill(fault, seed=f"{settings.model_name}/{settings.model_version}")
         if self.drill.config is not None:  # a drill is on: say so loudly, once
@@ -279,6 +281,8 @@ def build_app(state: ServerState) -> Starlette:
             result = await run_unless_abandoned(
                 request, service, lambda: work(service, body, header_length))
             metrics.inference_duration.observe(result.inference_seconds)
+            for signals in result.quality:  # a successful answer, about to be sent
+                metrics.observe_answer(signals)
             if result.header_length is None:
                 response = Response(result.body, 200, media_type="application/json")
             else:

@@ -15,6 +15,12 @@ Two request forms reach the same predictors:
   (class id, score, x1, y1, x2, y2) in the caller's pixels, `bbox_num` [N]
   and `labels` [M] (class names).
 
+Only the encoded-image form carries model-quality signals (`quality.py`,
+one `AnswerSignals` per image in `Result.quality`): there the server itself
+turns the outputs into the detections the client receives. A raw-tensor
+answer is the model's heads, which the client decodes; the server records
+nothing about it rather than guess what the client makes of them.
+
 Everything here runs on a predictor worker thread (`PredictorPool.submit`).
 """
 
@@ -27,7 +33,7 @@ from serving import compat
 from serving.errors import BadRequest, InferenceFailed, ModelDirError
 from serving.modeldir import ModelDir, TensorSpec
 from serving.postprocess import ROLES, decode_centernet, label_names
-from serving.preprocess import preprocess_images
+from serving.preprocess import prepare_images
 from serving.protocol import (
     Tensor,
     datatype_to_numpy,
@@ -36,6 +42,7 @@ from serving.protocol import (
     numpy_to_datatype,
     parse_infer_request,
 )
+from serving.quality import AnswerSignals, split_answers
 from serving.runtime import PredictorPool
 
 DETECTION_OUTPUTS = (
@@ -51,11 +58,13 @@ _PADDLE_DTYPES = {
 
 @dataclasses.dataclass
 class Result:
-    """A serialised response and the time spent inside the predictor."""
+    """A serialised response, the time spent inside the predictor and the answer's
+    quality signals (one per image; none for a raw-tensor request)."""
 
     body: bytes
     header_length: int | None  # set when binary outputs follow the JSON
     inference_seconds: float
+    quality: tuple[AnswerSignals, ...] = ()
 
 
 class ModelService:
@@ -77,6 +86,7 @@ class ModelService:
                 f"({', '.join(pool.input_names)})"
             )
         self.roles = self._output_roles()
+        self.classes = frozenset(self.cfg.class_names())
 
     def _input_spec(self, name: str) -> TensorSpec:
         spec = self.model.program_inputs.get(name)
@@ -143,7 +153,7 @@ class ModelService:
     def infer_body(self, body: bytes, header_length: str | None = None) -> Result:
         """OIP infer: request body -> response body (runs on a worker thread)."""
         request = parse_infer_request(body, header_length)
-        outputs, seconds = self.run_tensors(request.inputs)
+        outputs, seconds, quality = self.run_tensors(request.inputs)
         outputs = _select(outputs, request.outputs)
         binary = set(request.binary_outputs)
         if request.binary_default and request.outputs is None:
@@ -151,7 +161,7 @@ class ModelService:
         payload, length = encode_infer_response(
             self.name, self.version, outputs, request.id, binary
         )
-        return Result(payload, length, seconds)
+        return Result(payload, length, seconds, quality)
 
     def compat_body(self, body: bytes) -> Result:
         """Paddle Serving `GeneralModelService/inference`: body -> body."""
@@ -162,12 +172,16 @@ class ModelService:
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from None
         request = compat.parse_compat_request(doc)
-        outputs, seconds = self.run_tensors(request.inputs)
+        outputs, seconds, quality = self.run_tensors(request.inputs)
         outputs = _select(outputs, request.fetch)
-        return Result(encode_json(compat.encode_compat_response(request, outputs)), None, seconds)
+        body = encode_json(compat.encode_compat_response(request, outputs))
+        return Result(body, None, seconds, quality)
 
-    def run_tensors(self, inputs: list[Tensor]) -> tuple[list[Tensor], float]:
-        """Validated inputs -> output tensors; the image form or the raw form."""
+    def run_tensors(
+        self, inputs: list[Tensor]
+    ) -> tuple[list[Tensor], float, tuple[AnswerSignals, ...]]:
+        """Validated inputs -> (output tensors, predictor seconds, quality signals);
+        the image form or the raw form (no signals)."""
         if len(inputs) == 1 and inputs[0].datatype == "BYTES":
             return self.detect(inputs[0])
         feeds = self._validate_raw(inputs)
@@ -176,24 +190,25 @@ class ModelService:
             Tensor(spec.name, numpy_to_datatype(a.dtype), tuple(a.shape), a)
             for spec, a in zip(self.outputs, arrays)
         ]
-        return outputs, seconds
+        return outputs, seconds, ()
 
-    def detect(self, images: Tensor) -> tuple[list[Tensor], float]:
-        """Encoded images -> detections (`bbox`, `bbox_num`, `labels`)."""
+    def detect(self, images: Tensor) -> tuple[list[Tensor], float, tuple[AnswerSignals, ...]]:
+        """Encoded images -> detections (`bbox`, `bbox_num`, `labels`) and their signals."""
         if images.data.size == 0:
             raise BadRequest(f"input '{images.name}': no images")
-        batch, original = preprocess_images(
+        prepared = prepare_images(
             list(images.data.reshape(-1)), self.cfg.input, images.name,
             before_each=self.pool.raise_if_abandoned,
         )
-        arrays, seconds = self.pool.infer({self.image_input: batch})
-        bbox, counts = self.decode(arrays, original)
+        arrays, seconds = self.pool.infer({self.image_input: prepared.batch})
+        bbox, counts = self.decode(arrays, prepared.sizes)
         names = label_names(bbox, self.cfg.label_names())
+        quality = split_answers(bbox, counts, names, self.classes, prepared.stats)
         return [
             Tensor("bbox", "FP32", tuple(bbox.shape), bbox),
             Tensor("bbox_num", "INT32", tuple(counts.shape), counts),
             Tensor("labels", "BYTES", (len(names),), names),
-        ], seconds
+        ], seconds, quality
 
     def decode(
         self, arrays: list[np.ndarray], original_hw: np.ndarray | None

@@ -210,6 +210,10 @@ def test_error_rate_one_fails_every_inference_route_with_an_oip_error(
     assert metric(text, "model_request_duration_seconds_count", **labels) == sent + 1
     assert metric(text, "model_fault_error_ratio", **labels) == 1.0
     assert metric(text, "model_fault_delay_seconds", **labels) == 0
+    # an injected error is no answer: nothing about the model's quality is recorded
+    for family in ("model_detections_per_image_count", "model_top_score_count",
+                   "model_class_detections_total", "model_input_brightness_count"):
+        assert metric(text, family, **labels) == 0, family
     assert "fault drill" not in " ".join(  # injected errors are not logged one by one
         line for line in server.log().splitlines() if " ERROR " in line)
 
@@ -240,6 +244,9 @@ def test_half_the_requests_fail_within_a_binomial_bound(model_server, trained_mo
     text = scrape(server)
     assert metric(text, "model_requests_total", status_code="503", **labels) == errors
     assert metric(text, "model_requests_total", status_code="200", **labels) == n - errors
+    # one image per request: the quality signals count the real answers only
+    assert metric(text, "model_detections_per_image_count", **labels) == n - errors
+    assert metric(text, "model_input_pixels_count", **labels) == n - errors
 
 
 def test_a_model_without_fault_has_no_drill(shapes_server):

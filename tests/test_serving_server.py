@@ -8,6 +8,7 @@ is a `mlops serve` subprocess on a free loopback port.
 
 import base64
 import concurrent.futures
+import io
 import re
 import signal
 import threading
@@ -18,6 +19,7 @@ import orjson
 import pytest
 import requests
 import yaml
+from PIL import Image
 
 from serving.client import ModelClient, encode_request
 from serving.protocol import Tensor
@@ -285,6 +287,89 @@ def test_metrics_count_requests_by_status(server, val_images, trained_model):
     record = yaml.safe_load((trained_model.model_dir / "model.yaml").read_text())
     assert metric_value(text, "model_info", weights_sha256=record["weights_sha256"],
                         paddle_version="3.3.1", **labels) == 1
+
+
+def quality_series(text, labels):
+    """The quality families of one version, as {(name, label value): value}."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(("model_detections_per_image",
+                                                         "model_top_score",
+                                                         "model_class_detections_total",
+                                                         "model_input_")):
+            continue
+        head, value = line.rsplit(" ", 1)
+        name = head.split("{")[0]
+        sample = dict(re.findall(r'(\w+)="([^"]*)"', head))
+        if all(sample.get(k) == v for k, v in labels.items()):
+            out[(name, sample.get("le") or sample.get("class"))] = float(value)
+    return out
+
+
+def test_metrics_record_the_quality_of_real_answers(server, val_images):
+    """Real encoded images through both image routes: the quality series of this version
+    move by exactly what the clients received; raw tensors and errors move nothing."""
+    labels = {"model_name": server.model_name, "model_version": server.model_version}
+    black = np.zeros((160, 200, 3), np.uint8)  # 200x160: resized for the model, no shapes
+    buffer = io.BytesIO()
+    Image.fromarray(black).save(buffer, format="PNG")
+    sent = [*val_images[:3], buffer.getvalue()]
+    before = quality_series(requests.get(f"{server.url}/metrics").text, labels)
+
+    oip = requests.post(infer_url(server), data=image_body(sent[:3]))
+    assert oip.status_code == 200, oip.text
+    outputs = {o["name"]: o["data"] for o in oip.json()["outputs"]}
+    per_image = list(outputs["bbox_num"])
+    scores = np.asarray(outputs["bbox"], np.float32).reshape(-1, 6)[:, 1].tolist()
+    names = list(outputs["labels"])
+    compat = requests.post(f"{server.url}/GeneralModelService/inference", json={
+        "feed": [{"image": base64.b64encode(sent[3]).decode()}],
+        "fetch": ["bbox", "bbox_num", "labels"]})
+    assert compat.status_code == 200, compat.text
+    result = compat.json()["result"]
+    per_image += result["bbox_num"]
+    scores += [row[1] for row in result["bbox"]]
+    names += result["labels"]
+    # neither a raw-tensor answer nor an error is a detection answer
+    raw = requests.post(infer_url(server), data=raw_body(np.zeros((2, 3, 128, 128), np.float32)))
+    assert raw.status_code == 200
+    assert requests.post(infer_url(server), data=image_body([b"not a png"])).status_code == 400
+    after = quality_series(requests.get(f"{server.url}/metrics").text, labels)
+    delta = {key: after[key] - before.get(key, 0.0) for key in after}
+
+    assert sum(per_image) > 0 and len(per_image) == len(sent)
+    assert delta[("model_detections_per_image_count", None)] == len(sent)
+    assert delta[("model_detections_per_image_sum", None)] == sum(per_image)
+    for bound in ("0.0", "1.0", "2.0", "3.0", "5.0", "10.0", "100.0", "+Inf"):
+        expected = sum(1 for n in per_image if n <= float(bound))
+        assert delta[("model_detections_per_image_bucket", bound)] == expected, bound
+    # top scores: per image, the best of what the client got (0.0 without any)
+    tops, start = [], 0
+    for n in per_image:
+        tops.append(max(scores[start:start + n], default=0.0))
+        start += n
+    assert delta[("model_top_score_count", None)] == len(sent)
+    assert delta[("model_top_score_sum", None)] == pytest.approx(sum(tops), abs=1e-4)
+    assert delta[("model_top_score_bucket", "0.05")] == sum(1 for t in tops if t <= 0.05)
+    # by class: exactly the labels returned, on the model's names plus `other`
+    classes = {key[1] for key in after if key[0] == "model_class_detections_total"}
+    assert classes == {"circle", "square", "triangle", "other"}
+    for name in classes:
+        assert delta[("model_class_detections_total", name)] == names.count(name), name
+    assert sum(delta[("model_class_detections_total", n)] for n in classes) == len(scores)
+    # inputs: the val images are 128x128 (2^14 pixels), the black one 200x160 and dark
+    assert delta[("model_input_pixels_count", None)] == len(sent)
+    assert delta[("model_input_pixels_bucket", "8192.0")] == 0
+    assert delta[("model_input_pixels_bucket", "16384.0")] == 3
+    assert delta[("model_input_pixels_bucket", "32768.0")] == 4
+    assert delta[("model_input_pixels_sum", None)] == 3 * 128 * 128 + 200 * 160
+    brightness = [np.asarray(Image.open(io.BytesIO(i)).convert("RGB")).mean() / 255
+                  for i in sent]
+    assert brightness[3] == 0 and min(brightness[:3]) > 0.05
+    assert delta[("model_input_brightness_count", None)] == len(sent)
+    assert delta[("model_input_brightness_sum", None)] == pytest.approx(sum(brightness),
+                                                                         abs=1e-4)
+    assert delta[("model_input_brightness_bucket", "0.05")] == 1  # the black image only
 
 
 # ---- 500, 503, shutdown: servers of their own ---------------------------------------
