@@ -24,11 +24,12 @@ itself made the detections, i.e. for encoded-image requests (a raw-tensor
 request gets the model's heads back; nothing is recorded for it):
 
 * `model_detections_per_image` (histogram; buckets 0, 1, 2, 3, 4, 5, 6, 8,
-  10, 15, 20, 30, 50, 100): detections the client received per image, after
-  the score threshold; the `le="0.0"` bucket counts images without any.
+  10, 15, 20, 30, 50, 100): detections the client received per image that
+  score at least the model's `draw_threshold` (the ones a user would draw);
+  the `le="0.0"` bucket counts images without any.
 * `model_top_score` (histogram; 0.05 to 1.0 in steps of 0.05): the best
   detection's score per image, 0.0 for an image without detections.
-* `model_class_detections_total{class}` (counter): detections by class.
+* `model_class_detections_total{class}` (counter): those detections by class.
   `class` is one of the model's own class names (`infer_cfg.yml` `labels:`)
   or `other` for anything else (a class id the label list does not name),
   never a free string from a request or an output: every label value is a

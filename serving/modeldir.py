@@ -133,6 +133,9 @@ class InferConfig(pydantic.BaseModel):
     outputs: list[OutputRole] = []
     labels: list[Label] = []
     decode: DecodeConfig = DecodeConfig()
+    draw_threshold: float = pydantic.Field(default=0.5, ge=0, le=1)
+    """PaddleDetection's name: detections scoring at least this are the ones a user
+    draws; the quality metrics count those (`serving.quality`)."""
     fault: FaultConfig | None = None  # absent: no drill (the normal case)
 
     @pydantic.field_validator("labels", mode="before")

@@ -5,10 +5,14 @@ wrong (training/serving skew: wrong normalisation, BGR for RGB, a label map
 off by one). These signals describe the answers themselves, per image, so a
 canary can compare their distributions with production's:
 
-* how many detections the client received, and the best one's score
-  (0.0 for an image without any);
-* the detections per class, on a bounded label set: the model's own class
-  names (`infer_cfg.yml` `labels:`) plus `OTHER` for anything else;
+* how many of the detections the client received score at least the model's
+  `draw_threshold` (`infer_cfg.yml`, PaddleDetection's name for it; 0.5 by
+  default): the ones a user would draw. A decoder that keeps every peak above
+  0.02 returns ~40 rows per image whatever the model sees, so the raw row
+  count says nothing; the confident count drops when the model goes blind;
+* the best detection's score (0.0 for an image without any);
+* the confident detections per class, on a bounded label set: the model's
+  own class names (`infer_cfg.yml` `labels:`) plus `OTHER` for anything else;
 * for encoded images, what came in: the mean brightness (0..1, before the
   model's normalisation) and the decoded size in pixels.
 
@@ -74,17 +78,21 @@ def answer_signals(
     labels: Sequence[str | bytes] | np.ndarray,
     classes: Collection[str],
     image: InputStats | None = None,
+    min_score: float = 0.0,
 ) -> AnswerSignals:
     """The signals of one image's answer: its detections' `scores` and class `labels`
-    (the names the client receives, in the same order), the model's `classes`."""
+    (the names the client receives, in the same order), the model's `classes`;
+    detections and classes count those scoring at least `min_score`."""
     if len(scores) != len(labels):
         raise ValueError(f"{len(scores)} scores for {len(labels)} labels")
+    confident = np.asarray(scores) >= min_score
+    kept = [name for name, keep in zip(labels, confident.tolist()) if keep]
     counts: dict[str, int] = {}
-    for name, count in collections.Counter(labels).items():  # a few distinct names
+    for name, count in collections.Counter(kept).items():  # a few distinct names
         label = class_label(name, classes)
         counts[label] = counts.get(label, 0) + count
     top = float(np.max(scores)) if len(scores) else 0.0
-    return AnswerSignals(len(scores), top, tuple(counts.items()), image)
+    return AnswerSignals(len(kept), top, tuple(counts.items()), image)
 
 
 def split_answers(
@@ -93,6 +101,7 @@ def split_answers(
     labels: Sequence[str | bytes] | np.ndarray,
     classes: Collection[str],
     inputs: Sequence[InputStats | None] | None = None,
+    min_score: float = 0.0,
 ) -> tuple[AnswerSignals, ...]:
     """One record per image of a batch answer (`bbox` rows of (class id, score, x1, y1,
     x2, y2), `counts` rows per image, `labels` one name per row)."""
@@ -101,7 +110,8 @@ def split_answers(
     for i, count in enumerate(counts.tolist()):
         end = start + count
         stats = inputs[i] if inputs is not None else None
-        records.append(answer_signals(bbox[start:end, 1], labels[start:end], classes, stats))
+        records.append(answer_signals(bbox[start:end, 1], labels[start:end], classes, stats,
+                                      min_score))
         start = end
     if start != len(bbox):
         raise ValueError(f"bbox_num adds up to {start}, bbox has {len(bbox)} rows")

@@ -203,7 +203,8 @@ class ModelService:
         arrays, seconds = self.pool.infer({self.image_input: prepared.batch})
         bbox, counts = self.decode(arrays, prepared.sizes)
         names = label_names(bbox, self.cfg.label_names())
-        quality = split_answers(bbox, counts, names, self.classes, prepared.stats)
+        quality = split_answers(bbox, counts, names, self.classes, prepared.stats,
+                                self.cfg.draw_threshold)
         return [
             Tensor("bbox", "FP32", tuple(bbox.shape), bbox),
             Tensor("bbox_num", "INT32", tuple(counts.shape), counts),

@@ -55,6 +55,19 @@ def test_counts_top_score_and_classes():
     assert record.image is None
 
 
+def test_only_detections_at_the_draw_threshold_count_but_the_top_score_is_any():
+    """A decoder that keeps every peak above 0.02 returns ~40 rows per image; the
+    count that moves when a model goes blind is of the confident ones."""
+    scores = np.array([0.9, 0.4, 0.7, 0.49, 0.5], np.float32)
+    names = [b"circle", b"square", b"circle", b"square", b"triangle"]
+    record = answer_signals(scores, names, CLASSES, min_score=0.5)
+    assert record.detections == 3
+    assert dict(record.classes) == {"circle": 2, "triangle": 1}
+    blind = answer_signals(np.array([0.3, 0.2], np.float32), names[:2], CLASSES, min_score=0.5)
+    assert (blind.detections, blind.classes) == (0, ())
+    assert blind.top_score == pytest.approx(0.3)
+
+
 def test_top_score_is_the_highest_not_the_first():
     record = answer_signals(np.array([0.2, 0.8, 0.5]), ["circle"] * 3, CLASSES)
     assert record.top_score == pytest.approx(0.8)

@@ -22,6 +22,7 @@ import yaml
 from PIL import Image
 
 from serving.client import ModelClient, encode_request
+from serving.modeldir import InferConfig
 from serving.protocol import Tensor
 
 MAX_BODY = 4_000_000  # the shapes_server fixture's --max-body-bytes
@@ -306,7 +307,7 @@ def quality_series(text, labels):
     return out
 
 
-def test_metrics_record_the_quality_of_real_answers(server, val_images):
+def test_metrics_record_the_quality_of_real_answers(server, val_images, trained_model):
     """Real encoded images through both image routes: the quality series of this version
     move by exactly what the clients received; raw tensors and errors move nothing."""
     labels = {"model_name": server.model_name, "model_version": server.model_version}
@@ -338,16 +339,20 @@ def test_metrics_record_the_quality_of_real_answers(server, val_images):
     delta = {key: after[key] - before.get(key, 0.0) for key in after}
 
     assert sum(per_image) > 0 and len(per_image) == len(sent)
+    # the detections a user would draw: those at the model's draw_threshold or above
+    threshold = InferConfig.model_validate(
+        yaml.safe_load((trained_model.model_dir / "infer_cfg.yml").read_text())).draw_threshold
+    rows = np.cumsum([0, *per_image])
+    # top scores: per image, the best of what the client got (0.0 without any)
+    tops = [max(scores[rows[k]:rows[k + 1]], default=0.0) for k in range(len(sent))]
+    kept = [i for i, score in enumerate(scores) if score >= threshold]
+    per_image = [sum(1 for i in kept if rows[k] <= i < rows[k + 1]) for k in range(len(sent))]
+    names = [names[i] for i in kept]
     assert delta[("model_detections_per_image_count", None)] == len(sent)
     assert delta[("model_detections_per_image_sum", None)] == sum(per_image)
     for bound in ("0.0", "1.0", "2.0", "3.0", "5.0", "10.0", "100.0", "+Inf"):
         expected = sum(1 for n in per_image if n <= float(bound))
         assert delta[("model_detections_per_image_bucket", bound)] == expected, bound
-    # top scores: per image, the best of what the client got (0.0 without any)
-    tops, start = [], 0
-    for n in per_image:
-        tops.append(max(scores[start:start + n], default=0.0))
-        start += n
     assert delta[("model_top_score_count", None)] == len(sent)
     assert delta[("model_top_score_sum", None)] == pytest.approx(sum(tops), abs=1e-4)
     assert delta[("model_top_score_bucket", "0.05")] == sum(1 for t in tops if t <= 0.05)
@@ -356,7 +361,7 @@ def test_metrics_record_the_quality_of_real_answers(server, val_images):
     assert classes == {"circle", "square", "triangle", "other"}
     for name in classes:
         assert delta[("model_class_detections_total", name)] == names.count(name), name
-    assert sum(delta[("model_class_detections_total", n)] for n in classes) == len(scores)
+    assert sum(delta[("model_class_detections_total", n)] for n in classes) == len(kept)
     # inputs: the val images are 128x128 (2^14 pixels), the black one 200x160 and dark
     assert delta[("model_input_pixels_count", None)] == len(sent)
     assert delta[("model_input_pixels_bucket", "8192.0")] == 0
