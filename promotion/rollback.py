@@ -35,6 +35,12 @@ What the one commit writes into `apps/<model>/`:
   model's settled stable version reached by a decision (`idle` is a first
   version's bootstrap); the controller does nothing in either.
 
+Refusals commit nothing: a version that was never stable, or whose Deployment
+or model files are gone, is "not found" (exit 7) with the versions one can
+roll back to; published weights other than the ones its Deployment was
+approved with are a digest mismatch (exit 5). Without `--models-root` and
+with a model-uri that is not a local path (a cluster's), the files cannot be
+looked at from here: the commit body says they were not checked.
 Rolling back to the version that already serves, with no canary in flight,
 changes nothing and says so. The versions one can roll back to are those that
 were stable on the branch (a candidate that was rolled back never served
@@ -52,7 +58,13 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
-from contracts.artifact import PARAMS_FILE, RECORD_FILE, ArtifactError, read_record
+from contracts.artifact import (
+    PARAMS_FILE,
+    RECORD_FILE,
+    ArtifactError,
+    WeightsMismatch,
+    read_record,
+)
 from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
@@ -71,6 +83,7 @@ from serving import manifests
 
 __all__ = [
     "PastVersion",
+    "RollbackDigestMismatch",
     "RollbackError",
     "RollbackNotFound",
     "RollbackPlan",
@@ -92,6 +105,12 @@ class RollbackNotFound(RollbackError):
     """The model, the version, its Deployment in the history or its model files are gone."""
 
     exit_code = ExitCode.NOT_FOUND
+
+
+class RollbackDigestMismatch(RollbackError):
+    """The published weights are not the ones the version's Deployment was approved with."""
+
+    exit_code = ExitCode.DIGEST_MISMATCH
 
 
 class StaleRollback(RollbackError):
@@ -151,6 +170,8 @@ class RollbackResult:
     """`committed` or `unchanged` (the version already serves)."""
     commit: str | None
     message: str
+    checked: str = ""
+    """What was checked of the version's model files ("" when nothing was to check)."""
 
 
 # -- pure ---------------------------------------------------------------------------------
@@ -309,12 +330,17 @@ def _published(model: str, version: str, manifest: str | None,
     if digest:
         try:
             record = read_record(folder, check_weights=True)
+        except WeightsMismatch as exc:
+            raise RollbackDigestMismatch(f"{model}: cannot roll back to {version}: {exc}; "
+                                         "nothing was committed") from None
         except ArtifactError as exc:
             return f"its published model files are not usable: {exc}", ""
         expected = annotations.get(manifests.ANNOTATION_WEIGHTS_SHA256)
         if expected and record.weights_sha256 != expected:
-            return (f"{folder / RECORD_FILE} holds weights {record.weights_sha256[:12]}..., "
-                    f"not the {str(expected)[:12]}... its Deployment was approved with", "")
+            raise RollbackDigestMismatch(
+                f"{model}: cannot roll back to {version}: {folder / RECORD_FILE} holds weights "
+                f"{record.weights_sha256[:12]}..., not the {str(expected)[:12]}... its "
+                "Deployment was approved with; nothing was committed")
     return None, f"{folder} (weights sha256 checked)" if digest else str(folder)
 
 
@@ -402,6 +428,6 @@ def rollback(repo: str, model: str, *, to: str | None = None, by: str, branch: s
         except StaleRollback:
             continue  # plan again from the new tip
         return RollbackResult(model, target.version, serving, result.status, result.commit,
-                              the_plan.message.subject)
+                              the_plan.message.subject, target.checked)
     raise StaleRollback(f"apps/{model}/promotion.yaml on {branch!r} kept changing while the "
                         "rollback was planned; run again")

@@ -274,12 +274,13 @@ def promoted(promoted_once, tmp_path) -> tuple[pathlib.Path, dict[str, pathlib.P
 
 
 def test_rollback_serves_the_previous_version_from_its_original_manifest(promoted, capsys):
-    repo, _, v1_manifest = promoted
+    repo, dirs, v1_manifest = promoted
     before = _git(repo, "rev-parse", "main").strip()
 
     assert cli(["rollback", MODEL, "--gitops", str(repo), "--by", "alice"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")
+    assert f"model files: {dirs['v1']} (weights sha256 checked)" in out
 
     assert _git(repo, "rev-list", "--count", f"{before}..main").strip() == "1"
     assert _git(repo, "rev-parse", "main^").strip() == before  # one commit, on top of main
@@ -338,6 +339,21 @@ def test_rollback_refuses_a_version_whose_model_files_are_gone(promoted, capsys)
         gone.rename(dirs["v1"])
     assert "cannot roll back to v1: its model files are no longer published" in err
     assert str(dirs["v1"] / "model.yaml") in err and "versions you can roll back to: none" in err
+    assert _refs(repo) == refs
+
+
+def test_rollback_refuses_weights_other_than_the_approved_ones(promoted, capsys):
+    repo, dirs, _ = promoted
+    weights = dirs["v1"] / "inference.pdiparams"
+    original = weights.read_bytes()
+    weights.write_bytes(b"retrained in place")
+    try:
+        refs = _refs(repo)
+        assert cli(["rollback", MODEL, "--gitops", str(repo)]) == 5
+    finally:
+        weights.write_bytes(original)
+    err = capsys.readouterr().err
+    assert "cannot roll back to v1" in err and "not the evaluated weights_sha256" in err
     assert _refs(repo) == refs
 
 

@@ -32,6 +32,8 @@ def _rollback(args: argparse.Namespace) -> int:
     )
     if result.status == "committed":
         print(f"{result.message}; commit {(result.commit or '')[:12]}")
+        if result.checked:
+            print(f"  model files: {result.checked}")
     else:
         print(result.message)
     return 0
