@@ -12,6 +12,7 @@ program is needed because neither proposing nor rolling back loads the model.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import pathlib
 import shutil
 import subprocess
@@ -412,3 +413,36 @@ def test_rollback_ends_a_canary_in_flight_and_the_candidate_stays_a_no_op(promot
     assert [f for f in files if f.startswith("deployment-")] == ["deployment-v1.yaml"]
     assert (_state(repo)["phase"], _state(repo)["candidate"]) == ("promoted", None)
     assert cli(["gitops", "lint", "--repo", str(repo)]) == 0
+
+
+def test_a_concurrent_push_is_rebased_over_and_not_lost(promoted, monkeypatch, tmp_path):
+    """Someone pushes to main between the rollback's checkout and its push: the write-back
+    rebases the rollback on top and retries; both commits are on main, nothing forced."""
+    from promotion import rollback as rollback_module
+
+    repo, _, v1_manifest = promoted
+    before = _git(repo, "rev-parse", "main").strip()
+    real_write = rollback_module.RollbackPlan.write
+    pushed = []
+
+    def write_after_a_concurrent_push(self, root):
+        if not pushed:  # a human's plain git push (the bot's own writers share a lock)
+            clone = tmp_path / "human"
+            subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+            (clone / "NOTES.md").write_text("on call: dan\n")
+            env = {**os.environ, "GIT_AUTHOR_NAME": "Dan", "GIT_AUTHOR_EMAIL": "dan@example.com",
+                   "GIT_COMMITTER_NAME": "Dan", "GIT_COMMITTER_EMAIL": "dan@example.com"}
+            for args in (["add", "NOTES.md"], ["commit", "-qm", "docs: on call"],
+                         ["push", "-q", "origin", "HEAD:main"]):
+                subprocess.run(["git", "-C", str(clone), *args], check=True, env=env)
+            pushed.append(True)
+        real_write(self, root)
+
+    monkeypatch.setattr(rollback_module.RollbackPlan, "write", write_after_a_concurrent_push)
+    result = rollback_module.rollback(str(repo), MODEL, by="erin",
+                                      backoff=rollback_module.Backoff(tries=3, first=0.01))
+    assert result.status == "committed"
+    assert _git(repo, "log", "--format=%s", f"{before}..main").splitlines() == [
+        "rollback(shapes): v1 is stable at 100% (was v2)", "docs: on call"]
+    assert _blob(repo, "main", "NOTES.md") == b"on call: dan\n"
+    assert _blob(repo, "main", f"apps/{MODEL}/deployment-v1.yaml") == v1_manifest
