@@ -204,6 +204,9 @@ Everything that changes production is a commit here; `git log` is the audit trai
 * **Stop a canary by hand**: set the canary weight to 0 (stable 100) in
   `virtualservice.yaml` and push. The controller never discards your commits:
   if it collides with your edit it stops and says which file to look at.
+* **Roll back to an earlier version**: `mlops rollback MODEL [--to VERSION]`.
+  One commit: the version (default: the previous stable one) serves 100 % at
+  once, with its Deployment as it was in this history; no analysis.
 * **Never** force-push `{config.target_revision}`; the bot never does either.
 
 Commits by the bot come from `mlops-bot` and carry `Mlops-*` trailers

@@ -7,6 +7,15 @@ its first canary step, ``promotion.yaml`` and the Markdown evaluation report.
 Looking first and adopting what exists (principles §12):
 
 * the PR for ``branch`` is already merged -> ``merged``, nothing written;
+  unless the caller says the version no longer serves (``reopen_merged``: it
+  was rolled back, or replaced and then rolled back to an older one): then the
+  version is proposed afresh on :func:`next_branch`, ``<branch>-2`` (``-3``
+  after that one is merged too...), with a new PR. A numbered suffix rather
+  than a timestamp keeps proposing idempotent (principles §12): a retried
+  pipeline step finds the same ``-2`` branch and its open PR instead of
+  opening another; and every forge keys PRs by head branch (the local
+  record's ``branch``, GitHub's ``head``, GitLab's ``source_branch``, Gitea's
+  head ref), so a fresh branch is what gives a fresh PR everywhere;
 * the branch carries a commit whose author is not our bot (a human pushed to
   it) -> ``human-edited``: we do not write to that branch again, and say so
   (the PR is opened if none is open, which changes no commit);
@@ -97,6 +106,18 @@ def record_from_files(model: str, files: Mapping[str, Any]) -> ProposalRecord | 
     return found[0] if found else None
 
 
+def next_branch(forge: Forge, branch: str) -> tuple[str, PullRequest | None]:
+    """The first of ``<branch>-2``, ``<branch>-3``... whose PR is not merged, with that PR
+    (None when it has none yet): where a version proposed again after its merge goes."""
+    number = 2
+    while True:
+        candidate = f"{branch}-{number}"
+        pr = forge.find_pr(candidate)
+        if pr is None or pr.state != "merged":
+            return candidate, pr
+        number += 1
+
+
 @dataclass(frozen=True)
 class Proposal:
     """The outcome of :func:`propose`."""
@@ -125,8 +146,14 @@ def propose(
     workdir: pathlib.Path | None = None,
     backoff: Backoff = DEFAULT_BACKOFF,
     sleep: Callable[[float], None] = time.sleep,
+    reopen_merged: bool = False,
 ) -> Proposal:
-    """Commit ``files`` (repo path -> dict or text) on ``branch`` and open its PR once."""
+    """Commit ``files`` (repo path -> dict or text) on ``branch`` and open its PR once.
+
+    ``reopen_merged``: the caller knows the version does not serve now, so a PR
+    merged earlier for ``branch`` is no reason to stop (see the module docstring).
+    ``Proposal.branch`` is the branch actually used.
+    """
     if version and weights_sha256:
         record: ProposalRecord | None = ProposalRecord(model, version, weights_sha256)
     else:
@@ -137,14 +164,19 @@ def propose(
         if base_tip is None:
             raise GitError(f"base branch {base!r} does not exist in {mirror.remote.display}")
         pr = forge.find_pr(branch)
+        reopened = ""
         if pr is not None and pr.state == "merged":
-            return Proposal(
-                "merged",
-                branch,
-                pr,
-                pr.merge_commit,
-                f"PR #{pr.number} for {branch!r} is already merged; nothing to do",
-            )
+            if not reopen_merged:
+                return Proposal(
+                    "merged",
+                    branch,
+                    pr,
+                    pr.merge_commit,
+                    f"PR #{pr.number} for {branch!r} is already merged; nothing to do",
+                )
+            reopened = (f" (PR #{pr.number} for {branch!r} was merged earlier, and the version "
+                        "no longer serves: proposed afresh)")
+            branch, pr = next_branch(forge, branch)
         if mirror.sha(branch) is not None:
             foreign = [
                 c
@@ -204,4 +236,5 @@ def propose(
         )
         return Proposal(status, branch, pr, result.commit, f"PR #{pr.number} is {status}")
     pr = forge.open_pr(branch, base, title, full_body)
-    return Proposal("opened", branch, pr, result.commit, f"opened PR #{pr.number} for {branch!r}")
+    return Proposal("opened", branch, pr, result.commit,
+                    f"opened PR #{pr.number} for {branch!r}{reopened}")

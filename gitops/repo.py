@@ -20,7 +20,7 @@ import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from gitops import layout
 from gitops.errors import ConflictError, GitError, GitOpsError
@@ -159,11 +159,18 @@ class Mirror:
         """True when ``older`` is reachable from ``newer`` (equal counts)."""
         return self.git.ok("merge-base", "--is-ancestor", older, newer)
 
-    def log(self, rev_range: str) -> list[CommitInfo]:
-        """Commits in ``rev_range`` (e.g. ``a..b``), newest first, with trailers."""
+    def log(self, rev_range: str, *, paths: Sequence[str] = (),
+            first_parent: bool = False) -> list[CommitInfo]:
+        """Commits in ``rev_range`` (e.g. ``a..b``), newest first, with trailers.
+
+        ``paths`` keeps the commits that change one of them; with ``first_parent``
+        the history is the branch's own (a merge counts as one commit, compared
+        with the branch as it was before the merge).
+        """
         sep, end = "\x1f", "\x1e"
         fmt = sep.join(["%H", "%an", "%ae", "%s", "%(trailers:only,unfold)"]) + end
-        out = self.git.run("log", f"--format={fmt}", rev_range).stdout
+        flags = ["--first-parent"] if first_parent else []
+        out = self.git.run("log", f"--format={fmt}", *flags, rev_range, "--", *paths).stdout
         commits = []
         for record in out.split(end):
             record = record.strip("\n")

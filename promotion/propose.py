@@ -24,7 +24,11 @@ The workflow's last step (and `mlops promote propose MODEL_DIR`). Two halves:
 
 * `propose()` does the I/O through `gitops.proposal` (idempotent branch + PR
   per model version, so proposing the same version twice finds the same
-  branch and PR) and merges at once with `approval="auto"`.
+  branch and PR) and merges at once with `approval="auto"`. Proposing the
+  version that is stable now, or the candidate in flight, is a no-op that
+  says so; a version whose PR was merged once but that no longer serves
+  (rolled back with `mlops rollback`, or a canary rolled back) gets a fresh
+  branch and a new PR (`gitops.proposal.next_branch`).
 
 Before anything is written the weights file is hashed and compared with the
 `weights_sha256` that was evaluated: a model directory changed after its
@@ -178,7 +182,8 @@ class ProposeResult:
     version: str
     bootstrap: bool
     status: str
-    """The proposal's status (opened, updated, unchanged, human-edited, merged)."""
+    """The proposal's status (opened, updated, unchanged, human-edited, merged; serving: the
+    version is the stable one already, nothing was proposed)."""
     branch: str
     pr_number: int | None
     pr_url: str | None
@@ -245,6 +250,18 @@ def propose(
             root = pathlib.Path(tmp) / "tree"
             mirror.export(tip, root)
         current = layout.read_model(root, name) if (root / layout.APPS / name).is_dir() else None
+    branch = branch_name(name, record.version)
+    state = current_state(current)
+    stable = stable_version(current, state) if current is not None else None
+    if current is not None and stable == record.version and stable in current.deployments:
+        return ProposeResult(
+            model=name, version=record.version, bootstrap=False, status="serving", branch=branch,
+            pr_number=None, pr_url=None, merged=True,
+            message=f"{name} {record.version} is already the stable version on {base!r}; "
+                    "nothing to propose")
+    # The current candidate's merged PR stays a no-op; a version merged once that no longer
+    # serves (rolled back, or replaced and rolled back from) is proposed afresh with a new PR.
+    live = state is not None and state.phase.active and state.candidate == record.version
     uri = model_uri_for(pathlib.Path(model_dir), name, record.version, model_uri_prefix)
     the_plan = plan_proposal(record, current, policy, model=name, image=image, model_uri=uri,
                              replicas=replicas, port=port,
@@ -258,12 +275,11 @@ def propose(
         files[f"{layout.APPS}/{name}/{_file_name(doc)}"] = doc
     for file_name, text in the_plan.extra.items():
         files[f"{layout.APPS}/{name}/{file_name}"] = text
-    branch = branch_name(name, record.version)
     result = proposal.propose(
         gitops, name, branch, files, the_plan.title, body, forge, base=base,
         version=record.version, weights_sha256=record.weights_sha256,
         trailers=[("Mlops-Model", name), ("Mlops-Candidate", record.version)],
-        workdir=workdir,
+        workdir=workdir, reopen_merged=not live,
     )
     pr = result.pr
     merged = result.status == "merged" or (pr is not None and pr.state == "merged")
@@ -274,6 +290,6 @@ def propose(
         message += f"; {approved.message} (approval: auto)"
     return ProposeResult(
         model=name, version=record.version, bootstrap=the_plan.bootstrap, status=result.status,
-        branch=branch, pr_number=pr.number if pr else None, pr_url=pr.url if pr else None,
+        branch=result.branch, pr_number=pr.number if pr else None, pr_url=pr.url if pr else None,
         merged=merged, message=message,
     )

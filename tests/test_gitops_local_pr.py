@@ -348,3 +348,41 @@ def test_two_processes_opening_prs_get_distinct_numbers(repo):
     forge = LocalForge(repo)
     assert sorted(p.branch for p in forge.list_prs()) == ["feature-a", "feature-b", "feature-c"]
     forge.close()
+
+
+def _roll_back_det(repo):
+    """main back to v1 alone, as `mlops rollback` leaves it (the gitops room only sees files)."""
+    def change(root):
+        layout.write_model(
+            root, "det",
+            [manifests.destination_rule("det", "v1"),
+             manifests.virtual_service("det", 100, 0, canary=False)],
+            extra={"promotion.yaml": {"phase": "promoted", "stable": "v1"}},
+            remove_versions=["v2"])
+    WriteBack(repo, backoff=FAST).commit("main", change, Message("rollback(det): v1"))
+
+
+def test_a_merged_version_proposed_again_gets_a_fresh_branch_and_pr(repo, forge):
+    do_propose(repo, forge)
+    approve(repo, 1, forge)
+    _roll_back_det(repo)
+    # Without the caller's word that the version no longer serves, a merged PR is final.
+    assert do_propose(repo, forge).status == "merged"
+    assert git(repo, "branch", "--list", f"{BRANCH}-*") == ""
+
+    def again():
+        return propose(repo, "det", BRANCH, candidate_files(), "promote(det): v2 again", REPORT,
+                       forge, backoff=FAST, reopen_merged=True)
+
+    second = again()
+    assert (second.status, second.branch, second.pr.number) == ("opened", f"{BRANCH}-2", 2)
+    assert "PR #1 for 'mlops/det-v2' was merged earlier" in second.message
+    assert forge.get_pr(2).state == "open" and forge.get_pr(1).state == "merged"
+    # Idempotent: the re-proposal finds its own branch and PR.
+    repeat = again()
+    assert (repeat.status, repeat.branch, repeat.pr.number) == ("unchanged", f"{BRANCH}-2", 2)
+    # Merged and rolled back once more: the next suffix.
+    approve(repo, 2, forge)
+    _roll_back_det(repo)
+    third = again()
+    assert (third.status, third.branch, third.pr.number) == ("opened", f"{BRANCH}-3", 3)
