@@ -4,8 +4,12 @@ Every module there is loaded; each room owns its own module, so rooms add
 fixtures without editing a shared file.
 """
 
+import os
 import pathlib
 import sys
+import tempfile
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -30,3 +34,34 @@ def pytest_collection_modifyitems(config, items):
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
     # Whole modules move, so a module-scoped fixture is still set up once.
     items.sort(key=lambda item: item.path not in slow_modules)
+
+
+SYSTEM_TMP_ENV = "MLOPS_TEST_SYSTEM_TMP"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_tmpdir_per_worker(tmp_path_factory):
+    """Under pytest-xdist, each worker's temporary files go to a directory of its own.
+
+    Two workers share the machine's /tmp; the demo's end-to-end test checks
+    that the demo writes nothing outside its work dir, so a temporary clone of
+    a test running on the other worker (or left by a process a test killed)
+    must not land there. The machine's own temp dir is kept in
+    `$MLOPS_TEST_SYSTEM_TMP` for that test, which runs the demo against it.
+    """
+    os.environ.setdefault(SYSTEM_TMP_ENV, tempfile.gettempdir())
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    private = tmp_path_factory.mktemp("tmpdir", numbered=False)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(private)
+    tempfile.tempdir = None  # recomputed from $TMPDIR on next use
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
+        tempfile.tempdir = None

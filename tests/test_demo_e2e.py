@@ -44,11 +44,16 @@ def _snapshot(roots: tuple[pathlib.Path, ...], skip: tuple[pathlib.Path, ...]) -
     return found
 
 
+def _system_tmp() -> pathlib.Path:
+    """The machine's temp dir (tests/conftest.py gives each xdist worker its own)."""
+    return pathlib.Path(os.environ.get("MLOPS_TEST_SYSTEM_TMP") or tempfile.gettempdir())
+
+
 def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[pathlib.Path, ...]]:
     """$HOME, the checkout and /tmp; skipping pytest's own temp root (it holds
     the work dir) and git's and pip's files in the checkout."""
     pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
-    roots = (pathlib.Path.home(), ROOT, pathlib.Path(tempfile.gettempdir()))
+    roots = (pathlib.Path.home(), ROOT, _system_tmp())
     # MLOPS_TEST_OUTSIDE_SKIP (paths joined by os.pathsep): directories another
     # program on the machine writes while the suite runs (a developer's shell
     # logging its jobs under /tmp); unset, as in CI, the check is whole
@@ -66,7 +71,8 @@ def demo_all(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
          "--keep-running", "--timeout", "1200"],
-        capture_output=True, text=True, cwd=work.parent, timeout=3600)
+        capture_output=True, text=True, cwd=work.parent, timeout=3600,
+        env={**os.environ, "TMPDIR": str(_system_tmp())})  # as a user runs it
     try:
         yield work, proc, before
     finally:
