@@ -62,7 +62,7 @@ from gitops import layout
 from gitops.errors import GitOpsError
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
-from promotion import apply, report
+from promotion import apply, quality, report
 from promotion.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
 from promotion.controller_metrics import ControllerMetrics
 from promotion.metrics import MetricSource
@@ -367,7 +367,7 @@ class Controller:
             decision = decide(policy, track.state, obs, end)
             if policy.mode == "shadow":
                 decision = shadowed(track.state, decision)
-            self._record_point(model, committed, track.state, obs, decision, end)
+            self._record_point(model, committed, track.state, obs, decision, end, policy)
             outcome = self._apply(folder, track, decision, end)
             outcomes.append(outcome)
             if outcome.committed is not None or self._tracks.get(model) is not track:
@@ -474,7 +474,8 @@ class Controller:
         return self.workdir / "rollouts" / model / candidate
 
     def _record_point(self, model: str, committed: CanaryState, state: CanaryState,
-                      obs: Observations, decision: Decision, end: dt.datetime) -> None:
+                      obs: Observations, decision: Decision, end: dt.datetime,
+                      policy: CanaryPolicy | None = None) -> None:
         if obs.fault is not None or committed.candidate is None:
             return
         point: dict[str, Any] = {"t": end.timestamp(), "weight": state.weight,
@@ -489,6 +490,13 @@ class Controller:
                 "error_rate": (window.errors / window.requests) if window.requests else None,
                 "p99_ms": None if p99 is None or math.isinf(p99) else p99 * 1000.0,
             }
+            shares = {}
+            for check in policy.quality.checks if policy is not None else ():
+                poor = quality.poor_answers(window.quality.get(check.signal), check.at_most)
+                if poor is not None and poor[1]:
+                    shares[check.name] = poor[0] / poor[1]
+            if shares:  # the share of poor answers per quality check, for the plot
+                point[version]["poor"] = shares
         path = self.rollout_dir(model, committed.candidate) / "timeline.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as fh:

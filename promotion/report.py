@@ -202,7 +202,8 @@ def _series(points: Sequence[Mapping[str, Any]], version: str, key: str) -> list
 
 
 def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title: str) -> None:
-    """Four panels over time: weight, request rate, error rate, p99 (stable vs canary)."""
+    """Panels over time: weight, request rate, error rate, p99 (stable vs canary), and
+    the share of poor answers per model-quality check when the source measured them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -210,7 +211,10 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
 
     t0 = points[0]["t"] if points else 0.0
     xs = [(p["t"] - t0) / 60.0 for p in points]
-    fig, axes = plt.subplots(4, 1, figsize=(8, 9), sharex=True)
+    checks = sorted({name for p in points for version in ("stable", "canary")
+                     for name in ((p.get(version) or {}).get("poor") or {})})
+    fig, axes = plt.subplots(5 if checks else 4, 1, figsize=(8, 11 if checks else 9),
+                             sharex=True)
     try:
         # A point is the window that *ends* at t, at the weight it had meanwhile.
         axes[0].step(xs, [p.get("weight", 0) for p in points], where="pre", color="tab:purple")
@@ -218,7 +222,17 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
         axes[0].set_ylim(-5, 105)
         panels = (("rps", "requests/s", 1.0), ("error_rate", "error rate %", 100.0),
                   ("p99_ms", "p99 ms", 1.0))
-        for ax, (key, label, scale) in zip(axes[1:], panels):
+        if checks:
+            ax = axes[4]
+            for version, color in (("stable", "tab:blue"), ("canary", "tab:orange")):
+                for check, style in zip(checks, ("-", "--", ":", "-.")):
+                    ys = [100.0 * float(((p.get(version) or {}).get("poor") or {}).get(
+                        check, float("nan"))) for p in points]
+                    ax.plot(xs, ys, marker=".", color=color, linestyle=style,
+                            label=f"{version}: {check}")
+            ax.set_ylabel("poor answers %")
+            ax.legend(loc="upper left", fontsize="small")
+        for ax, (key, label, scale) in zip(axes[1:4], panels):
             for version, color in (("stable", "tab:blue"), ("canary", "tab:orange")):
                 ys = [v * scale for v in _series(points, version, key)]
                 ax.plot(xs, ys, marker=".", color=color, label=version)

@@ -16,15 +16,15 @@ from workflows import run_events
 EXAMPLE_CONFIG = pathlib.Path(__file__).resolve().parents[1] / "examples/shapes-detector/mlops.yaml"
 
 
-def test_plan_all_plays_good_first_then_the_three_failures():
+def test_plan_all_plays_good_first_then_the_four_failures():
     names = [s.name for s in scenarios.plan("all")]
-    assert names == ["good", "slow", "errors", "low-map"]
+    assert names == ["good", "slow", "errors", "skew", "low-map"]
     assert [s.expect for s in scenarios.plan("all")] == [
-        "promoted", "rolled_back", "rolled_back", "gate_refused"]
+        "promoted", "rolled_back", "rolled_back", "rolled_back", "gate_refused"]
 
 
 def test_plan_rejects_an_unknown_scenario_naming_the_choices():
-    with pytest.raises(ValueError, match="good, slow, errors, low-map"):
+    with pytest.raises(ValueError, match="good, slow, errors, skew, low-map"):
         scenarios.plan("flaky")
 
 

@@ -178,3 +178,26 @@ def test_every_preset_reads_the_model_servers_quality_histograms():
         assert queries["top_score"] == (
             'sum by (le) (increase(model_top_score_bucket{model_name="shapes-detector",'
             'model_version="v2"}[30s]))')
+
+
+def test_the_canary_plot_gets_a_panel_of_poor_answers_when_they_were_measured(tmp_path):
+    from PIL import Image
+
+    from promotion.report import write_canary_report
+
+    def point(t: float, poor: dict | None) -> dict:
+        versions = {v: {"requests": 100, "errors": 0, "rps": 10.0, "error_rate": 0.0,
+                        "p99_ms": 20.0, **({"poor": poor[v]} if poor else {})}
+                    for v in ("stable", "canary")}
+        return {"t": t, "weight": 10, "decision": "hold", "cause": "insufficient-evidence",
+                **versions}
+
+    measured = [point(1000.0 + 10 * i, {"stable": {"no_detections": 0.02},
+                                        "canary": {"no_detections": 0.9}}) for i in range(5)]
+    plain = [point(1000.0 + 10 * i, None) for i in range(5)]
+    _, with_quality = write_canary_report(tmp_path / "q", "m", "v1", "v2", "rolled back", [],
+                                          measured)
+    _, without = write_canary_report(tmp_path / "p", "m", "v1", "v2", "promoted", [], plain)
+    assert with_quality is not None and without is not None
+    tall, short = Image.open(with_quality).size[1], Image.open(without).size[1]
+    assert tall > short  # the fifth panel

@@ -24,6 +24,14 @@ train = example_module("train")
 SHA = hashlib.sha256(b"some weights").hexdigest()
 
 
+def test_a_skew_swaps_mean_and_std_or_the_channel_order_and_nothing_else():
+    section = {"mean": [0.5] * 3, "std": [0.25] * 3, "channel_order": "RGB", "scale": "1/255"}
+    assert train.skewed_input(section, "mean-std") == dict(section, mean=[0.25] * 3,
+                                                           std=[0.5] * 3)
+    assert train.skewed_input(section, "bgr") == dict(section, channel_order="BGR")
+    assert train.skewed_input(section, "none") == section
+
+
 def test_no_drill_keeps_the_weights_version():
     assert train.drill_fault() is None
     assert train.drill_fault(0, 0, 503) is None  # a status alone declares nothing
@@ -95,6 +103,7 @@ def test_export_with_a_drill_declares_it_and_gets_its_own_version(tmp_path, shap
     for name, extra in [("clean", []),
                         ("drill", ["--drill-delay-ms", "150", "--drill-error-rate", "0.2",
                                    "--drill-error-status", "503"]),
+                        ("skew", ["--drill-skew", "mean-std"]),
                         ("other-seed", ["--seed", "1"])]:
         logs[name] = run_train(repo, ["--output-dir", str(tmp_path / name), "--checkpoint-dir",
                                       str(tmp_path / f"{name}-ckpt"), *flags, *extra]).stdout
@@ -125,4 +134,21 @@ def test_export_with_a_drill_declares_it_and_gets_its_own_version(tmp_path, shap
     assert load_model_dir(runs["clean"]).infer_cfg.fault is None
     # the evaluation input is the model's own detections: a drill does not change them
     assert json.loads((tmp_path / "drill" / "bbox.json").read_text()) == \
+        json.loads((tmp_path / "clean" / "bbox.json").read_text())
+
+    # a skew: same weights (from the cache), the served preprocessing wrong on purpose,
+    # the gate's input unchanged (it cannot see a serving-side mistake), its own version
+    skew = yaml.safe_load((runs["skew"] / "model.yaml").read_text())
+    skew_cfg = yaml.safe_load((runs["skew"] / "infer_cfg.yml").read_text())
+    assert "holds this run's weights" in logs["skew"]
+    assert skew["weights_sha256"] == clean["weights_sha256"]
+    assert skew["drill"] == {"skew": "mean-std"}
+    assert skew["version"] == train.model_version(skew["weights_sha256"], {"skew": "mean-std"})
+    assert skew["version"] not in (clean["version"], drill["version"])
+    assert (skew_cfg["input"]["mean"], skew_cfg["input"]["std"]) == \
+        (clean_cfg["input"]["std"], clean_cfg["input"]["mean"])
+    assert {k: v for k, v in skew_cfg.items() if k != "input"} == \
+        {k: v for k, v in clean_cfg.items() if k != "input"}
+    assert "fault" not in skew_cfg  # answers are 200 and on time: only their content is off
+    assert json.loads((tmp_path / "skew" / "bbox.json").read_text()) == \
         json.loads((tmp_path / "clean" / "bbox.json").read_text())

@@ -3,6 +3,7 @@
     python train.py --output-dir OUT --checkpoint-dir CKPT [--data-dir data] [--epochs N]
         [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
         [--drill-delay-ms MS] [--drill-error-rate R] [--drill-error-status 500|503]
+        [--drill-skew none|mean-std|bgr]
         [--weights-cache DIR]
     python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
 
@@ -38,6 +39,10 @@ Design notes:
   on purpose, to rehearse a canary rollback) and ``model.yaml`` a ``drill:``
   record. Training itself is unchanged; the version is not (see
   ``model_version``), so a drill never shares a version with its clean twin.
+  ``--drill-skew`` instead exports ``infer_cfg.yml`` with a serving-side
+  mistake (mean and std swapped, or the channel order): the gate's mAP is
+  computed with the training code's preprocessing and passes; only the
+  answers on live traffic show it (the canary's quality checks).
 * ``--weights-cache DIR`` keeps each finished run's final checkpoint under a
   key of everything that decides the weights (dataset digest, hyperparameters,
   worker count, this directory's code); a later run with the same key starts
@@ -102,6 +107,10 @@ def parse_args(argv=None):
                        help="share of inference requests the server fails (0..1)")
     drill.add_argument("--drill-error-status", type=int, default=500, metavar="{500,503}",
                        help="HTTP status of the injected errors")
+    drill.add_argument("--drill-skew", choices=SKEWS, default="none",
+                       help="export infer_cfg.yml with a serving-side mistake the offline gate "
+                       "cannot see (it evaluates with the training code's preprocessing): "
+                       "mean-std swaps the normalisation's mean and std, bgr the channel order")
     p.add_argument("--weights-cache", default="", metavar="DIR",
                    help="reuse the final checkpoint of an earlier run with the same data, "
                    "hyperparameters, workers and code (empty: train every time)")
@@ -294,6 +303,18 @@ def drill_fault(delay_ms=0.0, error_rate=0.0, error_status=500):
         return None
     return {"delay_ms": float(delay_ms), "error_rate": float(error_rate),
             "error_status": int(error_status)}
+
+
+SKEWS = ("none", "mean-std", "bgr")
+
+
+def skewed_input(section, skew):
+    """infer_cfg.yml's ``input:`` with the --drill-skew mistake made on purpose."""
+    if skew == "mean-std":
+        return dict(section, mean=section["std"], std=section["mean"])
+    if skew == "bgr":
+        return dict(section, channel_order="BGR" if section["channel_order"] == "RGB" else "RGB")
+    return section
 
 
 def model_version(weights_sha, fault=None):
@@ -500,6 +521,10 @@ def export(net, args, out_dir, categories, digest, total, world):
     cfg = infer_cfg(names, categories, net.stride)
     fault = drill_fault(args.drill_delay_ms, args.drill_error_rate, args.drill_error_status)
     served_cfg = cfg if fault is None else dict(cfg, fault=fault)
+    if args.drill_skew != "none":  # bbox.json below still uses `cfg`: the gate sees nothing
+        served_cfg = dict(served_cfg, input=skewed_input(cfg["input"], args.drill_skew))
+    drill = {**(fault or {}), **({"skew": args.drill_skew} if args.drill_skew != "none" else {})}
+    fault = drill or None  # the version and the lineage name every declared misbehaviour
     atomic_text(model_dir / "infer_cfg.yml", yaml.safe_dump(served_cfg, sort_keys=False))
 
     weights_sha = file_sha256(model_dir / "inference.pdiparams")
@@ -528,7 +553,7 @@ def export(net, args, out_dir, categories, digest, total, world):
     print(f"exported {model_yaml['version']} to {model_dir}; {len(bbox)} val detections "
           f"in {out_dir / 'bbox.json'}", flush=True)
     if fault is not None:
-        print(f"fault drill declared in infer_cfg.yml: {json.dumps(fault)}", flush=True)
+        print(f"drill declared in infer_cfg.yml: {json.dumps(fault)}", flush=True)
 
 
 def main(argv=None):

@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="everything goes here; a previous demo's files in it are replaced "
                         "(default: ./.mlops-demo)")
     parser.add_argument("--scenario", default="good", choices=[*scenarios.NAMES, "all"],
-                        help="good: promoted; slow / errors: rolled back by the canary; "
-                        "low-map: refused by the gate; all: the four in a row (default: good)")
+                        help="good: promoted; slow / errors / skew: rolled back by the canary "
+                        "(latency, errors, model quality); low-map: refused by the gate; all: the "
+                        "five in a row (default: good)")
     parser.add_argument("--wait-approval", action="store_true",
                         help="wait for you to approve each PR (`mlops pr approve`) instead of "
                         "approving it for you")

@@ -4,7 +4,8 @@ Every scenario is an edit of `training.full.overrides.args` in the model
 repo's `mlops.yaml`, committed with a message that says what it does, so
 `git log -p` in the model repo shows exactly why a candidate is good or bad.
 The bad behaviours are the example's own flags (`train.py --drill-*`, which
-the exported model declares in `infer_cfg.yml`, and fewer epochs); nothing
+the exported model declares in `infer_cfg.yml`: a delay, errors, or a
+serving-side preprocessing mistake; and fewer epochs); nothing
 in the controller or the platform knows which scenario is playing.
 """
 
@@ -16,7 +17,7 @@ from promotion.state import CanaryState, Phase
 
 Outcome = Literal["promoted", "rolled_back", "gate_refused", "pipeline_failed"]
 
-NAMES = ("good", "slow", "errors", "low-map")
+NAMES = ("good", "slow", "errors", "skew", "low-map")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,11 @@ SCENARIOS = {
         "errors", {"drill-error-rate": 0.3},
         "drill: this version fails 30 % of requests (train.py --drill-error-rate)",
         "rolled_back", "error"),
+    "skew": Scenario(
+        "skew", {"drill-skew": "mean-std"},
+        "drill: export infer_cfg.yml with mean and std swapped (train.py --drill-skew): "
+        "the gate passes, the answers on live traffic do not",
+        "rolled_back", "quality"),
     "low-map": Scenario(
         "low-map", {"epochs": 1},
         "train 1 epoch to save time (the gate should refuse it)", "gate_refused"),
