@@ -8,6 +8,7 @@ slow and errors pushes change serving flags only and reuse the good weights;
 three canaries), so it runs once per session and every test reads its results.
 """
 
+import fnmatch
 import json
 import os
 import pathlib
@@ -34,7 +35,8 @@ def _snapshot(roots: tuple[pathlib.Path, ...], skip: tuple[pathlib.Path, ...]) -
         for dirpath, dirnames, filenames in os.walk(root):
             here = pathlib.Path(dirpath)
             dirnames[:] = [d for d in dirnames
-                           if d not in ("__pycache__", ".pytest_cache") and here / d not in skip]
+                           if d not in ("__pycache__", ".pytest_cache")
+                           and not any(fnmatch.fnmatch(str(here / d), str(s)) for s in skip)]
             for name in filenames:
                 try:
                     st = (here / name).lstat()
@@ -54,9 +56,10 @@ def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[
     the work dir) and git's and pip's files in the checkout."""
     pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
     roots = (pathlib.Path.home(), ROOT, _system_tmp())
-    # MLOPS_TEST_OUTSIDE_SKIP (paths joined by os.pathsep): directories another
-    # program on the machine writes while the suite runs (a developer's shell
-    # logging its jobs under /tmp); unset, as in CI, the check is whole
+    # MLOPS_TEST_OUTSIDE_SKIP (paths or glob patterns joined by os.pathsep):
+    # directories another program on the machine writes while the suite runs
+    # (a developer's shell logging its jobs under /tmp); unset, as in CI, the
+    # check is whole
     extra = tuple(pathlib.Path(p) for p in
                   os.environ.get("MLOPS_TEST_OUTSIDE_SKIP", "").split(os.pathsep) if p)
     return roots, (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info", *extra)

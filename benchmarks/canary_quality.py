@@ -1,0 +1,168 @@
+"""The canary's model-quality checks under simulated traffic, through the real decide().
+
+    python benchmarks/canary_quality.py [--runs 1000] [--seed 1]
+
+Each simulated window draws Poisson requests for both versions (split by the
+canary's weight) and, per answered image, whether it is *poor* for each
+default quality check (no confident detection; best score <= 0.5) at the
+version's own rates; the window becomes `Observations` with the histograms
+the model server exports, and `promotion.analysis.decide` (the controller's
+own function, default policy apart from the interval and min_requests of the
+demo) decides. No errors and no latency difference: only the quality checks
+can roll a canary back here.
+
+Scenarios:
+- `healthy`: both versions answer alike (8 % of images without a detection,
+  15 % with a best score <= 0.5): false rollbacks over the runs;
+- `drift`: a retrain 1.5x as often poor (12 % / 22.5 %): harmless by the
+  policy's margins (min_ratio 2, min_difference 5 points): false rollbacks;
+- `held`: `healthy`, but the canary is held at 10 % for an hour (min_requests
+  out of reach), looked at every window: the anytime-valid claim;
+- `skew`: the canary finds nothing (100 % / 100 %, the demo's `skew`):
+  canary requests until the rollback.
+The stated rate is `quality.alpha` (1 %); the report gives each observed
+rate with a 95 % Wilson interval. Results: benchmarks/results/canary_quality.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import math
+import pathlib
+import platform
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from promotion.analysis import decide  # noqa: E402
+from promotion.observations import Observations, VersionWindow  # noqa: E402
+from promotion.policy import CanaryPolicy  # noqa: E402
+from promotion.state import start_canary  # noqa: E402
+
+T0 = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    stable_poor: tuple[float, float]  # (no detection, best score <= 0.5)
+    canary_poor: tuple[float, float]
+    horizon_s: float
+    min_requests: int = 100
+
+
+SCENARIOS = (
+    Scenario("healthy", (0.08, 0.15), (0.08, 0.15), 1800),
+    Scenario("drift", (0.08, 0.15), (0.12, 0.225), 1800),
+    Scenario("held", (0.08, 0.15), (0.08, 0.15), 3600, min_requests=10**9),
+    Scenario("skew", (0.08, 0.15), (1.0, 1.0), 900),
+)
+
+
+def _window(rng: np.random.Generator, n: int, poor: tuple[float, float]) -> VersionWindow:
+    empty = int(rng.binomial(n, poor[0])) if n else 0
+    low = int(rng.binomial(n, poor[1])) if n else 0
+    latency = {0.01: 0.0, 0.05: float(n), math.inf: float(n)}
+    return VersionWindow(requests=n, errors=0, latency=latency, quality={
+        "detections_per_image": {0.0: float(empty), 1.0: float(empty), math.inf: float(n)},
+        "top_score": {0.5: float(low), 1.0: float(n), math.inf: float(n)},
+    })
+
+
+def rollout(rng: np.random.Generator, scenario: Scenario, rate: float,
+            interval: float) -> dict[str, Any]:
+    policy = CanaryPolicy(interval=interval, min_requests=scenario.min_requests)
+    state = start_canary("m", "v1", "v2", policy.steps[0], T0)
+    canary_requests = 0
+    t = 0.0
+    while t < scenario.horizon_s:
+        t += interval
+        total = int(rng.poisson(rate * interval))
+        n_c = int(rng.binomial(total, state.weight / 100))
+        canary_requests += n_c
+        obs = Observations(canary=_window(rng, n_c, scenario.canary_poor),
+                           stable=_window(rng, total - n_c, scenario.stable_poor),
+                           window_seconds=interval)
+        decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=t))
+        state = decision.state
+        if decision.kind in ("rollback", "promote"):
+            failed = [c.name for c in decision.evidence.checks if c.verdict == "fail"]
+            return {"outcome": decision.kind, "seconds": t, "canary_requests": canary_requests,
+                    "failed": failed}
+    return {"outcome": "open", "seconds": t, "canary_requests": canary_requests, "failed": []}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=40.0, help="requests/s in all (the demo's)")
+    parser.add_argument("--interval", type=float, default=10.0, help="analysis interval, s")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/canary_quality.json"))
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    started = time.monotonic()
+    rows = []
+    for scenario in SCENARIOS:
+        runs = args.runs if scenario.name != "held" else max(1, args.runs // 4)
+        results = [rollout(rng, scenario, args.rate, args.interval) for _ in range(runs)]
+        rollbacks = [r for r in results if r["outcome"] == "rollback"]
+        by_quality = [r for r in rollbacks if any(f.startswith("quality_") for f in r["failed"])]
+        low, high = wilson(len(rollbacks), runs)
+        row: dict[str, Any] = {
+            "scenario": scenario.name, "runs": runs,
+            "stable_poor": scenario.stable_poor, "canary_poor": scenario.canary_poor,
+            "rolled_back": len(rollbacks), "rolled_back_by_quality": len(by_quality),
+            "rollback_rate": len(rollbacks) / runs, "rollback_rate_95ci": [low, high],
+            "promoted": sum(r["outcome"] == "promote" for r in results),
+            "open": sum(r["outcome"] == "open" for r in results),
+        }
+        if rollbacks:
+            reqs = np.array([r["canary_requests"] for r in rollbacks])
+            secs = np.array([r["seconds"] for r in rollbacks])
+            row.update({"canary_requests_to_rollback_p50": float(np.percentile(reqs, 50)),
+                        "canary_requests_to_rollback_p90": float(np.percentile(reqs, 90)),
+                        "seconds_to_rollback_p90": float(np.percentile(secs, 90))})
+        rows.append(row)
+        print(f"{scenario.name:8s} runs {runs:5d}  rolled back {len(rollbacks):5d} "
+              f"({row['rollback_rate']:.2%}, 95% CI {low:.2%}..{high:.2%})  promoted "
+              f"{row['promoted']:5d}  open {row['open']:4d}"
+              + (f"  canary requests to rollback p50 {row['canary_requests_to_rollback_p50']:.0f}"
+                 f" p90 {row['canary_requests_to_rollback_p90']:.0f}" if rollbacks else ""),
+              flush=True)
+    policy = CanaryPolicy()
+    doc = {
+        "benchmark": "canary_quality",
+        "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpu": platform.machine()},
+        "seed": args.seed, "rate": args.rate, "interval": args.interval,
+        "quality_policy": policy.quality.model_dump(mode="json"),
+        "stated_false_rollback_rate": policy.quality.alpha,
+        "rows": rows, "seconds": round(time.monotonic() - started, 1),
+    }
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
