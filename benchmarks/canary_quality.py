@@ -18,6 +18,9 @@ Scenarios:
   policy's margins (min_ratio 2, min_difference 5 points): false rollbacks;
 - `held`: `healthy`, but the canary is held at 10 % for an hour (min_requests
   out of reach), looked at every window: the anytime-valid claim;
+- `worse`: a retrain 3x as often poor (24 % / 45 %): beyond the margins, so
+  the power of the checks on a real but partial loss: rollbacks, and canary
+  requests until them;
 - `skew`: the canary finds nothing (100 % / 100 %, the demo's `skew`):
   canary requests until the rollback.
 The stated rate is `quality.alpha` (1 %); the report gives each observed
@@ -63,6 +66,7 @@ SCENARIOS = (
     Scenario("healthy", (0.08, 0.15), (0.08, 0.15), 1800),
     Scenario("drift", (0.08, 0.15), (0.12, 0.225), 1800),
     Scenario("held", (0.08, 0.15), (0.08, 0.15), 3600, min_requests=10**9),
+    Scenario("worse", (0.08, 0.15), (0.24, 0.45), 1800),
     Scenario("skew", (0.08, 0.15), (1.0, 1.0), 900),
 )
 
