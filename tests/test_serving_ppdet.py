@@ -540,3 +540,22 @@ def test_quality_signals_count_detections_at_the_draw_threshold(server, images):
     for name in LABELS:
         drawn = sum(1 for label, keep in zip(labels, confident) if keep and label == name)
         assert delta("model_class_detections_total", **{"class": name}) == drawn
+
+
+def test_paddle_serving_route_and_the_request_limits_apply(server, images):
+    """The compat route answers as the OIP route does; the pixel budget is checked from the
+    header before OpenCV decodes anything."""
+    bbox, counts, labels = detect(server, images[:1])
+    compat = requests.post(f"{server.url}/GeneralModelService/inference", timeout=60, json={
+        "feed": [{"image": base64.b64encode(images[0]).decode()}],
+        "fetch": ["bbox", "bbox_num", "labels"]})
+    assert compat.status_code == 200, compat.text
+    result = compat.json()["result"]
+    assert result["bbox_num"] == counts.tolist() and result["labels"] == labels
+    assert np.abs(np.asarray(result["bbox"], np.float32).reshape(-1, 6) - bbox).max() < 1e-6
+    huge = io.BytesIO()
+    Image.new("1", (2100, 2100)).save(huge, format="PNG")  # 4.4 Mpx in a few KB
+    response = requests.post(infer_url(server), data=image_body([huge.getvalue()]), timeout=60)
+    assert response.status_code == 400 and "2100x2100 image is too large" in response.text
+    response = requests.post(infer_url(server), data=image_body([b"\x89PNG broken"]), timeout=60)
+    assert response.status_code == 400 and "element 0: not a decodable PNG or JPEG" in response.text
