@@ -6,6 +6,7 @@ The directory is the artifact contract of the training step (docs/design.md
     inference.json | inference.pdmodel   program (PIR JSON from Paddle 3, or legacy)
     inference.pdiparams                  weights
     infer_cfg.yml                        input size, normalisation, labels, decoder
+                                         (or PaddleDetection's: `serving.ppdet_config`)
     model.yaml                           name, version, weights_sha256, lineage
 
 `infer_cfg.yml` is validated once here (pydantic), so the server and the
@@ -38,6 +39,8 @@ from contracts.artifact import (
     sha256_file,
 )
 from serving.errors import ModelDirError
+from serving.fault import FaultConfig
+from serving.ppdet_config import PPDetConfig, is_ppdet_config
 
 
 class InputConfig(pydantic.BaseModel):
@@ -97,33 +100,6 @@ class DecodeConfig(pydantic.BaseModel):
     heatmap_activation: Literal["none", "sigmoid"] = "none"  # "none": already in (0, 1)
 
 
-class FaultConfig(pydantic.BaseModel):
-    """A fault drill, in the spirit of Istio's HTTPFault (delay / abort with a percentage).
-
-    Unknown keys are refused (unlike the other sections): a misspelt drill
-    that silently does nothing would make a rehearsal pass for the wrong reason.
-    """
-
-    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    # strict: a number, not "200" or `true`; at most an hour (longer is a typo, not a drill)
-    delay_ms: float = pydantic.Field(0.0, ge=0, le=3_600_000, strict=True)  # added to each request
-    error_rate: float = pydantic.Field(0.0, ge=0, le=1, strict=True)  # share failed on purpose
-    error_status: Literal[500, 503] = 500
-
-    @property
-    def active(self) -> bool:
-        """True when the drill changes anything a caller sees."""
-        return self.delay_ms > 0 or self.error_rate > 0
-
-    def describe(self) -> str:
-        """One line for logs and error bodies."""
-        return (
-            f"delay_ms={self.delay_ms:g} error_rate={self.error_rate:g} "
-            f"error_status={self.error_status}"
-        )
-
-
 class InferConfig(pydantic.BaseModel):
     """The typed `infer_cfg.yml` (the format `examples/shapes-detector/train.py` writes)."""
 
@@ -166,6 +142,10 @@ class InferConfig(pydantic.BaseModel):
         set of the quality metrics (`serving.quality`)."""
         return list(dict.fromkeys(label.name for label in self.labels))
 
+    def labels_doc(self) -> list[dict[str, Any]]:
+        """`labels:` as the metadata document lists them."""
+        return [label.model_dump() for label in self.labels]
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
@@ -183,7 +163,7 @@ class ModelDir:
     path: pathlib.Path
     program_file: pathlib.Path
     params_file: pathlib.Path
-    infer_cfg: InferConfig
+    infer_cfg: InferConfig | PPDetConfig  # the example's format or PaddleDetection's
     record: dict[str, Any]  # model.yaml as written by training (free-form lineage)
     program_inputs: dict[str, TensorSpec]  # from the program; may be empty for legacy files
     program_outputs: list[TensorSpec]
@@ -228,10 +208,13 @@ def _load_yaml(path: pathlib.Path, required: bool) -> dict[str, Any]:
     return data
 
 
-def _load_infer_cfg(path: pathlib.Path) -> InferConfig:
+def _load_infer_cfg(path: pathlib.Path) -> InferConfig | PPDetConfig:
     data = _load_yaml(path, required=True)
+    kind: type[InferConfig] | type[PPDetConfig] = (
+        PPDetConfig if is_ppdet_config(data) else InferConfig
+    )
     try:
-        return InferConfig.model_validate(data)
+        return kind.model_validate(data)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()

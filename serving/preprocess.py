@@ -33,14 +33,24 @@ FORMATS = ("PNG", "JPEG")
 
 def decode_image(data: bytes, what: str, budget: int = MAX_PIXELS) -> Image.Image:
     """Decode one PNG or JPEG of at most `budget` pixels; `BadRequest` naming `what`."""
+    image = open_image(data, what, budget)
+    try:
+        image.load()
+    except (OSError, ValueError, Image.DecompressionBombError):
+        raise BadRequest(f"{what}: not a decodable PNG or JPEG image") from None
+    return image
+
+
+def open_image(data: bytes, what: str, budget: int = MAX_PIXELS) -> Image.Image:
+    """One PNG or JPEG of at most `budget` pixels, its header read and nothing decoded
+    yet (another decoder may take it from here); `BadRequest` naming `what`."""
     try:
         image = Image.open(io.BytesIO(data), formats=FORMATS)
-        if image.width * image.height > min(MAX_PIXELS, budget):
-            raise BadRequest(f"{what}: {image.width}x{image.height} image is too large "
-                             f"(at most {MAX_REQUEST_PIXELS} pixels per request)")
-        image.load()
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
         raise BadRequest(f"{what}: not a decodable PNG or JPEG image") from None
+    if image.width * image.height > min(MAX_PIXELS, budget):
+        raise BadRequest(f"{what}: {image.width}x{image.height} image is too large "
+                         f"(at most {MAX_REQUEST_PIXELS} pixels per request)")
     return image
 
 

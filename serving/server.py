@@ -56,8 +56,9 @@ from serving.errors import (
     ServingError,
     Unavailable,
 )
+from serving.fault import FaultConfig
 from serving.metrics import CONTENT_TYPE, ServerMetrics
-from serving.modeldir import FaultConfig, ModelDir
+from serving.modeldir import ModelDir
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import PredictorPool, default_threads
 from serving.service import ModelService, Result

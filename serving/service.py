@@ -15,6 +15,12 @@ Two request forms reach the same predictors:
   (class id, score, x1, y1, x2, y2) in the caller's pixels, `bbox_num` [N]
   and `labels` [M] (class names).
 
+A PaddleDetection export (its `infer_cfg.yml`, `serving.ppdet_config`) takes
+the encoded-image form through PaddleDetection's own preprocessing and its
+three inputs (`serving.ppdet`); its graph does the NMS, so its `bbox` and
+`bbox_num` outputs are the detections. Otherwise the example's format applies:
+one image input and a CenterNet-style decode here (`serving.postprocess`).
+
 Only the encoded-image form carries model-quality signals (`quality.py`,
 one `AnswerSignals` per image in `Result.quality`): there the server itself
 turns the outputs into the detections the client receives. A raw-tensor
@@ -31,8 +37,10 @@ import numpy as np
 
 from serving import compat
 from serving.errors import BadRequest, InferenceFailed, ModelDirError
-from serving.modeldir import ModelDir, TensorSpec
+from serving.modeldir import InferConfig, ModelDir, TensorSpec
 from serving.postprocess import ROLES, decode_centernet, label_names
+from serving.ppdet import PPDetImages
+from serving.ppdet_config import PPDetConfig
 from serving.preprocess import prepare_images
 from serving.protocol import (
     Tensor,
@@ -76,24 +84,40 @@ class ModelService:
         self.version = version
         self.pool = pool
         self.cfg = model.infer_cfg
+        self.ppdet: PPDetImages | None = None
+        self.roles: dict[str, int] = {}
+        if isinstance(self.cfg, PPDetConfig):
+            self.ppdet = PPDetImages(self.cfg, str(model.path), pool.input_names,
+                                     pool.output_names)
+            self.image_input = self.ppdet.image_input
+        else:
+            self.image_input = self.cfg.input.name or pool.input_names[0]
         self.inputs = [self._input_spec(n) for n in pool.input_names]
         declared = {spec.name: spec for spec in model.program_outputs}
         self.outputs = [declared.get(n, TensorSpec(n, "FP32", ())) for n in pool.output_names]
-        self.image_input = self.cfg.input.name or pool.input_names[0]
         if self.image_input not in pool.input_names:
             raise ModelDirError(
                 f"infer_cfg.yml input.name {self.image_input!r} is not a model input "
                 f"({', '.join(pool.input_names)})"
             )
-        self.roles = self._output_roles()
+        if self.ppdet is None:
+            self.roles = self._output_roles()
         self.classes = frozenset(self.cfg.class_names())
+
+    def _example_cfg(self) -> InferConfig:
+        """The example's `infer_cfg.yml` (what the CenterNet path reads)."""
+        if not isinstance(self.cfg, InferConfig):
+            raise TypeError("not the example's infer_cfg.yml format")
+        return self.cfg
 
     def _input_spec(self, name: str) -> TensorSpec:
         spec = self.model.program_inputs.get(name)
         if spec is not None:
             return spec
+        if self.ppdet is not None:
+            return self.ppdet.default_spec(name)
         dtype = _PADDLE_DTYPES.get(self.pool.input_dtypes.get(name, "FLOAT32"), "FP32")
-        return TensorSpec(name, dtype, (-1, 3, *self.cfg.input.size))
+        return TensorSpec(name, dtype, (-1, 3, *self._example_cfg().input.size))
 
     def _output_roles(self) -> dict[str, int]:
         """Index of the heatmap/size/offset outputs among the predictor's outputs.
@@ -103,8 +127,9 @@ class ModelService:
         and without the list the order is heatmap, size, offset.
         """
         names = self.pool.output_names
+        cfg = self._example_cfg()
         roles: dict[str, int] = {}
-        for position, entry in enumerate(self.cfg.outputs):
+        for position, entry in enumerate(cfg.outputs):
             if entry.name not in ROLES:
                 continue
             if entry.tensor is not None and entry.tensor in names:
@@ -113,7 +138,7 @@ class ModelService:
                 roles[entry.name] = position
             elif entry.name in names:
                 roles[entry.name] = names.index(entry.name)
-        if not self.cfg.outputs:
+        if not cfg.outputs:
             roles = {role: i for i, role in enumerate(ROLES) if i < len(names)}
         missing = [r for r in ROLES if r not in roles]
         if missing:
@@ -134,7 +159,7 @@ class ModelService:
             "inputs": [_spec_doc(s) for s in self.inputs],
             "outputs": [_spec_doc(s) for s in self.outputs],
             "parameters": {
-                "labels": [label.model_dump() for label in self.cfg.labels],
+                "labels": self.cfg.labels_doc(),
                 "image_input": {
                     "datatype": "BYTES",
                     "shape": [-1],
@@ -143,6 +168,11 @@ class ModelService:
                 },
             },
         }
+        if isinstance(self.cfg, PPDetConfig):  # how the images become the three inputs
+            doc["parameters"]["image_input"]["preprocess"] = [
+                op.model_dump() for op in self.cfg.preprocess
+            ]
+            doc["parameters"]["image_input"]["format"] = f"PaddleDetection ({self.cfg.arch})"
         fault = self.cfg.fault
         if fault is not None and fault.active:  # tells a caller why this version misbehaves
             doc["parameters"]["fault_drill"] = fault.model_dump()
@@ -196,14 +226,20 @@ class ModelService:
         """Encoded images -> detections (`bbox`, `bbox_num`, `labels`) and their signals."""
         if images.data.size == 0:
             raise BadRequest(f"input '{images.name}': no images")
-        prepared = prepare_images(
-            list(images.data.reshape(-1)), self.cfg.input, images.name,
-            before_each=self.pool.raise_if_abandoned,
-        )
-        arrays, seconds = self.pool.infer({self.image_input: prepared.batch})
-        bbox, counts = self.decode(arrays, prepared.sizes)
+        encoded = list(images.data.reshape(-1))
+        if self.ppdet is not None:
+            ready = self.ppdet.prepare(encoded, images.name, self.pool.raise_if_abandoned)
+            arrays, seconds = self.pool.infer(ready.feeds)
+            bbox, counts = self.ppdet.detections(arrays, len(encoded))
+            stats = ready.stats
+        else:
+            prepared = prepare_images(encoded, self._example_cfg().input, images.name,
+                                      before_each=self.pool.raise_if_abandoned)
+            arrays, seconds = self.pool.infer({self.image_input: prepared.batch})
+            bbox, counts = self.decode(arrays, prepared.sizes)
+            stats = prepared.stats
         names = label_names(bbox, self.cfg.label_names())
-        quality = split_answers(bbox, counts, names, self.classes, prepared.stats,
+        quality = split_answers(bbox, counts, names, self.classes, stats,
                                 self.cfg.draw_threshold)
         return [
             Tensor("bbox", "FP32", tuple(bbox.shape), bbox),
@@ -214,12 +250,13 @@ class ModelService:
     def decode(
         self, arrays: list[np.ndarray], original_hw: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Raw predictor outputs -> (`bbox`, `bbox_num`)."""
+        """Raw predictor outputs -> (`bbox`, `bbox_num`) (the example's CenterNet heads)."""
         heatmap, size, offset = (arrays[self.roles[r]] for r in ROLES)
+        cfg = self._example_cfg()
         try:
             return decode_centernet(
-                heatmap, size, offset, self.cfg.decode, self.cfg.input.size,
-                self.cfg.category_ids() or None, original_hw,
+                heatmap, size, offset, cfg.decode, cfg.input.size,
+                cfg.category_ids() or None, original_hw,
             )
         except (ValueError, IndexError) as exc:
             raise InferenceFailed(f"decoding the model's outputs failed: {exc}") from exc
@@ -251,11 +288,13 @@ class ModelService:
         return feeds
 
     def warm_up(self) -> list[np.ndarray]:
-        """One inference per predictor on a zero input of the model's input size."""
+        """One inference per predictor on a zero input of the model's input size
+        (a PaddleDetection export: a black image through its preprocessing)."""
+        if self.ppdet is not None:
+            return self.pool.warm_up(self.ppdet.warm_up_feeds())
+        size = self._example_cfg().input.size
         feeds = {
-            spec.name: np.zeros(
-                _concrete_shape(spec.shape, self.cfg.input.size), datatype_to_numpy(spec.datatype)
-            )
+            spec.name: np.zeros(_concrete_shape(spec.shape, size), datatype_to_numpy(spec.datatype))
             for spec in self.inputs
         }
         return self.pool.warm_up(feeds)

@@ -104,7 +104,7 @@ sys.meta_path.insert(0, Missing())
 _CLI = "from mlops.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 #: What each image lacks: the distributions of the other extras, by import name.
 NOT_IN = {
-    "controller": ["paddle", "hera", "starlette", "uvicorn", "PIL", "faster_coco_eval",
+    "controller": ["paddle", "hera", "starlette", "uvicorn", "PIL", "cv2", "faster_coco_eval",
                    "jsonschema", "kubernetes_validate", "pycocotools", "tritonclient"],
     "serve": ["hera", "faster_coco_eval", "kubernetes", "matplotlib", "jsonschema",
               "kubernetes_validate", "pycocotools", "tritonclient"],
