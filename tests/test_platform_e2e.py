@@ -5,8 +5,10 @@ Everything is real: a bare GitOps repo, `mlops promote propose` and
 Prometheus, HAProxy, the sync daemon, and `mlops serve` on the model the
 ``trained_model`` fixture trained (the canary is the same weights under
 another version name: what is measured here is routing, not the model). One platform serves
-the whole module (starting Paddle servers is the slow part); the tests run in file
-order and each leaves the platform in the state the next expects.
+the whole module (starting Paddle servers is the slow part). The module's set-up walks it
+through the PR flow to a 90/10 canary and records what it saw; every test starts from that
+90/10 split (the ``at_ten_percent`` fixture restores it when an earlier test changed it), so
+each test passes alone and in any order.
 """
 
 import collections
@@ -62,11 +64,49 @@ def env(tmp_path_factory, trained_model):
     wd = Workdir(base / "platform")
     try:
         lifecycle.up(wd, str(repo))
-        yield {"repo": repo, "wd": wd, "versions": versions, "base": base,
+        env = {"repo": repo, "wd": wd, "versions": versions, "base": base,
                "v1": stable, "v2": CANARY,
                "image": next(iter(sorted((trained_model.data_dir / "val").glob("*.png"))))}
+        env["flow"] = pr_flow_to_ten_percent(env)
+        yield env
     finally:
         teardown([wd])
+
+
+def pr_flow_to_ten_percent(env) -> dict:
+    """The bootstrap PR, the candidate's PR and one controller pass, as a person runs them;
+    returns each commit and what the platform had applied once it converged on it."""
+    wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
+    flow = {"first": approve_proposal(repo, versions[v1], 1)}  # bootstrap: stable at 100 %
+    wait_for(lambda: converged(wd, MODEL, {v1: 100}), SERVER_READY, "the stable version to serve")
+    flow["applied_first"] = status_doc(wd)["applied_commit"]
+    # The candidate's PR, approved: a second Deployment, routed at 0 % until it is ready.
+    approve_proposal(repo, versions[v2], 2)
+    wait_for(lambda: converged(wd, MODEL, {v1: 100, v2: 0}), SERVER_READY, "v2 ready at 0%")
+    # One controller pass reads the platform's readiness and commits the first step: 10 %.
+    prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
+    flow["controller_exit"] = cli.main([
+        "controller", "run", "--once", "--gitops", str(repo), "--prometheus", prometheus,
+        "--readiness", "local", "--platform-workdir", str(wd.root),
+        "--workdir", str(env["base"] / "controller")])
+    flow["second"] = head(repo)
+    flow["second_message"] = subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%B", "main"],
+        capture_output=True, text=True, check=True).stdout
+    wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
+    flow["applied_second"] = status_doc(wd)["applied_commit"]
+    return flow
+
+
+@pytest.fixture
+def at_ten_percent(env):
+    """Both versions served at 90/10, whatever an earlier test left (a split, a removal)."""
+    wd, v1, v2 = env["wd"], env["v1"], env["v2"]
+    if not converged(wd, MODEL, {v1: 90, v2: 10}):
+        write_model(env["repo"], MODEL, env["versions"], stable=v1, canary=v2, canary_weight=10,
+                    subject="test: back to the 90/10 canary")
+        wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
+    return env
 
 
 def frontend(wd: Workdir) -> str:
@@ -86,28 +126,14 @@ def approve_proposal(repo, model_dir, number):
     return head(repo)
 
 
-def test_local_pr_flow_serves_the_committed_split(env):
-    wd, repo, versions = env["wd"], env["repo"], env["versions"]
-    v1, v2 = env["v1"], env["v2"]
-    first = approve_proposal(repo, versions[v1], 1)  # bootstrap: stable at 100 %
-    wait_for(lambda: converged(wd, MODEL, {v1: 100}), SERVER_READY, "the stable version to serve")
-    assert status_doc(wd)["applied_commit"] == first
-
-    # The candidate's PR, approved: a second Deployment, routed at 0 % until it is ready.
-    approve_proposal(repo, versions[v2], 2)
-    wait_for(lambda: converged(wd, MODEL, {v1: 100, v2: 0}), SERVER_READY, "v2 ready at 0%")
-    # One controller pass reads the platform's readiness and commits the first step: 10 %.
-    prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
-    assert cli.main(["controller", "run", "--once", "--gitops", str(repo),
-                     "--prometheus", prometheus, "--readiness", "local",
-                     "--platform-workdir", str(wd.root),
-                     "--workdir", str(env["base"] / "controller")]) == 0
-    second = head(repo)
-    assert "Mlops-Decision: step/ready" in subprocess.run(
-        ["git", "-C", str(repo), "log", "-1", "--format=%B", "main"],
-        capture_output=True, text=True, check=True).stdout
-    wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
-    assert status_doc(wd)["applied_commit"] == second
+def test_local_pr_flow_serves_the_committed_split(at_ten_percent):
+    env = at_ten_percent
+    wd, v1, v2, flow = env["wd"], env["v1"], env["v2"], env["flow"]
+    # The module's set-up ran the PR flow (pr_flow_to_ten_percent): each commit was applied.
+    assert flow["applied_first"] == flow["first"]
+    assert flow["controller_exit"] == 0
+    assert "Mlops-Decision: step/ready" in flow["second_message"]
+    assert flow["applied_second"] == flow["second"]
 
     url = frontend(wd)
     session = requests.Session()
@@ -147,15 +173,17 @@ def test_local_pr_flow_serves_the_committed_split(env):
     assert {r["metric"]["server"] for r in rows} >= {v1, v2}
 
 
-def test_killed_server_is_restarted_and_status_shows_it(env, capsys):
+def test_killed_server_is_restarted_and_status_shows_it(at_ten_percent, capsys):
+    env = at_ten_percent
     wd, v1, v2 = env["wd"], env["v1"], env["v2"]
     before = versions_of(wd, MODEL)[v2]
-    assert before["restarts"] == 0
+    restarts = before["restarts"] + 1
     os.kill(before["pid"], signal.SIGKILL)
 
     def restarted():
         info = versions_of(wd, MODEL).get(v2, {})
-        return info.get("restarts") == 1 and info.get("phase") == "ready" and info.get("haproxy_up")
+        return (info.get("restarts") == restarts and info.get("phase") == "ready"
+                and bool(info.get("haproxy_up")))
     wait_for(restarted, SERVER_READY, "the sync to restart v2")
     after = versions_of(wd, MODEL)[v2]
     assert after["pid"] != before["pid"] and procs.is_running(after["pid"])
@@ -164,17 +192,20 @@ def test_killed_server_is_restarted_and_status_shows_it(env, capsys):
     assert cli.main(["status", "--workdir", str(wd.root)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.strip().startswith(v2))
-    assert row.split()[-1] == "1", out  # restarts column
+    assert row.split()[-1] == str(restarts), out  # restarts column
     assert "10%" in row and "ready" in row
     log = pathlib.Path(after["log"]).parent.parent / "sync.log"
     assert "died" in log.read_text()
 
 
-def test_killed_haproxy_is_restarted_with_every_route(env):
+def test_killed_haproxy_is_restarted_with_every_route(at_ten_percent):
+    env = at_ten_percent
     wd, v1, v2 = env["wd"], env["v1"], env["v2"]
     old = procs.read_record(wd.pidfile("haproxy"))
+    restarts = (status_doc(wd).get("service_restarts") or {}).get("haproxy", 0) + 1
     os.kill(old.pid, signal.SIGKILL)
-    wait_for(lambda: (status_doc(wd).get("service_restarts") or {}).get("haproxy") == 1, 40,
+    wait_for(lambda: (status_doc(wd).get("service_restarts") or {}).get("haproxy") == restarts,
+             40,
              "the sync to restart HAProxy")
     wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), 20, "routes re-added")
     seen = collections.Counter(
@@ -183,7 +214,8 @@ def test_killed_haproxy_is_restarted_with_every_route(env):
     assert sum(seen.values()) == 100 and abs(seen[v2] - 10) <= 3, seen
 
 
-def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
+def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(at_ten_percent, capsys):
+    env = at_ten_percent
     wd, repo, v1, v2 = env["wd"], env["repo"], env["v1"], env["v2"]
     good = status_doc(wd)["applied_commit"]
     pids = {v: info["pid"] for v, info in versions_of(wd, MODEL).items()}
@@ -218,7 +250,8 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(env, capsys):
     assert {v: info["pid"] for v, info in versions_of(wd, MODEL).items()} == pids
 
 
-def test_removed_deployment_stops_its_server(env):
+def test_removed_deployment_stops_its_server(at_ten_percent):
+    env = at_ten_percent
     wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
     v2_pid = versions_of(wd, MODEL)[v2]["pid"]
     write_model(repo, MODEL, {v1: versions[v1]}, stable=v1, remove_versions=(v2,))
