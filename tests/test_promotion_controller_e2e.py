@@ -185,6 +185,22 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
         assert after == ["canary(shapes-detector): 40% -> 50% (v4 over v2)",
                          "canary(shapes-detector): 50% -> 100% (v4 over v2)",
                          "promote(shapes-detector): v4 is stable at 100% (replaces v2)"], after
+        wait_for(lambda: converged(wd, MODEL, {"v4": 100}), 60, "v4 alone at 100")
+
+        # 5. `mlops rollback`: back to last week's model in one commit, no analysis; the
+        # platform restarts v2 from its restored Deployment and serves it alone; the
+        # running controller leaves the human's decision standing.
+        before = git(repo, "rev-parse", "main").strip()
+        back = subprocess.run(
+            [sys.executable, "-m", "mlops", "rollback", MODEL, "--gitops", str(repo),
+             "--by", "ops"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert back.returncode == 0, back.stderr
+        assert git(repo, "rev-list", "--count", f"{before}..main").strip() == "1"
+        wait_for(lambda: converged(wd, MODEL, {"v2": 100}), SERVER_READY,
+                 "v2 served alone after the rollback")
+        assert _state(repo)["stable"] == "v2" and _state(repo)["phase"] == "promoted"
+        time.sleep(4)  # two analysis intervals: the controller commits nothing over it
+        assert git(repo, "rev-list", "--count", f"{before}..main").strip() == "1"
     finally:
         _stop(controller)
         _stop(load)
@@ -193,8 +209,9 @@ def test_canary_promotes_a_good_candidate_and_rolls_back_a_broken_one(
     subjects = git(repo, "log", "--first-parent", "--format=%s", "main").splitlines()[::-1]
     decisions = [s for s in subjects if s.startswith(("canary(", "promote(", "rollback("))]
     # v2: "0% -> 10%" once ready, three steps, promote; v3: the same start, rollback;
-    # v4: the start, the takeover, two steps, promote
-    assert len(decisions) == 12, decisions
+    # v4: the start, the takeover, two steps, promote; then the human's rollback to v2
+    assert len(decisions) == 13, decisions
+    assert decisions[-1] == "rollback(shapes-detector): v2 is stable at 100% (was v4)"
     report = tmp_path / "controller" / "rollouts" / MODEL
     assert (report / "v2" / "canary.png").is_file() and (report / "v3" / "report.md").is_file()
     assert "Outcome: rolled back" in (report / "v3" / "report.md").read_text()
