@@ -17,7 +17,10 @@ Unknown keys are refused: a misspelt setting that silently did nothing would
 be benchmarked as the thing it was meant to change.
 """
 
+import pathlib
+
 import pydantic
+import yaml
 
 DEFAULT_WORKERS = 1
 DEFAULT_BATCH_MAX_SIZE = 1  # 1: batching off
@@ -43,3 +46,18 @@ class ServingOptions(pydantic.BaseModel):
         if self.batch_timeout_ms is not None:
             out += ["--batch-timeout-ms", f"{self.batch_timeout_ms:g}"]
         return out
+
+
+def read_serving_options(model_dir: str | pathlib.Path) -> ServingOptions | None:
+    """The `serving:` section of a model directory's `infer_cfg.yml` (None: absent)."""
+    path = pathlib.Path(model_dir) / "infer_cfg.yml"
+    if not path.is_file():
+        return None
+    doc = yaml.safe_load(path.read_text()) or {}
+    section = doc.get("serving") if isinstance(doc, dict) else None
+    if section is None:
+        return None
+    try:
+        return ServingOptions.model_validate(section)
+    except pydantic.ValidationError as exc:
+        raise ValueError(f"{path}: serving: {exc}") from None
