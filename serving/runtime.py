@@ -17,10 +17,14 @@ whose one thread owns the predictor. It stacks the inputs of waiting requests
 that have the same shape (all but the batch dimension) and dtype into one
 `run()`, up to `batch_max_size` images (a request of several images counts
 each), and splits the outputs back along the batch dimension (a
-PaddleDetection export's `bbox` rows by its `bbox_num`). "Adaptive": it waits
-up to `batch_timeout` for more only while requests it knows of (submitted to
-the pool, not yet at the predictor) may still join; at concurrency 1 nobody
-can join, so nothing waits. A request of another shape runs in a batch of its
+PaddleDetection export's `bbox` rows by its `bbox_num`). "Adaptive": a batch
+is what queued while the predictor was busy with the previous one, so its size
+follows the load; with `batch_timeout` > 0 it also waits up to that long for
+more, but only while requests it knows of (submitted to the pool, not yet at
+the predictor) may still join, so at concurrency 1 nothing ever waits. The
+default timeout is 0: on this project's models (predictor runs of 0.2-3 ms) any
+wait cost more throughput than the fuller batches gained
+(`benchmarks/serving_peers.py`). A request of another shape runs in a batch of its
 own; a batch that fails, or whose outputs cannot be split, is run again one
 request at a time, so one bad request never fails its neighbours.
 """
@@ -277,7 +281,7 @@ class PredictorPool:
     """
 
     def __init__(self, model: ModelDir, threads: int, math_threads: int = 1,
-                 batch_max_size: int = 1, batch_timeout: float = 0.002) -> None:
+                 batch_max_size: int = 1, batch_timeout: float = 0.0) -> None:
         self.model = model
         if batch_max_size > 1:
             threads = max(threads, batch_max_size)

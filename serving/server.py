@@ -117,7 +117,7 @@ class ServerSettings:
     #: run; 1 turns batching off (the default).
     batch_max_size: int = 1
     #: The longest a request waits for others to join its batch.
-    batch_timeout_ms: float = 2.0
+    batch_timeout_ms: float = 0.0
 
 
 class FaultDrill:
@@ -557,7 +557,9 @@ def _worker_main(sock: socket.socket, model_path: str, settings: ServerSettings,
 def _bind(host: str, port: int) -> socket.socket:
     """The listening socket every worker accepts on (bound once, here)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and without it every small answer waited ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "serving.batch_max_size, else 1 = off)")
     serve.add_argument("--batch-timeout-ms", type=float, default=None, metavar="MS",
                        help="longest a request waits for others to join its batch "
-                            "(default: infer_cfg.yml serving.batch_timeout_ms, else 2)")
+                            "(default: infer_cfg.yml serving.batch_timeout_ms, else 0: a "
+                            "batch is what queued while the predictor ran)")
     serve.add_argument("--math-threads", type=int, default=1,
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float, default=30.0,
