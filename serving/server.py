@@ -505,6 +505,8 @@ def serve(model: ModelDir, settings: ServerSettings, log_level: str = "info") ->
     """Run the server until SIGINT/SIGTERM; returns the process exit code."""
     if settings.workers > 1:
         return _supervise(model, settings, log_level)
+    if os.environ.get(MULTIPROC_ENV):  # set from outside: its old files must not be summed in
+        _fresh_metrics_dir()
     return _serve_one(model, settings, log_level)
 
 
