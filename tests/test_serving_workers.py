@@ -320,3 +320,19 @@ def test_ppdet_split_sends_boxes_back_by_bbox_num():
     np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), bbox)
     with pytest.raises(ValueError):
         split_ppdet_batch([bbox], [1, 3])
+
+
+def test_ready_only_when_every_worker_is():
+    """Each worker answers the probes; none says ready before all are, or once one stops."""
+    from serving.server import ServerSettings, ServerState
+
+    peers = [0, 0]  # the supervisor's shared flags, one per worker
+    first = ServerState(ServerSettings("m", "1"), None, peers, 0)
+    second = ServerState(ServerSettings("m", "1"), None, peers, 1)
+    first.set_ready(True)
+    assert not first.serving_ready() and not second.serving_ready()
+    second.set_ready(True)
+    assert first.serving_ready() and second.serving_ready()
+    second.shutting_down = True
+    second.set_ready(False)
+    assert not first.serving_ready()
