@@ -56,6 +56,7 @@ from promotion.policy import CanaryPolicy
 from promotion.production import current_state, production_record, stable_version
 from promotion.state import CanaryState, Phase, dump_state_yaml
 from serving import manifests
+from serving.options import ServingOptions, read_serving_options
 
 __all__ = [
     "ProposalPlan",
@@ -114,6 +115,7 @@ def plan_proposal(
     port: int = 8080,
     resources: dict[str, Any] | None = None,
     image_pull_secrets: Sequence[str] = (),
+    serving: ServingOptions | None = None,
 ) -> ProposalPlan:
     """Decide the branch's content; see the module docstring."""
     name = model or record.name
@@ -123,7 +125,7 @@ def plan_proposal(
     deployment = manifests.deployment(
         name, version, image=image, model_uri=model_uri, weights_sha256=record.weights_sha256,
         replicas=replicas, port=port, resources=resources, metrics=record.metrics or None,
-        image_pull_secrets=image_pull_secrets,
+        image_pull_secrets=image_pull_secrets, serving=serving,
     )
     policy_text = yaml.safe_dump(policy.model_dump(mode="json"), sort_keys=False)
     state = current_state(current)
@@ -263,9 +265,14 @@ def propose(
     # serves (rolled back, or replaced and rolled back from) is proposed afresh with a new PR.
     live = state is not None and state.phase.active and state.candidate == record.version
     uri = model_uri_for(pathlib.Path(model_dir), name, record.version, model_uri_prefix)
+    try:  # workers and batching travel with the version, into its Deployment's flags
+        serving = read_serving_options(model_dir)
+    except ValueError as exc:
+        raise ProposeError(str(exc)) from None
     the_plan = plan_proposal(record, current, policy, model=name, image=image, model_uri=uri,
                              replicas=replicas, port=port,
-                             image_pull_secrets=image_pull_secrets)
+                             image_pull_secrets=image_pull_secrets,
+                             serving=serving)
     if production is None and not the_plan.bootstrap:
         production = production_record(current, the_plan.stable)
     body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,

@@ -47,6 +47,15 @@ credentialed fetch image per pod start and doubles start-up time for large
 weights. The model server checks the weights itself and exposes their
 sha256 in ``model_info``; the annotation says which digest was approved.
 
+How the version is served (worker processes, adaptive batching) comes from
+its ``infer_cfg.yml`` ``serving:`` section (``serving.options``): ``deployment(...,
+serving=...)`` renders the values as ``mlops serve`` flags, so the pod, the
+local platform (which starts the server from this container spec) and the
+Git history all say the same. With ``workers: N`` and no explicit
+``resources``, the pod requests N CPUs (one per worker process, each running
+its own predictor) and N GiB of memory (each loads the model), limits one
+more of each; without the section the document is exactly what it was.
+
 The root filesystem is read-only; Paddle and Python need a scratch
 directory, so ``/tmp`` is an ``emptyDir`` and ``HOME`` points at it.
 
@@ -65,6 +74,7 @@ from typing import Any, Mapping, Sequence
 from contracts.errors import ExitCode, MlopsError
 from contracts.names import model_name_problem, version_problem
 from contracts.traffic import CANARY, STABLE, TrafficError, build_route
+from serving.options import ServingOptions
 
 __all__ = [
     "ANNOTATION_METRICS",
@@ -145,7 +155,10 @@ def model_dir(model: str, version: str) -> str:
     return f"{MODELS_MOUNT}/{model}/{version}"
 
 
-def _resources(resources: dict[str, Any] | None) -> dict[str, Any]:
+def _resources(resources: dict[str, Any] | None, workers: int = 1) -> dict[str, Any]:
+    if resources is None and workers > 1:  # one core and one model load per worker
+        return {"requests": {"cpu": str(workers), "memory": f"{workers}Gi"},
+                "limits": {"cpu": str(workers + 1), "memory": f"{workers + 1}Gi"}}
     if resources is None:
         return copy.deepcopy(DEFAULT_RESOURCES)
     if not isinstance(resources, dict) or not set(resources) <= {"requests", "limits"}:
@@ -219,8 +232,12 @@ def deployment(
     models_claim: str = DEFAULT_MODELS_CLAIM,
     metrics: Mapping[str, float] | None = None,
     image_pull_secrets: Sequence[str] = (),
+    serving: ServingOptions | None = None,
 ) -> dict[str, Any]:
     """Deployment ``<model>-<version>`` running ``mlops serve`` on the mounted model.
+
+    ``serving`` (the version's ``infer_cfg.yml`` ``serving:`` section) adds its
+    ``--workers``/``--batch-*`` flags and sizes the default resources by workers.
 
     ``model_uri`` and ``weights_sha256`` (and ``metrics``, when given) are
     recorded as annotations (see the module docstring for who reads them).
@@ -270,6 +287,7 @@ def deployment(
             version,
             "--weights-sha256",
             weights_sha256,
+            *(serving.args() if serving is not None else []),
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
@@ -290,7 +308,7 @@ def deployment(
             "periodSeconds": 10,
             "failureThreshold": 3,
         },
-        "resources": _resources(resources),
+        "resources": _resources(resources, (serving.workers or 1) if serving else 1),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": _RUN_AS,

@@ -15,6 +15,17 @@ read from them is off by at most ~20 %), plus 2.5 s and 5 s for outliers.
 A per-server registry (not the global one) keeps several servers in one
 test process apart.
 
+Several worker processes (`mlops serve --workers N`): Prometheus scrapes one
+port and whichever worker answers must report the whole server. The
+supervisor sets `PROMETHEUS_MULTIPROC_DIR` (a fresh, empty directory) before
+it starts the workers, so prometheus_client keeps every value in a memory-mapped
+file there, and `/metrics` is read from all of them (`MultiProcessCollector`):
+counters and histograms are summed over the workers; of the gauges,
+`model_in_flight_requests` is summed over live workers, `model_ready` is their
+minimum (1 only when every worker is ready), and `model_info` and the fault
+drill gauges their maximum (every worker publishes the same value). No `pid`
+label appears, so the series are the same as those of a single process.
+
 Model quality on live traffic (`quality.py`): a model that answers 200,
 fast and wrong (training/serving skew: wrong normalisation, BGR for RGB, a
 label map off by one) looks healthy above, so the answers themselves are
@@ -43,6 +54,7 @@ request gets the model's heads back; nothing is recorded for it):
   camera resolution) is told apart from a model regression with these.
 """
 
+import os
 import platform
 from collections.abc import Iterable
 
@@ -54,6 +66,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from serving.quality import (
     BRIGHTNESS_BUCKETS,
@@ -66,6 +79,13 @@ from serving.quality import (
 
 BUCKETS = tuple(round(10 ** (-3 + 3 * i / 19), 6) for i in range(20)) + (2.5, 5.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: Set by the multi-worker supervisor (`server.py`) before any worker starts.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The shared metrics directory when this process is one of several workers."""
+    return os.environ.get(MULTIPROC_ENV) or None
 
 
 class ServerMetrics:
@@ -94,27 +114,27 @@ class ServerMetrics:
         ).labels(**self.labels)
         self.in_flight = Gauge(
             "model_in_flight_requests", "Inference requests admitted and not yet answered.",
-            names, registry=self.registry,
+            names, registry=self.registry, multiprocess_mode="livesum",
         ).labels(**self.labels)
         self.ready = Gauge(
             "model_ready", "1 when the model is loaded, warmed up and not shutting down.",
-            names, registry=self.registry,
+            names, registry=self.registry, multiprocess_mode="livemin",
         ).labels(**self.labels)
         self.info = Gauge(
             "model_info", "Constant 1; labels describe the loaded model.",
             (*names, "weights_sha256", "paddle_version", "python_version"),
-            registry=self.registry,
+            registry=self.registry, multiprocess_mode="livemax",
         )
 
         self.fault_delay = Gauge(
             "model_fault_delay_seconds",
             "Fault drill: delay added to every inference request (infer_cfg.yml fault.delay_ms).",
-            names, registry=self.registry,
+            names, registry=self.registry, multiprocess_mode="livemax",
         ).labels(**self.labels)
         self.fault_error_ratio = Gauge(
             "model_fault_error_ratio",
             "Fault drill: share of inference requests answered with an injected error.",
-            names, registry=self.registry,
+            names, registry=self.registry, multiprocess_mode="livemax",
         ).labels(**self.labels)
         self.set_fault(0.0, 0.0)
 
@@ -176,5 +196,10 @@ class ServerMetrics:
             self.input_pixels.observe(signals.image.pixels)
 
     def exposition(self) -> bytes:
-        """The text exposition format for `/metrics`."""
-        return generate_latest(self.registry)
+        """The text exposition format for `/metrics` (all workers' when there are several)."""
+        shared = multiprocess_dir()
+        if shared is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=shared)
+        return generate_latest(registry)

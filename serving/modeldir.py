@@ -40,6 +40,7 @@ from contracts.artifact import (
 )
 from serving.errors import ModelDirError
 from serving.fault import FaultConfig
+from serving.options import ServingOptions
 from serving.ppdet_config import PPDetConfig, is_ppdet_config
 
 
@@ -113,6 +114,7 @@ class InferConfig(pydantic.BaseModel):
     """PaddleDetection's name: detections scoring at least this are the ones a user
     draws; the quality metrics count those (`serving.quality`)."""
     fault: FaultConfig | None = None  # absent: no drill (the normal case)
+    serving: ServingOptions | None = None  # workers, batching (`serving.options`)
 
     @pydantic.field_validator("labels", mode="before")
     @classmethod

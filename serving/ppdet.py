@@ -29,7 +29,7 @@ drawing, and for the quality signals).
 """
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -249,3 +249,30 @@ class PPDetImages:
         height, width = resize_ops[0].target_size if resize_ops else (64, 64)
         im, info = apply_ops(np.zeros((height, width, 3), np.uint8), self.cfg.preprocess)
         return self.feeds(create_inputs([im], [info]))
+
+
+def split_ppdet_batch(outputs: list[np.ndarray], sizes: Sequence[int]) -> list[list[np.ndarray]]:
+    """A batched run's outputs -> each request's (`runtime.Splitter`): the `bbox` rows
+    by `bbox_num`, per-image outputs by images; ValueError when they cannot be told apart
+    (the batcher then runs the requests one at a time)."""
+    if len(outputs) < 2:
+        raise ValueError("no bbox_num output: the boxes cannot be split per request")
+    counts = outputs[1].reshape(-1).astype(np.int64)
+    images, boxes = sum(sizes), int(counts.sum())
+    if len(counts) != images or boxes != len(outputs[0]):
+        raise ValueError(f"bbox_num {counts.tolist()} does not split {len(outputs[0])} boxes")
+    image_ends = np.cumsum(sizes)
+    box_ends = np.cumsum(counts)[image_ends - 1]
+    per_request: list[list[np.ndarray]] = [[] for _ in sizes]
+    for j, array in enumerate(outputs):
+        rows = len(array) if array.ndim else -1
+        if j != 1 and rows == boxes and (j == 0 or rows != images):
+            ends = box_ends
+        elif rows == images:
+            ends = image_ends
+        else:
+            raise ValueError(f"output {j} of shape {list(array.shape)} is neither per box "
+                             "nor per image")
+        for i, part in enumerate(np.split(array, ends[:-1])):
+            per_request[i].append(part)
+    return per_request

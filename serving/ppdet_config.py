@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal, Union
 import pydantic
 
 from serving.fault import FaultConfig
+from serving.options import ServingOptions
 
 #: cv2's interpolation flags PaddleDetection's Resize passes through (`interp:`):
 #: INTER_NEAREST, INTER_LINEAR, INTER_CUBIC, INTER_AREA, INTER_LANCZOS4.
@@ -113,6 +114,7 @@ class PPDetConfig(pydantic.BaseModel):
     preprocess: list[PreprocessOp] = pydantic.Field(alias="Preprocess", min_length=1)
     label_list: list[str]
     fault: FaultConfig | None = None  # the drill section both formats accept
+    serving: ServingOptions | None = None  # workers, batching (`serving.options`)
 
     @pydantic.field_validator("preprocess", mode="before")
     @classmethod

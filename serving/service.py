@@ -39,7 +39,7 @@ from serving import compat
 from serving.errors import BadRequest, InferenceFailed, ModelDirError
 from serving.modeldir import InferConfig, ModelDir, TensorSpec
 from serving.postprocess import ROLES, decode_centernet, label_names
-from serving.ppdet import PPDetImages
+from serving.ppdet import PPDetImages, split_ppdet_batch
 from serving.ppdet_config import PPDetConfig
 from serving.preprocess import prepare_images
 from serving.protocol import (
@@ -89,6 +89,7 @@ class ModelService:
         if isinstance(self.cfg, PPDetConfig):
             self.ppdet = PPDetImages(self.cfg, str(model.path), pool.input_names,
                                      pool.output_names)
+            pool.set_splitter(split_ppdet_batch)  # batched boxes go back by bbox_num
             self.image_input = self.ppdet.image_input
         else:
             self.image_input = self.cfg.input.name or pool.input_names[0]

@@ -213,3 +213,38 @@ def test_validator_catches_a_broken_manifest():
     dr["spec"]["subset"] = dr["spec"].pop("subsets")
     with pytest.raises(AssertionError, match="subset"):
         validate_manifest(dr)
+
+
+# ---- serving options (infer_cfg.yml `serving:`) -> flags and resources -----------------------
+
+
+def test_serving_options_become_flags_and_size_the_resources():
+    from mlops.cli import build_parser
+    from serving.options import ServingOptions
+
+    options = ServingOptions(workers=3, batch_max_size=8, batch_timeout_ms=2.5)
+    doc = _deployment(serving=options)
+    validate_manifest(doc)
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    assert (args.workers, args.batch_max_size, args.batch_timeout_ms) == (3, 8, 2.5)
+    assert container["resources"] == {"requests": {"cpu": "3", "memory": "3Gi"},
+                                      "limits": {"cpu": "4", "memory": "4Gi"}}
+    # explicit resources win; no section: the document is exactly what it was
+    explicit = {"requests": {"cpu": "500m"}}
+    kept = _deployment(serving=options, resources=explicit)
+    assert kept["spec"]["template"]["spec"]["containers"][0]["resources"] == explicit
+    assert _deployment(serving=ServingOptions()) == _deployment()
+
+
+def test_serving_section_is_read_from_infer_cfg(tmp_path):
+    from serving.options import ServingOptions, read_serving_options
+
+    assert read_serving_options(tmp_path) is None
+    (tmp_path / "infer_cfg.yml").write_text(yaml.safe_dump({"model": "m"}))
+    assert read_serving_options(tmp_path) is None
+    (tmp_path / "infer_cfg.yml").write_text(yaml.safe_dump({"serving": {"workers": 2}}))
+    assert read_serving_options(tmp_path) == ServingOptions(workers=2)
+    (tmp_path / "infer_cfg.yml").write_text(yaml.safe_dump({"serving": {"wokers": 2}}))
+    with pytest.raises(ValueError, match="wokers"):
+        read_serving_options(tmp_path)

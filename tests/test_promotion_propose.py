@@ -204,3 +204,23 @@ def test_cli_reports_a_missing_model_yaml_without_traceback(repo, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "model.yaml: not found" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_versions_serving_section_reaches_its_deployment(repo, tmp_path):
+    """infer_cfg.yml `serving:` (workers, batching) becomes the Deployment's serve flags, which
+    the local platform and a cluster both run; a misspelt key is refused before any commit."""
+    v1 = _model_dir(tmp_path, "v1", 0.90)
+    (v1 / "infer_cfg.yml").write_text(yaml.safe_dump(
+        {"serving": {"workers": 2, "batch_max_size": 4}}))
+    propose(v1, str(repo), LocalForge(repo), load_policy({}), approval="auto")
+    container = _doc(repo, "main", "deployment-v1.yaml")["spec"]["template"]["spec"][
+        "containers"][0]
+    args = container["args"]
+    assert args[args.index("--workers") + 1] == "2"
+    assert args[args.index("--batch-max-size") + 1] == "4"
+    assert container["resources"]["requests"]["cpu"] == "2"
+
+    v2 = _model_dir(tmp_path, "v2", 0.95)
+    (v2 / "infer_cfg.yml").write_text(yaml.safe_dump({"serving": {"worker": 2}}))
+    with pytest.raises(ProposeError, match="worker"):
+        propose(v2, str(repo), LocalForge(repo), load_policy({}), approval="auto")

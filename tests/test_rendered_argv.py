@@ -102,6 +102,14 @@ def test_a_serving_deployment_parses_with_the_cli():
     args = parse_mlops(container["args"], "serving Deployment")
     assert (args.model_name, args.model_version, args.weights_sha256, args.port) == \
         ("shapes", "v3", "ab" * 32, 8080)
+    from serving.options import ServingOptions
+
+    doc = deployment("shapes", "v3", image="registry.example.com/mlops/serve:0.1.0",
+                     model_uri="pvc://models/shapes/v3", weights_sha256="ab" * 32,
+                     serving=ServingOptions(workers=2, batch_max_size=8, batch_timeout_ms=2))
+    args = parse_mlops(doc["spec"]["template"]["spec"]["containers"][0]["args"],
+                       "serving Deployment with workers and batching")
+    assert (args.workers, args.batch_max_size, args.batch_timeout_ms) == (2, 8, 2.0)
 
 
 @pytest.mark.parametrize("forge", [None, "gitea"])

@@ -33,7 +33,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--body-timeout", type=float, default=10.0,
                        help="seconds a client may take to send its body; then 408 (default 10)")
     serve.add_argument("--threads", type=int, default=None,
-                       help="predictor worker threads (default: one per core)")
+                       help="predictor worker threads per worker process (default: the "
+                            "cores divided among the worker processes, at least 1)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="server processes behind the one port, each with its own "
+                            "predictors (default: infer_cfg.yml serving.workers, else 1)")
+    serve.add_argument("--batch-max-size", type=int, default=None, metavar="B",
+                       help="adaptive batching: stack up to B images of concurrent requests "
+                            "into one predictor run (default: infer_cfg.yml "
+                            "serving.batch_max_size, else 1 = off)")
+    serve.add_argument("--batch-timeout-ms", type=float, default=None, metavar="MS",
+                       help="longest a request waits for others to join its batch "
+                            "(default: infer_cfg.yml serving.batch_timeout_ms, else 0: a "
+                            "batch is what queued while the predictor ran)")
     serve.add_argument("--math-threads", type=int, default=1,
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float, default=30.0,
@@ -72,6 +84,12 @@ def run_serve(args: argparse.Namespace) -> int:
     # start one OpenMP thread per core and they fight over the same cores.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, args.math_threads)))
     from serving.modeldir import load_model_dir
+    from serving.options import (
+        DEFAULT_BATCH_MAX_SIZE,
+        DEFAULT_BATCH_TIMEOUT_MS,
+        DEFAULT_WORKERS,
+        ServingOptions,
+    )
     from serving.runtime import default_threads
     from serving.server import ServerSettings, serve
 
@@ -85,7 +103,24 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
     if args.body_timeout <= 0:
         raise UserError("--body-timeout must be positive")
-    threads = args.threads if args.threads is not None else default_threads()
+    declared = model.infer_cfg.serving or ServingOptions()
+
+    def pick(flag: str, default: float) -> float:
+        value = getattr(args, flag)
+        if value is None:
+            value = getattr(declared, flag)
+        return default if value is None else value
+
+    workers = int(pick("workers", DEFAULT_WORKERS))
+    batch_max_size = int(pick("batch_max_size", DEFAULT_BATCH_MAX_SIZE))
+    batch_timeout_ms = float(pick("batch_timeout_ms", DEFAULT_BATCH_TIMEOUT_MS))
+    if workers < 1:
+        raise UserError("--workers must be at least 1")
+    if batch_max_size < 1:
+        raise UserError("--batch-max-size must be at least 1 (1: no batching)")
+    if not 0 <= batch_timeout_ms <= 1000:
+        raise UserError("--batch-timeout-ms must be between 0 and 1000")
+    threads = args.threads if args.threads is not None else max(1, default_threads() // workers)
     if threads < 1:
         raise UserError("--threads must be at least 1")
     settings = ServerSettings(
@@ -100,6 +135,9 @@ def run_serve(args: argparse.Namespace) -> int:
         graceful_timeout=args.graceful_timeout,
         body_timeout=args.body_timeout,
         weights_sha256=args.weights_sha256,
+        workers=workers,
+        batch_max_size=batch_max_size,
+        batch_timeout_ms=batch_timeout_ms,
     )
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"

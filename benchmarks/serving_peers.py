@@ -1,0 +1,435 @@
+"""Serving peers side by side: our server, KServe's ModelServer and the bare in-process loop.
+
+    python benchmarks/serving_peers.py [--model DIR ...] [--seconds 2] [--rounds 3]
+                                       [--concurrency 1 2 8] [--kserve-venv DIR]
+
+One run, one client, the same Paddle predictor everywhere:
+
+* **bare**: `ModelService.infer_body` run for N client threads of this
+  process on a pool of two warm predictor threads (one math thread each):
+  parse the body, run the predictor, serialise the answer; no HTTP.
+* **kserve**: KServe's `ModelServer` (`kserve==0.21.0` from PyPI, in its own
+  virtual environment made here and reused: `benchmarks/.venv-kserve`) with
+  a `kserve.Model` wrapping the same predictor (`_kserve_peer.py`), one
+  worker, its defaults otherwise.
+* **ours-w1**, **ours-w2**: `mlops serve --workers 1` (two predictor threads)
+  and `--workers 2` (two processes, one predictor each).
+* **ours-w2-batch**: `--workers 2 --batch-max-size 4 --batch-timeout-ms 0` (or
+  `--batch-flags "..."`).
+
+The client is a closed loop of N threads, each with its own keep-alive
+`http.client` connection (N = 1, 2, 8), sending OIP v2 infer requests with
+the model's own input tensors, in two forms: **json** (tensor data as JSON
+numbers, JSON answers) and **binary** (the binary tensor data extension both
+ways). It runs on the same 2 cores as the servers, so its CPU time counts
+against every peer alike. Rounds are interleaved (every peer once per round,
+in turn) and the median round per peer is reported, so a burst of load from
+elsewhere on the machine hits all peers, not one; the load average is recorded.
+
+Models: every `--model DIR`; without any, the shapes example (trained
+briefly, ~2 minutes, as `benchmarks/serving.py` does) and a tiny
+PaddleDetection-format export (`tests/ppdet_export.py`: three inputs, NMS in
+the graph). Before timing, every peer's answer to the same request is checked
+against the bare loop's.
+
+Targets (issue 13): ours >= 2.5x KServe on every form and concurrency; >= 0.85x
+the bare loop at concurrency 1 and 2; with batching at concurrency 8 >= 1.3x the
+bare loop; p50 added over the bare loop <= 1 ms at concurrency 1. Writes
+`benchmarks/results/serving_peers.json` and prints the table.
+"""
+
+import argparse
+import http.client
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the servers run (before paddle loads)
+
+from serving.client import decode_response, encode_request  # noqa: E402
+from serving.modeldir import load_model_dir  # noqa: E402
+from serving.protocol import Tensor  # noqa: E402
+from serving.runtime import PredictorPool  # noqa: E402
+from serving.service import ModelService, _concrete_shape  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "serving_peers.json"
+KSERVE_VENV = ROOT / "benchmarks" / ".venv-kserve"
+KSERVE_VERSION = "0.21.0"
+PEERS = ("bare", "kserve", "ours-w1", "ours-w2", "ours-w2-batch")
+OURS_FLAGS = {
+    "ours-w1": ["--workers", "1"],
+    "ours-w2": ["--workers", "2"],
+    # 8 clients over 2 workers: about 4 requests at once per worker, so batches of up to 4
+    "ours-w2-batch": ["--workers", "2", "--batch-max-size", "4", "--batch-timeout-ms", "0"],
+}
+TARGETS = {"vs_kserve_min": 2.5, "vs_bare_c1_c2_min": 0.85, "batch_c8_vs_bare_min": 1.3,
+           "added_p50_c1_ms_max": 1.0}
+
+
+def env_one_thread():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
+    env.update(OMP_NUM_THREADS="1", GLOG_minloglevel="2", PYTHONUNBUFFERED="1")
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- models ------------------------------------------------------------------------------
+
+
+def default_models(work):
+    """The shapes example (trained briefly) and a tiny PaddleDetection export."""
+    spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "benchmarks" /
+                                                  "serving.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    print("training a small example model (no --model) ...", flush=True)
+    shapes, _ = bench.train_small(work / "shapes")
+    from tests.ppdet_export import build_ppdet_export
+
+    return [shapes, build_ppdet_export(work / "ppdet" / "model")]
+
+
+def example_feeds(service, seed):
+    """A request's tensors for the model: its own inputs, with a random image."""
+    rng = np.random.default_rng(seed)
+    if service.ppdet is not None:
+        feeds = dict(service.ppdet.warm_up_feeds())
+        image = service.ppdet.image_input
+        feeds[image] = rng.random(feeds[image].shape, dtype=np.float32)
+        return feeds
+    size = service.cfg.input.size
+    return {spec.name: rng.random(_concrete_shape(spec.shape, size), dtype=np.float32)
+            for spec in service.inputs}
+
+
+def bodies_for(service, form, count=8):
+    out = []
+    for seed in range(count):
+        tensors = [Tensor(n, "FP32", a.shape, a) for n, a in example_feeds(service, seed).items()]
+        body, length = encode_request(tensors, binary=form == "binary")
+        out.append((body, None if length is None else str(length)))
+    return out
+
+
+# ---- peers ---------------------------------------------------------------------------------
+
+
+def wait_ready(proc, port, path, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"peer exited during start-up ({proc.returncode})")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"peer on {port} not ready after {timeout} s")
+
+
+def start_ours(model_dir, flags, log):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mlops", "serve", str(model_dir),
+                             "--port", str(port), "--max-in-flight", "64",
+                             "--log-level", "warning", *flags],
+                            env=env_one_thread(), cwd=ROOT, stdout=log, stderr=log)
+    return proc, port
+
+
+def kserve_python(venv):
+    """The venv's python, made on first use: `python -m venv --system-site-packages`
+    (paddlepaddle is shared) and `pip install kserve==0.21.0`."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", "import importlib.metadata as m, sys; "
+             f"sys.exit(m.version('kserve') != '{KSERVE_VERSION}')"] if python.exists() else None
+    if check is None or subprocess.run(check, capture_output=True).returncode != 0:
+        print(f"making {venv} with kserve=={KSERVE_VERSION} (once) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                       check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q",
+                        f"kserve=={KSERVE_VERSION}"], check=True)
+    return python
+
+
+def start_kserve(python, model_dir, name, log):
+    port = free_port()
+    env = env_one_thread()
+    env.update(KSERVE_PEER_MODEL_DIR=str(model_dir), KSERVE_PEER_NAME=name,
+               KSERVE_PEER_PORT=str(port))
+    proc = subprocess.Popen([str(python), str(ROOT / "benchmarks" / "_kserve_peer.py")],
+                            env=env, cwd=ROOT, stdout=log, stderr=log)
+    return proc, port
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+# ---- the client ----------------------------------------------------------------------------
+
+
+def bare_worker(service):
+    """The request's work on the bare pool's warm predictor threads (threads of the client
+    loop are new every round; a predictor cloned per new thread would time its first runs)."""
+    def work(item, state):
+        service.pool.submit(service.infer_body, item[0], item[1]).result()
+    return work
+
+
+def http_worker(port, path):
+    def work(item, state):
+        body, header_length = item
+        conn = state.get("conn")
+        if conn is None:
+            conn = state["conn"] = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        headers = {"Content-Type": "application/json"}
+        if header_length is not None:
+            headers = {"Content-Type": "application/octet-stream",
+                       "Inference-Header-Content-Length": header_length}
+        conn.request("POST", path, body, headers)
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}")
+    return work
+
+
+def closed_loop(work, concurrency, seconds, bodies):
+    """`concurrency` threads calling `work` back to back for `seconds`; (req/s, latencies)."""
+    latencies = [[] for _ in range(concurrency)]
+    errors = []
+    barrier = threading.Barrier(concurrency + 1)
+    stop_at = [0.0]
+
+    def loop(k):
+        state = {}
+        barrier.wait()
+        i = k
+        while time.perf_counter() < stop_at[0]:
+            t = time.perf_counter()
+            try:
+                work(bodies[i % len(bodies)], state)
+            except Exception as exc:  # noqa: BLE001 - counted, the run goes on
+                errors.append(repr(exc))
+                state.clear()
+                continue
+            latencies[k].append(time.perf_counter() - t)
+            i += concurrency
+
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.perf_counter() + seconds
+    start = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    flat = [x for lat in latencies for x in lat]
+    if errors:
+        raise RuntimeError(f"{len(errors)} failed requests, e.g. {errors[0]}")
+    arr = np.asarray(flat) * 1e3
+    return {"rps": round(len(flat) / elapsed, 2),
+            "p50_ms": round(float(np.percentile(arr, 50)), 3),
+            "p99_ms": round(float(np.percentile(arr, 99)), 3), "n": len(flat)}
+
+
+def post(port, path, item):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/json"}
+    if item[1] is not None:
+        headers = {"Content-Type": "application/octet-stream",
+                   "Inference-Header-Content-Length": item[1]}
+    conn.request("POST", path, item[0], headers)
+    response = conn.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"HTTP {response.status}: {body[:300]!r}")
+    return decode_response(body, response.getheader("Inference-Header-Content-Length"))
+
+
+def check_same_answers(service, ports, path, bodies):
+    """Every peer answers a request as the bare loop does (same predictor, same outputs)."""
+    for item in bodies[:2]:
+        result = service.infer_body(item[0], item[1])
+        want = decode_response(result.body, None if result.header_length is None
+                               else str(result.header_length))
+        for peer, port in ports.items():
+            got = post(port, path, item)
+            assert list(got) == list(want), (peer, list(got), list(want))
+            for name in want:
+                np.testing.assert_allclose(got[name].astype(np.float64),
+                                           want[name].astype(np.float64), rtol=1e-4,
+                                           atol=1e-4, err_msg=f"{peer}: {name}")
+
+
+def median(rounds):
+    return sorted(rounds, key=lambda r: r["rps"])[len(rounds) // 2]
+
+
+# ---- main ----------------------------------------------------------------------------------
+
+
+def bench_model(model_dir, args, kserve, logs):
+    model = load_model_dir(model_dir)
+    name = str(model.record.get("name") or model.path.name)
+    path = f"/v2/models/{name}/infer"
+    service = ModelService(model, name, str(model.record.get("version")),
+                           PredictorPool(model, 2, 1))
+    service.warm_up()
+    procs, ports = {}, {}
+    try:
+        for peer, flags in OURS_FLAGS.items():
+            procs[peer], ports[peer] = start_ours(model_dir, flags, logs)
+        procs["kserve"], ports["kserve"] = start_kserve(kserve, model_dir, name, logs)
+        for peer, proc in procs.items():
+            ready = f"/v2/models/{name}/ready" if peer == "kserve" else "/v2/health/ready"
+            wait_ready(proc, ports[peer], ready)
+        rows = {}
+        for form in ("json", "binary"):
+            bodies = bodies_for(service, form)
+            check_same_answers(service, ports, path, bodies)
+            for concurrency in args.concurrency:
+                workers = {"bare": bare_worker(service)}
+                workers.update({p: http_worker(port, path) for p, port in ports.items()})
+                for work in workers.values():  # warm every peer for this form
+                    closed_loop(work, concurrency, 0.3, bodies)
+                rounds = {p: [] for p in PEERS}
+                for _ in range(args.rounds):
+                    for peer in PEERS:
+                        rounds[peer].append(closed_loop(workers[peer], concurrency,
+                                                        args.seconds, bodies))
+                cell = {p: median(r) for p, r in rounds.items()}
+                cell["rounds"] = rounds
+                cell["load_average_1m"] = round(os.getloadavg()[0], 2)
+                rows[f"{form}_c{concurrency}"] = cell
+                line = " | ".join(f"{p} {cell[p]['rps']:7.1f} ({cell[p]['p50_ms']:5.2f} ms)"
+                                  for p in PEERS)
+                print(f"{name:16s} {form:6s} c{concurrency}: {line}", flush=True)
+        return name, rows
+    finally:
+        for proc in procs.values():
+            stop(proc)
+        service.pool.shutdown()
+
+
+def verdicts(rows):
+    """Each target, per cell: the measured ratio and whether it holds."""
+    out = {}
+    for key, cell in rows.items():
+        concurrency = int(key.rsplit("_c", 1)[1])
+        best = max(cell[p]["rps"] for p in OURS_FLAGS)
+        v = {"best_ours_vs_kserve": round(best / cell["kserve"]["rps"], 2)}
+        v["ok_vs_kserve"] = v["best_ours_vs_kserve"] >= TARGETS["vs_kserve_min"]
+        if concurrency in (1, 2):
+            ratio = max(cell[p]["rps"] for p in ("ours-w1", "ours-w2")) / cell["bare"]["rps"]
+            v["ours_vs_bare"] = round(ratio, 3)
+            v["ok_vs_bare"] = ratio >= TARGETS["vs_bare_c1_c2_min"]
+        if concurrency == 8:
+            ratio = cell["ours-w2-batch"]["rps"] / cell["bare"]["rps"]
+            v["batch_vs_bare"] = round(ratio, 3)
+            v["ok_batch"] = ratio >= TARGETS["batch_c8_vs_bare_min"]
+        if concurrency == 1:
+            added = min(cell[p]["p50_ms"] for p in OURS_FLAGS) - cell["bare"]["p50_ms"]
+            v["added_p50_ms"] = round(added, 3)
+            v["ok_added_p50"] = added <= TARGETS["added_p50_c1_ms_max"]
+        out[key] = v
+    return out
+
+
+def table(doc):
+    lines = [f"| model | form | c | bare | KServe {KSERVE_VERSION} | ours w1 | ours w2 | "
+             "ours w2+batch | best ours / KServe | ours / bare |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, rows in doc["results"].items():
+        for key, cell in rows.items():
+            form, c = key.rsplit("_c", 1)
+            v = doc["verdicts"][name][key]
+            vs_bare = v.get("ours_vs_bare", v.get("batch_vs_bare"))
+            vs_bare_text = "" if vs_bare is None else (
+                f"{vs_bare:.2f}" + (" (batch)" if "batch_vs_bare" in v else ""))
+            cells = " | ".join(f"{cell[p]['rps']:.0f} ({cell[p]['p50_ms']:.1f})" for p in PEERS)
+            lines.append(f"| {name} | {form} | {c} | {cells} | "
+                         f"{v['best_ours_vs_kserve']:.1f}x | {vs_bare_text} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=pathlib.Path, action="append", default=[],
+                        help="a model directory (repeatable); default: the two examples")
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 8])
+    parser.add_argument("--kserve-venv", type=pathlib.Path, default=KSERVE_VENV)
+    parser.add_argument("--batch-flags", default=None,
+                        help="the batching peer's flags, e.g. \"--workers 2 --batch-max-size 4\"")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.batch_flags is not None:
+        OURS_FLAGS["ours-w2-batch"] = args.batch_flags.split()
+
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    kserve = kserve_python(args.kserve_venv)
+    models = args.model or default_models(work)
+    load_before = os.getloadavg()
+    results, all_verdicts = {}, {}
+    with open(work / "peers.log", "wb") as logs:
+        for model_dir in models:
+            name, rows = bench_model(model_dir, args, kserve, logs)
+            results[name] = rows
+            all_verdicts[name] = verdicts(rows)
+    doc = {
+        "benchmark": "serving_peers",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_before": [round(x, 2) for x in load_before],
+                    "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+        "models": [str(m) for m in models],
+        "settings": {"seconds": args.seconds, "rounds": args.rounds,
+                     "concurrency": args.concurrency, "ours": OURS_FLAGS,
+                     "kserve": f"kserve=={KSERVE_VERSION}, ModelServer workers=1, grpc off",
+                     "bare": "ModelService.infer_body for N threads on a pool of 2 warm predictors",
+                     "client": "closed loop, one keep-alive http.client connection per thread"},
+        "targets": TARGETS,
+        "results": results,
+        "verdicts": all_verdicts,
+    }
+    doc["table_markdown"] = table(doc)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print("\nreq/s (p50 ms); median of the interleaved rounds\n")
+    print(doc["table_markdown"])
+    print(f"\nload average before {doc['machine']['load_average_before']}, after "
+          f"{doc['machine']['load_average_after']}; written {args.out}")
+
+
+if __name__ == "__main__":
+    main()

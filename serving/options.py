@@ -1,0 +1,63 @@
+"""How a model version asks to be served: the `serving:` section of `infer_cfg.yml`.
+
+Both `infer_cfg.yml` formats (the example's, `serving.modeldir`, and
+PaddleDetection's, `serving.ppdet_config`) accept it::
+
+    serving:
+      workers: 2            # server processes behind the one port (default 1)
+      batch_max_size: 8     # adaptive batching: at most 8 images per predictor run
+      batch_timeout_ms: 1   # ... waiting up to 1 ms for more when idle (default 0)
+
+Every key is optional; `mlops serve` flags (`--workers`, `--batch-max-size`,
+`--batch-timeout-ms`) override it, and the Deployment rendered for the
+version (`serving.manifests.deployment`) passes the same values as flags, so
+the pod, the local platform (which starts the server from that container
+spec) and a hand-run `mlops serve` all serve the version the same way.
+Unknown keys are refused: a misspelt setting that silently did nothing would
+be benchmarked as the thing it was meant to change.
+"""
+
+import pathlib
+
+import pydantic
+import yaml
+
+DEFAULT_WORKERS = 1
+DEFAULT_BATCH_MAX_SIZE = 1  # 1: batching off
+DEFAULT_BATCH_TIMEOUT_MS = 0.0  # continuous: what queued while the predictor ran (measured best)
+
+
+class ServingOptions(pydantic.BaseModel):
+    """The `serving:` section; None: not set (the flag or the default applies)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    workers: int | None = pydantic.Field(default=None, ge=1, le=64, strict=True)
+    batch_max_size: int | None = pydantic.Field(default=None, ge=1, le=256, strict=True)
+    batch_timeout_ms: float | None = pydantic.Field(default=None, ge=0, le=1000)
+
+    def args(self) -> list[str]:
+        """The `mlops serve` flags that set these values (only the ones set)."""
+        out: list[str] = []
+        if self.workers is not None:
+            out += ["--workers", str(self.workers)]
+        if self.batch_max_size is not None:
+            out += ["--batch-max-size", str(self.batch_max_size)]
+        if self.batch_timeout_ms is not None:
+            out += ["--batch-timeout-ms", f"{self.batch_timeout_ms:g}"]
+        return out
+
+
+def read_serving_options(model_dir: str | pathlib.Path) -> ServingOptions | None:
+    """The `serving:` section of a model directory's `infer_cfg.yml` (None: absent)."""
+    path = pathlib.Path(model_dir) / "infer_cfg.yml"
+    if not path.is_file():
+        return None
+    doc = yaml.safe_load(path.read_text()) or {}
+    section = doc.get("serving") if isinstance(doc, dict) else None
+    if section is None:
+        return None
+    try:
+        return ServingOptions.model_validate(section)
+    except pydantic.ValidationError as exc:
+        raise ValueError(f"{path}: serving: {exc}") from None
