@@ -1,0 +1,169 @@
+"""`mlops ui`: page data from the rooms' readers, and the routes over HTTP.
+
+A real GitOps repo (`tests/fixtures/ui.py`: v1 stable, v2 proposed as a PR on
+the local forge); every action goes through the same function as its CLI
+command, so the commits and refusals checked here are the CLI's.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+
+import pytest
+import yaml
+from starlette.testclient import TestClient
+
+from gitops.repo import Mirror
+from mlops.ui.app import UiConfig, create_app
+from mlops.ui.manifests import ui_manifests
+from mlops.ui.runs import runs_view
+from mlops.ui.source import GitopsSource
+from workflows import run_events
+
+HEADERS = {"X-Mlops-UI": "1"}
+
+
+@pytest.fixture
+def client(ui_repo):
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), user="ada"))
+    with TestClient(app) as c:
+        yield c
+
+
+def _det(client) -> dict:
+    doc = client.get("/api/models").json()
+    return next(m for m in doc["models"] if m["name"] == "det")
+
+
+def test_models_page_reads_weights_phase_and_timeline(ui_repo):
+    from mlops.ui.models import model_view
+
+    src = GitopsSource(str(ui_repo.gitops))
+    try:
+        snap = src.snapshot()
+        view = model_view(snap.models["det"], src.history("det"))
+    finally:
+        src.close()
+    assert view["canary"]["phase"] == "idle" and view["canary"]["stable"] == "v1"
+    assert [(v["version"], v["weight"], v["role"]) for v in view["versions"]] == \
+        [("v1", 100, "stable")]
+    assert view["versions"][0]["weights_sha256"]
+    assert view["timeline"][0]["decision"] == "merge"
+
+
+def test_approve_merges_and_starts_the_canary(client, ui_repo):
+    prs = client.get("/api/proposals").json()["proposals"]
+    assert [(p["number"], p["state"]) for p in prs] == [(ui_repo.pr, "open"), (1, "merged")]
+    assert prs[0]["record"]["version"] == "v2" and "| " in prs[0]["body"]
+    res = client.post(f"/api/proposals/{ui_repo.pr}/approve", json={"by": "Grace"},
+                      headers=HEADERS)
+    assert res.status_code == 200, res.text
+    assert "merged PR #2" in res.json()["message"] and "Grace" in res.json()["message"]
+    det = _det(client)
+    assert det["canary"]["phase"] == "waiting" and det["canary"]["candidate"] == "v2"
+    pr = client.get("/api/proposals").json()["proposals"][0]
+    assert pr["state"] == "merged" and "Approved by Grace" in pr["comments"][-1]["body"]
+    # the split the controller commits shows on the next read
+    ui_repo.step_to(10)
+    weights = {v["version"]: v["weight"] for v in _det(client)["versions"]}
+    assert weights == {"v1": 90, "v2": 10}
+    step = _det(client)["timeline"][0]
+    assert step["decision"] == "step" and step["step"] == "0->10"
+    assert step["checks"][0]["threshold"] == 0.01
+
+
+def test_approve_refuses_weights_that_changed(client, ui_repo, tmp_path):
+    # someone swaps the digest on the proposal branch: the CLI's refusal, as a 409
+    work = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "-b", "mlops/propose/det/v2", str(ui_repo.gitops),
+                    str(work)], check=True)
+    path = work / "apps/det/deployment-v2.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"]["annotations"]["mlops.paddle.org/weights-sha256"] = "0" * 64
+    path.write_text(yaml.safe_dump(doc))
+    env = ["-c", "user.name=Eve", "-c", "user.email=eve@example.com"]
+    subprocess.run(["git", *env, "commit", "-qam", "swap"], cwd=work, check=True)
+    subprocess.run(["git", "push", "-q", "origin", "HEAD"], cwd=work, check=True)
+    res = client.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers=HEADERS)
+    assert res.status_code == 409
+    assert "refusing to merge" in res.json()["error"] and "Traceback" not in res.text
+    assert client.get("/api/proposals").json()["proposals"][0]["state"] == "open"
+
+
+def test_pause_is_a_commit_and_bad_steps_are_messages(client, ui_repo):
+    res = client.post("/api/models/det/pause", json={}, headers=HEADERS)
+    assert res.status_code == 400 and res.json()["error"] == "det: nothing to pause (phase idle)"
+    client.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers=HEADERS)
+    ui_repo.step_to(10)
+    res = client.post("/api/models/det/pause", json={"by": "Grace"}, headers=HEADERS)
+    assert res.status_code == 200 and res.json()["message"].startswith("det: paused at 10%")
+    with Mirror(ui_repo.gitops) as mirror:
+        head = mirror.log(mirror.sha("main") or "")[0]
+    assert head.trailers["Mlops-Decision"] == "pause/human"
+    assert head.trailers["Mlops-Requested-By"] == "Grace"
+    assert _det(client)["canary"]["paused"] is True
+    res = client.post("/api/models/det/approve", json={}, headers=HEADERS)
+    assert res.status_code == 400 and "nothing to approve (phase paused)" in res.json()["error"]
+    res = client.post("/api/models/det/resume", json={}, headers=HEADERS)
+    assert res.status_code == 200 and "resumed" in res.json()["message"]
+    assert client.post("/api/models/det/fly", json={}, headers=HEADERS).status_code == 400
+
+
+def test_actions_need_the_header_token_and_can_be_off(ui_repo):
+    def post(config, headers):
+        with TestClient(create_app(config)) as c:
+            return c.post("/api/models/det/pause", json={}, headers=headers)
+
+    base = {"gitops": str(ui_repo.gitops)}
+    assert post(UiConfig(**base), {}).status_code == 403
+    assert post(UiConfig(**base, actions=False), HEADERS).status_code == 403
+    assert post(UiConfig(**base, token="s3cret"), HEADERS).status_code == 401
+    ok = post(UiConfig(**base, token="s3cret"), {**HEADERS, "Authorization": "Bearer s3cret"})
+    assert ok.status_code == 400  # past the guard: the canary's own refusal (idle)
+    proxied = UiConfig(**base, proxy_user=True)
+    assert post(proxied, HEADERS).status_code == 401
+    with TestClient(create_app(UiConfig(**base))) as c:
+        assert c.get("/api/models/det/pause").status_code == 405
+
+
+def test_static_page_ships_every_asset_and_names_only_relative_urls(client):
+    page = client.get("/").text
+    assert 'src="static/app.js"' in page and 'href="static/style.css"' in page
+    for asset in ("static/app.js", "static/style.css"):
+        res = client.get(f"/{asset}")
+        assert res.status_code == 200
+        assert "http://" not in res.text and "https://" not in res.text
+    assert "http" not in page.replace('charset="utf-8"', "")
+
+
+def test_runs_page_reads_the_runs_own_records(tmp_path):
+    out = tmp_path / "run1"
+    out.mkdir()
+    (out / "train.log").write_text("epoch 1 loss 0.9\n")
+    run_events.append(out, "run_started", workflow="wf")
+    run_events.append(out, "task_started", task="prepare", log=str(out / "prep.log"))
+    run_events.append(out, "task_finished", task="prepare", phase="Succeeded", seconds=1.5)
+    run_events.append(out, "task_started", task="train", log=str(out / "train.log"))
+    runs = runs_view([out])
+    assert runs[0]["status"] in ("Running", "Died")
+    assert [(s["task"], s["state"]) for s in runs[0]["steps"]] == \
+        [("prepare", "Succeeded"), ("train", "Running")]
+    app = create_app(UiConfig(gitops=str(tmp_path / "none.git"), runs=[out]))
+    with TestClient(app) as c:
+        assert c.get("/api/runs").json()["runs"][0]["steps"][1]["task"] == "train"
+        assert "loss 0.9" in c.get("/api/log", params={"path": str(out / "train.log")}).text
+        res = c.get("/api/log", params={"path": "/etc/passwd"})
+        assert res.status_code == 400 and "not a log" in res.json()["error"]
+
+
+def test_manifests_are_read_only_unless_actions_are_enabled():
+    deployment, service = ui_manifests(gitops_url="https://git.example.com/gitops.git")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--read-only" in args and service["kind"] == "Service"
+    with pytest.raises(ValueError):
+        ui_manifests(gitops_url="x", actions=True)
+    deployment, _ = ui_manifests(gitops_url="x", actions=True, token_secret="ui-token")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--read-only" not in container["args"]
+    assert {e["name"] for e in container["env"]} >= {"MLOPS_UI_TOKEN", "MLOPS_GIT_TOKEN"}
