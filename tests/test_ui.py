@@ -7,7 +7,6 @@ command, so the commits and refusals checked here are the CLI's.
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 
 import pytest

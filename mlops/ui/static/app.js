@@ -201,7 +201,7 @@ function renderRuns(doc) {
   if (!doc.runs.length) return `<p class="muted">No pipeline runs yet.</p>`;
   return doc.runs.map((r) => {
     const dag = r.steps.map((s) => `<span class="step ${esc(s.state)}" data-log="${esc(s.log)}"` +
-      ` title="${esc(s.message)}">${esc(s.task)} · ${esc(s.state)}` +
+      ` data-task="${esc(s.task)}" title="${esc(s.message)}">${esc(s.task)} · ${esc(s.state)}` +
       `${s.seconds !== null ? " · " + num(s.seconds, 0) + "s" : ""}</span>`)
       .join(`<span class="arrow">→</span>`);
     const outs = r.steps.flatMap((s) => Object.entries(s.outputs || {})
