@@ -7,6 +7,7 @@ command, so the commits and refusals checked here are the CLI's.
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -139,7 +140,7 @@ def test_static_page_ships_every_asset_and_names_only_relative_urls(client):
 def test_runs_page_reads_the_runs_own_records(tmp_path):
     out = tmp_path / "run1"
     out.mkdir()
-    (out / "train.log").write_text("epoch 1 loss 0.9\n")
+    (out / "train.log").write_text("config: total_steps=40\nstep=10 epoch=0 loss=0.9\n")
     run_events.append(out, "run_started", workflow="wf")
     run_events.append(out, "task_started", task="prepare", log=str(out / "prep.log"))
     run_events.append(out, "task_finished", task="prepare", phase="Succeeded", seconds=1.5)
@@ -148,10 +149,11 @@ def test_runs_page_reads_the_runs_own_records(tmp_path):
     assert runs[0]["status"] in ("Running", "Died")
     assert [(s["task"], s["state"]) for s in runs[0]["steps"]] == \
         [("prepare", "Succeeded"), ("train", "Running")]
+    assert runs[0]["steps"][1]["training"] == {"step": 10, "total": 40, "epoch": 0, "loss": 0.9}
     app = create_app(UiConfig(gitops=str(tmp_path / "none.git"), runs=[out]))
     with TestClient(app) as c:
         assert c.get("/api/runs").json()["runs"][0]["steps"][1]["task"] == "train"
-        assert "loss 0.9" in c.get("/api/log", params={"path": str(out / "train.log")}).text
+        assert "loss=0.9" in c.get("/api/log", params={"path": str(out / "train.log")}).text
         res = c.get("/api/log", params={"path": "/etc/passwd"})
         assert res.status_code == 400 and "not a log" in res.json()["error"]
 
@@ -166,3 +168,59 @@ def test_manifests_are_read_only_unless_actions_are_enabled():
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert "--read-only" not in container["args"]
     assert {e["name"] for e in container["env"]} >= {"MLOPS_UI_TOKEN", "MLOPS_GIT_TOKEN"}
+
+
+class _PromAPI:
+    """A stand-in for Prometheus's query API: v2 has errors and slow answers."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+        import urllib.parse
+
+        def vector(query: str) -> list[dict]:
+            version = "v2" if 'model_version="v2"' in query else "v1"
+            if "_bucket" in query and "duration" in query:
+                slow = version == "v2"
+                return [{"metric": {"le": le}, "value": [0, str(n)]} for le, n in
+                        (("0.05", 0 if slow else 600), ("0.5", 600), ("+Inf", 600))]
+            if "_bucket" in query:
+                return []
+            if "5.." in query:
+                return [{"metric": {}, "value": [0, "6" if version == "v2" else "0"]}]
+            return [{"metric": {}, "value": [0, "600"]}]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+                body = json.dumps({"status": "success", "data": {
+                    "resultType": "vector", "result": vector(query)}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_live_rates_per_version_come_from_prometheus(ui_repo):
+    prom = _PromAPI()
+    try:
+        app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=prom.url))
+        with TestClient(app) as c:
+            c.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers=HEADERS)
+            live = {v["version"]: v["live"] for v in _det(c)["versions"]}
+        assert live["v1"] == {"rate": 10.0, "error_rate": 0.0, "p99_ms": 49.5}
+        assert live["v2"]["rate"] == 10.0 and live["v2"]["error_rate"] == 0.01
+        assert live["v2"]["p99_ms"] > 400
+    finally:
+        prom.server.shutdown()
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=prom.url))
+    with TestClient(app) as c:  # Prometheus gone: a note on the page, not an error
+        versions = _det(c)["versions"]
+    assert "unreachable" in versions[0]["live"]["error"]

@@ -220,7 +220,8 @@ def test_approving_changed_weights_is_refused_in_the_page(browser, repo, tmp_pat
     subprocess.run(["git", "push", "-q", "origin", "HEAD"], cwd=work, check=True)
     runs = tmp_path / "runs" / "run-1"
     runs.mkdir(parents=True)
-    (runs / "train.log").write_text("epoch 3/3 loss 0.412\n")
+    (runs / "train.log").write_text("config: total_steps=30\nstep=10 epoch=0 loss=0.9000\n"
+                                    "step=30 epoch=2 loss=0.4120\n")
     run_events.append(runs, "run_started", workflow="train-det")
     for task, seconds in (("prepare", 2.0), ("train", 41.0), ("evaluate", 6.5)):
         run_events.append(runs, "task_started", task=task, log=str(runs / "train.log"))
@@ -236,6 +237,8 @@ def test_approving_changed_weights_is_refused_in_the_page(browser, repo, tmp_pat
         browser.get(app.url + "#/runs")
         _wait(browser, lambda d: "train" in _text(d, ".dag"), "run steps")
         _click(browser, '.dag .step[data-task="train"]')
-        _wait(browser, lambda d: "loss 0.412" in _text(d, "pre.log"), "step log")
+        _wait(browser, lambda d: "loss=0.4120" in _text(d, "pre.log"), "step log")
+        assert "step 30/30" in _text(browser, '[data-training="train"]')
+        assert "loss 0.4120" in _text(browser, '[data-training="train"]')
         _shot(browser, tmp_path, "runs")
         _all_loopback(_requested(browser))

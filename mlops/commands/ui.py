@@ -44,7 +44,8 @@ def ui_config(args: argparse.Namespace) -> Any:
         reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
         models_root=pathlib.Path(args.models_root) if args.models_root else None,
         actions=not args.read_only, token=args.token or None, user=_who(args),
-        proxy_user=args.proxy_user, namespace=args.namespace)
+        proxy_user=args.proxy_user, namespace=args.namespace,
+        workdir=root if platform is not None else None)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -550,19 +550,34 @@ def _lines(path: pathlib.Path) -> list[str]:
         return []
 
 
-def _training_progress(log: pathlib.Path) -> tuple[int, int]:
-    """(step, total) from train.py's log lines (`total_steps=N`, `step=N`)."""
-    step = total = 0
+def training_log(log: pathlib.Path) -> dict[str, Any]:
+    """Progress from train.py's log lines (`total_steps=N`, `step=N epoch=E loss=L`):
+    {"step", "total", "epoch", "loss"} (the latest of each; 0/None before the first)."""
+    found: dict[str, Any] = {"step": 0, "total": 0, "epoch": None, "loss": None}
     try:
         text = log.read_text(errors="replace")
     except OSError:
-        return 0, 0
+        return found
     for token in text.split():
-        if token.startswith("total_steps="):
-            total = int(token.split("=", 1)[1]) if token[12:].isdigit() else total
-        elif token.startswith("step=") and token[5:].isdigit():
-            step = max(step, int(token[5:]))
-    return step, total
+        key, _, value = token.partition("=")
+        if key == "total_steps" and value.isdigit():
+            found["total"] = int(value)
+        elif key == "step" and value.isdigit():
+            found["step"] = max(found["step"], int(value))
+        elif key == "epoch" and value.isdigit():
+            found["epoch"] = int(value)
+        elif key == "loss":
+            try:
+                found["loss"] = float(value)
+            except ValueError:
+                pass
+    return found
+
+
+def _training_progress(log: pathlib.Path) -> tuple[int, int]:
+    """(step, total) from train.py's log lines (`total_steps=N`, `step=N`)."""
+    found = training_log(log)
+    return found["step"], found["total"]
 
 
 def _val_images(runs: pathlib.Path) -> pathlib.Path:

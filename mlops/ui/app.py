@@ -54,6 +54,8 @@ class UiConfig:
     proxy_user: bool = False
     """Take the person from the auth proxy's header (in a cluster)."""
     forge: Callable[[], Any] | None = None
+    workdir: pathlib.Path | None = None
+    """The local platform's work dir: HAProxy's live weights and the servers' phases."""
 
 
 def _fail(status: int, message: str) -> JSONResponse:
@@ -123,8 +125,20 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
                 "proxy_user": config.proxy_user, "prometheus": config.prometheus,
                 "runs": [str(r) for r in config.runs]}
 
+    def platform() -> tuple[dict[str, Any], str | None]:
+        if config.workdir is None:
+            return {}, None
+        from mlops.platform import lifecycle
+        from mlops.platform.workdir import Workdir
+
+        try:
+            return lifecycle.status(Workdir(config.workdir)).get("models", {}), None
+        except MlopsError as exc:
+            return {}, str(exc)
+
     def models(request: Request) -> dict[str, Any]:
         snap = src.snapshot()
+        served, problem = platform()
         views = []
         for name, current in sorted(snap.models.items()):
             live = None
@@ -132,9 +146,11 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
                 from mlops.ui.live import live_rates
 
                 live = live_rates(config.prometheus, current, namespace=config.namespace)
+            versions = (served.get(name) or {}).get("versions") if config.workdir else None
             views.append(model_pages.model_view(current, src.history(name), live,
-                                                config.reports))
-        return {"tip": snap.tip, "models": views}
+                                                config.reports, versions or
+                                                ({} if config.workdir else None)))
+        return {"tip": snap.tip, "models": views, "platform_error": problem}
 
     def proposals(request: Request) -> dict[str, Any]:
         return {"proposals": proposal_pages.proposals_view(forge())}

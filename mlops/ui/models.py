@@ -77,12 +77,17 @@ def reports(root: pathlib.Path | None, model: str) -> list[dict[str, str]]:
 
 def model_view(current: layout.ModelState, commits: Sequence[CommitInfo],
                live: Mapping[str, Mapping[str, Any]] | None = None,
-               report_root: pathlib.Path | None = None) -> dict[str, Any]:
-    """Everything the Models page shows for one model."""
+               report_root: pathlib.Path | None = None,
+               served: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything the Models page shows for one model.
+
+    `served`: the local platform's versions of this model as `mlops status` reports them
+    (`lifecycle.status`: HAProxy's live weight, the server's phase); None elsewhere.
+    """
     state, problem = canary_state(current)
     weights = current.weights()
     versions = []
-    for version in sorted(set(current.deployments) | set(weights)):
+    for version in sorted(set(current.deployments) | set(weights) | set(served or {})):
         role = ""
         if state is not None:
             role = ("stable" if version == state.stable else
@@ -91,6 +96,9 @@ def model_view(current: layout.ModelState, commits: Sequence[CommitInfo],
             "version": version, "role": role, "weight": weights.get(version),
             "weights_sha256": _digest(current.deployments.get(version) or {}),
             "live": dict((live or {}).get(version) or {}),
+            "served": None if served is None else {
+                k: (served.get(version) or {}).get(k)
+                for k in ("haproxy_weight", "phase", "ready", "restarts")},
         })
     view: dict[str, Any] = {
         "name": current.model, "versions": versions, "state_error": problem,

@@ -33,6 +33,12 @@ def steps(events: Sequence[run_events.RunEvent], now: float) -> list[dict[str, A
     for step in out.values():
         if step["state"] == "Running" and step["started_at"]:
             step["seconds"] = round(now - step["started_at"], 1)
+        if "train" in step["task"] and step.get("log"):
+            from mlops.demo.story import training_log  # the demo's reader of train.py's log
+
+            found = training_log(pathlib.Path(step["log"]))
+            if found["total"] or found["loss"] is not None:
+                step["training"] = found
     return list(out.values())
 
 

@@ -116,10 +116,10 @@ function canaryButtons(m) {
 }
 
 function liveCells(live) {
-  if (!live || live.error) return `<td class="num">–</td><td class="num">–</td><td class="num">–</td>`;
+  if (!live || live.error || live.rate === undefined) return `<td class="num">–</td><td class="num">–</td><td class="num">–</td>`;
   return `<td class="num">${num(live.rate)}</td>` +
-    `<td class="num">${live.error_rate === null ? "–" : num(100 * live.error_rate, 2) + "%"}</td>` +
-    `<td class="num">${live.p99_ms === null ? "–" : num(live.p99_ms, 1) + " ms"}</td>`;
+    `<td class="num">${live.error_rate == null ? "–" : num(100 * live.error_rate, 2) + "%"}</td>` +
+    `<td class="num">${live.p99_ms == null ? "–" : num(live.p99_ms, 1) + " ms"}</td>`;
 }
 
 function modelCard(m) {
@@ -132,6 +132,8 @@ function modelCard(m) {
       <td class="num weight" data-model="${esc(m.name)}" data-version="${esc(v.version)}">` +
       `${pct(v.weight)}</td>
       <td><span class="bar" style="width:${(v.weight || 0) * 1.2}px"></span></td>
+      ${v.served === null ? "" : `<td class="num served" data-served="${esc(v.version)}">` +
+        `${pct(v.served.haproxy_weight)}</td><td>${esc(v.served.phase || "–")}</td>`}
       <td class="mono">${v.weights_sha256 ? esc(v.weights_sha256.slice(0, 12)) + "…" : "–"}</td>
       ${liveCells(v.live)}</tr>`).join("");
   const notes = [];
@@ -154,7 +156,9 @@ function modelCard(m) {
     `<a href="${esc(r.url)}">${esc(r.candidate)} ${esc(r.file)}</a>`).join(" · ");
   return `<section class="card" id="model-${esc(m.name)}">
     <h2>${esc(m.name)} ${phase}</h2>
-    <table><tr><th>version</th><th>weight</th><th></th><th>weights sha256</th>
+    <table><tr><th>version</th><th>weight (git)</th><th></th>
+      ${m.versions.some((v) => v.served !== null) ? "<th>HAProxy</th><th>server</th>" : ""}
+      <th>weights sha256</th>
       <th>req/s</th><th>errors</th><th>p99</th></tr>${rows}</table>
     ${notes.map((n) => `<div>${n}</div>`).join("")}
     ${canaryButtons(m)}
@@ -167,7 +171,9 @@ function modelCard(m) {
 
 function renderModels(doc) {
   if (!doc.models.length) return `<p class="muted">No models in the GitOps repo yet.</p>`;
-  return `<p class="muted">GitOps tip ${short(doc.tip)}</p>` + doc.models.map(modelCard).join("");
+  const problem = doc.platform_error ? `<p class="Failed">${esc(doc.platform_error)}</p>` : "";
+  return `<p class="muted">GitOps tip ${short(doc.tip)}</p>` + problem +
+    doc.models.map(modelCard).join("");
 }
 
 // -- Proposals ------------------------------------------------------------------------------
@@ -207,6 +213,15 @@ function renderRuns(doc) {
     const outs = r.steps.flatMap((s) => Object.entries(s.outputs || {})
       .map(([k, v]) => `<tr><td>${esc(s.task)}</td><td>${esc(k)}</td><td>${esc(v)}</td></tr>`));
     const logKey = state.logs[r.out];
+    const training = r.steps.filter((s) => s.training).map((s) => {
+      const t = s.training;
+      const share = t.total ? Math.min(100, Math.round((100 * t.step) / t.total)) : null;
+      return `<div class="training" data-training="${esc(s.task)}">${esc(s.task)}: step ` +
+        `${t.step}${t.total ? "/" + t.total : ""}` +
+        (share === null ? "" : ` <span class="bar" style="width:${share * 2}px"></span> ${share}%`) +
+        (t.epoch === null ? "" : ` · epoch ${t.epoch}`) +
+        (t.loss === null ? "" : ` · loss ${num(t.loss, 4)}`) + `</div>`;
+    }).join("");
     return `<section class="card">
       <h2>${esc(r.name)} <span class="${esc(r.status)}">${esc(r.status)}</span></h2>
       <div class="muted">${esc(r.out)} · ${r.seconds === null ? "" : num(r.seconds, 0) + " s"}
@@ -214,6 +229,7 @@ function renderRuns(doc) {
         ${r.gate ? ` · gate <span class="${esc(r.gate)}">${esc(r.gate)}</span>` : ""}
         ${r.message ? " · " + esc(r.task) + ": " + esc(r.message) : ""}</div>
       <div class="dag" data-run="${esc(r.out)}">${dag}</div>
+      ${training}
       ${outs.length ? details(`out-${r.out}`, "outputs",
         `<table><tr><th>step</th><th>output</th><th>value</th></tr>${outs.join("")}</table>`) : ""}
       ${logKey ? `<pre class="log">${esc(logKey.text)}</pre>` : ""}
