@@ -14,6 +14,7 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
+from contracts.errors import MlopsError
 from gitops.repo import Mirror
 from mlops.ui.app import UiConfig, create_app
 from mlops.ui.manifests import ui_manifests
@@ -162,7 +163,7 @@ def test_manifests_are_read_only_unless_actions_are_enabled():
     deployment, service = ui_manifests(gitops_url="https://git.example.com/gitops.git")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--read-only" in args and service["kind"] == "Service"
-    with pytest.raises(ValueError):
+    with pytest.raises(MlopsError):
         ui_manifests(gitops_url="x", actions=True)
     deployment, _ = ui_manifests(gitops_url="x", actions=True, token_secret="ui-token")
     container = deployment["spec"]["template"]["spec"]["containers"][0]

@@ -21,7 +21,10 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  git_secret: str | None = "mlops-gitops-token") -> list[dict[str, Any]]:
     """Deployment and Service (no RBAC: the UI talks to git, the forge and Prometheus)."""
     if actions and not (token_secret or proxy_user):
-        raise ValueError("actions in a cluster need --token-secret or --proxy-user")
+        from mlops.errors import UserError
+
+        raise UserError("actions in a cluster need --token-secret or --proxy-user (who may "
+                        "commit, and as whom)")
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
     args = ["ui", "--gitops", gitops_url, "--host", "0.0.0.0", "--port", str(port),
             "--prometheus", prometheus_url or ""]
