@@ -225,3 +225,22 @@ def test_live_rates_per_version_come_from_prometheus(ui_repo):
     with TestClient(app) as c:  # Prometheus gone: a note on the page, not an error
         versions = _det(c)["versions"]
     assert "unreachable" in versions[0]["live"]["error"]
+
+
+def test_models_page_shows_what_the_local_platform_serves(ui_repo, tmp_path):
+    from mlops.platform.files import atomic_write_json
+    from mlops.platform.workdir import PlatformConfig, Workdir, save_config
+
+    wd = Workdir(tmp_path / "platform")
+    save_config(wd, PlatformConfig(gitops=str(ui_repo.gitops), prometheus_port=1))
+    atomic_write_json(wd.status, {"models": {"det": {"versions": {"v1": {
+        "phase": "ready", "ready": True, "haproxy_weight": 100, "pid": None, "restarts": 0}}}}})
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), workdir=wd.root))
+    with TestClient(app) as c:
+        doc = c.get("/api/models").json()
+    v1 = doc["models"][0]["versions"][0]
+    assert v1["served"] == {"haproxy_weight": 100, "phase": "ready", "ready": True, "restarts": 0}
+    assert doc["platform_error"] is None
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), workdir=tmp_path / "nothing"))
+    with TestClient(app) as c:
+        assert "no platform in" in c.get("/api/models").json()["platform_error"]
