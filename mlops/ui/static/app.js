@@ -273,7 +273,7 @@ document.addEventListener("click", async (ev) => {
   const t = ev.target;
   if (!(t instanceof HTMLElement)) return;
   if (t.dataset.approve) {
-    await act(`api/proposals/${t.dataset.approve}/approve`, `approve PR #${t.dataset.approve}`);
+    await act(`api/proposals/${t.dataset.approve}/approve`, "approve");
   } else if (t.dataset.action) {
     await act(`api/models/${encodeURIComponent(t.dataset.model)}/${t.dataset.action}`,
       `${t.dataset.action} ${t.dataset.model}`);
@@ -296,7 +296,11 @@ document.addEventListener("toggle", (ev) => {
   }
 }, true);
 
-window.addEventListener("hashchange", () => { state.last = ""; refresh(); });
+window.addEventListener("hashchange", () => {
+  $("#message").hidden = true; // a message belongs to the page its button was on
+  state.last = "";
+  refresh();
+});
 
 async function start() {
   state.info = await getJSON("api/info");
