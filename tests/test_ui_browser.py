@@ -199,6 +199,8 @@ def test_pause_by_click_is_a_commit_and_a_bad_step_is_a_message(browser, repo, t
         _wait(browser, lambda d: "nothing to approve (phase paused)" in _text(d, "#message.error"),
               "refusal shown")
         assert "Traceback" not in browser.page_source
+        _wait(browser, lambda d: d.find_element(
+            "css selector", 'button[data-action="resume"]').is_enabled(), "buttons back")
         _shot(browser, tmp_path, "refused")
         _all_loopback(_requested(browser))
 
