@@ -45,7 +45,8 @@ def ui_config(args: argparse.Namespace) -> Any:
         models_root=pathlib.Path(args.models_root) if args.models_root else None,
         actions=not args.read_only, token=args.token or None, user=_who(args),
         proxy_user=args.proxy_user, namespace=args.namespace,
-        workdir=root if platform is not None else None)
+        workdir=root if platform is not None else None,
+        argo_server=args.argo_server, argo_namespace=args.argo_namespace)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -74,7 +75,9 @@ def _manifests(args: argparse.Namespace) -> int:
     docs = ui_manifests(gitops_url=args.gitops, prometheus_url=args.prometheus,
                         image=args.image, namespace=args.namespace, port=args.port,
                         actions=args.enable_actions, token_secret=args.token_secret,
-                        proxy_user=args.proxy_user, git_secret=args.git_secret)
+                        proxy_user=args.proxy_user, git_secret=args.git_secret,
+                        argo_server=args.argo_server, argo_namespace=args.argo_namespace,
+                        argo_secret=args.argo_secret)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
@@ -94,6 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="namespace label of the serving pods in Prometheus's series")
     p.add_argument("--runs", action="append", default=[], metavar="DIR",
                    help="a run's --out dir or a runs dir of the post-receive hook (repeatable)")
+    p.add_argument("--argo-server", metavar="URL", default=os.environ.get("ARGO_SERVER_URL"),
+                   help="in a cluster: runs from this Argo Server (token: $ARGO_TOKEN)")
+    p.add_argument("--argo-namespace", default="argo", help="the Workflows' namespace")
     p.add_argument("--reports", metavar="DIR",
                    help="the controller's work dir (its rollouts/*/*/report.md and .png)")
     p.add_argument("--models-root", default=os.environ.get("MLOPS_MODELS"),
@@ -124,6 +130,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="actions signed as the auth proxy's user (oauth2-proxy in front)")
     man.add_argument("--git-secret", default="mlops-gitops-token",
                      help="Secret with key 'token' for pushing (with --enable-actions)")
+    man.add_argument("--argo-server", metavar="URL",
+                     help="Argo Server URL (as pods see it) for the Runs page")
+    man.add_argument("--argo-namespace", default="argo")
+    man.add_argument("--argo-secret", help="Secret with key 'token' for the Argo Server")
     man.set_defaults(func=_manifests)
 
 

@@ -56,6 +56,9 @@ class UiConfig:
     forge: Callable[[], Any] | None = None
     workdir: pathlib.Path | None = None
     """The local platform's work dir: HAProxy's live weights and the servers' phases."""
+    argo_server: str | None = None
+    """In a cluster: runs from this Argo Server (namespace `argo_namespace`)."""
+    argo_namespace: str = "argo"
 
 
 def _fail(status: int, message: str) -> JSONResponse:
@@ -123,7 +126,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         return {"gitops": config.gitops, "branch": config.branch, "actions": config.actions,
                 "token": bool(config.token), "user": config.user,
                 "proxy_user": config.proxy_user, "prometheus": config.prometheus,
-                "runs": [str(r) for r in config.runs]}
+                "runs": [str(r) for r in config.runs] +
+                ([f"{config.argo_server} ({config.argo_namespace})"] if argo else [])}
 
     def platform() -> tuple[dict[str, Any], str | None]:
         if config.workdir is None:
@@ -155,12 +159,21 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     def proposals(request: Request) -> dict[str, Any]:
         return {"proposals": proposal_pages.proposals_view(forge())}
 
+    argo = None
+    if config.argo_server:
+        from mlops.ui.argo import ArgoRuns
+
+        argo = ArgoRuns(config.argo_server, config.argo_namespace)
+
     def runs(request: Request) -> dict[str, Any]:
-        return {"runs": run_pages.runs_view(config.runs)}
+        found = run_pages.runs_view(config.runs)
+        return {"runs": (argo.runs() if argo else []) + found}
 
     def run_log(request: Request) -> Response:
-        return Response(run_pages.read_log(config.runs, request.query_params.get("path", "")),
-                        media_type="text/plain; charset=utf-8")
+        path = request.query_params.get("path", "")
+        text = argo.log(path) if argo and path.startswith("argo:") else \
+            run_pages.read_log(config.runs, path)
+        return Response(text, media_type="text/plain; charset=utf-8")
 
     def report(request: Request) -> Response:
         p = request.path_params

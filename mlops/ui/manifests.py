@@ -18,7 +18,9 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  image: str = "registry.example.com/mlops/controller:0.1.0",
                  namespace: str = "mlops", port: int = 8765, actions: bool = False,
                  token_secret: str | None = None, proxy_user: bool = False,
-                 git_secret: str | None = "mlops-gitops-token") -> list[dict[str, Any]]:
+                 git_secret: str | None = "mlops-gitops-token",
+                 argo_server: str | None = None, argo_namespace: str = "argo",
+                 argo_secret: str | None = None) -> list[dict[str, Any]]:
     """Deployment and Service (no RBAC: the UI talks to git, the forge and Prometheus)."""
     if actions and not (token_secret or proxy_user):
         from mlops.errors import UserError
@@ -29,6 +31,11 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     args = ["ui", "--gitops", gitops_url, "--host", "0.0.0.0", "--port", str(port),
             "--prometheus", prometheus_url or ""]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    if argo_server:
+        args += ["--argo-server", argo_server, "--argo-namespace", argo_namespace]
+        if argo_secret:
+            env.append({"name": "ARGO_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": argo_secret, "key": "token"}}})
     if not actions:
         args.append("--read-only")
     else:
