@@ -244,3 +244,18 @@ def test_models_page_shows_what_the_local_platform_serves(ui_repo, tmp_path):
     app = create_app(UiConfig(gitops=str(ui_repo.gitops), workdir=tmp_path / "nothing"))
     with TestClient(app) as c:
         assert "no platform in" in c.get("/api/models").json()["platform_error"]
+
+
+def test_canary_reports_are_linked_and_served_from_the_controller_dir(ui_repo, tmp_path):
+    folder = tmp_path / "controller" / "rollouts" / "det" / "v2"
+    folder.mkdir(parents=True)
+    (folder / "report.md").write_text("# det v2: promoted\n")
+    (folder / "timeline.jsonl").write_text("{}\n")
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), reports=tmp_path / "controller"))
+    with TestClient(app) as c:
+        links = _det(c)["reports"]
+        assert links == [{"candidate": "v2", "file": "report.md",
+                          "url": "reports/det/v2/report.md"}]
+        assert c.get("/reports/det/v2/report.md").text == "# det v2: promoted\n"
+        assert c.get("/reports/det/v2/timeline.jsonl").status_code == 404
+        assert c.get("/reports/det/v9/report.md").status_code == 404
