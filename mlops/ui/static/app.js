@@ -115,9 +115,12 @@ function canaryButtons(m) {
     b("abort", "Abort", active) + b("rollback", "Rollback", true) + `</div>`;
 }
 
-function liveCells(live) {
-  if (!live || live.error || live.rate === undefined) return `<td class="num">–</td><td class="num">–</td><td class="num">–</td>`;
-  return `<td class="num">${num(live.rate)}</td>` +
+function liveCells(live, version) {
+  const rate = `<td class="num rate" data-rate="${esc(version)}">`;
+  if (!live || live.error || live.rate === undefined) {
+    return `${rate}–</td><td class="num">–</td><td class="num">–</td>`;
+  }
+  return `${rate}${num(live.rate)}</td>` +
     `<td class="num">${live.error_rate == null ? "–" : num(100 * live.error_rate, 2) + "%"}</td>` +
     `<td class="num">${live.p99_ms == null ? "–" : num(live.p99_ms, 1) + " ms"}</td>`;
 }
@@ -135,7 +138,7 @@ function modelCard(m) {
       ${v.served === null ? "" : `<td class="num served" data-served="${esc(v.version)}">` +
         `${pct(v.served.haproxy_weight)}</td><td>${esc(v.served.phase || "–")}</td>`}
       <td class="mono">${v.weights_sha256 ? esc(v.weights_sha256.slice(0, 12)) + "…" : "–"}</td>
-      ${liveCells(v.live)}</tr>`).join("");
+      ${liveCells(v.live, v.version)}</tr>`).join("");
   const notes = [];
   if (c && c.pause_reason) notes.push(`paused: ${esc(c.pause_reason)}`);
   if (c && c.requested) notes.push(`${esc(c.requested)} requested by ${esc(c.requested_by)}`);
