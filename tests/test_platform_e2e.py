@@ -17,6 +17,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import threading
 
 import orjson
 import pytest
