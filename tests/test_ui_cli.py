@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import yaml
@@ -67,6 +68,13 @@ def test_ui_serves_on_loopback_and_prints_its_address(ui_repo, tmp_path):
                 assert time.monotonic() < deadline, "mlops ui did not answer"
                 time.sleep(0.2)
         assert '"name":"det"' in body
+        rebound = urllib.request.Request(f"http://127.0.0.1:{port}/api/models",
+                                         headers={"Host": f"evil.example:{port}"})
+        try:
+            urllib.request.urlopen(rebound)
+            raise AssertionError("a foreign Host header was answered")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 400
     finally:
         proc.terminate()
         proc.wait(10)

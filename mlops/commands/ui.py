@@ -55,6 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
     from mlops.ui.app import create_app
 
     config = ui_config(args)
+    if args.host in ("127.0.0.1", "localhost", "::1"):
+        config.allowed_hosts = ["127.0.0.1", "localhost", "[::1]", "::1"]
     if args.host not in ("127.0.0.1", "localhost", "::1") and config.actions and \
             not config.token and not config.proxy_user:
         from mlops.errors import UserError

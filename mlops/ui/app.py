@@ -59,6 +59,9 @@ class UiConfig:
     argo_server: str | None = None
     """In a cluster: runs from this Argo Server (namespace `argo_namespace`)."""
     argo_namespace: str = "argo"
+    allowed_hosts: list[str] | None = None
+    """`Host` headers answered (None: any). On loopback, `mlops ui` allows only loopback
+    names, so a page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) gets 400."""
 
 
 def _fail(status: int, message: str) -> JSONResponse:
@@ -214,4 +217,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         Route("/api/models/{model}/{action}", canary, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ], lifespan=lifespan)
+    if config.allowed_hosts:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
     return app
