@@ -259,3 +259,20 @@ def test_canary_reports_are_linked_and_served_from_the_controller_dir(ui_repo, t
         assert c.get("/reports/det/v2/report.md").text == "# det v2: promoted\n"
         assert c.get("/reports/det/v2/timeline.jsonl").status_code == 404
         assert c.get("/reports/det/v9/report.md").status_code == 404
+
+
+def test_rollback_is_the_cli_rollback_and_its_refusal_is_a_message(client, ui_repo):
+    res = client.post("/api/models/det/rollback", json={"by": "Grace"}, headers=HEADERS)
+    assert res.status_code == 404 and "Traceback" not in res.text  # NOT_FOUND: no version
+    assert res.json()["error"] == ("det: no earlier stable version in the GitOps history "
+                                   "(only v1 was ever stable); nothing to roll back to")
+    client.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers=HEADERS)
+    ui_repo.step_to(100, promote=True)
+    assert _det(client)["canary"]["stable"] == "v2"
+    res = client.post("/api/models/det/rollback", json={"by": "Grace"}, headers=HEADERS)
+    assert res.status_code == 200, res.text
+    assert ui_repo.state().stable == "v1"
+    with Mirror(ui_repo.gitops) as mirror:
+        head = mirror.log(mirror.sha("main") or "")[0]
+    assert head.trailers["Mlops-Decision"] == "rollback/human"
+    assert head.trailers["Mlops-Requested-By"] == "Grace"
