@@ -302,13 +302,13 @@ def test_the_ui_shows_the_platform_live(at_ten_percent, browser, tmp_path):
             browser.get(app.url + "#/models")
             served = f'[data-served="{v2}"]'
             wait(browser, lambda d: text(d, served) == "10%", "HAProxy's 10% on the page", 30)
-            assert text(browser, f'[data-served="{v1}"]') == "90%"
+            wait(browser, lambda d: text(d, f'[data-served="{v1}"]') == "90%", "v1 at 90%")
             wait(browser, lambda d: rate(d, v1) > 0 and rate(d, v2) > 0,
                  "live rates from Prometheus", 60)
             write_model(repo, MODEL, versions, stable=v1, canary=v2, canary_weight=25,
                         subject="test: the canary at 25%")
             wait(browser, lambda d: text(d, served) == "25%", "HAProxy's 25% on the page", 30)
-            assert text(browser, f'[data-served="{v1}"]') == "75%"
+            wait(browser, lambda d: text(d, f'[data-served="{v1}"]') == "75%", "v1 at 75%")
             shot(browser, tmp_path, "models-platform")
             all_loopback(requested(browser))
     finally:

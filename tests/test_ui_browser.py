@@ -42,21 +42,21 @@ def test_approve_by_click_starts_a_canary_whose_weights_move_on_the_page(browser
     with Served(UiConfig(gitops=str(repo.gitops), user="ada")) as app:
         browser.get(app.url + "#/proposals")
         wait(browser, lambda d: "open" in text(d, f'[data-pr-state="{repo.pr}"]'), "open PR")
-        browser.find_element("css selector", f"#pr-{repo.pr} summary").click()
+        click(browser, f"#pr-{repo.pr} summary")
         shot(browser, tmp_path, "proposals")
         click(browser, f'button[data-approve="{repo.pr}"]')
         wait(browser, lambda d: "merged PR #2" in text(d, "#message.ok"), "approve message")
         assert repo.state().candidate == "v2"  # the merge put the canary on main
         browser.get(app.url + "#/models")
         wait(browser, lambda d: text(d, '[data-phase="det"]') == "waiting", "waiting phase")
-        assert text(browser, weight("v2")) == "0%"
+        wait(browser, lambda d: text(d, weight("v2")) == "0%", "v2 at 0%")
         repo.step_to(10)  # the controller's decision commit: the page follows by itself
         wait(browser, lambda d: text(d, weight("v2")) == "10%", "v2 at 10%")
-        assert text(browser, weight("v1")) == "90%"
+        wait(browser, lambda d: text(d, weight("v1")) == "90%", "v1 at 90%")
         repo.step_to(25)
         wait(browser, lambda d: text(d, weight("v2")) == "25%", "v2 at 25%")
-        assert text(browser, weight("v1")) == "75%"
-        browser.find_element("css selector", "#model-det summary").click()
+        wait(browser, lambda d: text(d, weight("v1")) == "75%", "v1 at 75%")
+        click(browser, "#model-det summary")
         shot(browser, tmp_path, "models")
         all_loopback(requested(browser))
 
@@ -125,7 +125,7 @@ def test_approving_changed_weights_is_refused_in_the_page(browser, repo, tmp_pat
         wait(browser, lambda d: "train" in text(d, ".dag"), "run steps")
         click(browser, '.dag .step[data-task="train"]')
         wait(browser, lambda d: "loss=0.4120" in text(d, "pre.log"), "step log")
-        assert "step 30/30" in text(browser, '[data-training="train"]')
-        assert "loss 0.4120" in text(browser, '[data-training="train"]')
+        wait(browser, lambda d: "step 30/30" in text(d, '[data-training="train"]') and
+             "loss 0.4120" in text(d, '[data-training="train"]'), "training progress")
         shot(browser, tmp_path, "runs")
         all_loopback(requested(browser))
