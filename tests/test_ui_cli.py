@@ -78,3 +78,26 @@ def test_ui_serves_on_loopback_and_prints_its_address(ui_repo, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_manifests_name_the_forge_and_argo_with_their_secrets(capsys):
+    docs = _manifests(capsys, "--forge", "github", "--argo-server", "https://argo:2746",
+                      "--argo-secret", "argo-token")
+    assert validate_all(docs) == 2
+    container = docs[0]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][container["args"].index("--forge") + 1] == "github"
+    assert "--argo-server" in container["args"]
+    assert {e["name"] for e in container["env"]} >= {"GITHUB_TOKEN", "ARGO_TOKEN"}
+
+
+def test_ui_reads_prs_from_the_forge_mlops_pr_uses(ui_repo, tmp_path):
+    import argparse
+
+    from mlops.commands.ui import register, ui_config
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["ui", "--gitops", str(ui_repo.gitops),
+                              "--workdir", str(tmp_path / "none")])
+    forge = ui_config(args).forge()
+    assert [pr.number for pr in forge.list_prs("open")] == [ui_repo.pr]

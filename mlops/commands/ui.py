@@ -34,6 +34,15 @@ def ui_config(args: argparse.Namespace) -> Any:
     prometheus = args.prometheus
     if prometheus is None and platform is not None and platform.prometheus_port:
         prometheus = f"http://127.0.0.1:{platform.prometheus_port}"
+    # The forge `mlops pr` would use (local: the GitOps repo's own PR records).
+    forge_args = argparse.Namespace(forge=args.forge, forge_repo=args.forge_repo,
+                                    forge_api=args.forge_api, repo=gitops)
+
+    def forge() -> Any:
+        from mlops.commands.pr import forge_from_args
+
+        return forge_from_args(forge_args)
+
     runs = [pathlib.Path(r).expanduser() for r in args.runs]
     for r in runs:
         if not r.is_dir():
@@ -46,7 +55,7 @@ def ui_config(args: argparse.Namespace) -> Any:
         actions=not args.read_only, token=args.token or None, user=_who(args),
         proxy_user=args.proxy_user, namespace=args.namespace,
         workdir=root if platform is not None else None,
-        argo_server=args.argo_server, argo_namespace=args.argo_namespace)
+        argo_server=args.argo_server, argo_namespace=args.argo_namespace, forge=forge)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -79,7 +88,8 @@ def _manifests(args: argparse.Namespace) -> int:
                         actions=args.enable_actions, token_secret=args.token_secret,
                         proxy_user=args.proxy_user, git_secret=args.git_secret,
                         argo_server=args.argo_server, argo_namespace=args.argo_namespace,
-                        argo_secret=args.argo_secret)
+                        argo_secret=args.argo_secret, forge=args.forge,
+                        forge_secret=args.forge_secret)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
@@ -102,6 +112,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--argo-server", metavar="URL", default=os.environ.get("ARGO_SERVER_URL"),
                    help="in a cluster: runs from this Argo Server (token: $ARGO_TOKEN)")
     p.add_argument("--argo-namespace", default="argo", help="the Workflows' namespace")
+    p.add_argument("--forge", default=os.environ.get("MLOPS_FORGE", "local"),
+                   help="where the PRs are, as for `mlops pr`: local, github, gitlab or gitea "
+                        "(default: $MLOPS_FORGE or local)")
+    p.add_argument("--forge-repo", default=os.environ.get("MLOPS_FORGE_REPO"),
+                   help="owner/name on a hosted forge (default: from --gitops)")
+    p.add_argument("--forge-api", default=os.environ.get("MLOPS_FORGE_API"),
+                   help="API root of a self-hosted forge")
     p.add_argument("--reports", metavar="DIR",
                    help="the controller's work dir (its rollouts/*/*/report.md and .png)")
     p.add_argument("--models-root", default=os.environ.get("MLOPS_MODELS"),
@@ -132,6 +149,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="actions signed as the auth proxy's user (oauth2-proxy in front)")
     man.add_argument("--git-secret", default="mlops-gitops-token",
                      help="Secret with key 'token' for pushing (with --enable-actions)")
+    man.add_argument("--forge", choices=["github", "gitlab", "gitea"],
+                     help="the PRs' forge (owner/name and API root from --gitops)")
+    man.add_argument("--forge-secret", default="mlops-forge",
+                     help="Secret with key 'token' for the forge's API (with --forge)")
     man.add_argument("--argo-server", metavar="URL",
                      help="Argo Server URL (as pods see it) for the Runs page")
     man.add_argument("--argo-namespace", default="argo")

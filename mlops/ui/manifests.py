@@ -20,7 +20,8 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  token_secret: str | None = None, proxy_user: bool = False,
                  git_secret: str | None = "mlops-gitops-token",
                  argo_server: str | None = None, argo_namespace: str = "argo",
-                 argo_secret: str | None = None) -> list[dict[str, Any]]:
+                 argo_secret: str | None = None, forge: str | None = None,
+                 forge_secret: str = "mlops-forge") -> list[dict[str, Any]]:
     """Deployment and Service (no RBAC: the UI talks to git, the forge and Prometheus)."""
     if actions and not (token_secret or proxy_user):
         from mlops.errors import UserError
@@ -31,6 +32,15 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     args = ["ui", "--gitops", gitops_url, "--host", "0.0.0.0", "--port", str(port),
             "--prometheus", prometheus_url or ""]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    if forge:
+        tokens = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
+        if forge not in tokens:
+            from mlops.errors import UserError
+
+            raise UserError(f"forge {forge!r}: choose one of {', '.join(sorted(tokens))}")
+        args += ["--forge", forge]
+        env.append({"name": tokens[forge], "valueFrom": {"secretKeyRef": {
+            "name": forge_secret, "key": "token"}}})
     if argo_server:
         args += ["--argo-server", argo_server, "--argo-namespace", argo_namespace]
         if argo_secret:
