@@ -129,3 +129,11 @@ def test_approving_changed_weights_is_refused_in_the_page(browser, repo, tmp_pat
              "loss 0.4120" in text(d, '[data-training="train"]'), "training progress")
         shot(browser, tmp_path, "runs")
         all_loopback(requested(browser))
+
+
+def test_an_unreadable_repo_is_a_message_on_the_page(browser, tmp_path):
+    with Served(UiConfig(gitops=str(tmp_path / "missing.git"), user="ada")) as app:
+        browser.get(app.url + "#/models")
+        wait(browser, lambda d: "cannot read:" in text(d, "#page-error"), "the reason")
+        assert "missing.git" in text(browser, "#page-error")
+        assert "Traceback" not in browser.page_source

@@ -267,8 +267,12 @@ async function refresh() {
     }
     $("#updated").textContent = new Date().toLocaleTimeString();
   } catch (err) {
-    $("#page").dataset.error = err.message;
-    $("#updated").textContent = `failed: ${err.message}`;
+    // the last good page stays; the reason is shown above it, in the server's words
+    const note = `<p class="Failed" id="page-error">cannot read: ${esc(err.message)}</p>`;
+    const old = $("#page-error");
+    if (old) old.outerHTML = note; else $("#page").insertAdjacentHTML("afterbegin", note);
+    state.last = "";
+    $("#updated").textContent = `failed at ${new Date().toLocaleTimeString()}`;
   }
 }
 
