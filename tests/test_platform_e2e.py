@@ -263,7 +263,7 @@ def test_removed_deployment_stops_its_server(at_ten_percent):
     assert r.json()["versions"] == [v1]
 
 
-def test_the_ui_shows_the_platform_live(at_ten_percent, browser, tmp_path):
+def test_the_ui_shows_the_platform_live(at_ten_percent, chromium, tmp_path):
     """`mlops ui` over this platform in headless Chromium: HAProxy's weights, each version's
     live rate from Prometheus, and a committed split change followed on the page."""
     from mlops.ui.app import UiConfig
@@ -299,18 +299,18 @@ def test_the_ui_shows_the_platform_live(at_ten_percent, browser, tmp_path):
 
     try:
         with Served(config) as app:
-            browser.get(app.url + "#/models")
+            chromium.get(app.url + "#/models")
             served = f'[data-served="{v2}"]'
-            wait(browser, lambda d: text(d, served) == "10%", "HAProxy's 10% on the page", 30)
-            wait(browser, lambda d: text(d, f'[data-served="{v1}"]') == "90%", "v1 at 90%")
-            wait(browser, lambda d: rate(d, v1) > 0 and rate(d, v2) > 0,
+            wait(chromium, lambda d: text(d, served) == "10%", "HAProxy's 10% on the page", 30)
+            wait(chromium, lambda d: text(d, f'[data-served="{v1}"]') == "90%", "v1 at 90%")
+            wait(chromium, lambda d: rate(d, v1) > 0 and rate(d, v2) > 0,
                  "live rates from Prometheus", 60)
             write_model(repo, MODEL, versions, stable=v1, canary=v2, canary_weight=25,
                         subject="test: the canary at 25%")
-            wait(browser, lambda d: text(d, served) == "25%", "HAProxy's 25% on the page", 30)
-            wait(browser, lambda d: text(d, f'[data-served="{v1}"]') == "75%", "v1 at 75%")
-            shot(browser, tmp_path, "models-platform")
-            all_loopback(requested(browser))
+            wait(chromium, lambda d: text(d, served) == "25%", "HAProxy's 25% on the page", 30)
+            wait(chromium, lambda d: text(d, f'[data-served="{v1}"]') == "75%", "v1 at 75%")
+            shot(chromium, tmp_path, "models-platform")
+            all_loopback(requested(chromium))
     finally:
         stop.set()
         sender.join(30)

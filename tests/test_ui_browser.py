@@ -37,60 +37,60 @@ def repo(tmp_path: pathlib.Path) -> UiRepo:
     return make_ui_repo(tmp_path)
 
 
-def test_approve_by_click_starts_a_canary_whose_weights_move_on_the_page(browser, repo,
+def test_approve_by_click_starts_a_canary_whose_weights_move_on_the_page(chromium, repo,
                                                                           tmp_path):
     with Served(UiConfig(gitops=str(repo.gitops), user="ada")) as app:
-        browser.get(app.url + "#/proposals")
-        wait(browser, lambda d: "open" in text(d, f'[data-pr-state="{repo.pr}"]'), "open PR")
-        click(browser, f"#pr-{repo.pr} summary")
-        shot(browser, tmp_path, "proposals")
-        click(browser, f'button[data-approve="{repo.pr}"]')
-        wait(browser, lambda d: "merged PR #2" in text(d, "#message.ok"), "approve message")
+        chromium.get(app.url + "#/proposals")
+        wait(chromium, lambda d: "open" in text(d, f'[data-pr-state="{repo.pr}"]'), "open PR")
+        click(chromium, f"#pr-{repo.pr} summary")
+        shot(chromium, tmp_path, "proposals")
+        click(chromium, f'button[data-approve="{repo.pr}"]')
+        wait(chromium, lambda d: "merged PR #2" in text(d, "#message.ok"), "approve message")
         assert repo.state().candidate == "v2"  # the merge put the canary on main
-        browser.get(app.url + "#/models")
-        wait(browser, lambda d: text(d, '[data-phase="det"]') == "waiting", "waiting phase")
-        wait(browser, lambda d: text(d, weight("v2")) == "0%", "v2 at 0%")
+        chromium.get(app.url + "#/models")
+        wait(chromium, lambda d: text(d, '[data-phase="det"]') == "waiting", "waiting phase")
+        wait(chromium, lambda d: text(d, weight("v2")) == "0%", "v2 at 0%")
         repo.step_to(10)  # the controller's decision commit: the page follows by itself
-        wait(browser, lambda d: text(d, weight("v2")) == "10%", "v2 at 10%")
-        wait(browser, lambda d: text(d, weight("v1")) == "90%", "v1 at 90%")
+        wait(chromium, lambda d: text(d, weight("v2")) == "10%", "v2 at 10%")
+        wait(chromium, lambda d: text(d, weight("v1")) == "90%", "v1 at 90%")
         repo.step_to(25)
-        wait(browser, lambda d: text(d, weight("v2")) == "25%", "v2 at 25%")
-        wait(browser, lambda d: text(d, weight("v1")) == "75%", "v1 at 75%")
-        click(browser, "#model-det summary")
-        shot(browser, tmp_path, "models")
-        all_loopback(requested(browser))
+        wait(chromium, lambda d: text(d, weight("v2")) == "25%", "v2 at 25%")
+        wait(chromium, lambda d: text(d, weight("v1")) == "75%", "v1 at 75%")
+        click(chromium, "#model-det summary")
+        shot(chromium, tmp_path, "models")
+        all_loopback(requested(chromium))
 
 
-def test_pause_by_click_is_a_commit_and_a_bad_step_is_a_message(browser, repo, tmp_path):
+def test_pause_by_click_is_a_commit_and_a_bad_step_is_a_message(chromium, repo, tmp_path):
     from gitops.repo import Mirror
 
     with Served(UiConfig(gitops=str(repo.gitops), user="ada")) as app:
-        browser.get(app.url + "#/proposals")
-        click(browser, f'button[data-approve="{repo.pr}"]')
-        wait(browser, lambda d: "merged" in text(d, "#message.ok"), "merged")
+        chromium.get(app.url + "#/proposals")
+        click(chromium, f'button[data-approve="{repo.pr}"]')
+        wait(chromium, lambda d: "merged" in text(d, "#message.ok"), "merged")
         repo.step_to(10)
-        browser.get(app.url + "#/models")
-        browser.find_element("id", "who").clear()
-        browser.find_element("id", "who").send_keys("Grace")
-        click(browser, 'button[data-action="pause"][data-model="det"]')
-        wait(browser, lambda d: "det: paused at 10%" in text(d, "#message.ok"), "paused")
+        chromium.get(app.url + "#/models")
+        chromium.find_element("id", "who").clear()
+        chromium.find_element("id", "who").send_keys("Grace")
+        click(chromium, 'button[data-action="pause"][data-model="det"]')
+        wait(chromium, lambda d: "det: paused at 10%" in text(d, "#message.ok"), "paused")
         with Mirror(repo.gitops) as mirror:
             head = mirror.log(mirror.sha("main") or "")[0]
         assert head.trailers["Mlops-Decision"] == "pause/human"
         assert head.trailers["Mlops-Requested-By"] == "Grace"
-        wait(browser, lambda d: text(d, '[data-phase="det"]') == "paused", "paused phase")
+        wait(chromium, lambda d: text(d, '[data-phase="det"]') == "paused", "paused phase")
         # approving a step of a paused canary: the CLI's refusal, in the page
-        click(browser, 'button[data-action="approve"][data-model="det"]')
-        wait(browser, lambda d: "nothing to approve (phase paused)" in text(d, "#message.error"),
+        click(chromium, 'button[data-action="approve"][data-model="det"]')
+        wait(chromium, lambda d: "nothing to approve (phase paused)" in text(d, "#message.error"),
               "refusal shown")
-        assert "Traceback" not in browser.page_source
-        wait(browser, lambda d: d.find_element(
+        assert "Traceback" not in chromium.page_source
+        wait(chromium, lambda d: d.find_element(
             "css selector", 'button[data-action="resume"]').is_enabled(), "buttons back")
-        shot(browser, tmp_path, "refused")
-        all_loopback(requested(browser))
+        shot(chromium, tmp_path, "refused")
+        all_loopback(requested(chromium))
 
 
-def test_approving_changed_weights_is_refused_in_the_page(browser, repo, tmp_path):
+def test_approving_changed_weights_is_refused_in_the_page(chromium, repo, tmp_path):
     import subprocess
 
     import yaml
@@ -116,24 +116,24 @@ def test_approving_changed_weights_is_refused_in_the_page(browser, repo, tmp_pat
                           outputs={"map50": "0.61"} if task == "evaluate" else {})
     run_events.append(runs, "run_finished", phase="Succeeded", seconds=50.0)
     with Served(UiConfig(gitops=str(repo.gitops), runs=[runs], user="ada")) as app:
-        browser.get(app.url + "#/proposals")
-        click(browser, f'button[data-approve="{repo.pr}"]')
-        wait(browser, lambda d: "refusing to merge" in text(d, "#message.error"), "refusal")
-        assert "carries weights sha256" in text(browser, "#message.error")
+        chromium.get(app.url + "#/proposals")
+        click(chromium, f'button[data-approve="{repo.pr}"]')
+        wait(chromium, lambda d: "refusing to merge" in text(d, "#message.error"), "refusal")
+        assert "carries weights sha256" in text(chromium, "#message.error")
         assert repo.state().candidate is None  # nothing merged
-        browser.get(app.url + "#/runs")
-        wait(browser, lambda d: "train" in text(d, ".dag"), "run steps")
-        click(browser, '.dag .step[data-task="train"]')
-        wait(browser, lambda d: "loss=0.4120" in text(d, "pre.log"), "step log")
-        wait(browser, lambda d: "step 30/30" in text(d, '[data-training="train"]') and
+        chromium.get(app.url + "#/runs")
+        wait(chromium, lambda d: "train" in text(d, ".dag"), "run steps")
+        click(chromium, '.dag .step[data-task="train"]')
+        wait(chromium, lambda d: "loss=0.4120" in text(d, "pre.log"), "step log")
+        wait(chromium, lambda d: "step 30/30" in text(d, '[data-training="train"]') and
              "loss 0.4120" in text(d, '[data-training="train"]'), "training progress")
-        shot(browser, tmp_path, "runs")
-        all_loopback(requested(browser))
+        shot(chromium, tmp_path, "runs")
+        all_loopback(requested(chromium))
 
 
-def test_an_unreadable_repo_is_a_message_on_the_page(browser, tmp_path):
+def test_an_unreadable_repo_is_a_message_on_the_page(chromium, tmp_path):
     with Served(UiConfig(gitops=str(tmp_path / "missing.git"), user="ada")) as app:
-        browser.get(app.url + "#/models")
-        wait(browser, lambda d: "cannot read:" in text(d, "#page-error"), "the reason")
-        assert "missing.git" in text(browser, "#page-error")
-        assert "Traceback" not in browser.page_source
+        chromium.get(app.url + "#/models")
+        wait(chromium, lambda d: "cannot read:" in text(d, "#page-error"), "the reason")
+        assert "missing.git" in text(chromium, "#page-error")
+        assert "Traceback" not in chromium.page_source
