@@ -153,7 +153,8 @@ function modelCard(m) {
       <td>${t.checks.map((k) => `${esc(k.name)}: <b>${esc(k.verdict)}</b>` +
         ("value" in k ? ` value ${esc(num(k.value, 4))}` : "") +
         ("threshold" in k ? ` threshold ${esc(num(k.threshold, 4))}` : "") +
-        ("statistic" in k ? ` stat ${esc(num(k.statistic, 3))}` : "")).join("<br>")}</td>
+        ("statistic" in k ? ` stat ${esc(num(k.statistic, 3))}` : "") +
+        ("samples" in k ? ` n ${esc(k.samples)}` : "")).join("<br>")}</td>
       <td>${esc(t.requested_by || t.author)}</td></tr>`).join("");
   const reports = m.reports.map((r) =>
     `<a href="${esc(r.url)}">${esc(r.candidate)} ${esc(r.file)}</a>`).join(" · ");
