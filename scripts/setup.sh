@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian's prometheus and haproxy (real services the
-# local platform and the tests run), git and kubectl checks, and this project
-# with the Python dependencies pinned in requirements.lock.
+# local platform and the tests run), chromium and its driver (the UI's browser
+# tests), git and kubectl checks, and this project with the Python dependencies
+# pinned in requirements.lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,10 @@ command -v prometheus >/dev/null || missing+=(prometheus)
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v haproxy >/dev/null || missing+=(haproxy)
 command -v git >/dev/null || missing+=(git)
+# `mlops ui`'s browser tests drive Debian's chromium through its version-matched driver
+# (nothing is downloaded at run time: no Playwright or Selenium Manager browser fetch).
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive

@@ -17,6 +17,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import threading
 
 import orjson
 import pytest
@@ -260,3 +261,56 @@ def test_removed_deployment_stops_its_server(at_ten_percent):
     assert not wd.server_pidfile(MODEL, v2).exists()
     r = requests.get(f"{frontend(wd)}/v2/models/{MODEL}", timeout=10)
     assert r.json()["versions"] == [v1]
+
+
+def test_the_ui_shows_the_platform_live(at_ten_percent, chromium, tmp_path):
+    """`mlops ui` over this platform in headless Chromium: HAProxy's weights, each version's
+    live rate from Prometheus, and a committed split change followed on the page."""
+    from mlops.ui.app import UiConfig
+    from tests.fixtures.ui import Served, all_loopback, requested, shot, text, wait
+
+    env = at_ten_percent
+    wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
+    prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
+    config = UiConfig(gitops=str(repo), workdir=wd.root, prometheus=prometheus, user="ada")
+    image = __import__("base64").b64encode(env["image"].read_bytes()).decode()
+    body = orjson.dumps({"inputs": [{"name": "image_bytes", "shape": [1], "datatype": "BYTES",
+                                     "data": [image]}]})
+    stop = threading.Event()
+
+    def traffic() -> None:  # a steady trickle: the live columns are rates over a window
+        session = requests.Session()
+        while not stop.is_set():
+            try:
+                session.post(f"{frontend(wd)}/v2/models/{MODEL}/infer", data=body,
+                             headers={"Content-Type": "application/json"}, timeout=30)
+            except requests.RequestException:
+                pass
+            stop.wait(0.1)
+
+    sender = threading.Thread(target=traffic, daemon=True)
+    sender.start()
+
+    def rate(d, version: str) -> float:
+        try:
+            return float(text(d, f'[data-rate="{version}"]'))
+        except ValueError:
+            return 0.0
+
+    try:
+        with Served(config) as app:
+            chromium.get(app.url + "#/models")
+            served = f'[data-served="{v2}"]'
+            wait(chromium, lambda d: text(d, served) == "10%", "HAProxy's 10% on the page", 30)
+            wait(chromium, lambda d: text(d, f'[data-served="{v1}"]') == "90%", "v1 at 90%")
+            wait(chromium, lambda d: rate(d, v1) > 0 and rate(d, v2) > 0,
+                 "live rates from Prometheus", 60)
+            write_model(repo, MODEL, versions, stable=v1, canary=v2, canary_weight=25,
+                        subject="test: the canary at 25%")
+            wait(chromium, lambda d: text(d, served) == "25%", "HAProxy's 25% on the page", 30)
+            wait(chromium, lambda d: text(d, f'[data-served="{v1}"]') == "75%", "v1 at 75%")
+            shot(chromium, tmp_path, "models-platform")
+            all_loopback(requested(chromium))
+    finally:
+        stop.set()
+        sender.join(30)

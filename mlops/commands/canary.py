@@ -22,7 +22,7 @@ import tempfile
 
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
-from promotion.apply import human_commit
+from promotion.apply import HumanAction, human_commit
 from promotion.state import CanaryState, dump_state, load_state
 
 
@@ -35,16 +35,22 @@ def _who(args: argparse.Namespace) -> str:
         return os.environ.get("USER", "human")
 
 
+def canary_action(gitops: str, model: str, action: HumanAction, by: str, branch: str = "main",
+                  workdir: pathlib.Path | None = None) -> str:
+    """Commit one human action; the line `mlops canary ACTION` prints (the UI shows it too)."""
+    writer = WriteBack(gitops, workdir=workdir, backoff=Backoff(tries=5, first=0.5))
+    now = dt.datetime.now(dt.timezone.utc)
+    result, state = human_commit(writer, branch, model, action, by, now)
+    what = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
+            "promote": "promotion requested", "approve": "next step approved"}[action]
+    commit = (result.commit or "")[:12]
+    return (f"{model}: {what} at {state.weight}% ({state.phase.value}); commit {commit}"
+            if result.status == "committed" else f"{model}: nothing to change")
+
+
 def _act(args: argparse.Namespace) -> int:
     workdir = pathlib.Path(args.workdir) if args.workdir else None
-    writer = WriteBack(args.gitops, workdir=workdir, backoff=Backoff(tries=5, first=0.5))
-    now = dt.datetime.now(dt.timezone.utc)
-    result, state = human_commit(writer, args.branch, args.model, args.action, _who(args), now)
-    what = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
-            "promote": "promotion requested", "approve": "next step approved"}[args.action]
-    commit = (result.commit or "")[:12]
-    print(f"{args.model}: {what} at {state.weight}% ({state.phase.value}); commit {commit}"
-          if result.status == "committed" else f"{args.model}: nothing to change")
+    print(canary_action(args.gitops, args.model, args.action, _who(args), args.branch, workdir))
     return 0
 
 

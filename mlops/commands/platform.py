@@ -78,6 +78,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"  Prometheus:    http://127.0.0.1:{config['prometheus_port']}")
     print(f"  HAProxy stats: http://127.0.0.1:{config['haproxy_stats_port']}/stats")
     print("  `mlops status` shows models and weights once the sync has applied the repo.")
+    print(f"  web UI:        `mlops ui --workdir {result['workdir']}` serves it at "
+          "http://127.0.0.1:8765/")
     return 0
 
 

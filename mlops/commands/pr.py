@@ -77,12 +77,16 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _approve(args: argparse.Namespace) -> int:
+def approve_pr(repo: str, number: int, forge: Any) -> str:
+    """Check the evaluated digest on the would-be merge, then merge; the line the CLI prints."""
     from gitops.approval import approve
 
+    return approve(repo, number, forge).message
+
+
+def _approve(args: argparse.Namespace) -> int:
     forge = forge_from_args(args)
-    result = approve(require_repo(args), args.number, forge)
-    print(result.message)
+    print(approve_pr(require_repo(args), args.number, forge))
     return 0
 
 

@@ -174,6 +174,14 @@ class Demo:
             # A merged canary gets traffic once the platform reports it ready, as the
             # Kubernetes API would in a cluster (`--readiness kubernetes`).
             "--readiness", "local", "--platform-workdir", str(self.platform))
+        self.runs.mkdir(parents=True, exist_ok=True)
+        ui_port = free_port()
+        self.ui = self.spawn("ui", "ui", "--workdir", str(self.platform), "--runs", str(self.runs),
+                             "--reports", str(self.controller_dir), "--port", str(ui_port),
+                             "--by", "demo")
+        self.ui_url = f"http://127.0.0.1:{ui_port}/"
+        print(f"  web UI: {self.ui_url}  (Models, Runs, Proposals; follow the demo there)",
+              flush=True)
         self.git_clone()
 
     def git_clone(self) -> None:
@@ -484,8 +492,11 @@ class Demo:
         if self.args.keep_running:
             print(f"\nThe platform keeps running: `mlops status --workdir {self.platform} "
                   f"--runs {self.runs}`; "
-                  f"Prometheus {self.prometheus}; model route {getattr(self, 'url', '-')}.\n"
-                  f"Stop everything with: mlops down --workdir {self.platform}")
+                  f"Prometheus {self.prometheus}; model route {getattr(self, 'url', '-')}; "
+                  f"web UI {getattr(self, 'ui_url', '-')}.\n"
+                  f"Stop everything with: mlops down --workdir {self.platform}"
+                  + (f"; the web UI with: kill {self.ui.pid}" if getattr(self, "ui", None)
+                     else ""))
         print(
             f"\nClean up: mlops down --workdir {self.platform} (if still up), "
             f"then rm -rf {self.work}"
@@ -497,6 +508,9 @@ class Demo:
         if self.args.keep_running:
             return
         self.say("Stopping everything the demo started")
+        ui = getattr(self, "ui", None)
+        if ui is not None and ui.poll() is None:
+            ui.terminate()  # serves until told: the rest end with the platform
         self.mlops("down", "--workdir", str(self.platform), check=False, marked=False)
         for proc in self.background:
             try:
@@ -550,19 +564,34 @@ def _lines(path: pathlib.Path) -> list[str]:
         return []
 
 
-def _training_progress(log: pathlib.Path) -> tuple[int, int]:
-    """(step, total) from train.py's log lines (`total_steps=N`, `step=N`)."""
-    step = total = 0
+def training_log(log: pathlib.Path) -> dict[str, Any]:
+    """Progress from train.py's log lines (`total_steps=N`, `step=N epoch=E loss=L`):
+    {"step", "total", "epoch", "loss"} (the latest of each; 0/None before the first)."""
+    found: dict[str, Any] = {"step": 0, "total": 0, "epoch": None, "loss": None}
     try:
         text = log.read_text(errors="replace")
     except OSError:
-        return 0, 0
+        return found
     for token in text.split():
-        if token.startswith("total_steps="):
-            total = int(token.split("=", 1)[1]) if token[12:].isdigit() else total
-        elif token.startswith("step=") and token[5:].isdigit():
-            step = max(step, int(token[5:]))
-    return step, total
+        key, _, value = token.partition("=")
+        if key == "total_steps" and value.isdigit():
+            found["total"] = int(value)
+        elif key == "step" and value.isdigit():
+            found["step"] = max(found["step"], int(value))
+        elif key == "epoch" and value.isdigit():
+            found["epoch"] = int(value)
+        elif key == "loss":
+            try:
+                found["loss"] = float(value)
+            except ValueError:
+                pass
+    return found
+
+
+def _training_progress(log: pathlib.Path) -> tuple[int, int]:
+    """(step, total) from train.py's log lines (`total_steps=N`, `step=N`)."""
+    found = training_log(log)
+    return found["step"], found["total"]
 
 
 def _val_images(runs: pathlib.Path) -> pathlib.Path:

@@ -1,0 +1,164 @@
+"""`mlops ui`: the web app on loopback; `mlops ui manifests`: the same app for a cluster.
+
+`mlops ui` reads the local platform's work dir for what it was not told: the
+GitOps repo `mlops up` serves and its Prometheus. Pages: Models (weights, phase,
+live rates, the decision timeline, canary controls), Runs (`--runs DIR`: the
+local runs' steps and logs), Proposals (PRs with their evaluation report and an
+Approve button). Every button is the same commit as its CLI command, signed
+with the name in the page (default: `--by` or the current user).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+from typing import Any
+
+
+def ui_config(args: argparse.Namespace) -> Any:
+    """The UI's settings from the options, completed from the platform's work dir."""
+    from mlops.commands.canary import _who
+    from mlops.errors import UserError
+    from mlops.platform.workdir import Workdir, default_workdir, load_config
+    from mlops.ui.app import UiConfig
+
+    root = pathlib.Path(args.workdir).expanduser().resolve() if args.workdir else \
+        default_workdir()
+    platform = load_config(Workdir(root))
+    gitops = args.gitops or (platform.gitops if platform else None)
+    if not gitops:
+        raise UserError("no GitOps repo: pass --gitops (or $MLOPS_GITOPS_REPO), or --workdir of "
+                        "a platform started with `mlops up`")
+    prometheus = args.prometheus
+    if prometheus is None and platform is not None and platform.prometheus_port:
+        prometheus = f"http://127.0.0.1:{platform.prometheus_port}"
+    # The forge `mlops pr` would use (local: the GitOps repo's own PR records).
+    forge_args = argparse.Namespace(forge=args.forge, forge_repo=args.forge_repo,
+                                    forge_api=args.forge_api, repo=gitops)
+
+    def forge() -> Any:
+        from mlops.commands.pr import forge_from_args
+
+        return forge_from_args(forge_args)
+
+    runs = [pathlib.Path(r).expanduser() for r in args.runs]
+    for r in runs:
+        if not r.is_dir():
+            raise UserError(f"--runs {r}: no such directory")
+    return UiConfig(
+        gitops=gitops, branch=args.branch or (platform.branch if platform else "main"),
+        prometheus=prometheus or None, runs=runs,
+        reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
+        models_root=pathlib.Path(args.models_root) if args.models_root else None,
+        actions=not args.read_only, token=args.token or None, user=_who(args),
+        proxy_user=args.proxy_user, namespace=args.namespace,
+        workdir=root if platform is not None else None,
+        argo_server=args.argo_server, argo_namespace=args.argo_namespace, forge=forge)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from mlops.ui.app import create_app
+
+    config = ui_config(args)
+    if args.host in ("127.0.0.1", "localhost", "::1"):
+        config.allowed_hosts = ["127.0.0.1", "localhost", "[::1]", "::1"]
+    if args.host not in ("127.0.0.1", "localhost", "::1") and config.actions and \
+            not config.token and not config.proxy_user:
+        from mlops.errors import UserError
+
+        raise UserError(f"--host {args.host} exposes the actions beyond this machine: set "
+                        "--token (or $MLOPS_UI_TOKEN), --proxy-user, or --read-only")
+    print(f"mlops ui: http://{args.host}:{args.port}/  (GitOps {config.gitops}"
+          f"{', Prometheus ' + config.prometheus if config.prometheus else ''})", flush=True)
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    import yaml
+
+    from mlops.ui.manifests import ui_manifests
+
+    docs = ui_manifests(gitops_url=args.gitops, prometheus_url=args.prometheus,
+                        image=args.image, namespace=args.namespace, port=args.port,
+                        actions=args.enable_actions, token_secret=args.token_secret,
+                        proxy_user=args.proxy_user, git_secret=args.git_secret,
+                        argo_server=args.argo_server, argo_namespace=args.argo_namespace,
+                        argo_secret=args.argo_secret, forge=args.forge,
+                        forge_secret=args.forge_secret)
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `mlops ui` and `mlops ui manifests`."""
+    p = subparsers.add_parser("ui", help="serve the web UI (models, runs, proposals) on loopback")
+    p.add_argument("--workdir", metavar="DIR",
+                   help="the local platform's work dir (default: $MLOPS_WORKDIR, ./.mlops, "
+                        "~/.mlops): its GitOps repo and Prometheus")
+    p.add_argument("--gitops", default=os.environ.get("MLOPS_GITOPS_REPO"),
+                   help="GitOps repository (default: $MLOPS_GITOPS_REPO, else the platform's)")
+    p.add_argument("--branch", default=None)
+    p.add_argument("--prometheus", default=None,
+                   help="Prometheus URL for live rates (default: the platform's; '' for none)")
+    p.add_argument("--namespace", default="default",
+                   help="namespace label of the serving pods in Prometheus's series")
+    p.add_argument("--runs", action="append", default=[], metavar="DIR",
+                   help="a run's --out dir or a runs dir of the post-receive hook (repeatable)")
+    p.add_argument("--argo-server", metavar="URL", default=os.environ.get("ARGO_SERVER_URL"),
+                   help="in a cluster: runs from this Argo Server (token: $ARGO_TOKEN)")
+    p.add_argument("--argo-namespace", default="argo", help="the Workflows' namespace")
+    p.add_argument("--forge", default=os.environ.get("MLOPS_FORGE", "local"),
+                   help="where the PRs are, as for `mlops pr`: local, github, gitlab or gitea "
+                        "(default: $MLOPS_FORGE or local)")
+    p.add_argument("--forge-repo", default=os.environ.get("MLOPS_FORGE_REPO"),
+                   help="owner/name on a hosted forge (default: from --gitops)")
+    p.add_argument("--forge-api", default=os.environ.get("MLOPS_FORGE_API"),
+                   help="API root of a self-hosted forge")
+    p.add_argument("--reports", metavar="DIR",
+                   help="the controller's work dir (its rollouts/*/*/report.md and .png)")
+    p.add_argument("--models-root", default=os.environ.get("MLOPS_MODELS"),
+                   help="the models volume, for Rollback (as `mlops rollback --models-root`)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--by", help="who the buttons act as (default: the current user)")
+    p.add_argument("--token", default=os.environ.get("MLOPS_UI_TOKEN"),
+                   help="actions need this bearer token (default: $MLOPS_UI_TOKEN)")
+    p.add_argument("--read-only", action="store_true", help="no buttons, every POST refused")
+    p.add_argument("--proxy-user", action="store_true",
+                   help="take the person from the auth proxy's X-Auth-Request-User / "
+                        "X-Forwarded-User header (behind oauth2-proxy in a cluster)")
+    p.set_defaults(func=_serve)
+    sub = p.add_subparsers(dest="ui_command", metavar="ACTION")
+    man = sub.add_parser("manifests", help="print the UI's Deployment and Service for a cluster")
+    man.add_argument("--gitops", required=True, help="GitOps repository URL (as pods see it)")
+    man.add_argument("--prometheus", help="Prometheus URL (as pods see it)")
+    man.add_argument("--image", default="registry.example.com/mlops/controller:0.1.0")
+    man.add_argument("--namespace", default="mlops")
+    man.add_argument("--port", type=int, default=8765)
+    man.add_argument("--enable-actions", action="store_true",
+                     help="let the UI commit (default: read-only); needs --token-secret or "
+                          "--proxy-user")
+    man.add_argument("--token-secret", default=None,
+                     help="Secret with key 'token' that actions need (with --enable-actions)")
+    man.add_argument("--proxy-user", action="store_true",
+                     help="actions signed as the auth proxy's user (oauth2-proxy in front)")
+    man.add_argument("--git-secret", default="mlops-gitops-token",
+                     help="Secret with key 'token' for pushing (with --enable-actions)")
+    man.add_argument("--forge", choices=["github", "gitlab", "gitea"],
+                     help="the PRs' forge (owner/name and API root from --gitops)")
+    man.add_argument("--forge-secret", default="mlops-forge",
+                     help="Secret with key 'token' for the forge's API (with --forge)")
+    man.add_argument("--argo-server", metavar="URL",
+                     help="Argo Server URL (as pods see it) for the Runs page")
+    man.add_argument("--argo-namespace", default="argo")
+    man.add_argument("--argo-secret", help="Secret with key 'token' for the Argo Server")
+    man.set_defaults(func=_manifests)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(1)

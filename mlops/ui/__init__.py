@@ -1,0 +1,14 @@
+"""`mlops ui`: a web app to watch and steer the platform from one machine (issue 15).
+
+One module per job, no second parser of anything:
+
+* :mod:`mlops.ui.source` -- the GitOps repo read through `gitops.repo.Mirror` and
+  `gitops.layout` (what `mlops status`, the sync and the controller read);
+* :mod:`mlops.ui.models`, :mod:`mlops.ui.proposals`, :mod:`mlops.ui.runs` -- each
+  page's data, built by pure functions from what the readers return;
+* :mod:`mlops.ui.live` -- per-version rates from Prometheus (`PrometheusSource`);
+* :mod:`mlops.ui.actions` -- every button calls the function its CLI command calls;
+* :mod:`mlops.ui.app` -- the Starlette routes; `static/` holds hand-written HTML, CSS
+  and JS (no build step, no CDN: every asset ships in the package);
+* :mod:`mlops.ui.manifests` -- Deployment + Service to run it in a cluster.
+"""

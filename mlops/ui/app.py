@@ -1,0 +1,224 @@
+"""The Starlette app: JSON for each page, POST for each action, the static page itself.
+
+Reads go through :class:`mlops.ui.source.GitopsSource` and the page builders;
+actions through :class:`mlops.ui.actions.Actions`. An action is a POST with the
+header `X-Mlops-UI: 1` (a cross-site form cannot set it) and, when a token is
+configured, `Authorization: Bearer TOKEN`; with actions off every POST is 403.
+A refusal is `{"error": "<the CLI's one-line message>"}` with a 4xx; anything
+unexpected is logged here and answered with one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from contracts.errors import MlopsError
+from mlops.ui import models as model_pages
+from mlops.ui import proposals as proposal_pages
+from mlops.ui import runs as run_pages
+from mlops.ui.actions import Actions, http_status
+from mlops.ui.source import GitopsSource
+
+STATIC = pathlib.Path(__file__).with_name("static")
+log = logging.getLogger("mlops.ui")
+
+#: Headers an auth proxy (oauth2-proxy, Istio ext-authz) sets to the signed-in person.
+PROXY_USER_HEADERS = ("x-auth-request-user", "x-forwarded-user", "x-remote-user")
+
+
+@dataclass
+class UiConfig:
+    """What `mlops ui` was started with."""
+
+    gitops: str
+    branch: str = "main"
+    prometheus: str | None = None
+    namespace: str = "default"
+    runs: list[pathlib.Path] = field(default_factory=list)
+    reports: pathlib.Path | None = None
+    models_root: pathlib.Path | None = None
+    actions: bool = True
+    token: str | None = None
+    user: str = "human"
+    proxy_user: bool = False
+    """Take the person from the auth proxy's header (in a cluster)."""
+    forge: Callable[[], Any] | None = None
+    workdir: pathlib.Path | None = None
+    """The local platform's work dir: HAProxy's live weights and the servers' phases."""
+    argo_server: str | None = None
+    """In a cluster: runs from this Argo Server (namespace `argo_namespace`)."""
+    argo_namespace: str = "argo"
+    allowed_hosts: list[str] | None = None
+    """`Host` headers answered (None: any). On loopback, `mlops ui` allows only loopback
+    names, so a page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) gets 400."""
+
+
+def _fail(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlette:
+    """The app for one GitOps repo (tests pass their own source)."""
+    src = source or GitopsSource(config.gitops, config.branch)
+
+    def forge() -> Any:
+        if config.forge is not None:
+            return config.forge()
+        from gitops.forges import registry
+
+        return registry.create("local", config.gitops)
+
+    actions = Actions(config.gitops, forge, config.branch, config.models_root)
+
+    def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
+        """Errors meant for a person as their message; the rest logged, one line out."""
+        async def endpoint(request: Request) -> Response:
+            from starlette.concurrency import run_in_threadpool
+
+            try:
+                result = await run_in_threadpool(fn, request)
+            except MlopsError as exc:
+                return _fail(http_status(exc), str(exc))
+            except Exception as exc:  # a bug: the log has the traceback, the page a line
+                log.exception("%s %s failed", request.method, request.url.path)
+                return _fail(500, f"internal error ({type(exc).__name__}): {exc}")
+            return result if isinstance(result, Response) else JSONResponse(result)
+        return endpoint
+
+    def who(request: Request, body: dict[str, Any]) -> str:
+        if config.proxy_user:
+            for header in PROXY_USER_HEADERS:
+                if request.headers.get(header):
+                    return request.headers[header]
+            raise PermissionError("no signed-in user from the auth proxy")
+        name = str(body.get("by") or "").strip()
+        return name or config.user
+
+    async def action(request: Request, run: Callable[[str], str]) -> Response:
+        if not config.actions:
+            return _fail(403, "actions are disabled on this UI (read-only); use the CLI or "
+                              "start it with actions enabled")
+        if request.headers.get("x-mlops-ui") != "1":
+            return _fail(403, "actions need the X-Mlops-UI header (sent by the page)")
+        if config.token:
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), config.token.encode()):
+                return _fail(401, "this UI's actions need its token (enter it at the top)")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        try:
+            person = who(request, body if isinstance(body, dict) else {})
+        except PermissionError as exc:
+            return _fail(401, str(exc))
+        return await guarded(lambda _r: {"message": run(person)})(request)
+
+    def info(request: Request) -> dict[str, Any]:
+        return {"gitops": config.gitops, "branch": config.branch, "actions": config.actions,
+                "token": bool(config.token), "user": config.user,
+                "proxy_user": config.proxy_user, "prometheus": config.prometheus,
+                "runs": [str(r) for r in config.runs] +
+                ([f"{config.argo_server} ({config.argo_namespace})"] if argo else [])}
+
+    def platform() -> tuple[dict[str, Any], str | None]:
+        if config.workdir is None:
+            return {}, None
+        from mlops.platform import lifecycle
+        from mlops.platform.workdir import Workdir
+
+        try:
+            return lifecycle.status(Workdir(config.workdir)).get("models", {}), None
+        except MlopsError as exc:
+            return {}, str(exc)
+
+    def models(request: Request) -> dict[str, Any]:
+        snap = src.snapshot()
+        served, problem = platform()
+        views = []
+        for name, current in sorted(snap.models.items()):
+            live = None
+            if config.prometheus:
+                from mlops.ui.live import live_rates
+
+                live = live_rates(config.prometheus, current, namespace=config.namespace)
+            versions = (served.get(name) or {}).get("versions") if config.workdir else None
+            views.append(model_pages.model_view(current, src.history(name), live,
+                                                config.reports, versions or
+                                                ({} if config.workdir else None)))
+        return {"tip": snap.tip, "models": views, "platform_error": problem}
+
+    def proposals(request: Request) -> dict[str, Any]:
+        return {"proposals": proposal_pages.proposals_view(forge())}
+
+    argo = None
+    if config.argo_server:
+        from mlops.ui.argo import ArgoRuns
+
+        argo = ArgoRuns(config.argo_server, config.argo_namespace)
+
+    def runs(request: Request) -> dict[str, Any]:
+        found = run_pages.runs_view(config.runs)
+        return {"runs": (argo.runs() if argo else []) + found}
+
+    def run_log(request: Request) -> Response:
+        path = request.query_params.get("path", "")
+        text = argo.log(path) if argo and path.startswith("argo:") else \
+            run_pages.read_log(config.runs, path)
+        return Response(text, media_type="text/plain; charset=utf-8")
+
+    def report(request: Request) -> Response:
+        p = request.path_params
+        if config.reports is None or p["file"] not in model_pages.REPORT_FILES:
+            return _fail(404, "no canary reports here (start `mlops ui` with --reports)")
+        path = config.reports / "rollouts" / p["model"] / p["candidate"] / p["file"]
+        if not path.resolve().is_relative_to(config.reports.resolve()) or not path.is_file():
+            return _fail(404, f"no {p['file']} for {p['model']} {p['candidate']}")
+        return FileResponse(path)
+
+    async def approve(request: Request) -> Response:
+        number = int(request.path_params["number"])
+        return await action(request, lambda by: actions.approve(number, by))
+
+    async def canary(request: Request) -> Response:
+        model, verb = request.path_params["model"], request.path_params["action"]
+        if verb == "rollback":
+            return await action(request, lambda by: actions.rollback(model, by))
+        return await action(request, lambda by: actions.canary(model, verb, by))
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        src.close()
+
+    app = Starlette(routes=[
+        Route("/", index),
+        Route("/api/info", guarded(info)),
+        Route("/api/models", guarded(models)),
+        Route("/api/proposals", guarded(proposals)),
+        Route("/api/runs", guarded(runs)),
+        Route("/api/log", guarded(run_log)),
+        Route("/reports/{model}/{candidate}/{file}", guarded(report)),
+        Route("/api/proposals/{number:int}/approve", approve, methods=["POST"]),
+        Route("/api/models/{model}/{action}", canary, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ], lifespan=lifespan)
+    if config.allowed_hosts:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
+    return app

@@ -1,0 +1,128 @@
+"""The Runs page in a cluster: pipeline runs from the Argo Server's API.
+
+`GET /api/v1/workflows/{namespace}` lists the Workflows with their nodes; each
+Pod node is a step (its phase, start and finish, output parameters). A step's
+log is `GET /api/v1/workflows/{namespace}/{name}/log` for its pod (pod names
+as Argo 3.4+ makes them: `<workflow>-<template>-<hash of the node id>`). The
+token is the one `mlops workflows submit` uses (`$ARGO_TOKEN`). The views have
+the shape of :func:`mlops.ui.runs.runs_view`, so the page is the same.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from typing import Any
+
+import requests
+
+from contracts.errors import ExitCode, MlopsError
+
+TOKEN_ENV = "ARGO_TOKEN"  # = workflows.submit.TOKEN_ENV (that module needs Hera)
+
+
+class ArgoServerError(MlopsError):
+    """The Argo Server did not answer as its API says."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def pod_name(workflow: str, node: dict[str, Any]) -> str:
+    """The pod of a Pod node (POD_NAMES=v2, Argo's default since 3.4)."""
+    node_id = str(node.get("id", ""))
+    template = node.get("templateName") or ""
+    prefix = f"{workflow}-"
+    if template and node_id.startswith(prefix):
+        return f"{workflow}-{template}-{node_id[len(prefix):]}"
+    return node_id
+
+
+def run_view(wf: dict[str, Any], now: float) -> dict[str, Any]:
+    """One Workflow as the Runs page shows a run (pure)."""
+    meta, status = wf.get("metadata") or {}, wf.get("status") or {}
+    name = str(meta.get("name", "?"))
+    steps, outputs = [], {}
+    nodes = sorted((n for n in (status.get("nodes") or {}).values() if n.get("type") == "Pod"),
+                   key=lambda n: n.get("startedAt") or "")
+    for node in nodes:
+        start, end = _time(node.get("startedAt")), _time(node.get("finishedAt"))
+        params = {p["name"]: str(p.get("value", "")) for p in
+                  ((node.get("outputs") or {}).get("parameters") or []) if "name" in p}
+        outputs.update(params)
+        steps.append({
+            "task": node.get("displayName") or node.get("name"), "state": node.get("phase", ""),
+            "started_at": start, "message": node.get("message", ""), "outputs": params,
+            "seconds": None if start is None else round((end or now) - start, 1),
+            "log": f"argo:{name}/{pod_name(name, node)}"})
+    start, end = _time(status.get("startedAt")), _time(status.get("finishedAt"))
+    failed = next((s for s in steps if s["state"] in ("Failed", "Error")), None)
+    running = next((s for s in steps if s["state"] == "Running"), None)
+    return {
+        "name": name, "out": f"argo:{name}", "status": status.get("phase") or "Pending",
+        "started_at": start, "seconds": None if start is None else round((end or now) - start, 1),
+        "task": (failed or running or {}).get("task", ""),
+        "message": status.get("message", "") if failed else "",
+        "version": outputs.get("version", ""),
+        "gate": {"true": "passed", "false": "refused"}.get(outputs.get("passed", ""), ""),
+        "steps": steps,
+    }
+
+
+class ArgoRuns:
+    """Workflows of one namespace on an Argo Server."""
+
+    def __init__(self, server: str, namespace: str, token: str | None = None,
+                 timeout: float = 5.0, session: requests.Session | None = None) -> None:
+        self.server = server.rstrip("/")
+        self.namespace = namespace
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self.session = session or requests.Session()
+        if token:
+            self.session.headers["Authorization"] = \
+                token if token.startswith("Bearer ") else f"Bearer {token}"
+        self.timeout = timeout
+
+    def _get(self, path: str, params: dict[str, str]) -> requests.Response:
+        url = f"{self.server}/api/v1/workflows/{self.namespace}{path}"
+        try:
+            res = self.session.get(url, params=params, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise ArgoServerError(f"Argo Server at {self.server} unreachable: {exc}") from None
+        if res.status_code != 200:
+            raise ArgoServerError(f"Argo Server answered HTTP {res.status_code} for {url}: "
+                                  f"{res.text[:200]}")
+        return res
+
+    def runs(self, limit: int = 20, now: float | None = None) -> list[dict[str, Any]]:
+        """The newest `limit` Workflows, newest first."""
+        import time
+
+        body = self._get("", {"listOptions.limit": str(limit)}).json()
+        items = body.get("items") or []
+        items.sort(key=lambda wf: (wf.get("metadata") or {}).get("creationTimestamp", ""),
+                   reverse=True)
+        now = time.time() if now is None else now
+        return [run_view(wf, now) for wf in items]
+
+    def log(self, ref: str) -> str:
+        """The log of `argo:<workflow>/<pod>` (the step's main container)."""
+        workflow, _, pod = ref.removeprefix("argo:").partition("/")
+        if not workflow or not pod or "/" in pod:
+            from mlops.errors import UserError
+
+            raise UserError(f"{ref}: not a step of a workflow")
+        res = self._get(f"/{workflow}/log", {"podName": pod, "logOptions.container": "main"})
+        lines = []
+        for line in res.text.splitlines():  # a stream of {"result": {"content": ...}}
+            try:
+                lines.append(json.loads(line)["result"]["content"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return "\n".join(lines)

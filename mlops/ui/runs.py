@@ -1,0 +1,69 @@
+"""The Runs page's data: each local pipeline run's steps, from its own records.
+
+`workflows.run_events.scan` says how each run stands (`mlops status --runs`);
+`run_events.read` gives its steps in order -- started, finished with phase,
+seconds and outputs, and the log each step writes. A log is served only from
+inside a run's output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from typing import Any, Sequence
+
+from workflows import run_events
+
+LOG_TAIL = 64 * 1024
+
+
+def steps(events: Sequence[run_events.RunEvent], now: float) -> list[dict[str, Any]]:
+    """One entry per task in the order they started: state, seconds, outputs, log."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.kind == "task_started":
+            out[e.task] = {"task": e.task, "state": "Running", "started_at": e.at,
+                           "seconds": None, "message": "", "outputs": {}, "log": e.log}
+        elif e.kind == "task_finished":
+            step = out.setdefault(e.task, {"task": e.task, "started_at": None, "log": e.log})
+            step.update(state=e.phase or "Succeeded", seconds=e.seconds, message=e.message,
+                        outputs=dict(e.outputs))
+            step["log"] = step.get("log") or e.log
+    for step in out.values():
+        if step["state"] == "Running" and step["started_at"]:
+            step["seconds"] = round(now - step["started_at"], 1)
+        if "train" in step["task"] and step.get("log"):
+            from mlops.demo.story import training_log  # the demo's reader of train.py's log
+
+            found = training_log(pathlib.Path(step["log"]))
+            if found["total"] or found["loss"] is not None:
+                step["training"] = found
+    return list(out.values())
+
+
+def runs_view(roots: Sequence[pathlib.Path], now: float | None = None) -> list[dict[str, Any]]:
+    """Every run under the roots, newest first, with its steps."""
+    now = time.time() if now is None else now
+    found = []
+    for root in roots:
+        for summary in run_events.scan(root, now):
+            view = dataclasses.asdict(summary)
+            view["steps"] = steps(run_events.read(pathlib.Path(summary.out)), now)
+            found.append(view)
+    return list(reversed(found))
+
+
+def read_log(roots: Sequence[pathlib.Path], path: str) -> str:
+    """The tail of a step's log, if `path` is inside one of the runs' directories."""
+    target = pathlib.Path(path).resolve()
+    if not any(target.is_relative_to(pathlib.Path(r).resolve()) for r in roots):
+        from mlops.errors import UserError
+
+        raise UserError(f"{path}: not a log of a run under {', '.join(map(str, roots))}")
+    if not target.is_file():
+        return ""
+    with target.open("rb") as fh:
+        size = fh.seek(0, 2)
+        fh.seek(max(0, size - LOG_TAIL))
+        return fh.read().decode(errors="replace")

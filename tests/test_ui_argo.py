@@ -1,0 +1,103 @@
+"""The Runs page in a cluster: Workflows read from an Argo Server's API (a stand-in here)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import urllib.parse
+
+import pytest
+from starlette.testclient import TestClient
+
+from mlops.ui.app import UiConfig, create_app
+from mlops.ui.argo import ArgoRuns, pod_name
+
+WF = {
+    "metadata": {"name": "train-abc12", "creationTimestamp": "2026-11-25T10:00:00Z"},
+    "status": {
+        "phase": "Running", "startedAt": "2026-11-25T10:00:00Z",
+        "nodes": {
+            "train-abc12": {"id": "train-abc12", "type": "DAG", "phase": "Running"},
+            "train-abc12-111": {
+                "id": "train-abc12-111", "type": "Pod", "displayName": "evaluate",
+                "templateName": "evaluate", "phase": "Succeeded",
+                "startedAt": "2026-11-25T10:05:00Z", "finishedAt": "2026-11-25T10:05:30Z",
+                "outputs": {"parameters": [{"name": "map50", "value": "0.91"},
+                                           {"name": "passed", "value": "true"}]}},
+            "train-abc12-222": {
+                "id": "train-abc12-222", "type": "Pod", "displayName": "train",
+                "templateName": "train", "phase": "Succeeded",
+                "startedAt": "2026-11-25T10:01:00Z", "finishedAt": "2026-11-25T10:04:00Z"},
+            "train-abc12-333": {
+                "id": "train-abc12-333", "type": "Pod", "displayName": "propose",
+                "templateName": "propose", "phase": "Running",
+                "startedAt": "2026-11-25T10:06:00Z"},
+        },
+    },
+}
+
+
+@pytest.fixture
+def argo_server():
+    seen: list[tuple[str, dict, str | None]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            url = urllib.parse.urlparse(self.path)
+            query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+            seen.append((url.path, query, self.headers.get("Authorization")))
+            if url.path == "/api/v1/workflows/ml":
+                body = json.dumps({"items": [WF]})
+            elif url.path == "/api/v1/workflows/ml/train-abc12/log":
+                body = "\n".join(json.dumps({"result": {"content": line}})
+                                 for line in ("step=10 loss=0.5", "done"))
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+
+
+def test_workflows_become_runs_with_steps_outputs_and_logs(argo_server):
+    url, seen = argo_server
+    argo = ArgoRuns(url, "ml", token="t0k")
+    now = 1_795_601_220.0  # 2026-11-25T10:07:00Z
+    run = argo.runs(now=now)[0]
+    assert run["status"] == "Running" and run["task"] == "propose"
+    assert [(s["task"], s["state"], s["seconds"]) for s in run["steps"]] == [
+        ("train", "Succeeded", 180.0), ("evaluate", "Succeeded", 30.0),
+        ("propose", "Running", 60.0)]
+    assert run["gate"] == "passed" and run["steps"][1]["outputs"]["map50"] == "0.91"
+    assert run["steps"][0]["log"] == "argo:train-abc12/train-abc12-train-222"
+    assert argo.log(run["steps"][0]["log"]) == "step=10 loss=0.5\ndone"
+    assert seen[-1][1] == {"podName": "train-abc12-train-222", "logOptions.container": "main"}
+    assert seen[0][2] == "Bearer t0k"
+
+
+def test_the_page_reads_runs_from_argo_and_says_when_it_is_down(argo_server, tmp_path):
+    url, _ = argo_server
+    config = UiConfig(gitops=str(tmp_path / "none.git"), argo_server=url, argo_namespace="ml")
+    with TestClient(create_app(config)) as c:
+        assert c.get("/api/runs").json()["runs"][0]["name"] == "train-abc12"
+        log = c.get("/api/log", params={"path": "argo:train-abc12/train-abc12-train-222"})
+        assert log.text == "step=10 loss=0.5\ndone"
+    config.argo_server = "http://127.0.0.1:9"
+    with TestClient(create_app(config)) as c:
+        res = c.get("/api/runs")
+    assert res.status_code == 503 and "unreachable" in res.json()["error"]
+
+
+def test_pod_names_follow_argo_v2_naming():
+    assert pod_name("wf", {"id": "wf-42", "templateName": "train"}) == "wf-train-42"
+    assert pod_name("wf", {"id": "other"}) == "other"
