@@ -51,7 +51,7 @@ class Residual(nn.Layer):
 
 
 class YOLOv3Small(nn.Layer):
-    def __init__(self, num_classes, widths=(16, 32, 64, 128, 192)):
+    def __init__(self, num_classes, widths=(8, 16, 32, 64, 128)):
         super().__init__()
         self.num_classes = num_classes
         w1, w2, w3, w4, w5 = widths
