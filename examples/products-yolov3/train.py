@@ -76,7 +76,7 @@ import shelf_data  # noqa: E402
 from preprocess import create_inputs, preprocess  # noqa: E402
 
 MODEL_NAME = "products-yolov3"
-EPOCHS = 24
+EPOCHS = 16
 LR = 3e-3
 MEAN = [0.485, 0.456, 0.406]  # PaddleDetection's (ImageNet) normalisation
 STD = [0.229, 0.224, 0.225]

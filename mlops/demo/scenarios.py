@@ -54,7 +54,7 @@ class Example:
                         "promoted")
 
 
-EXAMPLES = {e.name: e for e in (Example("shapes-detector", 12), Example("products-yolov3", 24))}
+EXAMPLES = {e.name: e for e in (Example("shapes-detector", 12), Example("products-yolov3", 16))}
 DEFAULT_EXAMPLE = "shapes-detector"
 
 
