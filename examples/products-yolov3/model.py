@@ -12,7 +12,6 @@ inputs are ``image``, ``im_shape``, ``scale_factor`` and its outputs ``bbox``
 
 import paddle
 import paddle.nn as nn
-import paddle.nn.functional as F
 
 INPUT_SIZE = 160
 # (w, h) in input pixels, chosen for the generated products (k-means on the train boxes,
