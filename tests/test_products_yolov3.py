@@ -276,3 +276,26 @@ def test_mlops_serve_answers_encoded_images_as_the_export_does(trained, tmp_path
                 assert bbox[:, [2, 4]].max() > 160
     finally:
         stop_server(server)
+
+
+def test_drills_are_written_in_the_shape_the_server_accepts():
+    """--drill-* become infer_cfg.yml's `fault:` (PPDetConfig takes it) and --drill-skew
+    swaps NormalizeImage's mean and std in the served file only."""
+    from serving.ppdet_config import PPDetConfig
+
+    model = example_module("model")
+    train = example_module("train")
+    cfg = train.infer_cfg([{"name": n} for n in ("box", "bottle", "can", "jar")],
+                          model.INPUT_SIZE)
+    fault = train.drill_fault(250, 0.3, 503)
+    served = PPDetConfig.model_validate(dict(cfg, fault=fault))
+    assert served.fault is not None and served.fault.error_status == 503
+    assert train.drill_fault() is None
+    skewed = train.skewed_cfg(cfg, "mean-std")
+    norm = next(op for op in skewed["Preprocess"] if op["type"] == "NormalizeImage")
+    assert norm["mean"] == train.STD and norm["std"] == train.MEAN
+    assert train.skewed_cfg(cfg, "none") is cfg
+    assert next(op for op in cfg["Preprocess"] if op["type"] == "NormalizeImage")["mean"] \
+        == train.MEAN  # the clean config is untouched
+    with pytest.raises(SystemExit):
+        train.parse_args(["--output-dir", "o", "--checkpoint-dir", "c", "--drill-skew", "bgr"])
