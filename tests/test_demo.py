@@ -28,6 +28,37 @@ def test_plan_rejects_an_unknown_scenario_naming_the_choices():
         scenarios.plan("flaky")
 
 
+@pytest.mark.parametrize("name", sorted(scenarios.EXAMPLES))
+def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(name):
+    """The demo's example table matches the repos: directory = mlops.yaml's model, and
+    the first push's epochs are train.py's default (the good push trains two more)."""
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "examples" / name
+    example = scenarios.example(name)
+    assert yaml.safe_load((root / "mlops.yaml").read_text())["model"] == name
+    train = (root / "train.py").read_text()
+    default = re.search(r'"--epochs", type=int, default=(\w+)', train).group(1)
+    if not default.isdigit():  # a module constant
+        default = re.search(rf"^{default} = (\d+)$", train, re.M).group(1)
+    assert int(default) == example.epochs
+    good = scenarios.plan("good", name)[0]
+    assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
+    assert f"({example.epochs} epochs)" in example.bootstrap_message()
+    assert [s.name for s in scenarios.plan("all", name)] == list(scenarios.NAMES)
+
+
+def test_an_unknown_example_is_refused_naming_the_known_ones(capsys):
+    with pytest.raises(ValueError, match="shapes-detector, products-yolov3"):
+        scenarios.example("cats")
+    from mlops.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--example", "cats"])
+    assert exit_info.value.code == 2
+    assert "products-yolov3" in capsys.readouterr().err
+
+
 def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
     slow = scenarios.SCENARIOS["slow"]
     assert slow.args({"epochs": 14}) == {"epochs": 14, "drill-delay-ms": 250}

@@ -27,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workdir", default=".mlops-demo",
                         help="everything goes here; a previous demo's files in it are replaced "
                         "(default: ./.mlops-demo)")
+    parser.add_argument("--example", default=scenarios.DEFAULT_EXAMPLE,
+                        choices=list(scenarios.EXAMPLES),
+                        help="the model repo under examples/ to push (default: "
+                        f"{scenarios.DEFAULT_EXAMPLE}; products-yolov3 trains ~10 minutes a push)")
     parser.add_argument("--scenario", default="good", choices=[*scenarios.NAMES, "all"],
                         help="good: promoted; slow / errors / skew: rolled back by the canary "
                         "(latency, errors, model quality); low-map: refused by the gate; all: the "

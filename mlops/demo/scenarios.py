@@ -35,8 +35,38 @@ class Scenario:
         return {**production_args, **self.change}
 
 
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A model repo under `examples/` the demo can play: its directory and model name
+    (the same), and its `train.py`'s default epochs (the first push trains those)."""
+
+    name: str
+    epochs: int
+
+    def bootstrap_message(self) -> str:
+        return f"{self.name}: first version ({self.epochs} epochs)"
+
+    def good(self) -> "Scenario":
+        """The weekly retrain: two epochs more than the first version."""
+        more = self.epochs + 2
+        return Scenario("good", {"epochs": more},
+                        f"train {more} epochs instead of {self.epochs} (the weekly retrain)",
+                        "promoted")
+
+
+EXAMPLES = {e.name: e for e in (Example("shapes-detector", 12), Example("products-yolov3", 16))}
+DEFAULT_EXAMPLE = "shapes-detector"
+
+
+def example(name: str) -> Example:
+    """The example called `name`; a ValueError naming the known ones otherwise."""
+    if name not in EXAMPLES:
+        raise ValueError(f"unknown example {name!r}; choose one of {', '.join(EXAMPLES)}")
+    return EXAMPLES[name]
+
+
 #: The first push: the example as shipped, which becomes the stable version.
-BOOTSTRAP_MESSAGE = "shapes-detector: first version (12 epochs)"
+BOOTSTRAP_MESSAGE = EXAMPLES[DEFAULT_EXAMPLE].bootstrap_message()
 
 SCENARIOS = {
     "good": Scenario(
@@ -61,13 +91,15 @@ SCENARIOS = {
 }
 
 
-def plan(choice: str) -> list[Scenario]:
-    """The scenarios to play for `--scenario CHOICE`, in order (`all`: good first)."""
+def plan(choice: str, example_name: str = DEFAULT_EXAMPLE) -> list[Scenario]:
+    """The scenarios to play for `--scenario CHOICE` with an example, in order (`all`: good
+    first). The good scenario's epochs follow the example's default."""
+    table = dict(SCENARIOS, good=example(example_name).good())
     if choice == "all":
-        return [SCENARIOS[name] for name in NAMES]
-    if choice not in SCENARIOS:
+        return [table[name] for name in NAMES]
+    if choice not in table:
         raise ValueError(f"unknown scenario {choice!r}; choose one of {', '.join(NAMES)} or all")
-    return [SCENARIOS[choice]]
+    return [table[choice]]
 
 
 def with_args(config: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:

@@ -39,8 +39,8 @@ from promotion.state import CanaryState, Phase, StateError, load_state
 from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "shapes-detector"
-MODEL = "shapes-detector"
+EXAMPLE = ROOT / "examples" / scenarios.DEFAULT_EXAMPLE  # `--example` picks another
+MODEL = scenarios.DEFAULT_EXAMPLE
 #: What a demo creates in its work dir; a new run removes exactly these.
 OWNED = ("model.git", "model", "gitops.git", "platform", "runs", "controller", "logs",
          "tmp", "cache", "summary.json")
@@ -57,6 +57,9 @@ class Demo:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.example = scenarios.example(getattr(args, "example", scenarios.DEFAULT_EXAMPLE))
+        self.example_dir = ROOT / "examples" / self.example.name
+        self.model = self.example.name  # the example's mlops.yaml `model:`
         self.work = pathlib.Path(args.workdir).expanduser().resolve()
         self.model_bare = self.work / "model.git"
         self.clone = self.work / "model"
@@ -264,12 +267,13 @@ class Demo:
     def state(self) -> CanaryState | None:
         """The model's canary state on the GitOps repo's main (None before the first)."""
         proc = subprocess.run(
-            ["git", "--git-dir", str(self.gitops), "show", f"main:apps/{MODEL}/promotion.yaml"],
+            ["git", "--git-dir", str(self.gitops), "show",
+             f"main:apps/{self.model}/promotion.yaml"],
             capture_output=True, text=True)
         if proc.returncode != 0:
             return None
         try:
-            return load_state(proc.stdout, f"main:apps/{MODEL}/promotion.yaml")
+            return load_state(proc.stdout, f"main:apps/{self.model}/promotion.yaml")
         except StateError as exc:  # the controller refuses it too, and says so in its log
             print(f"  [{self.elapsed()}] {exc}", flush=True)
             return None
@@ -278,8 +282,8 @@ class Demo:
         deadline = time.monotonic() + self.args.timeout
         while time.monotonic() < deadline:
             doc = lifecycle.status(Workdir(self.platform))
-            live = watch.weights_of(doc, MODEL)
-            versions = doc.get("models", {}).get(MODEL, {}).get("versions", {})
+            live = watch.weights_of(doc, self.model)
+            versions = doc.get("models", {}).get(self.model, {}).get("versions", {})
             up = {v for v, info in versions.items() if info.get("haproxy_up")}
             if all(live.get(v) == w and v in up for v, w in weights.items()):
                 return time.time()
@@ -294,7 +298,7 @@ class Demo:
                             f"see {self.logs / 'controller.log'}")
 
     def start_load(self) -> None:
-        url = str(lifecycle.status(Workdir(self.platform))["models"][MODEL]["url"])
+        url = str(lifecycle.status(Workdir(self.platform))["models"][self.model]["url"])
         self.url = url
         print(f"model route: {url}  (HAProxy, as the Istio VirtualService would route)")
         self.set_load(self.light_rps)
@@ -346,8 +350,8 @@ class Demo:
             if time.monotonic() - last_print >= self.args.show_every:
                 last_print = time.monotonic()
                 rows = watch.views(
-                    watch.observe(self.prometheus, MODEL),
-                    watch.weights_of(lifecycle.status(Workdir(self.platform)), MODEL),
+                    watch.observe(self.prometheus, self.model),
+                    watch.weights_of(lifecycle.status(Workdir(self.platform)), self.model),
                     state.stable,
                     state.candidate,
                 )
@@ -358,7 +362,7 @@ class Demo:
 
     def wait_report(self, version: str, timeout: float = 30.0) -> pathlib.Path | None:
         """The controller writes a rollout's report just after its final commit."""
-        report = self.controller_dir / "rollouts" / MODEL / version / "report.md"
+        report = self.controller_dir / "rollouts" / self.model / version / "report.md"
         deadline = time.monotonic() + timeout
         while not report.is_file() and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -368,14 +372,15 @@ class Demo:
 
     def bootstrap(self) -> None:
         self.say("2. First push: the example becomes the stable version")
-        modelrepo.copy_example(EXAMPLE, self.clone)
+        modelrepo.copy_example(self.example_dir, self.clone)
         modelrepo.set_full_args(self.clone / "mlops.yaml", self.production_args)
-        print(f"(copied {self.short(str(EXAMPLE))} into the model repo clone `model/`; it trains "
+        print(f"(copied {self.short(str(self.example_dir))} into the model repo clone `model/`; "
+              "it trains "
               "with --weights-cache, so a push that changes only serving flags reuses the "
               "weights trained for the same data, hyperparameters and code)")
-        sha, pushed = self.push(scenarios.BOOTSTRAP_MESSAGE)
+        sha, pushed = self.push(self.example.bootstrap_message())
         run, done = self.wait_run(sha)
-        record = self.record("bootstrap", scenarios.BOOTSTRAP_MESSAGE, sha, run,
+        record = self.record("bootstrap", self.example.bootstrap_message(), sha, run,
                              {"push": pushed, "run_done": done}, "promoted")
         if record["outcome"] == "gate_refused" or run.get("status") != "Succeeded":
             raise DemoError(f"the first run did not pass: {self.run_failure(sha, run)}")
@@ -410,7 +415,7 @@ class Demo:
         before = self.state()
         stable = before.stable if before is not None else None
         if stable is None:
-            raise DemoError(f"{MODEL} has no stable version to canary {version} against; "
+            raise DemoError(f"{self.model} has no stable version to canary {version} against; "
                             "the first push must be promoted before a scenario plays")
         self.set_load(self.args.rps)  # the canary is judged under the full load
         record["marks"]["approved"] = self.approve(version)
@@ -475,13 +480,14 @@ class Demo:
               "a merged pull request is an approval):")
         # --full-history keeps the merges: a path-limited log would drop them.
         log = subprocess.run(["git", "--git-dir", str(self.gitops), "log", "--full-history",
-                              "--format=%h %an  %s", "main", "--", f"apps/{MODEL}"],
+                              "--format=%h %an  %s", "main", "--", f"apps/{self.model}"],
                              capture_output=True, text=True)
         print("\n".join("  " + line for line in log.stdout.splitlines()))
         print("\nWhere to look:")
         for record in self.results:
             print(f"  {record['scenario']:<9} pipeline report {self.short(record['run_report'])}")
-        for report in sorted((self.controller_dir / "rollouts").glob(f"{MODEL}/*/report.md")):
+        rollouts = self.controller_dir / "rollouts"
+        for report in sorted(rollouts.glob(f"{self.model}/*/report.md")):
             pngs = sorted(report.parent.glob("*.png"))
             print(f"  canary report {self.short(str(report))}"
                   + (f"  plot {self.short(str(pngs[0]))}" if pngs else ""))
@@ -606,7 +612,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def play(args: argparse.Namespace) -> int:
     """`mlops demo`: set up, bootstrap, play the scenarios, summarise, clean up."""
-    plan = scenarios.plan(args.scenario)
+    plan = scenarios.plan(args.scenario, getattr(args, "example", scenarios.DEFAULT_EXAMPLE))
     demo = Demo(args)
     # `kill` gets the same clean stop as Ctrl-C: nothing the demo started outlives it.
     signal.signal(signal.SIGTERM, _interrupt)
