@@ -35,11 +35,41 @@ EXAMPLE = ROOT / "examples" / "products-yolov3"
 SMALL = {"num_train": 64, "num_val": 24}
 
 
+#: The example's modules: both examples have a `model.py` and a `train.py`, and the
+#: shapes example's fixtures import theirs by the same bare names in this process.
+_OWN = tuple(p.stem for p in EXAMPLE.glob("*.py"))
+_loaded: dict = {}
+
+
+@contextlib.contextmanager
+def _example_imports():
+    """Bare-name imports (and the example's own lazy ones) resolve to this example's
+    modules inside; outside, the names are as they were (another example's or none)."""
+    saved = {n: sys.modules.pop(n) for n in _OWN if n in sys.modules}
+    sys.modules.update(_loaded)  # one module object per name across tests
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(EXAMPLE))
+        for n in _OWN:
+            module = sys.modules.pop(n, None)
+            if module is not None and str(getattr(module, "__file__", "")).startswith(
+                    str(EXAMPLE)):
+                _loaded.setdefault(n, module)
+        sys.modules.update(saved)
+
+
 def example_module(name):
     """One of the example's modules, imported from its directory (it is not a package)."""
-    if str(EXAMPLE) not in sys.path:
-        sys.path.insert(0, str(EXAMPLE))
-    return importlib.import_module(name)
+    with _example_imports():
+        return importlib.import_module(name)
+
+
+@pytest.fixture(autouse=True)
+def _imports_are_this_examples():
+    with _example_imports():
+        yield
 
 
 def small_params():

@@ -70,6 +70,8 @@ def test_pause_by_click_is_a_commit_and_a_bad_step_is_a_message(chromium, repo, 
         wait(chromium, lambda d: "merged" in text(d, "#message.ok"), "merged")
         repo.step_to(10)
         chromium.get(app.url + "#/models")
+        # the page fills "as" from /api/info once loaded; typing before that would be undone
+        wait(chromium, lambda d: text(d, "#source") != "", "the page to load")
         chromium.find_element("id", "who").clear()
         chromium.find_element("id", "who").send_keys("Grace")
         click(chromium, 'button[data-action="pause"][data-model="det"]')
