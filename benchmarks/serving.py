@@ -143,12 +143,14 @@ def bare_worker(service):
     return work
 
 
-def http_worker(port, path):
+def http_worker(port, path, timeout=None):
+    """One keep-alive connection per client thread posting (body, header length) items."""
     def work(item, state):
         body, header_length = item
         conn = state.get("conn")
         if conn is None:
-            conn = state["conn"] = http.client.HTTPConnection("127.0.0.1", port)
+            conn = state["conn"] = http.client.HTTPConnection("127.0.0.1", port,
+                                                              timeout=timeout)
         headers = {"Content-Type": "application/json"}
         if header_length is not None:
             headers = {"Content-Type": "application/octet-stream",

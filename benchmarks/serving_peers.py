@@ -46,7 +46,6 @@ import os
 import pathlib
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +64,13 @@ from serving.protocol import Tensor  # noqa: E402
 from serving.runtime import PredictorPool  # noqa: E402
 from serving.service import ModelService, _concrete_shape  # noqa: E402
 
+# benchmarks/serving.py's helpers (one-thread env, free port, the keep-alive HTTP client,
+# the brief training): the same as there, loaded from its file (benchmarks is no package).
+_spec = importlib.util.spec_from_file_location("bench_serving",
+                                               ROOT / "benchmarks" / "serving.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)  # type: ignore[union-attr]
+
 RESULTS = ROOT / "benchmarks" / "results" / "serving_peers.json"
 KSERVE_VENV = ROOT / "benchmarks" / ".venv-kserve"
 KSERVE_VERSION = "0.21.0"
@@ -79,27 +85,11 @@ TARGETS = {"vs_kserve_min": 2.5, "vs_bare_c1_c2_min": 0.85, "batch_c8_vs_bare_mi
            "added_p50_c1_ms_max": 1.0}
 
 
-def env_one_thread():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
-    env.update(OMP_NUM_THREADS="1", GLOG_minloglevel="2", PYTHONUNBUFFERED="1")
-    return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---- models ------------------------------------------------------------------------------
 
 
 def default_models(work):
     """The shapes example (trained briefly) and a tiny PaddleDetection export."""
-    spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "benchmarks" /
-                                                  "serving.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     print("training a small example model (no --model) ...", flush=True)
     shapes, _ = bench.train_small(work / "shapes")
     from tests.ppdet_export import build_ppdet_export
@@ -149,11 +139,11 @@ def wait_ready(proc, port, path, timeout=240):
 
 
 def start_ours(model_dir, flags, log):
-    port = free_port()
+    port = bench.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlops", "serve", str(model_dir),
                              "--port", str(port), "--max-in-flight", "64",
                              "--log-level", "warning", *flags],
-                            env=env_one_thread(), cwd=ROOT, stdout=log, stderr=log)
+                            env=bench.env_one_thread(), cwd=ROOT, stdout=log, stderr=log)
     return proc, port
 
 
@@ -173,8 +163,8 @@ def kserve_python(venv):
 
 
 def start_kserve(python, model_dir, name, log):
-    port = free_port()
-    env = env_one_thread()
+    port = bench.free_port()
+    env = bench.env_one_thread()
     env.update(KSERVE_PEER_MODEL_DIR=str(model_dir), KSERVE_PEER_NAME=name,
                KSERVE_PEER_PORT=str(port))
     proc = subprocess.Popen([str(python), str(ROOT / "benchmarks" / "_kserve_peer.py")],
@@ -200,24 +190,6 @@ def bare_worker(service):
     loop are new every round; a predictor cloned per new thread would time its first runs)."""
     def work(item, state):
         service.pool.submit(service.infer_body, item[0], item[1]).result()
-    return work
-
-
-def http_worker(port, path):
-    def work(item, state):
-        body, header_length = item
-        conn = state.get("conn")
-        if conn is None:
-            conn = state["conn"] = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        headers = {"Content-Type": "application/json"}
-        if header_length is not None:
-            headers = {"Content-Type": "application/octet-stream",
-                       "Inference-Header-Content-Length": header_length}
-        conn.request("POST", path, body, headers)
-        response = conn.getresponse()
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"HTTP {response.status}")
     return work
 
 
@@ -318,7 +290,8 @@ def bench_model(model_dir, args, kserve, logs):
             check_same_answers(service, ports, path, bodies)
             for concurrency in args.concurrency:
                 workers = {"bare": bare_worker(service)}
-                workers.update({p: http_worker(port, path) for p, port in ports.items()})
+                workers.update({p: bench.http_worker(port, path, timeout=60)
+                                for p, port in ports.items()})
                 for work in workers.values():  # warm every peer for this form
                     closed_loop(work, concurrency, 0.3, bodies)
                 rounds = {p: [] for p in PEERS}
