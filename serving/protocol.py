@@ -3,9 +3,10 @@
 Pure functions over bytes and numpy arrays, shared by the server, the
 client and the benchmark, so "parse the same body" means the same code.
 
-Parsing goes through orjson on the raw body: the standard `json` module (or
-a pydantic body model) spends ~20 ms on a 128x128x3 float list here, more
-than the inference itself. The binary tensor extension (header
+Parsing goes through simdjson and orjson on the raw body
+(`serving.json_numbers`): the standard `json` module (or a pydantic body
+model) spends ~20 ms on a 128x128x3 float list here, more than the inference
+itself. The binary tensor extension (header
 `Inference-Header-Content-Length`, tensors appended raw after the JSON) is
 supported in both directions; it is what `tritonclient` sends by default and
 it skips number parsing entirely.
@@ -26,6 +27,7 @@ import numpy as np
 import orjson
 
 from serving.errors import BadRequest
+from serving.json_numbers import load_request
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -96,7 +98,7 @@ def parse_infer_request(body: bytes, header_length: str | None = None) -> InferR
     """
     json_part, binary_part = _split_body(body, header_length)
     try:
-        doc = orjson.loads(json_part)
+        doc = load_request(json_part)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -203,17 +205,33 @@ def _from_json(name: str, datatype: str, count: int, values: Any) -> np.ndarray[
             except (binascii.Error, ValueError):
                 raise BadRequest(f"input '{name}': element {i} is not valid base64") from None
         return out
-    try:  # numpy's own recursion on a deep list ends in RecursionError: the client's fault
-        array = np.asarray(values, dtype=DATATYPE_TO_NUMPY[datatype])
-    except (ValueError, TypeError, RecursionError):
-        raise BadRequest(
-            f"input '{name}': data is not a (nested) list of {datatype} numbers"
-        ) from None
+    if isinstance(values, np.ndarray):  # read by simdjson: float64, int64 or uint64
+        array = _narrow(name, datatype, values)
+    else:
+        try:  # numpy's own recursion on a deep list ends in RecursionError: the client's fault
+            array = np.asarray(values, dtype=DATATYPE_TO_NUMPY[datatype])
+        except OverflowError:  # numpy 2 refuses a Python int outside the dtype
+            raise BadRequest(f"input '{name}': a value is out of range for {datatype}") from None
+        except (ValueError, TypeError, RecursionError):
+            raise BadRequest(
+                f"input '{name}': data is not a (nested) list of {datatype} numbers"
+            ) from None
     if array.size != count:
         raise BadRequest(
             f"input '{name}': shape holds {count} elements, data has {array.size}"
         )
     return array.reshape(-1)
+
+
+def _narrow(name: str, datatype: str, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """simdjson's wide numbers in the tensor's dtype; integers out of its range are
+    refused (as numpy refuses them from a list), floats round as numpy rounds them."""
+    dtype = DATATYPE_TO_NUMPY[datatype]
+    if dtype.kind in "iu" and values.size and values.dtype != dtype:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise BadRequest(f"input '{name}': a value is out of range for {datatype}")
+    return values.astype(dtype)  # a copy: simdjson's buffer is read-only
 
 
 #: Deeper nesting than any tensor has: a client's deep list is a 400, not a RecursionError.
