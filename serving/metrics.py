@@ -102,6 +102,7 @@ class ServerMetrics:
             "model_requests", "Inference requests by HTTP status code.",
             (*names, "status_code"), registry=self.registry,
         )
+        self._requests_by_status: dict[int, Counter] = {}
         self.request_duration = Histogram(
             "model_request_duration_seconds",
             "Time from request arrival to response, inference routes.",
@@ -182,7 +183,11 @@ class ServerMetrics:
 
     def count(self, status_code: int) -> None:
         """Count one answered inference request."""
-        self.requests.labels(**self.labels, status_code=str(status_code)).inc()
+        child = self._requests_by_status.get(status_code)
+        if child is None:  # labels() validates and locks: once per status code, not per request
+            child = self._requests_by_status[status_code] = self.requests.labels(
+                **self.labels, status_code=str(status_code))
+        child.inc()
 
     def observe_answer(self, signals: AnswerSignals) -> None:
         """Record the quality signals of one image's successful answer."""

@@ -56,6 +56,7 @@ import random
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -83,7 +84,7 @@ from serving.fault import FaultConfig
 from serving.metrics import CONTENT_TYPE, MULTIPROC_ENV, ServerMetrics
 from serving.modeldir import ModelDir, load_model_dir
 from serving.protocol import HEADER_LENGTH, encode_json
-from serving.runtime import PredictorPool, default_threads
+from serving.runtime import Abandoned, PredictorPool, default_threads
 from serving.service import ModelService, Result
 
 log = logging.getLogger("serving.server")
@@ -266,6 +267,16 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def _read_body_within(request: Request, limit: int, seconds: float) -> bytes:
+    """`_read_body` or `asyncio.TimeoutError` after `seconds`. On 3.11+ with
+    `asyncio.timeout`, which needs no task of its own (`wait_for` made one per
+    request: ~15 us of a 0.7 ms request)."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await _read_body(request, limit)
+    return await asyncio.wait_for(_read_body(request, limit), seconds)
+
+
 async def _disconnected(request: Request) -> None:
     """Return once the client has hung up (the body is already read: the next
     ASGI message can only be the disconnect, or the end of the response)."""
@@ -314,8 +325,8 @@ def build_app(state: ServerState) -> Starlette:
             # The body first, under a timeout, and only then a slot: 16 clients trickling
             # one byte each used to hold every slot and turn all inference into 503s.
             try:
-                body = await asyncio.wait_for(_read_body(request, settings.max_body_bytes),
-                                              settings.body_timeout)
+                body = await _read_body_within(request, settings.max_body_bytes,
+                                               settings.body_timeout)
             except asyncio.TimeoutError:
                 raise RequestTimeout(
                     f"body not received within {settings.body_timeout:g} s") from None
@@ -364,7 +375,7 @@ def build_app(state: ServerState) -> Starlette:
         request used to wait 6 s behind two abandoned ones). The in-flight slot
         is held until the worker is really done with it.
         """
-        abandoned = threading.Event()
+        abandoned = Abandoned()
         future = service.pool.submit(job, abandoned=abandoned)
         # The slot is taken once the work exists (nothing to give back if submit fails;
         # no await in between, so the admission check above still holds).
@@ -450,7 +461,9 @@ def build_app(state: ServerState) -> Starlette:
         if state.service is not None:
             await asyncio.get_running_loop().run_in_executor(None, state.service.pool.shutdown)
 
-    routes = [
+    routes = [  # matched in order, one regex each: the inference routes first
+        Route("/v2/models/{model_name}/infer", infer, methods=["POST"]),
+        Route("/v2/models/{model_name}/versions/{model_version}/infer", infer, methods=["POST"]),
         Route("/v2", server_metadata, methods=["GET"]),
         Route("/v2/health/live", live, methods=["GET"]),
         Route("/v2/health/ready", ready, methods=["GET"]),
@@ -460,8 +473,6 @@ def build_app(state: ServerState) -> Starlette:
         Route(
             "/v2/models/{model_name}/versions/{model_version}/ready", model_ready, methods=["GET"]
         ),
-        Route("/v2/models/{model_name}/infer", infer, methods=["POST"]),
-        Route("/v2/models/{model_name}/versions/{model_version}/infer", infer, methods=["POST"]),
         Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/GeneralModelService/inference", paddle_serving, methods=["POST"]),
         Route("/metrics", prometheus, methods=["GET"]),
