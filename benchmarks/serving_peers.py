@@ -1,4 +1,4 @@
-"""Serving peers side by side: our server, KServe's ModelServer and the bare in-process loop.
+"""Serving peers side by side: our server, KServe's ModelServer, an HTTP floor and the bare loop.
 
     python benchmarks/serving_peers.py [--model DIR ...] [--seconds 2] [--rounds 3]
                                        [--concurrency 1 2 8] [--kserve-venv DIR]
@@ -16,6 +16,20 @@ One run, one client, the same Paddle predictor everywhere:
   and `--workers 2` (two processes, one predictor each).
 * **ours-w2-batch**: `--workers 2 --batch-max-size 4 --batch-timeout-ms 0` (or
   `--batch-flags "..."`).
+* **floor**: `_floor_peer.py`, a raw asyncio HTTP/1.1 server in its own process that
+  reads each request's headers and `Content-Length` body on the keep-alive
+  connection and answers a fixed small 200: no parsing, no inference (its answer
+  is not checked). Its time per request is what any HTTP server costs this
+  client for that body size. It is not one of ours and not a peer in the
+  "best ours / KServe" ratio; it gives, per cell at concurrency 1 and 2, the
+  best ratio to the bare loop an HTTP server could reach. The HTTP round trip
+  is added to the bare work (the client's share and the server's alike), so
+  with t_b = c / bare_rps and t_f = c / floor_rps at concurrency c:
+
+      ceiling = t_b / (t_b + t_f)
+
+  A missed ours-vs-bare target is marked `"reachable": false` in the verdicts
+  when the ceiling is below 0.85 (no HTTP server could meet it for this client).
 
 The client is a closed loop of N threads, each with its own keep-alive
 `http.client` connection (N = 1, 2, 8), sending OIP v2 infer requests with
@@ -30,12 +44,13 @@ Models: every `--model DIR`; without any, the shapes example (trained
 briefly, ~2 minutes, as `benchmarks/serving.py` does) and a tiny
 PaddleDetection-format export (`tests/ppdet_export.py`: three inputs, NMS in
 the graph). Before timing, every peer's answer to the same request is checked
-against the bare loop's.
+(but the floor's) against the bare loop's.
 
 Targets (issue 13): ours >= 2.5x KServe on every form and concurrency; >= 0.85x
 the bare loop at concurrency 1 and 2; with batching at concurrency 8 >= 1.3x the
 bare loop; p50 added over the bare loop <= 1 ms at concurrency 1. Writes
-`benchmarks/results/serving_peers.json` and prints the table.
+`benchmarks/results/serving_peers.json` (with the floor's req/s and the ceiling in
+the verdicts) and prints the table.
 """
 
 import argparse
@@ -74,7 +89,7 @@ _spec.loader.exec_module(bench)  # type: ignore[union-attr]
 RESULTS = ROOT / "benchmarks" / "results" / "serving_peers.json"
 KSERVE_VENV = ROOT / "benchmarks" / ".venv-kserve"
 KSERVE_VERSION = "0.21.0"
-PEERS = ("bare", "kserve", "ours-w1", "ours-w2", "ours-w2-batch")
+PEERS = ("bare", "floor", "kserve", "ours-w1", "ours-w2", "ours-w2-batch")
 OURS_FLAGS = {
     "ours-w1": ["--workers", "1"],
     "ours-w2": ["--workers", "2"],
@@ -144,6 +159,14 @@ def start_ours(model_dir, flags, log):
                              "--port", str(port), "--max-in-flight", "64",
                              "--log-level", "warning", *flags],
                             env=bench.env_one_thread(), cwd=ROOT, stdout=log, stderr=log)
+    return proc, port
+
+
+def start_floor(log):
+    port = bench.free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "_floor_peer.py"),
+                             str(port)], env=bench.env_one_thread(), cwd=ROOT, stdout=log,
+                            stderr=log)
     return proc, port
 
 
@@ -281,13 +304,16 @@ def bench_model(model_dir, args, kserve, logs):
         for peer, flags in OURS_FLAGS.items():
             procs[peer], ports[peer] = start_ours(model_dir, flags, logs)
         procs["kserve"], ports["kserve"] = start_kserve(kserve, model_dir, name, logs)
+        procs["floor"], ports["floor"] = start_floor(logs)
         for peer, proc in procs.items():
             ready = f"/v2/models/{name}/ready" if peer == "kserve" else "/v2/health/ready"
             wait_ready(proc, ports[peer], ready)
         rows = {}
         for form in ("json", "binary"):
             bodies = bodies_for(service, form)
-            check_same_answers(service, ports, path, bodies)
+            # the floor answers `{}` to anything: it has no answer to check
+            check_same_answers(service, {p: port for p, port in ports.items() if p != "floor"},
+                               path, bodies)
             for concurrency in args.concurrency:
                 workers = {"bare": bare_worker(service)}
                 workers.update({p: bench.http_worker(port, path, timeout=60)
@@ -313,8 +339,16 @@ def bench_model(model_dir, args, kserve, logs):
         service.pool.shutdown()
 
 
+def ceiling_vs_bare(bare_rps, floor_rps, concurrency):
+    """The best throughput ratio to the bare loop any HTTP server could reach here: the
+    HTTP round trip (the floor's time per request) added to the bare work."""
+    t_bare, t_floor = concurrency / bare_rps, concurrency / floor_rps
+    return t_bare / (t_bare + t_floor)
+
+
 def verdicts(rows):
-    """Each target, per cell: the measured ratio and whether it holds."""
+    """Each target, per cell: the measured ratio and whether it holds (a missed
+    ours-vs-bare target also says whether the HTTP floor left it reachable)."""
     out = {}
     for key, cell in rows.items():
         concurrency = int(key.rsplit("_c", 1)[1])
@@ -325,6 +359,11 @@ def verdicts(rows):
             ratio = max(cell[p]["rps"] for p in ("ours-w1", "ours-w2")) / cell["bare"]["rps"]
             v["ours_vs_bare"] = round(ratio, 3)
             v["ok_vs_bare"] = ratio >= TARGETS["vs_bare_c1_c2_min"]
+            v["floor_rps"] = cell["floor"]["rps"]
+            ceiling = ceiling_vs_bare(cell["bare"]["rps"], cell["floor"]["rps"], concurrency)
+            v["ceiling_vs_bare"] = round(ceiling, 3)
+            if not v["ok_vs_bare"]:
+                v["reachable"] = ceiling >= TARGETS["vs_bare_c1_c2_min"]
         if concurrency == 8:
             ratio = cell["ours-w2-batch"]["rps"] / cell["bare"]["rps"]
             v["batch_vs_bare"] = round(ratio, 3)
@@ -338,9 +377,9 @@ def verdicts(rows):
 
 
 def table(doc):
-    lines = [f"| model | form | c | bare | KServe {KSERVE_VERSION} | ours w1 | ours w2 | "
-             "ours w2+batch | best ours / KServe | ours / bare |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| model | form | c | bare | HTTP floor | KServe {KSERVE_VERSION} | ours w1 | "
+             "ours w2 | ours w2+batch | best ours / KServe | ours / bare | ceiling / bare |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rows in doc["results"].items():
         for key, cell in rows.items():
             form, c = key.rsplit("_c", 1)
@@ -348,9 +387,10 @@ def table(doc):
             vs_bare = v.get("ours_vs_bare", v.get("batch_vs_bare"))
             vs_bare_text = "" if vs_bare is None else (
                 f"{vs_bare:.2f}" + (" (batch)" if "batch_vs_bare" in v else ""))
+            ceiling = "" if "ceiling_vs_bare" not in v else f"{v['ceiling_vs_bare']:.2f}"
             cells = " | ".join(f"{cell[p]['rps']:.0f} ({cell[p]['p50_ms']:.1f})" for p in PEERS)
             lines.append(f"| {name} | {form} | {c} | {cells} | "
-                         f"{v['best_ours_vs_kserve']:.1f}x | {vs_bare_text} |")
+                         f"{v['best_ours_vs_kserve']:.1f}x | {vs_bare_text} | {ceiling} |")
     return "\n".join(lines)
 
 
@@ -389,6 +429,10 @@ def main():
         "settings": {"seconds": args.seconds, "rounds": args.rounds,
                      "concurrency": args.concurrency, "ours": OURS_FLAGS,
                      "kserve": f"kserve=={KSERVE_VERSION}, ModelServer workers=1, grpc off",
+                     "floor": "benchmarks/_floor_peer.py: asyncio.Protocol (uvloop if "
+                              "installed), reads headers + Content-Length body, fixed 200",
+                     "ceiling_vs_bare": "t_b / (t_b + t_f), t_b = c / bare_rps, "
+                                        "t_f = c / floor_rps (c = 1, 2)",
                      "bare": "ModelService.infer_body for N threads on a pool of 2 warm predictors",
                      "client": "closed loop, one keep-alive http.client connection per thread"},
         "targets": TARGETS,
