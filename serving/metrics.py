@@ -113,6 +113,11 @@ class ServerMetrics:
             "Time inside the Paddle predictor's run().",
             names, buckets=BUCKETS, registry=self.registry,
         ).labels(**self.labels)
+        self.inline = Counter(
+            "model_inline_requests", "Inference requests run on the event loop, without the "
+            "hand-off to a predictor thread (idle server, short work; `--inline-max-ms`).",
+            names, registry=self.registry,
+        ).labels(**self.labels)
         self.in_flight = Gauge(
             "model_in_flight_requests", "Inference requests admitted and not yet answered.",
             names, registry=self.registry, multiprocess_mode="livesum",

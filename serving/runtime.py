@@ -326,6 +326,10 @@ class PredictorPool:
         if self.batcher is not None:
             self.batcher.split = split
 
+    def run_here(self, feeds: dict[str, np.ndarray]) -> Outputs:
+        """Run the calling thread's own predictor (cloned on its first call)."""
+        return self._run_here(feeds)
+
     def _run_here(self, feeds: dict[str, np.ndarray]) -> Outputs:
         """Run this thread's predictor (the batching thread's, with batching)."""
         try:

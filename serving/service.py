@@ -291,14 +291,21 @@ class ModelService:
     def warm_up(self) -> list[np.ndarray]:
         """One inference per predictor on a zero input of the model's input size
         (a PaddleDetection export: a black image through its preprocessing)."""
+        return self.pool.warm_up(self._warm_feeds())
+
+    def warm_up_here(self) -> None:
+        """One such inference on the calling thread's own predictor (the event loop's,
+        which runs short requests inline when nothing else is in flight)."""
+        self.pool.run_here(self._warm_feeds())
+
+    def _warm_feeds(self) -> dict[str, np.ndarray]:
         if self.ppdet is not None:
-            return self.pool.warm_up(self.ppdet.warm_up_feeds())
+            return dict(self.ppdet.warm_up_feeds())
         size = self._example_cfg().input.size
-        feeds = {
+        return {
             spec.name: np.zeros(_concrete_shape(spec.shape, size), datatype_to_numpy(spec.datatype))
             for spec in self.inputs
         }
-        return self.pool.warm_up(feeds)
 
 
 def _concrete_shape(shape: tuple[int, ...], size: tuple[int, int]) -> list[int]:

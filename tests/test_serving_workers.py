@@ -224,7 +224,8 @@ def test_bad_flags_are_user_errors(trained_model, tmp_path):
     from tests.fixtures.serving import ROOT, server_env
 
     for flags, words in ((["--workers", "0"], "--workers must be at least 1"),
-                         (["--batch-max-size", "0"], "--batch-max-size must be at least 1")):
+                         (["--batch-max-size", "0"], "--batch-max-size must be at least 1"),
+                         (["--inline-max-ms", "-1"], "--inline-max-ms must be between 0")):
         done = subprocess.run([sys.executable, "-m", "mlops", "serve", str(trained_model.model_dir),
                                "--port", "1", *flags], capture_output=True, text=True,
                               env={**server_env(), "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120)

@@ -46,6 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="longest a request waits for others to join its batch "
                             "(default: infer_cfg.yml serving.batch_timeout_ms, else 0: a "
                             "batch is what queued while the predictor ran)")
+    serve.add_argument("--inline-max-ms", type=float, default=20.0, metavar="MS",
+                       help="run a request on the event loop, without the hand-off to a "
+                            "predictor thread, when none is in flight and recent ones took at "
+                            "most MS (default 20; 0: always hand off)")
     serve.add_argument("--math-threads", type=int, default=1,
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float, default=30.0,
@@ -120,6 +124,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--batch-max-size must be at least 1 (1: no batching)")
     if not 0 <= batch_timeout_ms <= 1000:
         raise UserError("--batch-timeout-ms must be between 0 and 1000")
+    if not 0 <= args.inline_max_ms <= 1000:  # also refuses nan
+        raise UserError("--inline-max-ms must be between 0 and 1000")
     threads = args.threads if args.threads is not None else max(1, default_threads() // workers)
     if threads < 1:
         raise UserError("--threads must be at least 1")
@@ -138,6 +144,7 @@ def run_serve(args: argparse.Namespace) -> int:
         workers=workers,
         batch_max_size=batch_max_size,
         batch_timeout_ms=batch_timeout_ms,
+        inline_max_ms=args.inline_max_ms,
     )
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
