@@ -149,7 +149,8 @@ def products_yolov3(work, epochs=YOLOV3_EPOCHS):
     cached under benchmarks/.cache/products-yolov3-<example digest>/ (another
     `--yolov3-epochs` than the default adds `-e<N>`) and reused while the example's
     code and config are unchanged."""
-    key = f"products-yolov3-{example_digest()}" + (
+    digest = example_digest()
+    key = f"products-yolov3-{digest}" + (
         "" if epochs == YOLOV3_EPOCHS else f"-e{epochs}")
     cached = CACHE / key
     if (cached / "inference.pdiparams").exists() and (cached / "model.yaml").exists():
@@ -190,7 +191,7 @@ def products_yolov3(work, epochs=YOLOV3_EPOCHS):
     (partial / "benchmark-training.json").write_text(json.dumps(
         {"epochs": epochs, "seconds": round(seconds, 1), "val_map50": round(map50, 4),
          "val_detections": len(detections), f"val_detections_score_ge_{threshold}": kept,
-         "example_digest": example_digest()}, indent=2) + "\n")
+         "example_digest": digest}, indent=2) + "\n")
     shutil.rmtree(cached, ignore_errors=True)
     partial.rename(cached)  # atomic: a run killed while copying leaves no half export
     shutil.rmtree(base, ignore_errors=True)  # its 2,200 generated images and checkpoints

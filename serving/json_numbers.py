@@ -5,8 +5,8 @@ each into a Python float and numpy then copies them out again: 1.4 ms of the
 shapes example's 2.3 ms request on these machines, more than the model
 itself. simdjson (the `pysimdjson` binding) parses the same bytes and hands
 a numeric array over as one buffer of doubles or 64-bit integers, with no
-Python object per element: 0.65 ms for the same body (measured by
-`benchmarks/serving_peers.py`'s JSON rows against the orjson-only path).
+Python object per element: 0.63 ms for the same body (measured in-process
+on this 2-core machine; serving/README.md, Performance).
 
 Only the `data` of each input is read that way; everything else in the
 document becomes plain Python as `orjson.loads` would give it. Whatever the

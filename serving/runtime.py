@@ -319,7 +319,7 @@ class PredictorPool:
         )
         self.batcher: Batcher | None = None
         if batch_max_size > 1:
-            self.batcher = Batcher(self._run_here, batch_max_size, batch_timeout)
+            self.batcher = Batcher(self.run_here, batch_max_size, batch_timeout)
 
     def set_splitter(self, split: Splitter) -> None:
         """How a batched run's outputs are split per request (default: `split_batch`)."""
@@ -327,11 +327,8 @@ class PredictorPool:
             self.batcher.split = split
 
     def run_here(self, feeds: dict[str, np.ndarray]) -> Outputs:
-        """Run the calling thread's own predictor (cloned on its first call)."""
-        return self._run_here(feeds)
-
-    def _run_here(self, feeds: dict[str, np.ndarray]) -> Outputs:
-        """Run this thread's predictor (the batching thread's, with batching)."""
+        """Run the calling thread's own predictor, cloned on its first call (a worker
+        thread's, the batching thread's, or the event loop's for inline requests)."""
         try:
             return run_predictor(self._predictor(), feeds)
         except Exception as exc:  # paddle raises ValueError/RuntimeError with C++ text
@@ -356,7 +353,7 @@ class PredictorPool:
             return self.batcher.infer(feeds, getattr(self._local, "ticket", None),
                                       getattr(self._local, "abandoned", None))
         start = time.perf_counter()
-        outputs = self._run_here(feeds)
+        outputs = self.run_here(feeds)
         return outputs, time.perf_counter() - start
 
     def submit(self, fn: Callable[..., T], *args: Any,

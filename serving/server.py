@@ -122,9 +122,10 @@ class ServerSettings:
     #: A request runs on the event loop itself, not handed to a predictor thread, when
     #: nothing else is in flight, batching is off and recent requests took at most this
     #: long (0: never). The hand-off there and back cost ~0.2 ms a request: the shapes
-    #: example's JSON request at concurrency 1 went from 0.80 to 0.88-0.90 of the bare
-    #: loop in an A/B on this 2-core machine. Longer work goes to the threads, so probes,
-    #: /metrics and hang-up detection never wait behind more than this.
+    #: example's JSON request at concurrency 1 went from 0.84 to 0.94 of the bare loop
+    #: in an A/B on this 2-core machine (serving/README.md, Performance). Longer work
+    #: goes to the threads, so probes, /metrics and hang-up detection never wait behind
+    #: more than this.
     inline_max_ms: float = 20.0
 
 
@@ -210,6 +211,14 @@ class ServerState:
         """Fold one request's work time into the moving average (any thread)."""
         last = self.work_seconds
         self.work_seconds = seconds if last is None else 0.8 * last + 0.2 * seconds
+
+    def timed(self, job: Callable[[], Result]) -> Result:
+        """`job()`, its time (also when it fails) folded into the moving average."""
+        start = time.perf_counter()
+        try:
+            return job()
+        finally:
+            self.note_work(time.perf_counter() - start)
 
     def inline_ok(self, service: "ModelService") -> bool:
         """Run the next request on the event loop: idle, no batching, recent work short."""
@@ -417,18 +426,10 @@ def build_app(state: ServerState) -> Starlette:
         if state.inline_ok(service):
             return run_inline(job)
         abandoned = Abandoned()
-
-        def timed() -> Result:
-            start = time.perf_counter()
-            result = job()
-            state.note_work(time.perf_counter() - start)
-            return result
-
-        future = service.pool.submit(timed, abandoned=abandoned)
+        future = service.pool.submit(state.timed, job, abandoned=abandoned)
         # The slot is taken once the work exists (nothing to give back if submit fails;
         # no await in between, so the admission check above still holds).
-        state.in_flight += 1
-        metrics.in_flight.inc()
+        take_slot()
         running = asyncio.wrap_future(future)
         running.add_done_callback(slot_released)
         hangup = asyncio.ensure_future(_disconnected(request))
@@ -445,20 +446,23 @@ def build_app(state: ServerState) -> Starlette:
 
     def run_inline(job: Callable[[], Result]) -> Result:
         """`job` here on the event loop (`ServerState.inline_ok`), holding a slot."""
+        take_slot()
+        metrics.inline.inc()
+        try:
+            return state.timed(job)
+        finally:
+            give_slot()
+
+    def take_slot() -> None:
         state.in_flight += 1
         metrics.in_flight.inc()
-        metrics.inline.inc()
-        start = time.perf_counter()
-        try:
-            return job()
-        finally:
-            state.in_flight -= 1
-            metrics.in_flight.dec()
-            state.note_work(time.perf_counter() - start)
 
-    def slot_released(running: "asyncio.Future[Result]") -> None:
+    def give_slot() -> None:
         state.in_flight -= 1
         metrics.in_flight.dec()
+
+    def slot_released(running: "asyncio.Future[Result]") -> None:
+        give_slot()
         if not running.cancelled():
             running.exception()  # retrieved: an abandoned request's error is nobody's to log
 
