@@ -152,3 +152,48 @@ def test_serve_exits_nonzero_when_paddle_cannot_load_the_weights(tmp_path, tiny_
     proc = mlops("serve", str(corrupt), "--port", str(free_port()))
     assert proc.returncode == 1
     assert "paddle.inference cannot load the model" in proc.stderr
+
+
+def test_each_request_draws_its_image_at_random_so_a_periodic_router_splits_them_fairly(
+        val_dir):
+    """A weighted round robin is periodic (HAProxy's `roundrobin`, the local canary's
+    router): with the images sent in turn, a 10 % canary got the same image in ten
+    for a whole step, and its quality check compared other inputs, not another model.
+    A stdlib server records the bodies in arrival order; every 10th request plays the
+    canary. No model is needed to see which image a request carried."""
+    import hashlib
+    import http.server
+    import threading
+
+    arrivals: list[str] = []
+    lock = threading.Lock()
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (the stdlib's name)
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                arrivals.append(hashlib.sha256(body).hexdigest())
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        images = load_images(val_dir, limit=20)
+        report = run_load(f"http://127.0.0.1:{server.server_address[1]}", rps=200, duration=2,
+                          images=images, model="m", concurrency_cap=8, seed=7)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert report.status_counts == {"200": len(arrivals)} and len(arrivals) >= 300
+    assert len(set(arrivals)) == 20  # every image is sent
+    canary = arrivals[3::10]
+    # In turn, the canary's share would hold 2 of the 20 images; drawn at random,
+    # 40 draws of 20 hold 17.4 distinct on average and fewer than 12 with p < 1e-4.
+    assert len(set(canary)) >= 12, f"{len(set(canary))} distinct images of 20"

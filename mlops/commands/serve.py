@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "as dropped, not delayed (default 64)")
     load.add_argument("--timeout", type=float, default=10.0, help="per-request timeout, seconds")
     load.add_argument("--route", choices=["infer", "paddle-serving"], default="infer")
+    load.add_argument("--seed", type=int, default=None,
+                      help="seed of the random draw of each request's image (default: a "
+                      "fresh draw each run)")
     load.add_argument("--json", dest="json_out", type=pathlib.Path, default=None,
                       help="also write the report as JSON here")
     load.set_defaults(func=run_load_command)
@@ -176,6 +179,7 @@ def run_load_command(args: argparse.Namespace) -> int:
         concurrency_cap=args.concurrency_cap,
         timeout=args.timeout,
         route=args.route,
+        seed=args.seed,
     )
     print(report.summary())
     if args.json_out is not None:
