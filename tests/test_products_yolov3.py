@@ -310,7 +310,7 @@ def test_mlops_serve_answers_encoded_images_as_the_export_does(trained, tmp_path
 
 def test_drills_are_written_in_the_shape_the_server_accepts():
     """--drill-* become infer_cfg.yml's `fault:` (PPDetConfig takes it) and --drill-skew
-    swaps NormalizeImage's mean and std in the served file only."""
+    swaps NormalizeImage's mean and std, or turns its is_scale off, in the served file only."""
     from serving.ppdet_config import PPDetConfig
 
     model = example_module("model")
@@ -324,6 +324,12 @@ def test_drills_are_written_in_the_shape_the_server_accepts():
     skewed = train.skewed_cfg(cfg, "mean-std")
     norm = next(op for op in skewed["Preprocess"] if op["type"] == "NormalizeImage")
     assert norm["mean"] == train.STD and norm["std"] == train.MEAN
+    unscaled = train.skewed_cfg(cfg, "no-scale")
+    served = PPDetConfig.model_validate(unscaled)
+    norm = next(op for op in unscaled["Preprocess"] if op["type"] == "NormalizeImage")
+    assert norm["is_scale"] is False and norm["mean"] == train.MEAN
+    assert {k: v for k, v in unscaled.items() if k != "Preprocess"} == \
+        {k: v for k, v in cfg.items() if k != "Preprocess"}
     assert train.skewed_cfg(cfg, "none") is cfg
     assert next(op for op in cfg["Preprocess"] if op["type"] == "NormalizeImage")["mean"] \
         == train.MEAN  # the clean config is untouched

@@ -24,8 +24,9 @@ train = example_module("train")
 SHA = hashlib.sha256(b"some weights").hexdigest()
 
 
-def test_a_skew_swaps_mean_and_std_or_the_channel_order_and_nothing_else():
+def test_a_skew_drops_the_scale_swaps_mean_and_std_or_the_channel_order_and_nothing_else():
     section = {"mean": [0.5] * 3, "std": [0.25] * 3, "channel_order": "RGB", "scale": "1/255"}
+    assert train.skewed_input(section, "no-scale") == dict(section, scale=1.0)
     assert train.skewed_input(section, "mean-std") == dict(section, mean=[0.25] * 3,
                                                            std=[0.5] * 3)
     assert train.skewed_input(section, "bgr") == dict(section, channel_order="BGR")

@@ -3,7 +3,7 @@
     python train.py --output-dir OUT --checkpoint-dir CKPT [--data-dir data] [--epochs N]
         [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
         [--drill-delay-ms MS] [--drill-error-rate R] [--drill-error-status 500|503]
-        [--drill-skew none|mean-std]
+        [--drill-skew none|no-scale|mean-std]
         [--weights-cache DIR]
     python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
 
@@ -42,7 +42,8 @@ Design notes:
   record. Training itself is unchanged; the version is not (see
   ``model_version``), so a drill never shares a version with its clean twin.
   ``--drill-skew`` instead exports ``infer_cfg.yml`` with a serving-side
-  mistake (NormalizeImage's mean and std swapped): the gate's mAP is
+  mistake (NormalizeImage's ``is_scale`` off, so pixels are not divided by
+  255, or its mean and std swapped): the gate's mAP is
   computed with the training code's preprocessing and passes; only the
   answers on live traffic show it (the canary's quality checks).
 * ``--weights-cache DIR`` keeps each finished run's final checkpoint under a
@@ -113,7 +114,8 @@ def parse_args(argv=None):
     drill.add_argument("--drill-skew", choices=SKEWS, default="none",
                        help="export infer_cfg.yml with a serving-side mistake the offline gate "
                        "cannot see (it evaluates with the training code's preprocessing): "
-                       "mean-std swaps NormalizeImage's mean and std")
+                       "no-scale turns NormalizeImage's is_scale off (0..255 pixels), "
+                       "mean-std swaps its mean and std")
     p.add_argument("--weights-cache", default="", metavar="DIR",
                    help="reuse the final checkpoint of an earlier run with the same data, "
                    "hyperparameters, workers and code (empty: train every time)")
@@ -306,14 +308,16 @@ def drill_fault(delay_ms=0.0, error_rate=0.0, error_status=500):
             "error_status": int(error_status)}
 
 
-SKEWS = ("none", "mean-std")
+SKEWS = ("none", "no-scale", "mean-std")
 
 
 def skewed_cfg(cfg, skew):
     """infer_cfg.yml with the --drill-skew mistake made on purpose."""
-    if skew != "mean-std":
+    mistakes = {"no-scale": lambda op: dict(op, is_scale=False),
+                "mean-std": lambda op: dict(op, mean=op["std"], std=op["mean"])}
+    if skew not in mistakes:
         return cfg
-    ops = [dict(op, mean=op["std"], std=op["mean"]) if op["type"] == "NormalizeImage" else op
+    ops = [mistakes[skew](op) if op["type"] == "NormalizeImage" else op
            for op in cfg["Preprocess"]]
     return dict(cfg, Preprocess=ops)
 

@@ -3,7 +3,7 @@
     python train.py --output-dir OUT --checkpoint-dir CKPT [--data-dir data] [--epochs N]
         [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
         [--drill-delay-ms MS] [--drill-error-rate R] [--drill-error-status 500|503]
-        [--drill-skew none|mean-std|bgr]
+        [--drill-skew none|no-scale|mean-std|bgr]
         [--weights-cache DIR]
     python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
 
@@ -40,7 +40,8 @@ Design notes:
   record. Training itself is unchanged; the version is not (see
   ``model_version``), so a drill never shares a version with its clean twin.
   ``--drill-skew`` instead exports ``infer_cfg.yml`` with a serving-side
-  mistake (mean and std swapped, or the channel order): the gate's mAP is
+  mistake (pixels not divided by 255, mean and std swapped, or the channel
+  order): the gate's mAP is
   computed with the training code's preprocessing and passes; only the
   answers on live traffic show it (the canary's quality checks).
 * ``--weights-cache DIR`` keeps each finished run's final checkpoint under a
@@ -110,7 +111,8 @@ def parse_args(argv=None):
     drill.add_argument("--drill-skew", choices=SKEWS, default="none",
                        help="export infer_cfg.yml with a serving-side mistake the offline gate "
                        "cannot see (it evaluates with the training code's preprocessing): "
-                       "mean-std swaps the normalisation's mean and std, bgr the channel order")
+                       "no-scale feeds 0..255 pixels (scale 1 instead of 1/255), mean-std "
+                       "swaps the normalisation's mean and std, bgr the channel order")
     p.add_argument("--weights-cache", default="", metavar="DIR",
                    help="reuse the final checkpoint of an earlier run with the same data, "
                    "hyperparameters, workers and code (empty: train every time)")
@@ -305,11 +307,13 @@ def drill_fault(delay_ms=0.0, error_rate=0.0, error_status=500):
             "error_status": int(error_status)}
 
 
-SKEWS = ("none", "mean-std", "bgr")
+SKEWS = ("none", "no-scale", "mean-std", "bgr")
 
 
 def skewed_input(section, skew):
     """infer_cfg.yml's ``input:`` with the --drill-skew mistake made on purpose."""
+    if skew == "no-scale":
+        return dict(section, scale=1.0)
     if skew == "mean-std":
         return dict(section, mean=section["std"], std=section["mean"])
     if skew == "bgr":
