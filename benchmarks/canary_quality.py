@@ -21,8 +21,14 @@ Scenarios:
 - `worse`: a retrain 3x as often poor (24 % / 45 %): beyond the margins, so
   the power of the checks on a real but partial loss: rollbacks, and canary
   requests until them;
-- `skew`: the canary finds nothing (100 % / 100 %, the demo's `skew`):
-  canary requests until the rollback.
+- `partial`: the YOLOv3 example's skew as measured (11 % of images without
+  a detection vs 1.5 %): rollbacks;
+- `skew`: the canary finds nothing (100 % / 100 %; the shapes example's
+  skew finds nothing on 87.5 %): canary requests until the rollback.
+Each scenario runs under both pass rules of a step, in the same run:
+`shown` (the default: the canary's upper confidence bound within the
+margins, `quality.pass_confidence`) and `count` (`pass_confidence: null`:
+`min_answers` answers and no rejection), with the seconds to promotion.
 The stated rate is `quality.alpha` (1 %); the report gives each observed
 rate with a 95 % Wilson interval. Results: benchmarks/results/canary_quality.json.
 """
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import math
 import pathlib
@@ -45,9 +52,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from promotion import stats  # noqa: E402
 from promotion.analysis import decide  # noqa: E402
 from promotion.observations import Observations, VersionWindow  # noqa: E402
-from promotion.policy import CanaryPolicy  # noqa: E402
+from promotion.policy import CanaryPolicy, QualitySpec  # noqa: E402
 from promotion.state import start_canary  # noqa: E402
 
 T0 = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
@@ -67,6 +75,7 @@ SCENARIOS = (
     Scenario("drift", (0.08, 0.15), (0.12, 0.225), 1800),
     Scenario("held", (0.08, 0.15), (0.08, 0.15), 3600, min_requests=10**9),
     Scenario("worse", (0.08, 0.15), (0.24, 0.45), 1800),
+    Scenario("partial", (0.015, 0.015), (0.11, 0.11), 1800),
     Scenario("skew", (0.08, 0.15), (1.0, 1.0), 900),
 )
 
@@ -81,9 +90,13 @@ def _window(rng: np.random.Generator, n: int, poor: tuple[float, float]) -> Vers
     })
 
 
+PASS_RULES = {"shown": 0.95, "count": None}  # quality.pass_confidence
+
+
 def rollout(rng: np.random.Generator, scenario: Scenario, rate: float,
-            interval: float) -> dict[str, Any]:
-    policy = CanaryPolicy(interval=interval, min_requests=scenario.min_requests)
+            interval: float, pass_confidence: float | None = 0.95) -> dict[str, Any]:
+    policy = CanaryPolicy(interval=interval, min_requests=scenario.min_requests,
+                          quality=QualitySpec(pass_confidence=pass_confidence))
     state = start_canary("m", "v1", "v2", policy.steps[0], T0)
     canary_requests = 0
     t = 0.0
@@ -104,15 +117,6 @@ def rollout(rng: np.random.Generator, scenario: Scenario, rate: float,
     return {"outcome": "open", "seconds": t, "canary_requests": canary_requests, "failed": []}
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -124,18 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
     rows = []
-    for scenario in SCENARIOS:
+    for scenario, (rule, confidence) in itertools.product(SCENARIOS, PASS_RULES.items()):
         runs = args.runs if scenario.name != "held" else max(1, args.runs // 4)
-        results = [rollout(rng, scenario, args.rate, args.interval) for _ in range(runs)]
+        results = [rollout(rng, scenario, args.rate, args.interval, confidence)
+                   for _ in range(runs)]
         rollbacks = [r for r in results if r["outcome"] == "rollback"]
+        promotions = [r for r in results if r["outcome"] == "promote"]
         by_quality = [r for r in rollbacks if any(f.startswith("quality_") for f in r["failed"])]
-        low, high = wilson(len(rollbacks), runs)
+        low, high = stats.wilson_interval(len(rollbacks), runs, 1.96)
         row: dict[str, Any] = {
-            "scenario": scenario.name, "runs": runs,
+            "scenario": scenario.name, "pass_rule": rule, "runs": runs,
             "stable_poor": scenario.stable_poor, "canary_poor": scenario.canary_poor,
             "rolled_back": len(rollbacks), "rolled_back_by_quality": len(by_quality),
             "rollback_rate": len(rollbacks) / runs, "rollback_rate_95ci": [low, high],
-            "promoted": sum(r["outcome"] == "promote" for r in results),
+            "promoted": len(promotions),
             "open": sum(r["outcome"] == "open" for r in results),
         }
         if rollbacks:
@@ -144,12 +150,18 @@ def main(argv: list[str] | None = None) -> int:
             row.update({"canary_requests_to_rollback_p50": float(np.percentile(reqs, 50)),
                         "canary_requests_to_rollback_p90": float(np.percentile(reqs, 90)),
                         "seconds_to_rollback_p90": float(np.percentile(secs, 90))})
+        if promotions:
+            secs = np.array([r["seconds"] for r in promotions])
+            row.update({"seconds_to_promotion_p50": float(np.percentile(secs, 50)),
+                        "seconds_to_promotion_p90": float(np.percentile(secs, 90))})
         rows.append(row)
-        print(f"{scenario.name:8s} runs {runs:5d}  rolled back {len(rollbacks):5d} "
+        print(f"{scenario.name:8s} {rule:5s} runs {runs:5d}  rolled back {len(rollbacks):5d} "
               f"({row['rollback_rate']:.2%}, 95% CI {low:.2%}..{high:.2%})  promoted "
               f"{row['promoted']:5d}  open {row['open']:4d}"
               + (f"  canary requests to rollback p50 {row['canary_requests_to_rollback_p50']:.0f}"
-                 f" p90 {row['canary_requests_to_rollback_p90']:.0f}" if rollbacks else ""),
+                 f" p90 {row['canary_requests_to_rollback_p90']:.0f}" if rollbacks else "")
+              + (f"  s to promotion p50 {row['seconds_to_promotion_p50']:.0f} p90 "
+                 f"{row['seconds_to_promotion_p90']:.0f}" if promotions else ""),
               flush=True)
     policy = CanaryPolicy()
     doc = {

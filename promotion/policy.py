@@ -163,6 +163,14 @@ class QualitySpec(_Frozen):
     min_answers: int | None = Field(default=None, ge=1)
     """Canary answers a step needs on each signal before its check can pass
     (default: the policy's `min_requests`)."""
+    pass_confidence: float | None = Field(default=0.95, gt=0.5, lt=1)
+    """A check passes a step only when the canary's share of poor answers is shown
+    to be within the margins: its one-sided upper confidence bound at this level
+    (Wilson's) is at most max(min_ratio x stable's share, stable's share +
+    min_difference). Until then the step waits for more answers while the test
+    goes on. `null`: pass on `min_answers` alone, which promoted a canary 3x as
+    often poor as stable (24 % vs 8 % of images) in a third of simulated
+    rollouts (`benchmarks/canary_quality.py` compares both)."""
 
     @model_validator(mode="after")
     def _unique(self) -> QualitySpec:

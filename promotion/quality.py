@@ -12,6 +12,14 @@ the same windows, with the same conditional binomial test as the error check
 (`stats.update_relative`), its null moved to `min_ratio` x stable's share so
 that a harmless drift is not evidence. Together the checks are wrong on a
 healthy canary with probability at most `quality.alpha` over the rollout.
+
+The test only ever says "worse"; a step needs more than its silence. With
+100 answers at 10 % it has little power, and a canary that fails on 5-24 %
+of the images passed a step before the evidence could pile up (and at
+higher weights each poor answer is weaker evidence, the canary's share of
+all answers being larger). So a check passes a step only when the canary's
+own answers show it within the margins: their upper confidence bound
+(`quality.pass_confidence`) at most the share `harmful_above` names.
 """
 
 from __future__ import annotations
@@ -19,13 +27,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from statistics import NormalDist
 from typing import Literal
 
 from promotion import stats
 from promotion.observations import Histogram, count_above
 from promotion.policy import QualityCheck, QualitySpec
 
-__all__ = ["QualityVerdict", "judge", "mean", "poor_answers", "update"]
+__all__ = ["QualityVerdict", "harmful_above", "judge", "mean", "poor_answers", "update",
+           "upper_bound"]
 
 
 def poor_answers(hist: Mapping[float, float] | None, at_most: float) -> tuple[int, int] | None:
@@ -88,6 +98,17 @@ class QualityVerdict:
         return self.detail
 
 
+def harmful_above(check: QualityCheck, stable_share: float) -> float:
+    """The canary's share of poor answers beyond both margins of `check` (what
+    it fails on): above `min_ratio` x stable's and `min_difference` over it."""
+    return max(check.min_ratio * stable_share, stable_share + check.min_difference)
+
+
+def upper_bound(poor: int, answers: int, confidence: float) -> float:
+    """One-sided upper confidence bound of the canary's share of poor answers."""
+    return stats.wilson_interval(poor, answers, NormalDist().inv_cdf(confidence))[1]
+
+
 def _pct(share: float | None) -> str:
     return "-" if share is None else f"{share:.0%}" if share >= 0.1 else f"{share:.1%}"
 
@@ -117,10 +138,18 @@ def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None
     samples = c[1] if c else 0
     worse = share_c is not None and share_s is not None and \
         share_c - share_s >= check.min_difference
+    shown = True
+    if spec.pass_confidence is not None and c and share_s is not None:
+        upper, margin = upper_bound(c[0], c[1], spec.pass_confidence), harmful_above(check,
+                                                                                   share_s)
+        shown = upper <= margin
+        detail += (f"; canary's share is at most {_pct(upper)} at {spec.pass_confidence:.0%} "
+                   f"confidence, {'within' if shown else 'not yet shown within'} the margin "
+                   f"{_pct(margin)}")
     verdict: Literal["pass", "fail", "unknown", "skipped"]
     if statistic >= threshold and worse:
         verdict = "fail"
-    elif samples >= min_answers and share_s is not None:
+    elif samples >= min_answers and share_s is not None and shown:
         verdict = "pass"
     else:
         verdict = "unknown"

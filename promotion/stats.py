@@ -61,6 +61,7 @@ __all__ = [
     "rejection_log_threshold",
     "update_limit",
     "update_relative",
+    "wilson_interval",
 ]
 
 RELATIVE_GRID: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
@@ -151,3 +152,16 @@ def rejection_log_threshold(alpha: float, share: float = 1.0) -> float:
 def initial(grid: Sequence[float]) -> list[float]:
     """The log likelihood ratios before any evidence (e-value 1)."""
     return [0.0] * len(grid)
+
+
+def wilson_interval(successes: int, trials: int, z: float) -> tuple[float, float]:
+    """Wilson's score interval for a binomial share at `z` normal quantiles ((0, 1)
+    without trials). Unlike the normal approximation it stays inside [0, 1] and is
+    not empty at 0 or n successes, the usual case for rare poor answers."""
+    if trials <= 0:
+        return (0.0, 1.0)
+    p = successes / trials
+    z2 = z * z
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    return (max(0.0, centre - half), min(1.0, centre + half))

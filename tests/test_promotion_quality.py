@@ -107,6 +107,76 @@ def test_a_harmless_drift_steps_through_every_weight_and_promotes():
     assert "rollback" not in kinds and kinds[-1] == "promote", kinds
 
 
+def _hist(poor: int, answers: int) -> dict[float, float]:
+    return {0.0: float(poor), 1.0: float(poor), math.inf: float(answers)}
+
+
+NO_DETECTION = QualityCheck(name="no_detections", signal="detections_per_image", at_most=0)
+
+
+@pytest.mark.parametrize("poor, answers, stable, expected", [
+    (0, 100, (0, 900), "pass"),      # bound 2.6 % <= margin 5 %
+    (5, 100, (0, 900), "unknown"),   # 5 % seen, bound 10.3 %: not shown harmless
+    (10, 100, (0, 900), "unknown"),  # worse, but the test has not spoken yet
+    (10, 400, (160, 2000), "pass"),  # 2.5 % vs 8 %: bound 3.9 % <= margin 16 %
+    (48, 400, (160, 2000), "pass"),  # 12 % vs 8 % (a drift): bound 15.0 % <= 16 %
+    (60, 400, (160, 2000), "unknown"),  # 15 % vs 8 %: bound 18.3 % > 16 %
+])
+def test_a_quality_check_passes_a_step_only_when_the_canary_is_shown_within_the_margins(
+        poor, answers, stable, expected):
+    """`min_answers` answers without a rejection used to pass a step: at 10 % a canary
+    failing 10 % of images where stable fails none passed with 100 answers, before the
+    test could speak. Now the canary's upper bound must be within the margins."""
+    spec = CanaryPolicy().quality
+    v = quality.judge(spec, NO_DETECTION, None, _hist(poor, answers), _hist(*stable),
+                      min_answers=100)
+    assert v.verdict == expected, v.detail
+    upper = quality.upper_bound(poor, answers, 0.95)
+    assert ("not yet shown within the margin" in v.detail) == (expected != "pass")
+    assert f"at most {quality._pct(upper)} at 95% confidence" in v.detail
+    # the old rule (pass_confidence: null) passes every one of them on the count alone
+    old = quality.judge(spec.model_copy(update={"pass_confidence": None}), NO_DETECTION, None,
+                        _hist(poor, answers), _hist(*stable), min_answers=100)
+    assert old.verdict == "pass" and "confidence" not in old.detail
+
+
+def test_the_margin_is_the_larger_of_the_ratio_and_the_difference():
+    check = QualityCheck(name="q", signal="s", at_most=0, min_ratio=2, min_difference=0.05)
+    assert quality.harmful_above(check, 0.0) == pytest.approx(0.05)
+    assert quality.harmful_above(check, 0.02) == pytest.approx(0.07)
+    assert quality.harmful_above(check, 0.08) == pytest.approx(0.16)
+    # Wilson's bound: above the share seen, inside [0, 1], tighter with more answers
+    assert 0.0 < quality.upper_bound(0, 100, 0.95) < quality.upper_bound(0, 50, 0.95) < 1.0
+    assert quality.upper_bound(100, 100, 0.95) == 1.0
+    assert 0.1 < quality.upper_bound(10, 100, 0.95) < quality.upper_bound(10, 100, 0.99)
+    assert stats.wilson_interval(0, 0, 1.96) == (0.0, 1.0)
+
+
+def test_a_canary_failing_one_image_in_ten_is_not_promoted_at_low_traffic():
+    """The demo's traffic (40 req/s, 10 s windows, 100 answers a step) and a canary that
+    answers 10 % of images with nothing where stable answers 1 %: with the old rule a
+    step passed on 100 answers before the evidence could pile up, and at 25 and 50 %
+    each poor answer is weaker evidence. 200 rollouts through `decide`."""
+    rng = np.random.default_rng(5)
+    outcomes = {"shown": [], "count": []}
+    for rule, confidence in (("shown", 0.95), ("count", None)):
+        policy = load_policy({"interval": "10s", "min_requests": 100,
+                              "quality": {"pass_confidence": confidence}})
+        for _ in range(200):
+            state = start_canary("m", "v1", "v2", 10, T0)
+            for window in range(1, 200):
+                total = int(rng.poisson(400))
+                obs = _window(state.weight, 0.10, 0.01, rng, total=total)
+                decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=10 * window))
+                state = decision.state
+                if decision.kind in ("rollback", "promote"):
+                    break
+            outcomes[rule].append(decision.kind)
+    assert outcomes["shown"].count("promote") == 0, outcomes["shown"].count("promote")
+    # the old rule's hole, measured here (it is what the new rule closes)
+    assert outcomes["count"].count("promote") > 0
+
+
 def test_without_quality_data_the_checks_are_skipped_not_passed_or_failed():
     policy = CanaryPolicy(min_requests=10)
     state = start_canary("m", "v1", "v2", 10, T0)
