@@ -6,6 +6,7 @@ that pid's whole process group anyway.
 """
 
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -55,3 +56,25 @@ def test_stop_still_ends_marked_children_whose_leader_died():
             os.kill(child, 9)
         except ProcessLookupError:
             pass
+
+
+def test_command_of_names_our_cli_by_its_command_and_others_by_their_program(tmp_path):
+    """`mlops down` names the other processes of a work dir it stops (the demo's
+    controller, web UI and load generator) by what they run, not "stray process N"."""
+    script = "import time, sys; sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(30)"
+    fake_cli = tmp_path / "mlops"  # an installed console script is `.../bin/mlops <command>`
+    fake_cli.write_text(f"#!{sys.executable}\n{script}\n")
+    fake_cli.chmod(0o755)
+    started = [subprocess.Popen([str(fake_cli), "controller", "--workdir", "w"],
+                                stdout=subprocess.PIPE),
+               subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)]
+    try:
+        for proc in started:
+            assert proc.stdout.readline() == b"up\n"  # running its own code: exec is done
+        assert procs.command_of(started[0].pid) == "mlops controller"
+        assert procs.command_of(started[1].pid) == pathlib.Path(sys.executable).name
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+    assert procs.command_of(started[0].pid) == ""  # gone: nothing to read

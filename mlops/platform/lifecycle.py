@@ -177,13 +177,15 @@ def down(workdir: Workdir, timeout: float = 10.0) -> dict[str, Any]:
         raise PlatformError(f"could not stop: {', '.join(survivors)}")
     # Anything else carrying this work dir's marker is ours too (say, a server
     # whose pid file was lost in a sync crash): stop it the same way.
+    # (The demo's controller, web UI and load generator are such processes too.)
     for pid in procs.processes_of(str(workdir.root)):
         start = procs.start_time_of(pid)
-        record = procs.ProcRecord("stray", pid, start if start is not None else -1, (), 0.0)
+        record = procs.ProcRecord("other", pid, start if start is not None else -1, (), 0.0)
+        label = f"{procs.command_of(pid) or 'process'} (pid {pid})"
         if not _stop_pid(record, timeout):
-            survivors.append(f"stray process {pid}")
+            survivors.append(label)
         else:
-            stopped.append(f"stray process {pid}")
+            stopped.append(label)
     if survivors:
         raise PlatformError(f"could not stop: {', '.join(survivors)}")
     workdir.release_admin_socket()

@@ -235,6 +235,21 @@ def marked_env(workdir: str, base: dict[str, str] | None = None) -> dict[str, st
     return env
 
 
+def command_of(pid: int) -> str:
+    """A short name for what `pid` runs: `mlops <command>` for our CLI (`python -m
+    mlops controller ...`), else its program's name; "" when it cannot be read."""
+    try:
+        argv = [a.decode(errors="replace") for a in
+                pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return ""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1] == "mlops" or arg.endswith("/mlops"):
+            rest = [a for a in argv[i + 2 if arg == "-m" else i + 1:] if not a.startswith("-")]
+            return " ".join(["mlops", *rest[:1]])
+    return pathlib.Path(argv[0]).name if argv else ""
+
+
 def processes_of(workdir: str) -> list[int]:
     """Pids of live processes started for ``workdir`` (found by the marker)."""
     found = []
