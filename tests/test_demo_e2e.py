@@ -3,7 +3,7 @@ repo with the hook, the local runner with 2-process Paddle training, the gate,
 the local forge's PRs, HAProxy, Prometheus, the sync loop and the promotion
 controller under a steady load. No mock anywhere.
 
-It took 12:43 on 2 cores in the 2026-11-25 CI run (three trainings: 12, 14
+It took 12:03 on 2 cores in the 2026-11-25 evening CI run (three trainings: 12, 14
 and 1 epochs; the slow, errors and skew pushes change serving files only and
 reuse the good weights; four canaries), so it runs once per session and every
 test reads its results.
