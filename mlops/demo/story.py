@@ -517,6 +517,10 @@ class Demo:
         ui = getattr(self, "ui", None)
         if ui is not None and ui.poll() is None:
             ui.terminate()  # serves until told: the rest end with the platform
+            try:  # gone before `mlops down` looks, which would list it as exiting
+                ui.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass  # `mlops down` stops it
         self.mlops("down", "--workdir", str(self.platform), check=False, marked=False)
         for proc in self.background:
             try:

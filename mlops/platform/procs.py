@@ -237,10 +237,14 @@ def marked_env(workdir: str, base: dict[str, str] | None = None) -> dict[str, st
 
 def command_of(pid: int) -> str:
     """A short name for what `pid` runs: `mlops <command>` for our CLI (`python -m
-    mlops controller ...`), else its program's name; "" when it cannot be read."""
+    mlops controller ...`), else its program's name (the kernel's `comm` for a
+    process already exiting, whose command line reads empty); "" when gone."""
+    proc = pathlib.Path(f"/proc/{pid}")
     try:
         argv = [a.decode(errors="replace") for a in
-                pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+                (proc / "cmdline").read_bytes().split(b"\0") if a]
+        if not argv:
+            return (proc / "comm").read_text().strip()
     except OSError:
         return ""
     for i, arg in enumerate(argv[:-1]):
