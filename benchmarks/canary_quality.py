@@ -90,11 +90,12 @@ def _window(rng: np.random.Generator, n: int, poor: tuple[float, float]) -> Vers
     })
 
 
-PASS_RULES = {"shown": 0.95, "count": None}  # quality.pass_confidence
+#: quality.pass_confidence of each pass rule: the policy's default, and none
+PASS_RULES = {"shown": QualitySpec().pass_confidence, "count": None}
 
 
 def rollout(rng: np.random.Generator, scenario: Scenario, rate: float,
-            interval: float, pass_confidence: float | None = 0.95) -> dict[str, Any]:
+            interval: float, pass_confidence: float | None) -> dict[str, Any]:
     policy = CanaryPolicy(interval=interval, min_requests=scenario.min_requests,
                           quality=QualitySpec(pass_confidence=pass_confidence))
     state = start_canary("m", "v1", "v2", policy.steps[0], T0)

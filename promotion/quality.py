@@ -140,8 +140,8 @@ def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None
         share_c - share_s >= check.min_difference
     shown = True
     if spec.pass_confidence is not None and c and share_s is not None:
-        upper, margin = upper_bound(c[0], c[1], spec.pass_confidence), harmful_above(check,
-                                                                                   share_s)
+        upper = upper_bound(c[0], c[1], spec.pass_confidence)
+        margin = harmful_above(check, share_s)
         shown = upper <= margin
         detail += (f"; canary's share is at most {_pct(upper)} at {spec.pass_confidence:.0%} "
                    f"confidence, {'within' if shown else 'not yet shown within'} the margin "

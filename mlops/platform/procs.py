@@ -247,11 +247,11 @@ def command_of(pid: int) -> str:
             return (proc / "comm").read_text().strip()
     except OSError:
         return ""
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "-m" and argv[i + 1] == "mlops" or arg.endswith("/mlops"):
-            rest = [a for a in argv[i + 2 if arg == "-m" else i + 1:] if not a.startswith("-")]
-            return " ".join(["mlops", *rest[:1]])
-    return pathlib.Path(argv[0]).name if argv else ""
+    for i, arg in enumerate(argv):
+        if arg.endswith("/mlops") or (arg == "mlops" and i > 0 and argv[i - 1] == "-m"):
+            command = next((a for a in argv[i + 1:] if not a.startswith("-")), "")
+            return f"mlops {command}".rstrip()
+    return pathlib.Path(argv[0]).name
 
 
 def processes_of(workdir: str) -> list[int]:
