@@ -357,9 +357,12 @@ def _training_template(
             Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
         ],
         annotations={LOCAL_ANNOTATION: "paddlejob"},
-        # The only pods with an API token: argoexec applies the PaddleJob with it.
-        service_account_name=settings.paddlejob_service_account,
-        automount_service_account_token=True,
+        # argoexec is this pod's main container and runs kubectl with the *executor's*
+        # token: Argo mounts it over the pod's own (workflow/controller/workflowpod.go
+        # newExecContainer; operator.go executeResource, v3.7.9). So the PaddleJob rights
+        # go to this template's executor account; the pod's account stays the steps'
+        # (no token), and every other pod's argoexec keeps the plain executor's.
+        executor=m.ExecutorConfig(service_account_name=settings.paddlejob_service_account),
         active_deadline_seconds=deadline,
         retry_strategy=_infra_retry(settings),
     )
