@@ -47,7 +47,7 @@ def api_server():
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}", seen

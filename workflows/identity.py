@@ -41,7 +41,7 @@ token its pod holds, and a component that makes no call must hold no token.
 """
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -53,6 +53,7 @@ from workflows.events import SENSOR_API_CALLS
 
 __all__ = [
     "BOOTSTRAP",
+    "DEPLOYMENT_CALLS",
     "EXECUTOR_API_CALLS",
     "PodIdentity",
     "allowed",
@@ -321,6 +322,13 @@ def _controller_calls(args: Sequence[str], models: Sequence[str]) -> tuple[ApiCa
     return tuple(calls)
 
 
+#: Deployments whose program calls the API: name -> (container args, models) -> its calls.
+#: Any other Deployment (model servers, the web UI) calls none, so must hold no token.
+DEPLOYMENT_CALLS: dict[str, Callable[[Sequence[str], Sequence[str]], tuple[ApiCall, ...]]] = {
+    CONTROLLER: _controller_calls,
+}
+
+
 def _deployment_pods(doc: Mapping[str, Any], accounts: _Accounts,
                      models: Sequence[str]) -> list[PodIdentity]:
     meta = doc.get("metadata") or {}
@@ -332,13 +340,11 @@ def _deployment_pods(doc: Mapping[str, Any], accounts: _Accounts,
     for container in pod.get("containers") or []:
         if any(m.get("mountPath") == TOKEN_PATH for m in container.get("volumeMounts") or []):
             continue  # its own mount there: not ours to judge
-        calls: tuple[ApiCall, ...] = ()
-        controller = meta.get("name") == CONTROLLER
-        if controller:
-            calls = _controller_calls(container.get("args") or [], models)
+        known = DEPLOYMENT_CALLS.get(meta.get("name", ""))
+        calls = known(container.get("args") or [], models) if known else ()
         found.append(PodIdentity(f"{doc['kind']} {namespace}/{meta.get('name')} "
                                  f"({container.get('name')})", namespace, sa, token, calls,
-                                 checked=not controller or bool(models)))
+                                 checked=not known or bool(models)))
     return found
 
 
