@@ -242,3 +242,40 @@ def test_the_request_pixel_budget_is_a_flag(model_server, tiny_model_dir, photo)
     assert r.status_code == 400, r.text
     assert "at most 1048576 pixels per request" in r.json()["error"]
     assert _post(server, _images(_jpeg((1024, 1024)))).status_code == 200
+
+
+def test_reduced_decode_keeps_the_geometry_and_changes_pixels_a_little(photo):
+    """`--reduced-decode`, the example's format: the JPEG is decoded at 1/8 scale (still
+    larger than the 128x128 input), the original size is kept for the boxes, and the
+    input tensor moves little (normalised units; a pixel step is 1/255/0.25 = 0.016)."""
+    cfg = InputConfig(size=(128, 128), mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    full = prepare_images([photo], cfg)
+    reduced = prepare_images([photo], cfg, reduced_decode=True)
+    assert reduced.sizes.tolist() == full.sizes.tolist() == [[3000, 4000]]
+    assert reduced.stats[0].pixels == full.stats[0].pixels == 4000 * 3000
+    diff = np.abs(reduced.batch - full.batch)
+    assert 0 < diff.mean() < 0.05, diff.mean()
+
+
+def test_reduced_decode_of_a_paddledetection_export_keeps_upstreams_inputs(photo):
+    """The PaddleDetection path (`cv2.IMREAD_REDUCED_COLOR_*`): the largest DCT scale that
+    leaves the image at least the first Resize's output; `im_shape` and `scale_factor`
+    (what moves the boxes) exactly as from the full decode."""
+    from serving.ppdet import PPDetImages, reduction
+    from serving.ppdet_config import PPDetConfig, ResizeOp
+    from tests.ppdet_export import infer_cfg
+
+    op = ResizeOp(type="Resize", target_size=[96, 128], keep_ratio=False, interp=2)
+    assert reduction(op, 3000, 4000) == 8
+    assert reduction(op, 200, 300) == 2 and reduction(op, 120, 160) == 1
+    keep = ResizeOp(type="Resize", target_size=[640, 640], keep_ratio=True, interp=2)
+    assert reduction(keep, 3000, 4000) == 4  # 750x1000 still covers 480x640
+    images = PPDetImages(PPDetConfig.model_validate(infer_cfg()), "x",
+                         ["image", "im_shape", "scale_factor"], ["bbox", "bbox_num"])
+    full = images.prepare([photo]).feeds
+    reduced = images.prepare([photo], reduced_decode=True).feeds
+    assert reduced["image"].shape == full["image"].shape
+    assert reduced["im_shape"].tolist() == full["im_shape"].tolist()
+    assert reduced["scale_factor"].tolist() == full["scale_factor"].tolist()
+    diff = np.abs(reduced["image"] - full["image"])
+    assert 0 < diff.mean() < 0.05, diff.mean()
