@@ -168,7 +168,7 @@ def _parse_input(raw: Any, index: int, binary: bytes, offset: int) -> tuple[Tens
     if not isinstance(name, str) or not name:
         raise BadRequest(f"inputs[{index}] needs a string 'name'")
     datatype = raw.get("datatype")
-    if datatype not in DATATYPE_TO_NUMPY:
+    if not isinstance(datatype, str) or datatype not in DATATYPE_TO_NUMPY:  # a dict: unhashable
         raise BadRequest(f"input '{name}': unknown datatype {datatype!r}")
     shape_raw = raw.get("shape")
     if not isinstance(shape_raw, list) or not all(

@@ -279,3 +279,20 @@ def test_reduced_decode_of_a_paddledetection_export_keeps_upstreams_inputs(photo
     assert reduced["scale_factor"].tolist() == full["scale_factor"].tolist()
     diff = np.abs(reduced["image"] - full["image"])
     assert 0 < diff.mean() < 0.05, diff.mean()
+
+
+def test_fields_of_the_wrong_json_type_are_the_clients_error(tiny_server):
+    """What the request fuzzing (`tests/test_serving_fuzz.py`) found: a dict where a
+    datatype or elem_type belongs was unhashable (500), a number where a list of names
+    belongs was not iterable (500), an integer outside INT64 overflowed numpy (500)."""
+    oip = {"inputs": [{"name": "image", "shape": [1], "datatype": {"a": 1}, "data": [1]}]}
+    assert _post(tiny_server, json.dumps(oip).encode()).status_code == 400
+    serving = "/GeneralModelService/inference"
+    for tensor in ({"name": "image", "elem_type": [1], "shape": [1], "float_data": [1.0]},
+                   {"name": "image", "elem_type": 0, "shape": [1], "int64_data": [2 ** 64]}):
+        r = _post(tiny_server, json.dumps({"tensor": [tensor]}).encode(), serving)
+        assert r.status_code == 400, r.text
+    fetch = {"tensor": [{"name": "image", "elem_type": 1, "shape": [1], "float_data": [1.0]}],
+             "fetch_var_names": 5}
+    assert _post(tiny_server, json.dumps(fetch).encode(), serving).status_code == 400
+    assert _count(tiny_server, "500") == 0
