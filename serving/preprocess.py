@@ -30,9 +30,10 @@ MAX_PIXELS = 4096 * 4096
 MAX_REQUEST_PIXELS = 16 * 1024 * 1024
 #: Scans a JPEG may have. Each scan of a progressive JPEG is a pass over the whole
 #: image however few bytes it has: one 12-byte AC scan repeated 200,000 times made a
-#: 2.4 MB 2048x2048 JPEG that took ~20 s to decode (0.05 s with its 10 scans). libjpeg's
-#: standard progression has 10 scans (6 for grayscale), a baseline JPEG 1 to 4; 64 scans
-#: cost at most ~15 ms more on a 2048x2048 image (measured: ~0.23 ms a repeated scan).
+#: 2.4 MB 2048x2048 JPEG that took ~31 s to decode (0.06 s with its 10 scans;
+#: benchmarks/results/scan_bomb.json). libjpeg's standard progression has 10 scans (6
+#: for grayscale), a baseline JPEG 1 to 4; at ~0.16 ms a repeated scan of 4 Mpx, 64
+#: scans cost ~10 ms more there, ~30 ms on a 12 MP photo.
 MAX_JPEG_SCANS = 64
 #: Seconds one request's images may take to decode and prepare (`mlops serve
 #: --decode-timeout`): checked before and after each image, since a decode in C cannot
