@@ -47,10 +47,11 @@ def load_request(json_part: bytes) -> Any:
         return orjson.loads(json_part)
     # Invalid JSON, or a number simdjson cannot hold (1e400, 2**64), is a ValueError;
     # an integer wider than 64 bits anywhere is its BIGINT_ERROR, a RuntimeError (from
-    # the parse or from reading the value). orjson reads those and words the errors.
+    # the parse or from reading the value); a key with a NUL in it is listed by keys()
+    # but not found by its own name, a KeyError. orjson reads those and words the errors.
     try:
         return _document(simdjson.Parser().parse(json_part))
-    except (ValueError, RuntimeError):
+    except (ValueError, RuntimeError, KeyError):
         return orjson.loads(json_part)
 
 

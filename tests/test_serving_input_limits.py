@@ -296,3 +296,15 @@ def test_fields_of_the_wrong_json_type_are_the_clients_error(tiny_server):
              "fetch_var_names": 5}
     assert _post(tiny_server, json.dumps(fetch).encode(), serving).status_code == 400
     assert _count(tiny_server, "500") == 0
+
+
+def test_the_image_options_travel_in_infer_cfg_to_the_deployments_flags():
+    """`serving:` in infer_cfg.yml -> the `mlops serve` flags the Deployment passes."""
+    from serving.options import ServingOptions
+
+    options = ServingOptions.model_validate({"max_request_pixels": 4000 * 3000,
+                                             "reduced_decode": True})
+    assert options.args() == ["--max-request-pixels", "12000000", "--reduced-decode"]
+    assert ServingOptions(reduced_decode=False).args() == ["--no-reduced-decode"]
+    with pytest.raises(ValueError):
+        ServingOptions.model_validate({"max_request_pixels": 0})
