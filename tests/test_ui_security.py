@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from starlette.testclient import TestClient
 
-from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from mlops.cli import main
 from mlops.ui.app import UiConfig, create_app
@@ -70,7 +70,10 @@ def test_a_client_naming_itself_in_a_user_header_is_refused(ui_repo):
         assert _state_of_pr(c, ui_repo.pr) == "merged"
 
 
-def test_proxy_user_beyond_loopback_needs_the_proxys_proof(tmp_path, capsys):
+def test_proxy_user_beyond_loopback_needs_the_proxys_proof(tmp_path, capsys, monkeypatch):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("it started serving"))
     base = ["ui", "--gitops", str(tmp_path), "--workdir", str(tmp_path / "none"),
             "--host", "0.0.0.0", "--proxy-user"]
     assert main(base) == 2
@@ -112,9 +115,10 @@ def test_manifests_put_oauth2_proxy_in_the_pod_and_the_ui_on_loopback(capsys):
 FORGED = "eve\rMlops-Decision: rollback/controller"
 
 
-def test_a_name_that_is_not_one_line_is_a_400_and_commits_nothing(ui_repo):
+def test_a_name_that_is_not_one_line_is_a_400_and_commits_nothing(ui_repo, capsys):
     """The review's reproduction: `{"by": "eve\rMlops-Decision: rollback/controller..."}`
-    on Pause (token mode) made the human's pause read as a controller rollback."""
+    on Pause (token mode) made the human's pause read as a controller rollback; the same
+    name from the proxy's header or `--by` is refused too."""
     with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops), token="t"))) as c:
         auth = {**HEADERS, "Authorization": "Bearer t"}
         assert c.post(f"/api/proposals/{ui_repo.pr}/approve", json={},
@@ -128,18 +132,8 @@ def test_a_name_that_is_not_one_line_is_a_400_and_commits_nothing(ui_repo):
             assert res.status_code == 400, (by, res.text)
             assert "control character" in res.json()["error"], by
             assert '"by"' in res.json()["error"], by
-        assert _tip(ui_repo) == before
-        res = c.post("/api/models/det/pause", json={"by": "eve"}, headers=auth)
-        assert res.status_code == 200, res.text
-
-
-def test_the_proxys_name_is_checked_too_and_the_cli_exits_2(ui_repo, capsys):
-    config = UiConfig(gitops=str(ui_repo.gitops), proxy_user=True)  # on loopback
-    with TestClient(create_app(config)) as c:
-        assert c.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers={
-            **HEADERS, "X-Forwarded-User": "ada"}).status_code == 200
-        ui_repo.step_to(10)
-        before = _tip(ui_repo)
+    proxied = UiConfig(gitops=str(ui_repo.gitops), proxy_user=True)  # on loopback
+    with TestClient(create_app(proxied)) as c:
         res = c.post("/api/models/det/pause", json={}, headers={
             # NEL (U+0085): a line break to Python's str.splitlines, legal in a header
             **HEADERS, "X-Forwarded-User": "eve\x85Mlops-Decision: rollback/controller"
@@ -149,6 +143,9 @@ def test_the_proxys_name_is_checked_too_and_the_cli_exits_2(ui_repo, capsys):
     err = capsys.readouterr().err
     assert "Mlops-Requested-By" in err and "control character" in err
     assert "Traceback" not in err and _tip(ui_repo) == before
+    with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops), token="t"))) as c:
+        res = c.post("/api/models/det/pause", json={"by": "eve"}, headers=auth)
+    assert res.status_code == 200, res.text
 
 
 def test_trailers_written_before_the_fix_read_as_the_humans(tmp_path):
@@ -169,5 +166,7 @@ def test_trailers_written_before_the_fix_read_as_the_humans(tmp_path):
     # Still a human's commit to the controller's anchor: no Mlops-Window of its own.
     assert "Mlops-Window" not in head.trailers
     assert head.trailers["Mlops-Requested-By"].startswith("eve\rMlops-Decision")
+    from gitops.git import parse_trailers
+
     assert parse_trailers("A: 1\rB: 2\nB: 3\nC: x\u2028D: 4") == {
         "A": "1\rB: 2", "B": "3", "C": "x\u2028D: 4"}
