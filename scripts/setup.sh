@@ -15,6 +15,8 @@ command -v git >/dev/null || missing+=(git)
 # (nothing is downloaded at run time: no Playwright or Selenium Manager browser fetch).
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+# The UI's Argo Server stand-in serves TLS with a certificate made by openssl in the test.
+command -v openssl >/dev/null || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive
