@@ -24,6 +24,7 @@ source `COPY`.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import pathlib
 import time
@@ -127,6 +128,14 @@ def build_all(
     conf = store.root / "pip.conf"
     if ca is not None and (not conf.is_file() or conf.read_text() != pip_conf()):
         conf.write_text(pip_conf())
+    with open(store.root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per store (two test sessions)
+        return _build(root, specs, store, ca, conf, log)
+
+
+def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
+           ca: pathlib.Path | None, conf: pathlib.Path,
+           log: Callable[[str], None]) -> dict[str, float]:
     timings: dict[str, float] = {}
     start = time.monotonic()
     made = ensure_base(store, log=log)

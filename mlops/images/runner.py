@@ -115,7 +115,8 @@ class Running:
 
     def output(self) -> str:
         """What the container printed so far."""
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int | None:
