@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian's prometheus and haproxy (real services the
 # local platform and the tests run), chromium and its driver (the UI's browser
-# tests), git and kubectl checks, and this project with the Python dependencies
-# pinned in requirements.lock.
+# tests), podman, runc and mmdebstrap (`mlops images build` and the image tier),
+# git and kubectl checks, and this project with the Python dependencies pinned
+# in requirements.lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,11 @@ command -v git >/dev/null || missing+=(git)
 # (nothing is downloaded at run time: no Playwright or Selenium Manager browser fetch).
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
+# `mlops images build` builds every image we ship with podman (runc: crun fails on
+# hybrid cgroup hosts) from a base mmdebstrap makes of Debian packages (no registry).
+command -v podman >/dev/null || missing+=(podman)
+command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing+=(runc)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive
