@@ -150,3 +150,27 @@ def test_what_cannot_run_as_written_is_an_error_naming_the_field(pod, match):
                                             ("1G", 10**9), ("100", 100)])
 def test_tmpfs_size(quantity, size):
     assert tmpfs_size(quantity, "f") == str(size)
+
+
+def test_a_machine_without_podman_gets_the_apt_command(tmp_path):
+    from mlops.images.podman import PodmanMissing, require_tools
+
+    with pytest.raises(PodmanMissing, match="podman, runc, mmdebstrap not found.*apt-get "
+                                            "install podman runc mmdebstrap"):
+        require_tools("podman", "runc", "mmdebstrap", path=str(tmp_path))
+    require_tools("podman", "runc", "mmdebstrap")  # this machine has them (scripts/setup.sh)
+
+
+def test_the_runroot_stays_short_whatever_the_store_path(tmp_path):
+    """podman's container clean-up refuses a --runroot over 50 characters (every run then
+    hangs 20 s): the runroot lives under /run, named after the store, not inside it."""
+    from mlops.images.podman import Store
+
+    store = Store(tmp_path / ("a-long-store-directory-name-" * 3))
+    store.prepare()
+    conf = (store.root / "storage.conf").read_text()
+    runroot = next(line.split('"')[1] for line in conf.splitlines()
+                   if line.startswith("runroot"))
+    assert len(runroot) <= 50 and not runroot.startswith(str(store.root))
+    assert Store(store.root).run_dir == store.run_dir  # the same store, the same runroot
+    assert Store(tmp_path / "other").run_dir != store.run_dir
