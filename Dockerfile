@@ -2,7 +2,8 @@
 # (the extras of pyproject.toml):
 #   --build-arg EXTRA=train          the pipeline's tool image: evaluate, gate,
 #                                    publish-model, propose, the exit handler
-#   --build-arg EXTRA=serve          the model server (`mlops serve`)
+#                                    (and --build-arg PADDLE=1, see below)
+#   --build-arg EXTRA=serve          the model server (`mlops serve`; PADDLE=1 too)
 #   --build-arg EXTRA=controller,ui  the promotion controller and the web UI
 #                                    (no PaddlePaddle)
 # `mlops images build` builds the three (and the examples' training images)
@@ -26,6 +27,12 @@ COPY pyproject.toml requirements.lock ./
 RUN touch README.md \
     && pip install --no-cache-dir -c requirements.lock . \
     && rm -rf README.md build *.egg-info
+# PaddlePaddle (1 GB, the costliest layer) for the train and serve images, in a
+# layer of its own before ARG EXTRA, so the two share it: build them with
+# --build-arg PADDLE=1. Without it the extra's layer below installs it anyway.
+ARG PADDLE=
+RUN if [ -n "$PADDLE" ]; then \
+        pip install --no-cache-dir -c requirements.lock paddlepaddle; fi
 ARG EXTRA=train
 RUN touch README.md \
     && pip install --no-cache-dir -c requirements.lock ".[${EXTRA}]" \

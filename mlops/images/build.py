@@ -59,9 +59,12 @@ class ImageSpec:
 
 
 IMAGES: tuple[ImageSpec, ...] = (
-    ImageSpec("train", f"localhost/mlops/train:{TAG}", ".", build_args=(("EXTRA", "train"),),
+    # PADDLE=1: PaddlePaddle in a layer of its own, shared by train and serve (./Dockerfile)
+    ImageSpec("train", f"localhost/mlops/train:{TAG}", ".",
+              build_args=(("PADDLE", "1"), ("EXTRA", "train")),
               role="pipeline tool steps: evaluate, gate, publish-model, propose"),
-    ImageSpec("serve", f"localhost/mlops/serve:{TAG}", ".", build_args=(("EXTRA", "serve"),),
+    ImageSpec("serve", f"localhost/mlops/serve:{TAG}", ".",
+              build_args=(("PADDLE", "1"), ("EXTRA", "serve")),
               role="model servers (mlops serve), the serving Deployments"),
     ImageSpec("controller", f"localhost/mlops/controller:{TAG}", ".",
               build_args=(("EXTRA", "controller,ui"),),
