@@ -164,10 +164,15 @@ def test_a_machine_without_podman_gets_the_apt_command(tmp_path):
 def test_the_runroot_stays_short_whatever_the_store_path(tmp_path):
     """podman's container clean-up refuses a --runroot over 50 characters (every run then
     hangs 20 s): the runroot lives under /run, named after the store, not inside it."""
+    import shutil
+
     from mlops.images.podman import Store
 
     store = Store(tmp_path / ("a-long-store-directory-name-" * 3))
-    store.prepare()
+    try:
+        store.prepare()
+    finally:
+        shutil.rmtree(store.run_dir, ignore_errors=True)  # made under /run by prepare()
     conf = (store.root / "storage.conf").read_text()
     runroot = next(line.split('"')[1] for line in conf.splitlines()
                    if line.startswith("runroot"))
