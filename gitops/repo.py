@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gitops import layout
+from gitops.archive import extract
 from gitops.errors import ConflictError, GitError, GitOpsError
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, parse_trailers, remote
 from gitops.protect import protect_branch
@@ -238,5 +239,5 @@ class Mirror:
                 else:
                     log.warning("%s at %s: not a regular file (a link?); left out of the export",
                                 member.name, sha[:12])
-            tar.extractall(dest, members=members, filter="data")
+            extract(tar, dest, members)
         return sha
