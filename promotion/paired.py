@@ -1,0 +1,429 @@
+"""Champion vs challenger on the same images: a paired bootstrap of COCO mAP.
+
+Why: comparing the candidate's mAP on its val set with the number production
+scored on another val set, months ago, says nothing once the val set moves;
+and on a few hundred images a difference of a few thousandths is sampling
+noise. Here both models' detections on the *same* images are compared, and
+the images are resampled with replacement (the same resample for both
+models: a paired bootstrap) to give the difference an interval.
+
+What the bootstrap assumes: the val images are independent draws from the
+distribution the model will meet in deployment, and an image is the unit of
+sampling (all boxes of one image go in or out together). If the val set is
+not such a sample (picked hard cases, near-duplicate frames of one video),
+the interval is too narrow or answers a different question.
+
+How it stays fast: COCOeval is never run per resample. Each detection is
+matched once, COCO-style (per image and class, highest score first, greedy,
+crowd boxes as COCO treats them), which gives a record (image, class, score,
+TP / FP / ignored at each IoU threshold) and, per image and class, the count
+of ground-truth boxes that are not ignored. A resample is then only a vector
+of image multiplicities (an image drawn twice counts as two images): the
+cumulative TP and FP counts along each class's score order are sums weighted
+by these multiplicities, and AP is COCO's 101-point interpolated precision of
+that curve. With all multiplicities 1 this is exactly COCOeval's mAP (tests
+hold it to pycocotools and faster-coco-eval at 1e-6); with an image drawn k
+times it equals COCOeval on a val set holding k renamed copies of it.
+
+The arithmetic follows pycocotools (`cocodataset/cocoapi:
+PythonAPI/pycocotools/cocoeval.py`: `evaluateImg` for matching, `accumulate`
+for the precision curve; `common/maskApi.c` `bbIou` for the box IoU), with
+COCO's defaults: IoU thresholds .50:.05:.95, recall thresholds 0:.01:1, at
+most 100 detections per image and class, area range "all". Not reproduced:
+COCO's quirk that an annotation with id 0 counts as unmatched, and the
+`ignore` key, which pycocotools overwrites with `iscrowd` anyway.
+
+Intervals are percentile intervals (BCa would need a jackknife over images,
+as costly as the bootstrap itself). Per-class intervals are Bonferroni
+intervals: each at level 1 - (1 - confidence) / K over the K classes with
+ground truth, so "some class got significantly worse" is wrong with
+probability at most 1 - confidence for all classes together.
+"""
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "IOU_THRESHOLDS",
+    "RECALL_THRESHOLDS",
+    "ClassDifference",
+    "Interval",
+    "Matched",
+    "PairedResult",
+    "average_precision",
+    "bootstrap_weights",
+    "match_detections",
+    "paired_bootstrap",
+]
+
+IOU_THRESHOLDS: NDArray[np.float64] = np.linspace(0.5, 0.95, 10)
+"""COCO's IoU thresholds; index 0 is the 0.5 of mAP@0.5."""
+
+RECALL_THRESHOLDS: NDArray[np.float64] = np.linspace(0.0, 1.0, 101)
+"""COCO's recall thresholds for the interpolated precision."""
+
+MAX_DETS = 100
+"""COCO keeps the 100 highest-scoring detections per image and class."""
+
+_AREA_MAX = 1e5**2
+"""COCO's "all" area range is [0, 1e10]: boxes outside it are ignored."""
+
+_CHUNK_ELEMENTS = 4_000_000
+"""Rows x records per batch of resamples: bounds memory at ~100 MB per class."""
+
+
+class BootstrapInputError(ValueError):
+    """Ground truth or detections are unusable; the message says which item."""
+
+
+@dataclass(frozen=True)
+class Matched:
+    """One model's detections matched once against the ground truth.
+
+    Records of class `k` are `order[k]`'s indices, already in COCO's ranking
+    (score descending; ties by image, then by the detection's place in the
+    input, as COCOeval's stable sorts leave them).
+    """
+
+    image_ids: tuple[int, ...]
+    category_ids: tuple[int, ...]
+    gt_counts: NDArray[np.int64]  # (images, classes): boxes not ignored
+    image: NDArray[np.intp]  # per record: image index
+    category: NDArray[np.intp]  # per record: class index
+    score: NDArray[np.float64]
+    tp: NDArray[np.bool_]  # (records, IoU thresholds)
+    fp: NDArray[np.bool_]  # (records, IoU thresholds); neither TP nor FP = ignored
+    order: tuple[NDArray[np.intp], ...]  # per class: record indices in COCO's ranking
+
+
+def _box_iou(dt: NDArray[np.float64], gt: NDArray[np.float64],
+             crowd: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """IoU of xywh boxes (dt x gt); for a crowd box the union is the detection's area."""
+    dx, dy, dw, dh = (dt[:, i : i + 1] for i in range(4))
+    gx, gy, gw, gh = (gt[None, :, i] for i in range(4))
+    w = np.minimum(dw + dx, gw + gx) - np.maximum(dx, gx)
+    h = np.minimum(dh + dy, gh + gy) - np.maximum(dy, gy)
+    inter = w * h
+    union = np.where(crowd[None, :], dw * dh, dw * dh + gw * gh - inter)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iou = inter / union
+    return np.where((w > 0) & (h > 0), iou, 0.0)
+
+
+def _match_one(dt_boxes: NDArray[np.float64], gt_boxes: NDArray[np.float64],
+               gt_ignore: NDArray[np.bool_], crowd: NDArray[np.bool_]
+               ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """COCO's greedy matching for one image and class; dts already ranked.
+
+    Returns (matched, ignored), each (dts, thresholds). Ground truth must be
+    ordered not-ignored first, as COCOeval orders it.
+    """
+    t_count = len(IOU_THRESHOLDS)
+    matched = np.zeros((len(dt_boxes), t_count), dtype=bool)
+    ignored = np.zeros((len(dt_boxes), t_count), dtype=bool)
+    if len(gt_boxes) == 0 or len(dt_boxes) == 0:
+        return matched, ignored
+    ious = _box_iou(dt_boxes, gt_boxes, crowd)
+    taken = np.zeros((t_count, len(gt_boxes)), dtype=bool)
+    for t, thr in enumerate(IOU_THRESHOLDS):
+        floor = min(thr, 1 - 1e-10)
+        for d in range(len(dt_boxes)):
+            free = ~taken[t] | crowd
+            ok = free & (ious[d] >= floor)
+            # A match with a regular box beats any ignored box; among equals the
+            # highest IoU wins, and on a tie the later box (COCOeval's `>=` scan).
+            for group in (ok & ~gt_ignore, ok & gt_ignore):
+                if group.any():
+                    cand = np.flatnonzero(group)
+                    best = ious[d, cand]
+                    m = int(cand[np.flatnonzero(best == best.max())[-1]])
+                    matched[d, t] = True
+                    ignored[d, t] = bool(gt_ignore[m])
+                    taken[t, m] = True
+                    break
+    return matched, ignored
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BootstrapInputError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _bbox(item: Mapping[str, Any], where: str) -> list[float]:
+    bbox = item.get("bbox")
+    if not (isinstance(bbox, (list, tuple)) and len(bbox) == 4):
+        raise BootstrapInputError(f"{where}: needs bbox [x, y, w, h]")
+    return [_number(v, f"{where}.bbox") for v in bbox]
+
+
+def match_detections(ground_truth: Mapping[str, Any],
+                     detections: Sequence[Mapping[str, Any]], name: str = "detections"
+                     ) -> Matched:
+    """Match a COCO results list against COCO ground truth, once.
+
+    `ground_truth` is a parsed COCO annotations object; `detections` a parsed
+    `bbox.json`. Bad items raise `BootstrapInputError` naming `name[i]`.
+    """
+    try:
+        images = [int(img["id"]) for img in ground_truth["images"]]
+        cats = sorted(int(c["id"]) for c in ground_truth["categories"])
+        anns = list(ground_truth["annotations"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BootstrapInputError(
+            f"ground truth: needs images, categories and annotations with ids ({exc!r})"
+        ) from exc
+    images = sorted(set(images))  # COCOeval walks images in sorted id order
+    img_index = {i: n for n, i in enumerate(images)}
+    cat_index = {c: n for n, c in enumerate(cats)}
+    gts: dict[tuple[int, int], list[tuple[list[float], bool, bool]]] = {}
+    for i, ann in enumerate(anns):
+        where = f"ground truth annotations[{i}]"
+        if not isinstance(ann, Mapping):
+            raise BootstrapInputError(f"{where}: expected an object")
+        box = _bbox(ann, where)
+        key = (img_index.get(ann.get("image_id", -1), -1),
+               cat_index.get(ann.get("category_id", -1), -1))
+        if key[0] < 0 or key[1] < 0:
+            raise BootstrapInputError(f"{where}: unknown image_id or category_id")
+        crowd = bool(ann.get("iscrowd", 0))
+        area = _number(ann.get("area", box[2] * box[3]), f"{where}.area")
+        gts.setdefault(key, []).append((box, crowd, crowd or not 0 <= area <= _AREA_MAX))
+    dts: dict[tuple[int, int], list[tuple[float, int, list[float]]]] = {}
+    for i, det in enumerate(detections):
+        where = f"{name}[{i}]"
+        if not isinstance(det, Mapping):
+            raise BootstrapInputError(f"{where}: expected an object")
+        key = (img_index.get(det.get("image_id", -1), -1),
+               cat_index.get(det.get("category_id", -1), -1))
+        if key[0] < 0:
+            raise BootstrapInputError(f"{where}: image_id {det.get('image_id')!r} is not in "
+                                      "the ground truth")
+        if key[1] < 0:
+            raise BootstrapInputError(f"{where}: category_id {det.get('category_id')!r} "
+                                      "is unknown")
+        dts.setdefault(key, []).append((_number(det.get("score"), f"{where}.score"), i,
+                                        _bbox(det, where)))
+
+    gt_counts = np.zeros((len(images), len(cats)), dtype=np.int64)
+    for key, boxes in gts.items():
+        gt_counts[key] = sum(1 for _, _, ign in boxes if not ign)
+    rec_img: list[int] = []
+    rec_cat: list[int] = []
+    rec_score: list[float] = []
+    rec_input: list[int] = []
+    rec_matched: list[NDArray[np.bool_]] = []
+    rec_ignored: list[NDArray[np.bool_]] = []
+    for key, found in dts.items():
+        found.sort(key=lambda d: -d[0])  # stable: ties keep input order, as COCOeval's mergesort
+        found = found[:MAX_DETS]
+        g = sorted(gts.get(key, []), key=lambda b: b[2])  # not-ignored first, stable
+        dt_boxes = np.array([d[2] for d in found], dtype=np.float64)
+        gt_boxes = np.array([b[0] for b in g], dtype=np.float64).reshape(-1, 4)
+        gt_ign = np.array([b[2] for b in g], dtype=bool)
+        is_crowd = np.array([b[1] for b in g], dtype=bool)
+        matched, ignored = _match_one(dt_boxes, gt_boxes, gt_ign, is_crowd)
+        # Unmatched detections outside COCO's area range are ignored, as COCOeval does.
+        dt_area = dt_boxes[:, 2] * dt_boxes[:, 3]
+        ignored |= ~matched & ~((dt_area >= 0) & (dt_area <= _AREA_MAX))[:, None]
+        rec_img += [key[0]] * len(found)
+        rec_cat += [key[1]] * len(found)
+        rec_score += [d[0] for d in found]
+        rec_input += [d[1] for d in found]
+        rec_matched.append(matched)
+        rec_ignored.append(ignored)
+    t_count = len(IOU_THRESHOLDS)
+    matched_all = np.concatenate(rec_matched) if rec_matched else np.zeros((0, t_count), bool)
+    ignored_all = np.concatenate(rec_ignored) if rec_ignored else np.zeros((0, t_count), bool)
+    image = np.array(rec_img, dtype=np.intp)
+    category = np.array(rec_cat, dtype=np.intp)
+    score = np.array(rec_score, dtype=np.float64)
+    # COCO's ranking: score descending, ties by image (the order accumulate()
+    # concatenates images in), then by place in the input file.
+    rank = np.lexsort((np.array(rec_input, dtype=np.intp), image, -score))
+    order = tuple(rank[category[rank] == k] for k in range(len(cats)))
+    return Matched(
+        image_ids=tuple(images), category_ids=tuple(cats), gt_counts=gt_counts,
+        image=image, category=category, score=score,
+        tp=matched_all & ~ignored_all, fp=~matched_all & ~ignored_all, order=order,
+    )
+
+
+def _first_at_least(npig: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Per row, per recall threshold r: the least TP count j with j / npig >= r.
+
+    Computed on the same floats COCOeval compares (`tp / npig` against
+    `recThrs`), so the lookup below finds exactly the index its
+    `np.searchsorted(rc, recThrs, side='left')` finds.
+    """
+    n = npig.astype(np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        j = np.ceil(RECALL_THRESHOLDS[None, :] * n).astype(np.int64)
+        j = np.where((j - 1) / n >= RECALL_THRESHOLDS, j - 1, j)
+        j = np.where(j / n < RECALL_THRESHOLDS, j + 1, j)
+    return np.maximum(j, 0)
+
+
+def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.int64],
+              npig: NDArray[np.int64]) -> NDArray[np.float64]:
+    """AP per (resample, threshold) for one class's ranked records.
+
+    `tp`, `fp`: (records, thresholds); `weight`: (resamples, records) image
+    multiplicities; `npig`: (resamples,) ground-truth boxes. NaN where the
+    resample holds no ground truth of the class (COCO leaves the class out).
+    """
+    rows, n = weight.shape
+    t_count = tp.shape[1]
+    out = np.zeros((rows, t_count))
+    if n > 0:
+        tp_cum = np.cumsum(weight[:, None, :] * tp.T[None, :, :], axis=-1)
+        fp_cum = np.cumsum(weight[:, None, :] * fp.T[None, :, :], axis=-1)
+        prec = tp_cum / (tp_cum + fp_cum + np.spacing(1))
+        # Interpolated precision: the best precision at this recall or beyond.
+        prec = np.maximum.accumulate(prec[..., ::-1], axis=-1)[..., ::-1]
+        need = np.broadcast_to(_first_at_least(npig)[:, None, :], (rows, t_count,
+                                                                     len(RECALL_THRESHOLDS)))
+        # One searchsorted for all rows: shift row r's (integer, non-decreasing)
+        # TP counts by r * big so the rows concatenate into one sorted array.
+        big = int(max(tp_cum.max(initial=0), need.max(initial=0))) + 2
+        shift = (np.arange(rows * t_count, dtype=np.int64) * big).reshape(rows, t_count)
+        flat = (tp_cum + shift[..., None]).ravel()
+        pos = np.searchsorted(flat, (need + shift[..., None]).ravel(), side="left")
+        pos = pos.reshape(need.shape) - (np.arange(rows * t_count) * n).reshape(
+            rows, t_count, 1)
+        found = pos < n
+        q = np.take_along_axis(prec, np.where(found, pos, 0), axis=-1)
+        out = np.where(found, q, 0.0).mean(axis=-1)
+    return np.where((npig > 0)[:, None], out, np.nan)
+
+
+def average_precision(matched: Matched, weights: NDArray[np.int64]) -> NDArray[np.float64]:
+    """AP per (resample, IoU threshold, class) for image multiplicities `weights`.
+
+    `weights` is (resamples, images), in `matched.image_ids` order; a row of
+    ones is the val set itself. NaN where a resample has no ground truth of a
+    class. mAP@0.5 is `np.nanmean(ap[:, 0], axis=-1)`, mAP the mean over
+    thresholds and classes.
+    """
+    weights = np.asarray(weights, dtype=np.int64)
+    if weights.ndim != 2 or weights.shape[1] != len(matched.image_ids):
+        raise ValueError(f"weights must be (resamples, {len(matched.image_ids)}), "
+                         f"got {weights.shape}")
+    npig = weights @ matched.gt_counts  # (resamples, classes)
+    result = np.empty((weights.shape[0], len(IOU_THRESHOLDS), len(matched.category_ids)))
+    for k, recs in enumerate(matched.order):
+        step = max(1, _CHUNK_ELEMENTS // max(1, len(recs) * len(IOU_THRESHOLDS)))
+        for start in range(0, weights.shape[0], step):
+            rows = slice(start, start + step)
+            result[rows, :, k] = _class_ap(matched.tp[recs], matched.fp[recs],
+                                           weights[rows][:, matched.image[recs]], npig[rows, k])
+    return result
+
+
+def _maps(ap: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:
+    """mAP@0.5 and mAP@[.5:.95] per resample, as COCOeval averages (classes with GT)."""
+    with warnings.catch_warnings():  # an all-NaN row (no GT at all) is NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {"map50": np.nanmean(ap[:, 0, :], axis=-1),
+                "map": np.nanmean(ap.mean(axis=1), axis=-1)}
+
+
+def bootstrap_weights(images: int, resamples: int, seed: int) -> NDArray[np.int64]:
+    """Multiplicities of `resamples` draws of `images` images with replacement."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, images, size=(resamples, images))
+    flat = (draws + (np.arange(resamples) * images)[:, None]).ravel()
+    return np.bincount(flat, minlength=resamples * images).reshape(resamples, images)
+
+
+class Interval(BaseModel):
+    """An estimate on the val set with its bootstrap interval."""
+
+    model_config = ConfigDict(frozen=True)
+
+    estimate: float
+    low: float
+    high: float
+
+
+class ClassDifference(BaseModel):
+    """AP@0.5 of one class for both models and the difference (Bonferroni level)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    category_id: int
+    name: str
+    candidate: Interval
+    production: Interval
+    difference: Interval
+
+
+class PairedResult(BaseModel):
+    """The paired bootstrap's answer; differences are candidate - production."""
+
+    model_config = ConfigDict(frozen=True)
+
+    images: int
+    resamples: int
+    seed: int
+    confidence: float
+    class_confidence: float
+    candidate: dict[str, Interval]
+    production: dict[str, Interval]
+    difference: dict[str, Interval]
+    classes: list[ClassDifference]
+
+
+def _interval(estimate: float, samples: NDArray[np.float64], level: float) -> Interval:
+    tail = (1.0 - level) / 2.0 * 100.0
+    low, high = np.nanpercentile(samples, [tail, 100.0 - tail])
+    return Interval(estimate=float(estimate), low=float(low), high=float(high))
+
+
+def paired_bootstrap(ground_truth: Mapping[str, Any],
+                     candidate: Sequence[Mapping[str, Any]],
+                     production: Sequence[Mapping[str, Any]],
+                     resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+                     ) -> PairedResult:
+    """Both models on the same images, the images resampled together."""
+    if resamples < 1 or not 0.0 < confidence < 1.0:
+        raise ValueError("resamples must be >= 1 and confidence in (0, 1)")
+    cand = match_detections(ground_truth, candidate, "candidate")
+    prod = match_detections(ground_truth, production, "production")
+    present = cand.gt_counts.sum(axis=0) > 0
+    if not present.any():
+        raise BootstrapInputError("ground truth: no annotations that COCO would score")
+    n = len(cand.image_ids)
+    ones = np.ones((1, n), dtype=np.int64)
+    weights = bootstrap_weights(n, resamples, seed)
+    ap_c, ap_p = average_precision(cand, ones), average_precision(prod, ones)
+    bs_c, bs_p = average_precision(cand, weights), average_precision(prod, weights)
+    m_c, m_p, s_c, s_p = _maps(ap_c), _maps(ap_p), _maps(bs_c), _maps(bs_p)
+    keys = ("map50", "map")
+    class_level = 1.0 - (1.0 - confidence) / int(present.sum())
+    names = {int(c["id"]): str(c.get("name", c["id"])) for c in ground_truth["categories"]}
+    classes = []
+    for k in np.flatnonzero(present):
+        cid = cand.category_ids[k]
+        classes.append(ClassDifference(
+            category_id=cid, name=names.get(cid, str(cid)),
+            candidate=_interval(ap_c[0, 0, k], bs_c[:, 0, k], class_level),
+            production=_interval(ap_p[0, 0, k], bs_p[:, 0, k], class_level),
+            difference=_interval(ap_c[0, 0, k] - ap_p[0, 0, k],
+                                 bs_c[:, 0, k] - bs_p[:, 0, k], class_level),
+        ))
+    return PairedResult(
+        images=n, resamples=resamples, seed=seed, confidence=confidence,
+        class_confidence=class_level,
+        candidate={k: _interval(m_c[k][0], s_c[k], confidence) for k in keys},
+        production={k: _interval(m_p[k][0], s_p[k], confidence) for k in keys},
+        difference={k: _interval(m_c[k][0] - m_p[k][0], s_c[k] - s_p[k], confidence)
+                    for k in keys},
+        classes=classes,
+    )
