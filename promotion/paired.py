@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
@@ -101,6 +101,24 @@ class Matched:
     fp: NDArray[np.bool_]  # (records, IoU thresholds); neither TP nor FP = ignored
     order: tuple[NDArray[np.intp], ...]  # per class: record indices in COCO's ranking
 
+    def subset(self, images: ArrayLike) -> "Matched":
+        """The same matches restricted to some images (indices into `image_ids`).
+
+        Matching is per image, so it is unchanged; the rankings keep their order.
+        """
+        keep_images = np.unique(np.asarray(images, dtype=np.intp))
+        new_index = np.full(len(self.image_ids), -1, dtype=np.intp)
+        new_index[keep_images] = np.arange(len(keep_images))
+        keep = new_index[self.image] >= 0
+        new_record = np.cumsum(keep) - 1
+        return Matched(
+            image_ids=tuple(self.image_ids[i] for i in keep_images),
+            category_ids=self.category_ids, gt_counts=self.gt_counts[keep_images],
+            image=new_index[self.image[keep]], category=self.category[keep],
+            score=self.score[keep], tp=self.tp[keep], fp=self.fp[keep],
+            order=tuple(new_record[o[keep[o]]] for o in self.order),
+        )
+
 
 def _box_iou(dt: NDArray[np.float64], gt: NDArray[np.float64],
              crowd: NDArray[np.bool_]) -> NDArray[np.float64]:
@@ -130,23 +148,20 @@ def _match_one(dt_boxes: NDArray[np.float64], gt_boxes: NDArray[np.float64],
     if len(gt_boxes) == 0 or len(dt_boxes) == 0:
         return matched, ignored
     ious = _box_iou(dt_boxes, gt_boxes, crowd)
+    floors = np.minimum(IOU_THRESHOLDS, 1 - 1e-10)[:, None]
     taken = np.zeros((t_count, len(gt_boxes)), dtype=bool)
-    for t, thr in enumerate(IOU_THRESHOLDS):
-        floor = min(thr, 1 - 1e-10)
-        for d in range(len(dt_boxes)):
-            free = ~taken[t] | crowd
-            ok = free & (ious[d] >= floor)
-            # A match with a regular box beats any ignored box; among equals the
-            # highest IoU wins, and on a tie the later box (COCOeval's `>=` scan).
-            for group in (ok & ~gt_ignore, ok & gt_ignore):
-                if group.any():
-                    cand = np.flatnonzero(group)
-                    best = ious[d, cand]
-                    m = int(cand[np.flatnonzero(best == best.max())[-1]])
-                    matched[d, t] = True
-                    ignored[d, t] = bool(gt_ignore[m])
-                    taken[t, m] = True
-                    break
+    last = len(gt_boxes) - 1
+    for d in range(len(dt_boxes)):  # all thresholds at once; dts in rank order
+        ok = (~taken | crowd) & (ious[d] >= floors)
+        # A match with a regular box beats any ignored box; among equals the
+        # highest IoU wins, and on a tie the later box (COCOeval's `>=` scan).
+        regular = ok & ~gt_ignore
+        cand = np.where(regular.any(axis=1, keepdims=True), regular, ok & gt_ignore)
+        m = last - np.argmax(np.where(cand, ious[d], -1.0)[:, ::-1], axis=1)
+        hit = cand.any(axis=1)
+        matched[d] = hit
+        ignored[d] = hit & gt_ignore[m]
+        taken[hit, m[hit]] = True
     return matched, ignored
 
 
@@ -303,25 +318,28 @@ def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.i
     return np.where((npig > 0)[:, None], out, np.nan)
 
 
-def average_precision(matched: Matched, weights: NDArray[np.int64]) -> NDArray[np.float64]:
+def average_precision(matched: Matched, weights: NDArray[np.int64],
+                      thresholds: slice = slice(None)) -> NDArray[np.float64]:
     """AP per (resample, IoU threshold, class) for image multiplicities `weights`.
 
     `weights` is (resamples, images), in `matched.image_ids` order; a row of
     ones is the val set itself. NaN where a resample has no ground truth of a
     class. mAP@0.5 is `np.nanmean(ap[:, 0], axis=-1)`, mAP the mean over
-    thresholds and classes.
+    thresholds and classes. `thresholds` picks IoU thresholds (`slice(0, 1)`:
+    only 0.5, ten times cheaper).
     """
     weights = np.asarray(weights, dtype=np.int64)
     if weights.ndim != 2 or weights.shape[1] != len(matched.image_ids):
         raise ValueError(f"weights must be (resamples, {len(matched.image_ids)}), "
                          f"got {weights.shape}")
     npig = weights @ matched.gt_counts  # (resamples, classes)
-    result = np.empty((weights.shape[0], len(IOU_THRESHOLDS), len(matched.category_ids)))
+    tp, fp = matched.tp[:, thresholds], matched.fp[:, thresholds]
+    result = np.empty((weights.shape[0], tp.shape[1], len(matched.category_ids)))
     for k, recs in enumerate(matched.order):
-        step = max(1, _CHUNK_ELEMENTS // max(1, len(recs) * len(IOU_THRESHOLDS)))
+        step = max(1, _CHUNK_ELEMENTS // max(1, len(recs) * tp.shape[1]))
         for start in range(0, weights.shape[0], step):
             rows = slice(start, start + step)
-            result[rows, :, k] = _class_ap(matched.tp[recs], matched.fp[recs],
+            result[rows, :, k] = _class_ap(tp[recs], fp[recs],
                                            weights[rows][:, matched.image[recs]], npig[rows, k])
     return result
 

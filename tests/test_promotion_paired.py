@@ -111,6 +111,19 @@ def test_a_resample_is_a_val_set_with_renamed_copies():
     assert ours(gt, dets, weights) == pytest.approx(pycoco(copies, copied), abs=1e-6)
 
 
+def test_subset_equals_cocoeval_on_those_images():
+    gt = make_gt(8, images=40, crowd=0.1)
+    dets = detect(gt, 9)
+    keep = [img["id"] for img in gt["images"]][::3]
+    small = {**gt, "images": [i for i in gt["images"] if i["id"] in keep],
+             "annotations": [a for a in gt["annotations"] if a["image_id"] in keep]}
+    small_dets = [d for d in dets if d["image_id"] in keep]
+    matched = match_detections(gt, dets).subset(np.arange(0, 40, 3))
+    ap = average_precision(matched, np.ones((1, len(keep)), dtype=np.int64))
+    assert (float(np.nanmean(ap[0])), float(np.nanmean(ap[0, 0]))) == pytest.approx(
+        pycoco(small, small_dets), abs=1e-6)
+
+
 def test_bootstrap_weights_are_seeded_draws_with_replacement():
     w = bootstrap_weights(50, 200, seed=3)
     assert w.shape == (200, 50)
@@ -172,3 +185,56 @@ def test_bad_input_names_the_item(change, message):
     with pytest.raises(BootstrapInputError, match=message.replace("[", r"\[").replace("]",
                                                                                       r"\]")):
         paired_bootstrap(gt, dets, detect(make_gt(0, images=5), 1), resamples=10)
+
+
+def coverage(trials: int, images: int, resamples: int, paired: bool = True) -> float:
+    """Share of trials whose 95 % interval covers the population's mAP@0.5 difference.
+
+    The population is 1,000 synthetic images with two correlated detectors (one
+    finds more boxes, more precisely); a val set is 200 images drawn from it
+    independently (with replacement: i.i.d. from the population, the bootstrap's
+    own assumption), and the true difference is the population's.
+    """
+    population = 1000
+    gt = make_gt(100, population)
+    better = match_detections(gt, detect(gt, 5, recall=0.88, jitter=0.07))
+    worse = match_detections(gt, detect(gt, 5))
+
+    def map50(m, weights):
+        return np.nanmean(average_precision(m, weights, slice(0, 1))[:, 0], axis=-1)
+
+    ones = np.ones((1, population), dtype=np.int64)
+    true = map50(better, ones)[0] - map50(worse, ones)[0]
+    assert 0.03 < true < 0.15  # a real difference, not a tie
+    rng = np.random.default_rng(0)
+    covered = 0
+    for trial in range(trials):
+        draws = rng.integers(0, population, images)
+        unique, slot = np.unique(draws, return_inverse=True)
+        a, b = better.subset(unique), worse.subset(unique)
+
+        def resample(seed):
+            # a resample of the val set's 200 draws, as multiplicities of its unique images
+            picks = slot[np.random.default_rng(seed).integers(0, images, (resamples, images))]
+            rows = (picks + (np.arange(resamples) * len(unique))[:, None]).ravel()
+            return np.bincount(rows, minlength=resamples * len(unique)).reshape(resamples, -1)
+
+        w = resample(trial)
+        diff = map50(a, w) - map50(b, w if paired else resample(trial + 10_000))
+        low, high = np.percentile(diff, [2.5, 97.5])
+        covered += bool(low <= true <= high)
+    return covered / trials
+
+
+def test_interval_covers_the_true_difference_about_95_percent_of_the_time():
+    """200 val sets of 200 images, 200 resamples each (seeded; ~6 s on one core).
+
+    Measured while writing this: 0.905 here; 0.92 over 400 trials with 400
+    resamples. The percentile interval runs slightly short at 200 images (its
+    misses are mostly on the high side: AP on few images is skewed); a
+    bias-corrected (BC) interval did no better (0.92), and BCa needs a jackknife
+    over images. The band is therefore 0.88-0.99. An unpaired bootstrap (each
+    model resampled on its own) covered 200 of 200: it ignores that both models
+    find the same images hard, and its intervals are too wide to see real gains.
+    """
+    assert 0.88 <= coverage(trials=200, images=200, resamples=200) <= 0.99
