@@ -40,6 +40,7 @@ ground truth, so "some class got significantly worse" is wrong with
 probability at most 1 - confidence for all classes together.
 """
 
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -166,8 +167,8 @@ def _match_one(dt_boxes: NDArray[np.float64], gt_boxes: NDArray[np.float64],
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BootstrapInputError(f"{where}: expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BootstrapInputError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
 
 

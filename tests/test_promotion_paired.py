@@ -64,7 +64,7 @@ CASES = {
     "crowded, noisy, coarse scores": (dict(images=40, per_image=8, crowd=0.2),
                                       dict(noise=3.0, round_scores=1, jitter=0.15)),
     # more than COCO's 100 detections of one class in an image: only the top 100 count
-    "over 100 per image": (dict(images=6, per_image=60), dict(noise=150.0)),
+    "over 100 per image": (dict(images=6, per_image=60), dict(noise=400.0, hit_score=0.4)),
 }
 
 
@@ -77,6 +77,34 @@ def test_full_set_equals_cocoeval(case, reference):
     expected = reference(gt, dets)
     assert 0.05 < expected[1] < 0.99  # not a trivial all-or-nothing case
     assert ours(gt, dets) == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_crowd_box_absorbs_every_detection_inside_it():
+    """COCO lets any number of detections match one crowd box (IoU = overlap / the
+    detection's area), and ignores them: neither TP nor FP."""
+    gt = make_gt(12, images=20)
+    dets = detect(gt, 13)
+    for n, img in enumerate(gt["images"][:10]):
+        gt["annotations"].append({"id": 1000 + n, "image_id": img["id"], "category_id": 1,
+                                  "bbox": [0.0, 0.0, 64.0, 64.0], "area": 4096.0,
+                                  "iscrowd": 1})
+        dets += [{"image_id": img["id"], "category_id": 1, "score": 0.5 + 0.01 * k,
+                  "bbox": [4.0 + 9 * k, 4.0 + 5 * k, 12.0, 14.0]} for k in range(5)]
+    expected = pycoco(gt, dets)
+    assert ours(gt, dets) == pytest.approx(expected, abs=1e-6)
+    assert ours(gt, dets) == pytest.approx(faster(gt, dets), abs=1e-6)
+
+
+def test_recall_lookup_is_cocoevals_searchsorted_for_every_count():
+    """The integer lookup finds the index COCOeval's float `searchsorted` finds,
+    including where `k / n` and a recall threshold meet exactly (n = 100, 50 ...)."""
+    from promotion.paired import RECALL_THRESHOLDS, _first_at_least
+
+    counts = np.arange(1, 1001)
+    need = _first_at_least(counts)
+    for n, row in zip(counts, need):
+        rc = np.arange(0, n + 1) / n  # recall after 0..n true positives
+        assert np.array_equal(np.searchsorted(rc, RECALL_THRESHOLDS, side="left"), row), n
 
 
 def test_a_class_without_detections_scores_zero_and_one_without_gt_is_left_out():
@@ -170,7 +198,9 @@ def test_seeded_result_is_reproducible():
     [
         (lambda gt, d: d[0].update(image_id=999), "candidate[0]: image_id 999 is not in"),
         (lambda gt, d: d[1].update(category_id=7), "candidate[1]: category_id 7 is unknown"),
-        (lambda gt, d: d[2].update(score="high"), "candidate[2].score: expected a number"),
+        (lambda gt, d: d[2].update(score="high"), "candidate[2].score: expected a finite number"),
+        (lambda gt, d: d[2].update(score=float("nan")), "candidate[2].score: expected a finite"),
+        (lambda gt, d: d[4].update(bbox=[1, 2, float("inf"), 3]), "candidate[4].bbox: expected"),
         (lambda gt, d: d[3].pop("bbox"), "candidate[3]: needs bbox"),
         (lambda gt, d: gt["annotations"][0].update(bbox=[1, 2]),
          "ground truth annotations[0]: needs bbox"),
