@@ -8,6 +8,7 @@ faster-coco-eval's port of it, both run for real on the same data.
 import contextlib
 import copy
 import io
+import json
 
 import numpy as np
 import pytest
@@ -268,3 +269,10 @@ def test_interval_covers_the_true_difference_about_95_percent_of_the_time():
     find the same images hard, and its intervals are too wide to see real gains.
     """
     assert 0.88 <= coverage(trials=200, images=200, resamples=200) <= 0.99
+
+
+def test_full_set_equals_cocoeval_on_real_detections(trained_model):
+    """The session's trained example: a weak real model's many low-scoring boxes."""
+    gt = json.loads(trained_model.val_json.read_text())
+    dets = json.loads(trained_model.bbox_json.read_text())
+    assert ours(gt, dets) == pytest.approx(faster(gt, dets), abs=1e-6)
