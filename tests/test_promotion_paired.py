@@ -1,5 +1,8 @@
 """The paired bootstrap: its AP is COCOeval's, a resample is a val set, the interval is honest.
 
+Covers promotion/coco_ap.py (matching once, AP for any image multiplicities)
+and promotion/paired.py (the bootstrap on top).
+
 The references are pycocotools' COCOeval (`cocodataset/cocoapi:
 PythonAPI/pycocotools/cocoeval.py`, `evaluateImg` and `accumulate`) and
 faster-coco-eval's port of it, both run for real on the same data.
@@ -17,13 +20,14 @@ from faster_coco_eval import COCOeval_faster
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from promotion.paired import (
-    BootstrapInputError,
+from promotion.coco_ap import (
+    RECALL_THRESHOLDS,
+    DetectionInputError,
+    _first_at_least,
     average_precision,
-    bootstrap_weights,
     match_detections,
-    paired_bootstrap,
 )
+from promotion.paired import bootstrap_weights, paired_bootstrap
 from tests.fixtures.detections import detect, make_gt
 
 
@@ -99,8 +103,6 @@ def test_a_crowd_box_absorbs_every_detection_inside_it():
 def test_recall_lookup_is_cocoevals_searchsorted_for_every_count():
     """The integer lookup finds the index COCOeval's float `searchsorted` finds,
     including where `k / n` and a recall threshold meet exactly (n = 100, 50 ...)."""
-    from promotion.paired import RECALL_THRESHOLDS, _first_at_least
-
     counts = np.arange(1, 1001)
     need = _first_at_least(counts)
     for n, row in zip(counts, need):
@@ -213,7 +215,7 @@ def test_bad_input_names_the_item(change, message):
     gt = make_gt(0, images=5)
     dets = detect(gt, 0, recall=1.0)
     change(gt, dets)
-    with pytest.raises(BootstrapInputError, match=message.replace("[", r"\[").replace("]",
+    with pytest.raises(DetectionInputError, match=message.replace("[", r"\[").replace("]",
                                                                                       r"\]")):
         paired_bootstrap(gt, dets, detect(make_gt(0, images=5), 1), resamples=10)
 
