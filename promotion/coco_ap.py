@@ -17,7 +17,8 @@ images, which follows image ids).
 
 The arithmetic follows pycocotools (`cocodataset/cocoapi:
 PythonAPI/pycocotools/cocoeval.py`: `evaluateImg` for matching, `accumulate`
-for the precision curve; `common/maskApi.c` `bbIou` for the box IoU), with
+for the precision curve; `PythonAPI/pycocotools/mask.py`'s note on crowd
+regions: IoU with a crowd box is the overlap over the detection's area), with
 COCO's defaults: IoU thresholds .50:.05:.95, recall thresholds 0:.01:1, at
 most 100 detections per image and class, area range "all". Not reproduced:
 COCO's quirk that an annotation with id 0 counts as unmatched, and the
