@@ -1,0 +1,106 @@
+"""`prepare(lock, dest, cache)`: exactly the pinned files in a workspace, checked.
+
+Three stages, each finished before the next begins, so a bad dataset leaves no
+workspace half-made: fetch every pinned file into the cache (verifying its digest on
+the way in), validate (schema, ids, categories, boxes, decoding, overlap between
+splits), then link the files into `dest` as the COCO layout (`annotations/<split>.json`,
+`images/<file_name>`) with the lock beside them (`dest/datalock.json`). A second
+prepare of the same lock into the same `dest` finds that lock and does nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import pathlib
+from typing import Sequence
+
+from datapins.cache import Cache
+from datapins.coco import CocoFile, parse_coco
+from datapins.errors import DataError
+from datapins.lock import DataLock, FilePin, dumps, read_lock
+from datapins.snapshot import IMAGES
+from datapins.sources import Source
+from datapins.validate import Problem, check_images, check_overlap, check_split
+
+__all__ = ["PrepareReport", "prepare"]
+
+MARKER = "datalock.json"
+_SHOWN = 20  # problems listed in the error; the count says how many more
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareReport:
+    """What prepare did: files pinned, fetched from the source, found in the cache."""
+
+    files: int
+    fetched: int
+    hits: int
+    bytes_fetched: int
+    skipped: bool = False
+
+
+def _refuse(lock: DataLock, problems: Sequence[Problem]) -> DataError:
+    lines = [f"dataset {lock.name} ({lock.digest[:19]}…): {len(problems)} problem(s):"]
+    lines += [f"  {p}" for p in problems[:_SHOWN]]
+    if len(problems) > _SHOWN:
+        lines.append(f"  … and {len(problems) - _SHOWN} more")
+    return DataError("\n".join(lines))
+
+
+def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
+            labels: Sequence[str] | None = None, full_decode: bool = False,
+            workers: int = 8) -> PrepareReport:
+    """Fetch, verify, validate and place the pinned dataset; DataError if it is unfit."""
+    marker = dest / MARKER
+    if marker.is_file():
+        try:
+            if read_lock(marker).digest == lock.digest:
+                n = sum(1 + len(s.images) for s in lock.splits.values())
+                return PrepareReport(files=n, fetched=0, hits=0, bytes_fetched=0, skipped=True)
+        except DataError:
+            pass
+    if dest.exists() and any(dest.iterdir()):
+        raise DataError(f"{dest}: not empty and not a workspace of this lock "
+                        f"({lock.digest}); give an empty or new directory")
+
+    pins: list[FilePin] = []
+    for split in lock.splits.values():
+        pins.append(split.annotations)
+        pins.extend(split.images)
+    unique = list({p.sha256 + p.path: p for p in pins}.values())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        fetched = list(pool.map(lambda p: (p, *cache.fetch(source, p)), unique))
+    where = {pin.path: path for pin, path, _ in fetched}
+    misses = [pin for pin, _, hit in fetched if not hit]
+
+    problems: list[Problem] = []
+    cocos: dict[str, CocoFile] = {}
+    for name, split in lock.splits.items():
+        cocos[name] = parse_coco(where[split.annotations.path].read_bytes(),
+                                 split.annotations.path)
+    for name, split in lock.splits.items():
+        coco = cocos[name]
+        pinned = {p.path for p in split.images}
+        paths: dict[str, pathlib.Path] = {}
+        for img in coco.images:
+            rel = f"{IMAGES}/{img.file_name}"
+            if rel not in pinned:
+                problems.append(Problem(split.annotations.path, f"image id {img.id}",
+                                        f"{rel} is not pinned in the lock"))
+            else:
+                paths[img.file_name] = where[rel]
+        seen = check_images(paths, full=full_decode)
+        problems += check_split(split.annotations.path, coco, labels, seen)
+    problems += check_overlap({
+        name: {p.sha256: p.path for p in split.images} for name, split in lock.splits.items()})
+    if problems:
+        raise _refuse(lock, problems)
+
+    for name, split in lock.splits.items():
+        Cache.place(where[split.annotations.path], dest / split.annotations.path)
+        for pin in split.images:
+            Cache.place(where[pin.path], dest / pin.path)
+    marker.write_text(dumps(lock))
+    return PrepareReport(files=len(unique), fetched=len(misses), hits=len(unique) - len(misses),
+                         bytes_fetched=sum(p.size for p in misses))
