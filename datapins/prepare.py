@@ -10,17 +10,16 @@ prepare of the same lock into the same `dest` finds that lock and does nothing.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import pathlib
 from typing import Sequence
 
 from datapins.cache import Cache
-from datapins.coco import CocoFile, parse_coco
+from datapins.coco import parse_coco
 from datapins.errors import DataError
 from datapins.lock import DataLock, FilePin, dumps, read_lock
 from datapins.snapshot import IMAGES
-from datapins.sources import Source
+from datapins.sources import Source, bounded_map
 from datapins.validate import Problem, check_images, check_overlap, check_split
 
 __all__ = ["PrepareReport", "prepare"]
@@ -69,18 +68,13 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
         pins.append(split.annotations)
         pins.extend(split.images)
     unique = list({p.sha256 + p.path: p for p in pins}.values())
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        fetched = list(pool.map(lambda p: (p, *cache.fetch(source, p)), unique))
+    fetched = list(bounded_map(lambda p: (p, *cache.fetch(source, p)), unique, workers))
     where = {pin.path: path for pin, path, _ in fetched}
     misses = [pin for pin, _, hit in fetched if not hit]
 
     problems: list[Problem] = []
-    cocos: dict[str, CocoFile] = {}
-    for name, split in lock.splits.items():
-        cocos[name] = parse_coco(where[split.annotations.path].read_bytes(),
-                                 split.annotations.path)
-    for name, split in lock.splits.items():
-        coco = cocos[name]
+    for split in lock.splits.values():  # one parsed annotation file in memory at a time
+        coco = parse_coco(where[split.annotations.path].read_bytes(), split.annotations.path)
         pinned = {p.path for p in split.images}
         paths: dict[str, pathlib.Path] = {}
         for img in coco.images:

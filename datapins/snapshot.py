@@ -12,13 +12,12 @@ made, committed and refused with the reason at `prepare`.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import pathlib
 
 from datapins.coco import parse_coco
 from datapins.errors import DataError
 from datapins.lock import DataLock, FilePin, SplitPin, make_lock
-from datapins.sources import Source, hash_chunks
+from datapins.sources import Source, bounded_map, hash_chunks
 
 __all__ = ["snapshot", "split_names"]
 
@@ -52,21 +51,21 @@ def _pin(source: Source, path: str) -> FilePin:
 def snapshot(source: Source, name: str, workers: int = 8) -> DataLock:
     """Pin every split's annotation file and every image it names."""
     splits: dict[str, SplitPin] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for split, ann_path in sorted(split_names(source).items()):
-            data = b"".join(source.chunks(ann_path))  # parsed whole anyway; hashed from memory
-            ann_pin = FilePin(path=ann_path, size=len(data),
-                              sha256=hash_chunks(iter([data]))[0])
-            coco = parse_coco(data, ann_path)
-            names = {c.id: c.name for c in coco.categories}
-            classes = collections.Counter(
-                names.get(a.category_id, f"<unknown category id {a.category_id}>")
-                for a in coco.annotations)
-            for img in coco.images:
-                if not image_path(img.file_name):
-                    raise DataError(f"{ann_path}: image id {img.id}: file_name "
-                                    f"{img.file_name!r} is not a relative path under {IMAGES}/")
-            paths = sorted({image_path(img.file_name) for img in coco.images})
-            images = list(pool.map(lambda p: _pin(source, p), paths))
-            splits[split] = SplitPin(annotations=ann_pin, classes=dict(classes), images=images)
+    for split, ann_path in sorted(split_names(source).items()):
+        data = b"".join(source.chunks(ann_path))  # parsed whole anyway; hashed from memory
+        ann_pin = FilePin(path=ann_path, size=len(data),
+                          sha256=hash_chunks(iter([data]))[0])
+        coco = parse_coco(data, ann_path)
+        names = {c.id: c.name for c in coco.categories}
+        classes = collections.Counter(
+            names.get(a.category_id, f"<unknown category id {a.category_id}>")
+            for a in coco.annotations)
+        for img in coco.images:
+            if not image_path(img.file_name):
+                raise DataError(f"{ann_path}: image id {img.id}: file_name "
+                                f"{img.file_name!r} is not a relative path under {IMAGES}/")
+        paths = sorted({image_path(img.file_name) for img in coco.images})
+        del coco, data  # not held while the images are hashed
+        images = list(bounded_map(lambda p: _pin(source, p), paths, workers))
+        splits[split] = SplitPin(annotations=ann_pin, classes=dict(classes), images=images)
     return make_lock(name, source.uri, splits)
