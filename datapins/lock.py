@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import re
-from typing import Literal
+from typing import Iterator, Literal
 
 import orjson
 import pydantic
@@ -102,14 +102,35 @@ class DataLock(pydantic.BaseModel):
         return value
 
 
-def _canonical(splits: dict[str, SplitPin]) -> bytes:
-    plain = {name: split.model_dump() for name, split in splits.items()}
-    return orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
+def _canonical_pieces(splits: dict[str, SplitPin]) -> Iterator[bytes]:
+    """The canonical serialisation, piece by piece.
+
+    Byte for byte `orjson.dumps({split: split_as_plain_data}, OPT_SORT_KEYS)` (a test
+    holds them equal), written one pin at a time so 100k images never exist as one
+    big dict or one big string.
+    """
+    def pin(f: FilePin) -> bytes:
+        return orjson.dumps({"path": f.path, "sha256": f.sha256, "size": f.size})
+
+    yield b"{"
+    for i, name in enumerate(sorted(splits)):
+        split = splits[name]
+        yield (b"," if i else b"") + orjson.dumps(name) + b':{"annotations":'
+        yield pin(split.annotations)
+        yield b',"classes":' + orjson.dumps(split.classes, option=orjson.OPT_SORT_KEYS)
+        yield b',"images":['
+        for j, image in enumerate(split.images):
+            yield (b"," if j else b"") + pin(image)
+        yield b"]}"
+    yield b"}"
 
 
 def dataset_digest(splits: dict[str, SplitPin]) -> str:
     """The dataset digest: sha256 over the canonical serialisation of the splits."""
-    return "sha256:" + hashlib.sha256(_canonical(splits)).hexdigest()
+    digest = hashlib.sha256()
+    for piece in _canonical_pieces(splits):
+        digest.update(piece)
+    return "sha256:" + digest.hexdigest()
 
 
 def make_lock(name: str, source: str, splits: dict[str, SplitPin]) -> DataLock:
@@ -158,15 +179,15 @@ def write_lock(lock: DataLock, path: pathlib.Path) -> None:
 def read_lock(path: pathlib.Path) -> DataLock:
     """Read and check a lock file; a bad one is a DataError naming the file and field."""
     try:
-        raw = orjson.loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: no such lock file") from None
-    except orjson.JSONDecodeError as exc:
-        raise DataError(f"{path}: not JSON ({exc})") from None
-    try:
-        lock = DataLock.model_validate(raw)
+    try:  # straight from the bytes: no intermediate dict of 100k entries
+        lock = DataLock.model_validate_json(data)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            raise DataError(f"{path}: not JSON ({first['msg']})") from None
         where = ".".join(str(p) for p in first["loc"])
         raise DataError(f"{path}: {where}: {first['msg']}") from None
     expected = dataset_digest(lock.splits)

@@ -17,7 +17,7 @@ from typing import Sequence
 from datapins.cache import Cache
 from datapins.coco import parse_coco
 from datapins.errors import DataError
-from datapins.lock import DataLock, FilePin, dumps, read_lock
+from datapins.lock import DataLock, dumps, read_lock
 from datapins.snapshot import IMAGES
 from datapins.sources import Source, bounded_map
 from datapins.validate import Problem, check_images, check_overlap, check_split
@@ -63,38 +63,40 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
         raise DataError(f"{dest}: not empty and not a workspace of this lock "
                         f"({lock.digest}); give an empty or new directory")
 
-    pins: list[FilePin] = []
-    for split in lock.splits.values():
-        pins.append(split.annotations)
-        pins.extend(split.images)
-    unique = list({p.sha256 + p.path: p for p in pins}.values())
-    fetched = list(bounded_map(lambda p: (p, *cache.fetch(source, p)), unique, workers))
-    where = {pin.path: path for pin, path, _ in fetched}
-    misses = [pin for pin, _, hit in fetched if not hit]
+    # Each pinned file once; its cache entry is found again from its digest, so no
+    # per-file path object outlives the fetch (100k of them were tens of MB).
+    unique = {(p.path, p.sha256): p for split in lock.splits.values()
+              for p in (split.annotations, *split.images)}
+    misses = bytes_fetched = 0
+    hits = bounded_map(lambda p: cache.fetch(source, p)[1], unique.values(), workers)
+    for pin, hit in zip(unique.values(), hits):
+        if not hit:
+            misses += 1
+            bytes_fetched += pin.size
 
     problems: list[Problem] = []
     for split in lock.splits.values():  # one parsed annotation file in memory at a time
-        coco = parse_coco(where[split.annotations.path].read_bytes(), split.annotations.path)
-        pinned = {p.path for p in split.images}
-        paths: dict[str, pathlib.Path] = {}
+        coco = parse_coco(cache.entry(split.annotations.sha256).read_bytes(),
+                          split.annotations.path)
+        pinned = {p.path: p.sha256 for p in split.images}
+        images: list[tuple[str, pathlib.Path]] = []
         for img in coco.images:
             rel = f"{IMAGES}/{img.file_name}"
             if rel not in pinned:
                 problems.append(Problem(split.annotations.path, f"image id {img.id}",
                                         f"{rel} is not pinned in the lock"))
             else:
-                paths[img.file_name] = where[rel]
-        seen = check_images(paths, full=full_decode)
+                images.append((img.file_name, cache.entry(pinned[rel])))
+        seen = check_images(images, full=full_decode)
+        del images, pinned
         problems += check_split(split.annotations.path, coco, labels, seen)
     problems += check_overlap({
         name: {p.sha256: p.path for p in split.images} for name, split in lock.splits.items()})
     if problems:
         raise _refuse(lock, problems)
 
-    for name, split in lock.splits.items():
-        Cache.place(where[split.annotations.path], dest / split.annotations.path)
-        for pin in split.images:
-            Cache.place(where[pin.path], dest / pin.path)
+    for pin in unique.values():
+        Cache.place(cache.entry(pin.sha256), dest / pin.path)
     marker.write_text(dumps(lock))
-    return PrepareReport(files=len(unique), fetched=len(misses), hits=len(unique) - len(misses),
-                         bytes_fetched=sum(p.size for p in misses))
+    return PrepareReport(files=len(unique), fetched=misses, hits=len(unique) - misses,
+                         bytes_fetched=bytes_fetched)

@@ -37,7 +37,7 @@ class Problem:
         return f"{self.file}: {self.entry}: {self.message}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ImageSeen:
     """What opening an image found: its decoded size, or why it would not open."""
 
@@ -118,12 +118,13 @@ def check_overlap(split_images: Mapping[str, Mapping[str, str]]) -> list[Problem
     return out
 
 
-def check_images(paths: Mapping[str, pathlib.Path], full: bool = False) -> dict[str, ImageSeen]:
-    """Open every image (key: its COCO file_name) and say what was found."""
+def check_images(images: Iterable[tuple[str, pathlib.Path]],
+                 full: bool = False) -> dict[str, ImageSeen]:
+    """Open every image ((COCO file_name, file) pairs) and say what was found."""
     from PIL import Image
 
     seen: dict[str, ImageSeen] = {}
-    for name, path in paths.items():
+    for name, path in images:
         try:
             with Image.open(path) as im:
                 size = im.size

@@ -91,3 +91,18 @@ def test_cli_snapshot_writes_the_lock_and_refuses_a_non_dataset(coco_dataset, tm
     assert code == ExitCode.BAD_INPUT and "no annotations/<split>.json" in err
     code = main(["data", "snapshot", "ftp://host/x", "--name", "w48", "--out", str(out)])
     assert code == ExitCode.BAD_INPUT and "unknown scheme 'ftp'" in capsys.readouterr().err
+
+
+def test_the_digest_is_sha256_of_the_sorted_key_json_of_the_splits(coco_dataset):
+    """The streamed serialisation is the plain one, byte for byte: the format's definition."""
+    import hashlib
+
+    import orjson
+
+    from datapins.lock import dataset_digest
+
+    lock = snapshot(open_source(str(coco_dataset)), "w48")
+    plain = {name: split.model_dump() for name, split in lock.splits.items()}
+    whole = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS)
+    assert dataset_digest(lock.splits) == "sha256:" + hashlib.sha256(whole).hexdigest()
+    assert lock.digest == dataset_digest(lock.splits)
