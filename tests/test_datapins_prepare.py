@@ -147,3 +147,18 @@ def test_cli_prepare_exit_codes_and_one_line_errors(coco_dataset, tmp_path, caps
     (coco_dataset / "images" / "train" / "000001.png").unlink()
     assert main(argv) == ExitCode.NOT_FOUND
     assert "images/train/000001.png: no such file" in capsys.readouterr().err
+
+
+def test_a_truncated_jpeg_passes_verify_and_is_refused_by_full_decode(tmp_path):
+    """Pillow's `Image.verify()` checks a JPEG's header only (a PNG's chunk CRCs, above);
+    `--full-decode` decodes every pixel and finds the missing half."""
+    from tests.fixtures.data import write_coco_dataset
+
+    source = write_coco_dataset(tmp_path / "jpeg", {"train": 2, "val": 1}, side=64, fmt="JPEG")
+    cut = source / "images" / "train" / "000002.jpg"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    lock = _pin(source)
+    assert _prepare(lock, tmp_path, source, dest="verified").fetched == 5
+    message = _refused(lock, tmp_path, source, full_decode=True)
+    assert "annotations/train.json: image id 2 (train/000002.jpg): does not decode: " \
+           "OSError: image file is truncated" in message
