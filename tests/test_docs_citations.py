@@ -8,7 +8,7 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("contracts", "gitops", "serving", "promotion", "workflows", "mlops")
+ROOMS = ("contracts", "gitops", "serving", "datapins", "promotion", "workflows", "mlops")
 
 
 def _sections(doc: str, pattern: str) -> set[str]:

@@ -1,0 +1,95 @@
+"""`mlops data snapshot|prepare|diff`: pin a dataset by content, fetch it checked, compare pins.
+
+`snapshot SOURCE --name NAME --out FILE` writes the lock file to commit in the model
+repo; `prepare LOCK --dest DIR` fetches exactly the pinned files (through the cache,
+`--cache` or `$MLOPS_DATA_CACHE`), verifies and validates them, and lays them out in
+DIR; `diff OLD NEW` prints what changed as Markdown. S3 credentials come from the
+environment only (boto3's chain); no flag takes a key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+
+from datapins.cache import Cache
+from datapins.diff import diff, render_markdown
+from datapins.lock import read_lock, write_lock
+from datapins.prepare import prepare
+from datapins.snapshot import snapshot
+from datapins.sources import open_source
+
+
+def _default_cache() -> pathlib.Path:
+    env = os.environ.get("MLOPS_DATA_CACHE")
+    return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "mlops" / "data"
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    lock = snapshot(open_source(args.source, args.endpoint_url), args.name, workers=args.workers)
+    out = pathlib.Path(args.out)
+    write_lock(lock, out)
+    images = sum(len(s.images) for s in lock.splits.values())
+    splits = ", ".join(f"{n} {len(s.images)}" for n, s in lock.splits.items())
+    print(f"{out}: {lock.name} {lock.digest}: {images} images ({splits})")
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    lock = read_lock(pathlib.Path(args.lock))
+    labels = [x.strip() for x in args.labels.split(",") if x.strip()] if args.labels else None
+    report = prepare(lock, pathlib.Path(args.dest), Cache(pathlib.Path(args.cache)),
+                     open_source(args.source or lock.source, args.endpoint_url),
+                     labels=labels, full_decode=args.full_decode, workers=args.workers)
+    if report.skipped:
+        print(f"{args.dest}: already holds {lock.name} ({lock.digest}); nothing to do")
+    else:
+        print(f"{args.dest}: {lock.name} {lock.digest}: {report.files} files, "
+              f"{report.fetched} fetched ({report.bytes_fetched:,} bytes), "
+              f"{report.hits} from the cache; valid")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    print(render_markdown(diff(read_lock(pathlib.Path(args.old)),
+                               read_lock(pathlib.Path(args.new)))), end="")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `mlops data`."""
+    p = subparsers.add_parser("data", help="dataset pins: snapshot, prepare, diff")
+    sub = p.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
+    endpoint = argparse.ArgumentParser(add_help=False)
+    endpoint.add_argument("--endpoint-url", default=None,
+                          help="S3 endpoint of a MinIO/OSS-style store "
+                               "(default: $MLOPS_DATA_ENDPOINT_URL; credentials: environment)")
+    endpoint.add_argument("--workers", type=int, default=8, help="parallel reads (default 8)")
+
+    s = sub.add_parser("snapshot", parents=[endpoint],
+                       help="pin a COCO dataset (annotations/<split>.json + images/) by content")
+    s.add_argument("source", metavar="SOURCE", help="a directory or s3://BUCKET/PREFIX")
+    s.add_argument("--name", required=True, help="the pin's name, e.g. shapes-2026w48")
+    s.add_argument("--out", required=True, metavar="FILE", help="the lock file to write")
+    s.set_defaults(func=_snapshot)
+
+    r = sub.add_parser("prepare", parents=[endpoint],
+                       help="fetch the pinned files, verify and validate them into DIR")
+    r.add_argument("lock", metavar="LOCK")
+    r.add_argument("--dest", required=True, metavar="DIR")
+    r.add_argument("--cache", default=str(_default_cache()), metavar="DIR",
+                   help="content-addressed cache (default: $MLOPS_DATA_CACHE or "
+                        "~/.cache/mlops/data)")
+    r.add_argument("--source", default=None,
+                   help="read from here instead of the lock's source (the same data elsewhere)")
+    r.add_argument("--labels", default=None, metavar="A,B,...",
+                   help="the model's label list; a category outside it is refused")
+    r.add_argument("--full-decode", action="store_true",
+                   help="decode every pixel (catches truncated JPEGs; slower than verify)")
+    r.set_defaults(func=_prepare)
+
+    d = sub.add_parser("diff", help="what changed between two lock files, as Markdown")
+    d.add_argument("old", metavar="OLD")
+    d.add_argument("new", metavar="NEW")
+    d.set_defaults(func=_diff)
