@@ -43,6 +43,7 @@ COPY workflows workflows
 COPY promotion promotion
 COPY serving serving
 COPY gitops gitops
+COPY datapins datapins
 COPY mlops mlops
 RUN pip install --no-cache-dir --no-deps --force-reinstall . && rm -rf /src
 WORKDIR /

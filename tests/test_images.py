@@ -239,7 +239,10 @@ def test_the_ui_serves_its_page_and_the_models_from_the_gitops_repo(
     repo = _repo_for(gitops_with_model, pod, tmp_path / "gitops.git")
     argv = podman_run_argv(pod, image=pod["containers"][0]["image"], name="images-e2e-ui",
                            source="ui", network="host",
-                           extra_volumes=[f"{repo}:{GITOPS_IN_POD}:ro"])
+                           extra_volumes=[f"{repo}:{GITOPS_IN_POD}:ro"],
+                           # the rendered pod reads the GitOps repo's token from a Secret
+                           # (a private repo); the bare repo here needs none, any value does
+                           secrets={"MLOPS_GIT_TOKEN": "unused-by-a-bare-repo"})
     probe = probe_of(deployment, "ui")
     ui = runner.start(built_images.store, argv, tmp_path / "ui.log")
     try:

@@ -69,3 +69,16 @@ def test_the_ca_bundle_and_pip_conf_are_mounted_read_only_and_never_copied(tmp_p
     for path in DOCKERFILES:
         copied = " ".join(line for line in _instructions(path) if line.startswith(("COPY", "ADD")))
         assert "pip.conf" not in copied and ".crt" not in copied and "ssl" not in copied, path
+
+
+def test_the_project_dockerfile_copies_every_package_the_distribution_ships():
+    """The tool images are built from the source the Dockerfile COPYs: a room added to
+    pyproject.toml's packages but not to the Dockerfile is missing from every image, and
+    `mlops` (whose CLI imports every command module) fails to start there. The image
+    tier found exactly that when `datapins/` was added."""
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in include}
+    copied = {line.split()[1] for line in _instructions(ROOT / "Dockerfile")
+              if line.startswith("COPY") and len(line.split()) == 3}
+    assert packages <= copied, f"not copied into the images: {sorted(packages - copied)}"
