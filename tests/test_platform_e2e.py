@@ -251,6 +251,51 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(at_ten_percent, ca
     assert {v: info["pid"] for v, info in versions_of(wd, MODEL).items()} == pids
 
 
+def test_a_version_that_cannot_answer_is_never_ready_nor_routed(at_ten_percent, capsys):
+    """Issue 27: a version whose infer_cfg.yml resizes to 32x32 (the graph takes 128x128)
+    warmed up on its declared input shape, was marked ready and answered 500 to clients.
+    Its sample request through its own preprocessing now fails the warm-up: live, never
+    ready (the readiness probe says why), so HAProxy never routes to it."""
+    env = at_ten_percent
+    wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
+    broken = "v-32px"
+    model_dir = env["base"] / "models" / MODEL / broken
+    if not model_dir.exists():
+        shutil.copytree(versions[v1], model_dir)
+        cfg = yaml.safe_load((model_dir / "infer_cfg.yml").read_text())
+        cfg["input"]["size"] = [32, 32]
+        (model_dir / "infer_cfg.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    try:
+        write_model(repo, MODEL, {**versions, broken: model_dir}, stable=v1,
+                    canary=broken, canary_weight=10,
+                    subject="test: a canary that cannot answer at 10%")
+        wait_for(lambda: (versions_of(wd, MODEL).get(broken) or {}).get("not_ready_reason"),
+                 SERVER_READY, "the broken version's readiness probe to say why")
+        wait_for(lambda: versions_of(wd, MODEL)[v1]["haproxy_weight"] == 90
+                 and versions_of(wd, MODEL)[v1]["haproxy_up"], SERVER_READY, "stable at 90")
+        info = versions_of(wd, MODEL)[broken]
+        assert "warm-up inference failed" in info["not_ready_reason"], info
+        assert not info["ready"] and info["phase"] == "starting" and not info["haproxy_weight"]
+        assert procs.is_running(info["pid"])  # live, not crash-looping
+        probe = requests.get(f"http://127.0.0.1:{info['port']}/v2/health/ready", timeout=5)
+        assert probe.status_code == 503 and "warm-up inference failed" in probe.json()["reason"]
+        answers = [requests.get(f"{frontend(wd)}/v2/models/{MODEL}", timeout=10)
+                   for _ in range(50)]
+        seen = collections.Counter(
+            (r.status_code, r.json()["versions"][0] if r.ok else r.text[:80]) for r in answers)
+        assert seen == {(200, v1): 50}, seen  # every request to stable, none to the broken one
+        from mlops.platform.readiness import PlatformReadiness
+
+        answer = PlatformReadiness(wd).check(MODEL, broken, None)
+        assert not answer.ready and "warm-up inference failed" in answer.reason
+        assert cli.main(["status", "--workdir", str(wd.root)]) == 0
+        assert "not ready: warm-up inference failed" in capsys.readouterr().out
+    finally:
+        write_model(repo, MODEL, versions, stable=v1, canary=v2, canary_weight=10,
+                    remove_versions=(broken,), subject="test: back to the 90/10 canary")
+        wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
+
+
 def test_removed_deployment_stops_its_server(at_ten_percent):
     env = at_ten_percent
     wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
