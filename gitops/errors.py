@@ -13,6 +13,8 @@ without a traceback. Messages never contain credentials: URLs pass through
   fix that file (the message names it). Nothing was committed.
 * :class:`DigestMismatchError` -- approval refused: the merged Deployment does
   not carry the weights digest that was evaluated.
+* :class:`MessageError` -- a commit subject or trailer (a `--by` name, say) is
+  not one line of printable text; fix the input. Nothing was committed.
 * :class:`GitError` -- git itself failed (network, auth, hook); message is git's.
 """
 
@@ -61,6 +63,10 @@ class DigestMismatchError(GitOpsError):
     """The merged Deployment's weights digest is not the evaluated one."""
 
     exit_code = ExitCode.DIGEST_MISMATCH
+
+
+class MessageError(GitOpsError):
+    """A commit subject or trailer we were asked to write is not one clean line."""
 
 
 class ForgeError(GitOpsError):

@@ -22,11 +22,12 @@ import os
 import pathlib
 import re
 import subprocess
+import unicodedata
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from gitops.errors import GitError
+from gitops.errors import GitError, MessageError
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
@@ -176,18 +177,36 @@ class Git:
         check: bool = True,
         input: str | None = None,
         cwd: pathlib.Path | None = None,
+        exact: bool = False,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``git args``; on failure (with check) raise GitError with redacted output."""
+        """Run ``git args``; on failure (with check) raise GitError with redacted output.
+
+        ``exact``: the output as git wrote it. Text mode otherwise turns every CR into
+        a line break, so a CR inside a commit trailer read back as a second trailer.
+        """
         try:
-            proc = subprocess.run(
-                ["git", *self._config, *args],
-                cwd=cwd or self.cwd,
-                env=self.env,
-                input=input,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout,
-            )
+            if exact:
+                raw = subprocess.run(
+                    ["git", *self._config, *args],
+                    cwd=cwd or self.cwd,
+                    env=self.env,
+                    input=None if input is None else input.encode(),
+                    capture_output=True,
+                    timeout=self.timeout,
+                )
+                proc = subprocess.CompletedProcess(
+                    raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
+                    raw.stderr.decode(errors="replace"))
+            else:
+                proc = subprocess.run(
+                    ["git", *self._config, *args],
+                    cwd=cwd or self.cwd,
+                    env=self.env,
+                    input=input,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.timeout,
+                )
         except subprocess.TimeoutExpired:
             # A hung network or credential prompt must not hang the controller.
             raise GitError(
@@ -216,12 +235,41 @@ class Git:
         return self.run(*args, check=False).returncode == 0
 
 
+def line_problem(text: str) -> str | None:
+    """Why `text` cannot be one line of a commit message (None: it can).
+
+    Every control character (Unicode Cc: CR, tab, NUL, VT, FF, NEL, ...) and the
+    Unicode line and paragraph separators are refused, not only LF: git keeps a
+    CR inside a trailer line, but a reader that splits lines as Python's
+    `str.splitlines` does (CR, VT, FF, FS, GS, RS, NEL, U+2028/9) sees a second
+    trailer there, so `by = "eve\\rMlops-Decision: rollback/controller"` forged
+    a controller decision (issue 26, finding 3).
+    """
+    bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is None:
+        return None
+    return (f"contains the control character {bad!r} (U+{ord(bad):04X}): "
+            "one line of printable text only")
+
+
 def format_message(
     git: Git, subject: str, body: str = "", trailers: Sequence[tuple[str, str]] = ()
 ) -> str:
-    """Commit message text with ``Key: value`` trailers (via git interpret-trailers)."""
-    if not subject.strip() or "\n" in subject.strip():
-        raise ValueError(f"commit subject must be one non-empty line, got {subject!r}")
+    """Commit message text with ``Key: value`` trailers (via git interpret-trailers).
+
+    Raises :class:`MessageError` (bad input, a 4xx in the UI) for a trailer key
+    that is not letters, digits and '-', a trailer value or subject that is not
+    one line of printable text (see :func:`line_problem`).
+    """
+    for key, value in trailers:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", key):
+            raise MessageError(f"commit trailer key {key!r} must be letters, digits and '-'")
+        problem = line_problem(str(value))
+        if problem:
+            raise MessageError(f"commit trailer {key}: {str(value)!r} {problem}")
+    problem = line_problem(subject.strip())
+    if not subject.strip() or problem:
+        raise MessageError(f"commit subject {subject!r} {problem or 'is empty'}")
     text = subject.strip() + "\n"
     if body.strip():
         text += "\n" + body.strip() + "\n"
@@ -229,9 +277,22 @@ def format_message(
         return text
     args = ["interpret-trailers", "--no-divider"]
     for key, value in trailers:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9-]*$", key):
-            raise ValueError(f"trailer key {key!r} must be letters, digits and '-'")
-        if "\n" in str(value):
-            raise ValueError(f"trailer {key} value must be one line, got {value!r}")
         args += ["--trailer", f"{key}: {value}"]
     return git.run(*args, input=text).stdout
+
+
+def parse_trailers(text: str) -> dict[str, str]:
+    """`Key: value` lines (as `%(trailers:only,unfold)` prints them) -> {key: value}.
+
+    Lines end at LF only, as git writes them (never `str.splitlines`, which also
+    breaks at CR and friends; read the text with `Git.run(..., exact=True)`, as
+    text mode turns a CR into a line break too); a key given twice keeps its
+    FIRST value, so a trailer appended after ours cannot override
+    `Mlops-Decision` and the like.
+    """
+    parsed: dict[str, str] = {}
+    for line in text.split("\n"):
+        key, _, value = line.partition(":")
+        if value and key.strip() not in parsed:
+            parsed[key.strip()] = value.strip()
+    return parsed

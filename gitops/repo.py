@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gitops import layout
+from gitops.archive import extract
 from gitops.errors import ConflictError, GitError, GitOpsError
-from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, remote
+from gitops.git import DEFAULT_IDENTITY, Git, Identity, Remote, parse_trailers, remote
 from gitops.protect import protect_branch
 from gitops.writeback import Backoff, Message, WriteBack, WriteResult
 
@@ -170,19 +171,15 @@ class Mirror:
         sep, end = "\x1f", "\x1e"
         fmt = sep.join(["%H", "%an", "%ae", "%s", "%(trailers:only,unfold)"]) + end
         flags = ["--first-parent"] if first_parent else []
-        out = self.git.run("log", f"--format={fmt}", *flags, rev_range, "--", *paths).stdout
+        out = self.git.run("log", f"--format={fmt}", *flags, rev_range, "--", *paths,
+                           exact=True).stdout
         commits = []
         for record in out.split(end):
             record = record.strip("\n")
             if not record:
                 continue
             sha, name, email, subject, trailers = record.split(sep)
-            parsed = {}
-            for line in trailers.splitlines():
-                key, _, value = line.partition(":")
-                if value:
-                    parsed[key.strip()] = value.strip()
-            commits.append(CommitInfo(sha, name, email, subject, parsed))
+            commits.append(CommitInfo(sha, name, email, subject, parse_trailers(trailers)))
         return commits
 
     def changes(self, base: str, head: str) -> dict[str, str]:
@@ -242,5 +239,5 @@ class Mirror:
                 else:
                     log.warning("%s at %s: not a regular file (a link?); left out of the export",
                                 member.name, sha[:12])
-            tar.extractall(dest, members=members, filter="data")
+            extract(tar, dest, members)
         return sha

@@ -18,11 +18,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["ArgoRefresher", "REFRESH_ANNOTATION"]
+from contracts.kubeapi import ApiCall
+
+__all__ = ["API_CALLS", "ArgoRefresher", "REFRESH_ANNOTATION"]
 
 log = logging.getLogger("mlops.controller.argocd")
 
 REFRESH_ANNOTATION = "argocd.argoproj.io/refresh"
+#: Every Kubernetes API call this module makes (`workflows.identity` holds it against the
+#: controller's Role; tests/test_promotion_api_calls.py records what `refresh` sends).
+API_CALLS = (
+    ApiCall("patch", "applications", "argoproj.io", name="{model}",
+            namespace="{argocd_namespace}"),
+)
 
 
 class ArgoRefresher:

@@ -61,6 +61,7 @@ from typing import Any, Callable, Mapping, Protocol
 from contracts.traffic import TrafficError, read_routes
 from gitops import layout
 from gitops.errors import GitOpsError
+from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion import apply, quality, report
@@ -216,17 +217,12 @@ class Controller:
         sep = "\x1f"
         proc = self.mirror.git.run(
             "log", "-1", "--first-parent", f"--format=%ct{sep}%h %an{sep}%(trailers:only,unfold)",
-            self._tree_sha, "--", path, check=False)
+            self._tree_sha, "--", path, check=False, exact=True)
         text = proc.stdout.strip()
         if proc.returncode != 0 or not text:
             return None
         stamp, who, trailers = (text.split(sep) + ["", ""])[:3]
-        parsed = {}
-        for line in trailers.splitlines():
-            key, _, value = line.partition(":")
-            if value:
-                parsed[key.strip()] = value.strip()
-        return float(stamp), parsed, who
+        return float(stamp), parse_trailers(trailers), who
 
     def _log_wait(self, model: str, reason: str) -> None:
         if self._waiting.get(model) != reason:  # once per change, not once per pass

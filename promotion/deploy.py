@@ -31,8 +31,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from contracts.names import model_name_problem
+from gitops.git import TOKEN_ENV
 
-__all__ = ["controller_manifests"]
+__all__ = ["controller_manifests", "forge_token_env", "git_token_env"]
 
 NAME = "mlops-controller"
 METRICS_PORT = 9100
@@ -42,6 +43,26 @@ FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": 
 #: A remote forge is asked for news every 15 s, not every pass (rate limits,
 #: load): a decision is due once per canary interval (30 s by default).
 CLUSTER_GIT_POLL = 15.0
+
+
+def git_token_env(git_secret: str) -> dict[str, Any]:
+    """The GitOps repo's token as `MLOPS_GIT_TOKEN` from key `token` of `git_secret`.
+
+    The one way a pod of ours that reads or writes the GitOps repo gets its
+    credentials (the controller here, the web UI in `mlops.ui.manifests`):
+    `gitops.git` hands the variable to git through an inline credential helper,
+    so the token is never in argv, a file or a log line.
+    """
+    return {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+        "name": git_secret, "key": "token"}}}
+
+
+def forge_token_env(forge: str, forge_secret: str) -> dict[str, Any]:
+    """The forge's API token from key `token` of `forge_secret`, as its client reads it."""
+    if forge not in FORGE_TOKEN_ENV:
+        raise ValueError(f"forge {forge!r}: choose one of {', '.join(sorted(FORGE_TOKEN_ENV))}")
+    return {"name": FORGE_TOKEN_ENV[forge], "valueFrom": {"secretKeyRef": {
+        "name": forge_secret, "key": "token"}}}
 
 
 def controller_manifests(
@@ -84,18 +105,14 @@ def controller_manifests(
         args += ["--preset", preset]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
     if forge:
-        if forge not in FORGE_TOKEN_ENV:
-            raise ValueError(f"forge {forge!r}: choose one of {', '.join(sorted(FORGE_TOKEN_ENV))}")
+        env.append(forge_token_env(forge, forge_secret))
         args += ["--forge", forge]
         if forge_repo:
             args += ["--forge-repo", forge_repo]
         if forge_url:
             args += ["--forge-url", forge_url]
-        env.append({"name": FORGE_TOKEN_ENV[forge], "valueFrom": {"secretKeyRef": {
-            "name": forge_secret, "key": "token"}}})
     if git_secret:
-        env.append({"name": "MLOPS_GIT_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": git_secret, "key": "token"}}})
+        env.append(git_token_env(git_secret))
     if webhook_secret:  # read from the environment by `controller run`: never in argv
         env.append({"name": "MLOPS_WEBHOOK_URL", "valueFrom": {"secretKeyRef": {
             "name": webhook_secret, "key": "url"}}})

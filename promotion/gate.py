@@ -4,11 +4,19 @@ Two checks, both stated in plain words in the result: an absolute floor
 (`gate.min`) and a regression bound against the model in production
 (`gate.max_regression`). With no production model the second check is
 skipped and says so, rather than passing silently.
+
+`evaluate_paired_gate` is the same gate on a paired bootstrap of both models
+on the same images (`promotion.paired`): the regression bound is checked
+against the interval's lower end, not the point difference, so a drop that
+sampling noise could hide is not waved through, and the verdict says whether
+the candidate is better, the same within noise, or worse.
 """
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from promotion.paired import Interval, PairedResult
 
 GateMetric = Literal["map50", "map"]
 
@@ -81,4 +89,79 @@ def evaluate_gate(
         production=prod,
         max_regression=config.max_regression,
         reason=f"{verdict}: " + "; ".join(reasons),
+    )
+
+
+class PairedGateResult(GateResult):
+    """The paired gate's verdict: the difference's interval and the classes that got worse."""
+
+    difference: Interval
+    verdict: str
+    worse_classes: list[str]
+
+
+def _signed(interval: Interval) -> str:
+    return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
+
+
+def compare_words(interval: Interval) -> str:
+    """Say "better", "same within noise" or "worse", with the difference and its interval."""
+    if interval.low > 0:
+        word = "better"
+    elif interval.high < 0:
+        word = "worse"
+    else:
+        word = "same within noise"
+    return f"{word}: {_signed(interval)}"
+
+
+def evaluate_paired_gate(config: GateConfig, paired: PairedResult) -> PairedGateResult:
+    """Judge the candidate against production on the same images, with intervals.
+
+    Passes when the candidate's value meets the floor and the interval's lower
+    end is at least `-max_regression` (at least, so a candidate identical to
+    production passes with `max_regression: 0`). Classes whose AP@0.5 got
+    significantly worse (Bonferroni interval wholly below 0) are named; they
+    do not fail the gate on their own.
+    """
+    value = paired.candidate[config.metric].estimate
+    prod = paired.production[config.metric].estimate
+    diff = paired.difference[config.metric]
+    verdict = compare_words(diff)
+    reasons = []
+    passed = value >= config.min
+    if passed:
+        reasons.append(f"{config.metric} {value:.4f} meets the minimum {config.min:.4f}")
+    else:
+        reasons.append(f"{config.metric} {value:.4f} is below the minimum {config.min:.4f}")
+    reasons.append(
+        f"against production ({prod:.4f}) on the same {paired.images} images it is {verdict} "
+        f"({paired.confidence:.0%} paired bootstrap interval, {paired.resamples} resamples)"
+    )
+    if diff.low >= -config.max_regression:
+        reasons.append(f"the interval rules out a regression of more than "
+                       f"{config.max_regression:.4f}")
+    else:
+        passed = False
+        reasons.append(f"the interval reaches {diff.low:+.4f}: a regression of more than the "
+                       f"allowed {config.max_regression:.4f} cannot be ruled out")
+    worse = [c for c in paired.classes if c.difference.high < 0]
+    if worse:
+        reasons.append(
+            "AP@0.5 significantly worse for "
+            + ", ".join(f"{c.name} {_signed(c.difference)}" for c in worse)
+            + f" (Bonferroni over {len(paired.classes)} classes: "
+            f"{paired.class_confidence:.1%} intervals)"
+        )
+    return PairedGateResult(
+        passed=passed,
+        metric=config.metric,
+        value=value,
+        minimum=config.min,
+        production=prod,
+        max_regression=config.max_regression,
+        reason=("PASS" if passed else "FAIL") + ": " + "; ".join(reasons),
+        difference=diff,
+        verdict=verdict,
+        worse_classes=[c.name for c in worse],
     )

@@ -29,9 +29,11 @@ import dataclasses
 import json
 from typing import Any, Mapping, Protocol
 
+from contracts.kubeapi import ApiCall
 from serving.manifests import ANNOTATION_WEIGHTS_SHA256, deployment_name
 
 __all__ = [
+    "API_CALLS",
     "AlwaysReady",
     "KubernetesReadiness",
     "Readiness",
@@ -39,6 +41,18 @@ __all__ = [
     "deployment_ready",
     "routing_applied",
 ]
+
+
+#: Every Kubernetes API call :class:`KubernetesReadiness` makes (`workflows.identity` holds
+#: them against the controller's Role; tests/test_promotion_api_calls.py records them).
+API_CALLS = (
+    ApiCall("get", "deployments", "apps", name="{model}-{version}",
+            namespace="{models_namespace}"),
+    ApiCall("get", "destinationrules", "networking.istio.io", name="{model}",
+            namespace="{models_namespace}"),
+    ApiCall("get", "virtualservices", "networking.istio.io", name="{model}",
+            namespace="{models_namespace}"),
+)
 
 
 @dataclasses.dataclass(frozen=True)

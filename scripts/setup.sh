@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: Debian's prometheus and haproxy (real services the
 # local platform and the tests run), chromium and its driver (the UI's browser
-# tests), git and kubectl checks, and this project with the Python dependencies
-# pinned in requirements.lock.
+# tests), podman, runc and mmdebstrap (`mlops images build` and the image tier),
+# git and kubectl checks, and this project with the Python dependencies pinned
+# in requirements.lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,11 +16,26 @@ command -v git >/dev/null || missing+=(git)
 # (nothing is downloaded at run time: no Playwright or Selenium Manager browser fetch).
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
-if [ ${#missing[@]} -gt 0 ]; then
+# The UI's Argo Server stand-in serves TLS with a certificate made by openssl in the test.
+command -v openssl >/dev/null || missing+=(openssl)
+# `mlops images build` builds every image we ship with podman (runc: crun fails on
+# hybrid cgroup hosts) from a base mmdebstrap makes of Debian packages (no registry).
+# Installed with their recommended packages, as on the machine where the image tier
+# was measured (podman's recommends bring its helpers: conmon's peers, uidmap, ...).
+containers=()
+command -v podman >/dev/null || containers+=(podman)
+command -v runc >/dev/null || [ -x /usr/sbin/runc ] || containers+=(runc)
+command -v mmdebstrap >/dev/null || containers+=(mmdebstrap)
+if [ ${#missing[@]} -gt 0 ] || [ ${#containers[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
+    if [ ${#missing[@]} -gt 0 ]; then
+        $SUDO apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u) >/dev/null
+    fi
+    if [ ${#containers[@]} -gt 0 ]; then
+        $SUDO apt-get install -y -qq "${containers[@]}" >/dev/null
+    fi
 fi
 # Debian starts the packaged services; we run our own on loopback ports.
 for svc in prometheus haproxy prometheus-node-exporter; do

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from serving.errors import BadRequest
-from serving.protocol import Tensor, datatype_to_numpy
+from serving.protocol import MAX_IMAGES, Tensor, datatype_to_numpy
 
 # Paddle Serving elem_type -> (OIP datatype, JSON field holding the values)
 ELEM_TYPES: dict[int, tuple[str, str]] = {
@@ -84,7 +84,7 @@ def _parse_tensor_form(doc: dict[str, Any]) -> CompatRequest:
         if not isinstance(name, str) or not name:
             raise BadRequest(f"tensor[{index}] needs a 'name'")
         elem_type = raw.get("elem_type", 1)
-        if elem_type not in ELEM_TYPES:
+        if not isinstance(elem_type, int) or elem_type not in ELEM_TYPES:  # a list: unhashable
             raise BadRequest(f"tensor '{name}': unsupported elem_type {elem_type!r}")
         datatype, field = ELEM_TYPES[elem_type]
         values = raw.get(field)
@@ -95,9 +95,9 @@ def _parse_tensor_form(doc: dict[str, Any]) -> CompatRequest:
             data = _decode_images(name, values)
             shape = shape or [len(data)]
         else:
-            try:
+            try:  # OverflowError: an integer outside INT64
                 data = np.asarray(values, dtype=datatype_to_numpy(datatype))
-            except (TypeError, ValueError, RecursionError):
+            except (TypeError, ValueError, RecursionError, OverflowError):
                 raise BadRequest(f"tensor '{name}': '{field}' must be a list of numbers") from None
         if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise BadRequest(f"tensor '{name}': 'shape' must be a list of non-negative integers")
@@ -105,7 +105,8 @@ def _parse_tensor_form(doc: dict[str, Any]) -> CompatRequest:
             raise BadRequest(f"tensor '{name}': shape {shape} does not match {data.size} values")
         inputs.append(Tensor(name, datatype, tuple(shape), data.reshape(shape)))
     fetch = doc.get("fetch_var_names") or None
-    if fetch is not None and not all(isinstance(n, str) for n in fetch):
+    if fetch is not None and (not isinstance(fetch, list)
+                              or not all(isinstance(n, str) for n in fetch)):
         raise BadRequest("'fetch_var_names' must be a list of strings")
     return CompatRequest("tensor", inputs, fetch, _log_id(doc))
 
@@ -132,7 +133,7 @@ def _parse_feed_form(doc: dict[str, Any]) -> CompatRequest:
             continue
         try:
             array = np.asarray(values, dtype=np.float32)
-        except (TypeError, ValueError, RecursionError):
+        except (TypeError, ValueError, RecursionError, OverflowError):
             raise BadRequest(f"feed input '{name}' must be numbers (or base64 images)") from None
         inputs.append(Tensor(name, "FP32", tuple(array.shape), array))
     fetch = doc.get("fetch") or None
@@ -156,6 +157,9 @@ def _decode_images(name: str, values: Any) -> np.ndarray:
         values = [values]
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise BadRequest(f"tensor '{name}': images must be base64 strings")
+    if len(values) > MAX_IMAGES:  # before decoding any (a million base64 strings took 2 s)
+        raise BadRequest(f"tensor '{name}': {len(values)} images; at most {MAX_IMAGES} "
+                         "per request")
     out = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
         try:

@@ -45,13 +45,13 @@ def load_request(json_part: bytes) -> Any:
     JSON value as orjson gives it. `orjson.JSONDecodeError` if not JSON."""
     if simdjson is None:
         return orjson.loads(json_part)
+    # Invalid JSON, or a number simdjson cannot hold (1e400, 2**64), is a ValueError;
+    # an integer wider than 64 bits anywhere is its BIGINT_ERROR, a RuntimeError (from
+    # the parse or from reading the value); a key with a NUL in it is listed by keys()
+    # but not found by its own name, a KeyError. orjson reads those and words the errors.
     try:
-        root = simdjson.Parser().parse(json_part)
-    except ValueError:  # invalid JSON: orjson words the error the caller reports
-        return orjson.loads(json_part)
-    try:
-        return _document(root)
-    except ValueError:  # a number simdjson cannot hold (1e400, 2**64): as orjson reads it
+        return _document(simdjson.Parser().parse(json_part))
+    except (ValueError, RuntimeError, KeyError):
         return orjson.loads(json_part)
 
 

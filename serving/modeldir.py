@@ -9,6 +9,11 @@ The directory is the artifact contract of the training step (docs/design.md
                                          (or PaddleDetection's: `serving.ppdet_config`)
     model.yaml                           name, version, weights_sha256, lineage
 
+A PaddleDetection export is served under its own names too: `tools/export_model.py`
+saves `model.json` (Paddle 3) or `model.pdmodel` with `model.pdiparams` beside its
+`infer_cfg.yml`, and no `model.yaml` (`UPSTREAM_EXPORTS`); `mlops serve` then
+names the version after the weights' digest.
+
 `infer_cfg.yml` is validated once here (pydantic), so the server and the
 benchmarks only ever see a typed `InferConfig`; a bad file is an error
 naming the file and the field. Tensor shapes are read from the program
@@ -176,17 +181,37 @@ class ModelDir:
         return sha256_file(self.params_file)
 
 
+#: (program, weights) as PaddleDetection's `tools/export_model.py` names them: its
+#: `Trainer.export` (ppdet/engine/trainer.py) calls `paddle.jit.save(..., save_dir/'model')`,
+#: and its deploy/python/infer.py `load_predictor` looks for `model.pdiparams` first.
+UPSTREAM_EXPORTS = (("model.json", "model.pdiparams"), ("model.pdmodel", "model.pdiparams"))
+
+
+def export_files(root: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """(program, weights) of a model directory: ours (`contracts.artifact`), else
+    PaddleDetection's own names; `ModelDirError` naming every name looked for."""
+    program = program_file(root)
+    if program is not None:
+        params = root / PARAMS_FILE
+        if not params.is_file():
+            raise ModelDirError(f"{root}: missing {PARAMS_FILE} (beside {program.name})")
+        return program, params
+    for program_name, params_name in UPSTREAM_EXPORTS:
+        if (root / program_name).is_file():
+            if not (root / params_name).is_file():
+                raise ModelDirError(f"{root}: missing {params_name} (beside {program_name})")
+            return root / program_name, root / params_name
+    names = [*PROGRAM_FILES, *dict.fromkeys(name for name, _ in UPSTREAM_EXPORTS)]
+    raise ModelDirError(f"{root}: no {', '.join(names[:-1])} or {names[-1]} "
+                        "(a paddle.jit.save export, or PaddleDetection's export_model.py)")
+
+
 def load_model_dir(path: str | pathlib.Path) -> ModelDir:
     """Check and read a model directory; raises `ModelDirError` naming what is wrong."""
     root = pathlib.Path(path)
     if not root.is_dir():
         raise ModelDirError(f"model directory {root} does not exist")
-    program = program_file(root)
-    if program is None:
-        raise ModelDirError(f"{root}: no {' or '.join(PROGRAM_FILES)} (a paddle.jit.save export)")
-    params = root / PARAMS_FILE
-    if not params.is_file():
-        raise ModelDirError(f"{root}: missing {PARAMS_FILE}")
+    program, params = export_files(root)
     infer_cfg = _load_infer_cfg(root / INFER_CFG_FILE)
     try:
         record = read_record_data(root, required=False)

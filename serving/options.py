@@ -7,12 +7,15 @@ PaddleDetection's, `serving.ppdet_config`) accept it::
       workers: 2            # server processes behind the one port (default 1)
       batch_max_size: 8     # adaptive batching: at most 8 images per predictor run
       batch_timeout_ms: 1   # ... waiting up to 1 ms for more when idle (default 0)
+      max_request_pixels: 16777216  # what one request's images may decode to
+      reduced_decode: true  # JPEGs decoded at 1/2..1/8 scale when the resize shrinks them
 
 Every key is optional; `mlops serve` flags (`--workers`, `--batch-max-size`,
-`--batch-timeout-ms`) override it, and the Deployment rendered for the
-version (`serving.manifests.deployment`) passes the same values as flags, so
-the pod, the local platform (which starts the server from that container
-spec) and a hand-run `mlops serve` all serve the version the same way.
+`--batch-timeout-ms`, `--max-request-pixels`, `--reduced-decode`) override it,
+and the Deployment rendered for the version (`serving.manifests.deployment`)
+passes the same values as flags, so the pod, the local platform (which starts
+the server from that container spec) and a hand-run `mlops serve` all serve
+the version the same way.
 Unknown keys are refused: a misspelt setting that silently did nothing would
 be benchmarked as the thing it was meant to change.
 """
@@ -35,6 +38,8 @@ class ServingOptions(pydantic.BaseModel):
     workers: int | None = pydantic.Field(default=None, ge=1, le=64, strict=True)
     batch_max_size: int | None = pydantic.Field(default=None, ge=1, le=256, strict=True)
     batch_timeout_ms: float | None = pydantic.Field(default=None, ge=0, le=1000)
+    max_request_pixels: int | None = pydantic.Field(default=None, ge=1, le=1 << 30, strict=True)
+    reduced_decode: bool | None = pydantic.Field(default=None, strict=True)
 
     def args(self) -> list[str]:
         """The `mlops serve` flags that set these values (only the ones set)."""
@@ -45,6 +50,10 @@ class ServingOptions(pydantic.BaseModel):
             out += ["--batch-max-size", str(self.batch_max_size)]
         if self.batch_timeout_ms is not None:
             out += ["--batch-timeout-ms", f"{self.batch_timeout_ms:g}"]
+        if self.max_request_pixels is not None:
+            out += ["--max-request-pixels", str(self.max_request_pixels)]
+        if self.reduced_decode is not None:
+            out += ["--reduced-decode" if self.reduced_decode else "--no-reduced-decode"]
         return out
 
 

@@ -44,7 +44,7 @@ from serving.ppdet_config import (
     PreprocessOp,
     ResizeOp,
 )
-from serving.preprocess import MAX_IMAGES, MAX_REQUEST_PIXELS, open_image
+from serving.preprocess import MAX_REQUEST_PIXELS, PixelBudget, check_count, open_image
 from serving.quality import InputStats, input_stats
 
 #: PaddleDetection's input names; `x` is an older export's name for `image` (infer.py).
@@ -60,15 +60,33 @@ class ImInfo:
     scale_factor: np.ndarray  # float32 [2]: (scale_y, scale_x) from the decoded image
 
 
-def decode_image(data: bytes, what: str, budget: int = MAX_REQUEST_PIXELS) -> np.ndarray:
+def decode_image(data: bytes, what: str, budget: PixelBudget | None = None,
+                 reduce: int = 1) -> np.ndarray:
     """One PNG or JPEG -> RGB uint8 HWC, as upstream's `decode_image` reads a file:
     `cv2.imdecode(data, 1)` (BGR), then `cv2.COLOR_BGR2RGB`. The header is checked
-    first (format and pixel budget, `serving.preprocess.open_image`)."""
+    first (format, pixel budget and JPEG scans, `serving.preprocess.open_image`).
+    `reduce` 2, 4 or 8: a JPEG decoded at that fraction of its size (libjpeg's DCT
+    scaling, `cv2.IMREAD_REDUCED_COLOR_*`)."""
     open_image(data, what, budget)
-    bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), _IMREAD[reduce])
     if bgr is None:
         raise BadRequest(f"{what}: not a decodable PNG or JPEG image")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+_IMREAD = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
+           8: cv2.IMREAD_REDUCED_COLOR_8}
+
+
+def reduction(op: ResizeOp, height: int, width: int) -> int:
+    """The largest DCT scale-down (8, 4, 2; else 1) after which the image is still at
+    least as large as the first `Resize` makes it: that Resize shrinks it anyway."""
+    scale_y, scale_x = resize_scale(op, height, width)
+    out_h, out_w = round(height * scale_y), round(width * scale_x)
+    for factor in (8, 4, 2):
+        if -(-height // factor) >= out_h and -(-width // factor) >= out_w:
+            return factor
+    return 1
 
 
 def resize_scale(op: ResizeOp, height: int, width: int) -> tuple[float, float]:
@@ -89,6 +107,17 @@ def resize(im: np.ndarray, info: ImInfo, op: ResizeOp) -> tuple[np.ndarray, ImIn
     scale_y, scale_x = resize_scale(op, im.shape[0], im.shape[1])
     im = cv2.resize(im, None, None, fx=scale_x, fy=scale_y, interpolation=op.interp)
     return im, ImInfo(np.array(im.shape[:2]).astype("float32"),
+                      np.array([scale_y, scale_x]).astype("float32"))
+
+
+def resize_reduced(im: np.ndarray, height: int, width: int, op: ResizeOp
+                   ) -> tuple[np.ndarray, ImInfo]:
+    """Upstream `Resize` of a `height` x `width` image that was decoded reduced: the
+    same output size, `im_shape` and `scale_factor` as from the full image."""
+    scale_y, scale_x = resize_scale(op, height, width)
+    out_h, out_w = round(height * scale_y), round(width * scale_x)
+    im = cv2.resize(im, (out_w, out_h), interpolation=op.interp)
+    return im, ImInfo(np.array([out_h, out_w], dtype=np.float32),
                       np.array([scale_y, scale_x]).astype("float32"))
 
 
@@ -198,26 +227,38 @@ class PPDetImages:
         return {n: inputs["image" if n in IMAGE_INPUTS else n] for n in self.input_names}
 
     def prepare(self, encoded: list[bytes], tensor_name: str = "image",
-                before_each: Callable[[], None] = lambda: None) -> Prepared:
+                before_each: Callable[[], None] = lambda: None,
+                max_pixels: int = MAX_REQUEST_PIXELS, reduced_decode: bool = False) -> Prepared:
         """Decode and preprocess each image, then batch them; `BadRequest` for bad images.
 
-        `before_each` runs before each decode (the server stops an abandoned
-        request there by raising)."""
-        if len(encoded) > MAX_IMAGES:
-            raise BadRequest(f"input '{tensor_name}': {len(encoded)} images; at most "
-                             f"{MAX_IMAGES} per request")
+        `before_each` runs before each decode and again after (the server stops an
+        abandoned or overdue request there by raising). `reduced_decode`: when the
+        first op is a `Resize`, a JPEG is decoded at the smallest DCT scale still at
+        least the Resize's output, which is then made from it at upstream's size,
+        `im_shape` and `scale_factor` (only the pixels differ, a little)."""
+        check_count(len(encoded), tensor_name)
+        ops = self.cfg.preprocess
+        first = ops[0] if ops and isinstance(ops[0], ResizeOp) else None
         images, infos, stats = [], [], []
-        budget = MAX_REQUEST_PIXELS
+        budget = PixelBudget(max_pixels)
         for i, data in enumerate(encoded):
             before_each()
-            rgb = decode_image(data, f"input '{tensor_name}' element {i}", budget)
-            height, width = rgb.shape[:2]
-            budget -= height * width
+            what = f"input '{tensor_name}' element {i}"
+            header = open_image(data, what, budget)
+            width, height = header.size
+            reduce = (reduction(first, height, width)
+                      if reduced_decode and first is not None and header.format == "JPEG" else 1)
+            rgb = decode_image(data, what, PixelBudget(), reduce)
+            before_each()
 
             def take_stats(im: np.ndarray, width: int = width, height: int = height) -> None:
                 stats.append(input_stats(im, width, height))
 
-            im, info = apply_ops(rgb, self.cfg.preprocess, take_stats)
+            if reduce > 1 and first is not None:
+                rgb, info = resize_reduced(rgb, height, width, first)
+                im, _ = apply_ops(rgb, ops[1:], take_stats)
+            else:
+                im, info = apply_ops(rgb, ops, take_stats)
             images.append(im)
             infos.append(info)
         return Prepared(self.feeds(create_inputs(images, infos)), stats)

@@ -30,6 +30,11 @@ from serving.errors import BadRequest
 from serving.json_numbers import load_request
 
 HEADER_LENGTH = "inference-header-content-length"
+#: Encoded images (BYTES elements) one request may carry: decoding is the cost a client
+#: controls (1,000 1x1 PNGs took 920 MB and 2.7 s). Checked on the declared shape, before
+#: any element is base64-decoded or sliced (1.2 M elements in an 8 MB body took 1.9 s
+#: and 90 MB to decode before the count was checked).
+MAX_IMAGES = 32
 
 # OIP v2 datatype <-> numpy dtype. BYTES maps to object arrays of `bytes`.
 DATATYPE_TO_NUMPY: dict[str, np.dtype[Any]] = {
@@ -163,7 +168,7 @@ def _parse_input(raw: Any, index: int, binary: bytes, offset: int) -> tuple[Tens
     if not isinstance(name, str) or not name:
         raise BadRequest(f"inputs[{index}] needs a string 'name'")
     datatype = raw.get("datatype")
-    if datatype not in DATATYPE_TO_NUMPY:
+    if not isinstance(datatype, str) or datatype not in DATATYPE_TO_NUMPY:  # a dict: unhashable
         raise BadRequest(f"input '{name}': unknown datatype {datatype!r}")
     shape_raw = raw.get("shape")
     if not isinstance(shape_raw, list) or not all(
@@ -173,6 +178,8 @@ def _parse_input(raw: Any, index: int, binary: bytes, offset: int) -> tuple[Tens
     shape = tuple(shape_raw)
     # Python ints: np.prod in int64 wraps around for huge shapes (2**40 x 2**40 -> 0).
     count = math.prod(shape)
+    if datatype == "BYTES" and count > MAX_IMAGES:
+        raise BadRequest(f"input '{name}': {count} images; at most {MAX_IMAGES} per request")
     params = raw.get("parameters") or {}
     binary_size = params.get("binary_data_size") if isinstance(params, dict) else None
     if binary_size is not None:

@@ -85,6 +85,7 @@ from serving.errors import (
 from serving.fault import FaultConfig
 from serving.metrics import CONTENT_TYPE, MULTIPROC_ENV, ServerMetrics
 from serving.modeldir import ModelDir, load_model_dir
+from serving.preprocess import ImageOptions
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import Abandoned, PredictorPool, default_threads
 from serving.service import ModelService, Result
@@ -129,6 +130,8 @@ class ServerSettings:
     #: goes to the threads, so probes, /metrics and hang-up detection never wait behind
     #: more than this.
     inline_max_ms: float = 20.0
+    #: How encoded images are decoded: pixel budget, deadline, reduced JPEG decoding.
+    images: ImageOptions = ImageOptions()
 
 
 class FaultDrill:
@@ -273,7 +276,8 @@ class ServerState:
             pool = PredictorPool(self.model, settings.threads, settings.math_threads,
                                  batch_max_size=settings.batch_max_size,
                                  batch_timeout=settings.batch_timeout_ms / 1000.0)
-            service = ModelService(self.model, settings.model_name, settings.model_version, pool)
+            service = ModelService(self.model, settings.model_name, settings.model_version, pool,
+                                   settings.images)
             try:  # ready means it answered: a sample request, as a client sends it
                 service.warm_up()
                 service.answer_sample()

@@ -42,7 +42,7 @@ from serving.modeldir import InferConfig, ModelDir, TensorSpec
 from serving.postprocess import ROLES, decode_centernet, label_names
 from serving.ppdet import PPDetImages, split_ppdet_batch
 from serving.ppdet_config import PPDetConfig, ResizeOp
-from serving.preprocess import prepare_images
+from serving.preprocess import Deadline, ImageOptions, check_count, prepare_images
 from serving.protocol import (
     Tensor,
     datatype_to_numpy,
@@ -79,8 +79,10 @@ class Result:
 class ModelService:
     """One model version: its predictors, its signature and its request handling."""
 
-    def __init__(self, model: ModelDir, name: str, version: str, pool: PredictorPool) -> None:
+    def __init__(self, model: ModelDir, name: str, version: str, pool: PredictorPool,
+                 images: ImageOptions = ImageOptions()) -> None:
         self.model = model
+        self.images = images
         self.name = name
         self.version = version
         self.pool = pool
@@ -229,14 +231,24 @@ class ModelService:
         if images.data.size == 0:
             raise BadRequest(f"input '{images.name}': no images")
         encoded = list(images.data.reshape(-1))
+        check_count(len(encoded), images.name)
+        deadline = Deadline(self.images.decode_timeout)
+
+        def between_steps() -> None:  # stop a request nobody waits for, or one overdue
+            self.pool.raise_if_abandoned()
+            deadline.check()
+
+        options = self.images
         if self.ppdet is not None:
-            ready = self.ppdet.prepare(encoded, images.name, self.pool.raise_if_abandoned)
+            ready = self.ppdet.prepare(encoded, images.name, between_steps,
+                                       options.max_request_pixels, options.reduced_decode)
             arrays, seconds = self.pool.infer(ready.feeds)
             bbox, counts = self.ppdet.detections(arrays, len(encoded))
             stats = ready.stats
         else:
             prepared = prepare_images(encoded, self._example_cfg().input, images.name,
-                                      before_each=self.pool.raise_if_abandoned)
+                                      between_steps, options.max_request_pixels,
+                                      options.reduced_decode)
             arrays, seconds = self.pool.infer({self.image_input: prepared.batch})
             bbox, counts = self.decode(arrays, prepared.sizes)
             stats = prepared.stats
@@ -278,6 +290,10 @@ class ModelService:
                     f"input '{tensor.name}': datatype {tensor.datatype}, "
                     f"the model expects {spec.datatype}"
                 )
+            if 0 in tensor.shape:  # Paddle's answer was "inference failed: std::exception"
+                raise BadRequest(
+                    f"input '{tensor.name}': shape {list(tensor.shape)} has a zero "
+                    "dimension: there is nothing to infer on")
             if not _shape_fits(tensor.shape, spec.shape):
                 raise BadRequest(
                     f"input '{tensor.name}': shape {list(tensor.shape)} does not fit "

@@ -21,6 +21,7 @@ import tempfile
 import pytest
 
 from mlops.platform import procs
+from tests.fixtures.images import store_root
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,9 @@ def _system_tmp() -> pathlib.Path:
 
 def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[pathlib.Path, ...]]:
     """$HOME, the checkout and /tmp; skipping pytest's own temp root (it holds
-    the work dir) and git's and pip's files in the checkout."""
+    the work dir), git's and pip's files in the checkout, and the podman store
+    tests/test_images.py builds into on the other worker (its TMPDIR included:
+    tests/fixtures/images.py)."""
     pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
     roots = (pathlib.Path.home(), ROOT, _system_tmp())
     # MLOPS_TEST_OUTSIDE_SKIP (paths or glob patterns joined by os.pathsep):
@@ -63,7 +66,8 @@ def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[
     # check is whole
     extra = tuple(pathlib.Path(p) for p in
                   os.environ.get("MLOPS_TEST_OUTSIDE_SKIP", "").split(os.pathsep) if p)
-    return roots, (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info", *extra)
+    return roots, (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info", store_root(),
+                   *extra)
 
 
 @pytest.fixture(scope="module")

@@ -88,19 +88,20 @@ def test_the_cluster_guides_render_lint_and_manifests_run_as_written(tmp_path, m
     (tmp_path / "shapes-detector").symlink_to(ROOT / "examples" / "shapes-detector")
     monkeypatch.chdir(tmp_path)
     commands = mlops_commands(ROOT / "docs" / "cluster.md")
-    ran = []
+    ran, printed = [], []
     for argv in commands:
         if argv[:2] == ["workflows", "render"] or argv[:2] == ["workflows", "lint"]:
             assert cli.main(argv) == 0, argv
-        elif argv[:2] == ["controller", "manifests"]:
-            capsys.readouterr()
+        elif argv[:2] in (["controller", "manifests"], ["ui", "manifests"]):
+            printed.append(capsys.readouterr().out)  # what lint said so far
             assert cli.main(argv) == 0, argv
-            (tmp_path / "manifests" / "controller.yaml").write_text(capsys.readouterr().out)
+            (tmp_path / "manifests" / f"{argv[0]}.yaml").write_text(capsys.readouterr().out)
         else:
             continue
         ran.append(argv[:2])
-    assert ran.count(["workflows", "lint"]) == 2 and ["controller", "manifests"] in ran
-    out = capsys.readouterr().out
+    assert ran.count(["workflows", "lint"]) == 3 and ["controller", "manifests"] in ran
+    assert ["ui", "manifests"] in ran
+    out = "".join(printed) + capsys.readouterr().out
     assert "valid" in out and "problem" not in out
     rendered = (tmp_path / "manifests" / "pipeline" / "workflowtemplate.yaml").read_text()
     assert "mlops-pull" in rendered and "mlops-git" in rendered  # the settings took effect

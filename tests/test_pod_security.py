@@ -32,8 +32,10 @@ UNCONFINED = {"build-image": "rootless BuildKit needs user namespaces (seccomp/A
 #: container -> why it may gain privileges and keeps its capabilities
 ESCALATES = {"build-image": "rootless BuildKit maps its user namespace with the setuid "
                             "newuidmap/newgidmap (BuildKit's docs/rootless.md)"}
-#: pods that talk to the Kubernetes API, and so mount a token
-API_PODS = {"smoke-train", "train", "mlops-controller"}
+#: pods that talk to the Kubernetes API, and so mount a token (the PaddleJob templates'
+#: argoexec gets its executor token from Argo, not from the pod: workflows.identity and
+#: tests/test_workflows_identity.py check every pod's token against its calls)
+API_PODS = {"mlops-controller"}
 
 
 def _pods() -> list[tuple[str, dict, list[dict]]]:

@@ -56,7 +56,7 @@ def test_a_tiny_binary_request_cannot_allocate_a_gigabyte(model_server, tiny_mod
     r = _infer(server, header + b"\x01\x00\x00\x00",
                {"Inference-Header-Content-Length": str(len(header)),
                 "Content-Type": "application/octet-stream"})
-    assert r.status_code == 400 and "134217728 BYTES elements" in r.json()["error"]
+    assert r.status_code == 400 and "134217728 images" in r.json()["error"]
     assert server.rss_bytes() - before < 256 * 1024 * 1024  # np.empty(2**27, object): 1 GiB
 
 
@@ -96,8 +96,10 @@ def test_images_per_request_formats_and_pixels_are_capped(model_server, tiny_mod
     many = _infer(server, _images(*[_png((1, 1))] * (MAX_IMAGES + 1)))
     assert many.status_code == 400 and f"at most {MAX_IMAGES}" in many.json()["error"]
     big = _png((2048, 2048), "1")  # 4 Mpx, a few KB on the wire
-    two_big = _infer(server, _images(big, big))
-    assert two_big.status_code == 400 and "too large" in two_big.json()["error"]
+    five_big = _infer(server, _images(*[big] * 5))  # 16 Mpx per request (issue 26)
+    assert five_big.status_code == 400 and "pixel budget" in five_big.json()["error"]
+    huge = _infer(server, _images(_png((5000, 4000), "1")))
+    assert huge.status_code == 400 and "too large" in huge.json()["error"]
     gif = io.BytesIO()
     Image.new("RGB", (8, 8)).save(gif, "GIF")
     other = _infer(server, _images(base64.b64encode(gif.getvalue()).decode()))
@@ -179,7 +181,7 @@ def _inference_count(server) -> float:
 
 def _heavy_images() -> bytes:
     """As many images and pixels as one request may carry: the costliest valid request."""
-    side = int((4 * 1024 * 1024 / MAX_IMAGES) ** 0.5)  # MAX_REQUEST_PIXELS shared by all
+    side = int((16 * 1024 * 1024 / MAX_IMAGES) ** 0.5)  # MAX_REQUEST_PIXELS shared by all
     noisy = Image.effect_noise((side, side), 64).convert("RGB")
     out = io.BytesIO()
     noisy.save(out, "PNG")

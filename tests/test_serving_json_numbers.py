@@ -112,3 +112,12 @@ def test_documents_that_are_not_objects_parse_as_json():
     assert json_numbers.load_request(b"[1, 2]") == [1, 2]
     assert json_numbers.load_request(b'{"inputs": 3}') == {"inputs": 3}
     assert json_numbers.load_request(b'{"inputs": [3]}') == {"inputs": [3]}
+
+
+@pytest.mark.parametrize("body", [
+    b'{"id": 1180591620717411303424, "inputs": []}',  # BIGINT_ERROR, a RuntimeError
+    b'{"inputs": [{"name": "x", "\\u0000": 1}]}',  # keys() lists it, item[key] does not find it
+], ids=["bigint", "nul-key"])
+def test_what_simdjson_raises_on_reading_goes_the_orjson_way(body):
+    """Found by the request fuzzing (issue 26): both were 500s."""
+    assert json_numbers.load_request(body) == orjson.loads(body)

@@ -554,8 +554,8 @@ def test_paddle_serving_route_and_the_request_limits_apply(server, images):
     assert result["bbox_num"] == counts.tolist() and result["labels"] == labels
     assert np.abs(np.asarray(result["bbox"], np.float32).reshape(-1, 6) - bbox).max() < 1e-6
     huge = io.BytesIO()
-    Image.new("1", (2100, 2100)).save(huge, format="PNG")  # 4.4 Mpx in a few KB
+    Image.new("1", (4100, 4100)).save(huge, format="PNG")  # 16.8 Mpx in a few KB
     response = requests.post(infer_url(server), data=image_body([huge.getvalue()]), timeout=60)
-    assert response.status_code == 400 and "2100x2100 image is too large" in response.text
+    assert response.status_code == 400 and "4100x4100 image is too large" in response.text
     response = requests.post(infer_url(server), data=image_body([b"\x89PNG broken"]), timeout=60)
     assert response.status_code == 400 and "element 0: not a decodable PNG or JPEG" in response.text

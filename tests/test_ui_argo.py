@@ -101,3 +101,63 @@ def test_the_page_reads_runs_from_argo_and_says_when_it_is_down(argo_server, tmp
 def test_pod_names_follow_argo_v2_naming():
     assert pod_name("wf", {"id": "wf-42", "templateName": "train"}) == "wf-train-42"
     assert pod_name("wf", {"id": "other"}) == "other"
+
+
+# -- an Argo Server as installed (issue 25, defect 3): TLS, client auth, the pipeline's
+# namespace. `argo_tls` (tests/fixtures/ui.py) is a stand-in for argo-server, a
+# Kubernetes-hosted service that cannot run here; its docstring cites the upstream sources.
+
+def test_runs_and_logs_over_tls_with_the_ca_and_the_token(argo_tls, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARGO_TOKEN", argo_tls.token)  # as the Secret puts it in the pod
+    config = UiConfig(gitops=str(tmp_path / "none.git"), argo_server=argo_tls.url,
+                      argo_namespace=argo_tls.namespace, argo_ca=str(argo_tls.ca))
+    with TestClient(create_app(config)) as c:
+        res = c.get("/api/runs")
+        assert res.status_code == 200, res.text
+        runs = res.json()["runs"]
+        assert [(r["name"], r["status"]) for r in runs] == [("train-abc12", "Succeeded")]
+        log = c.get("/api/log", params={"path": runs[0]["steps"][0]["log"]})
+        assert log.text == "step=10 loss=0.5\ndone"
+    assert {auth for _, _, auth in argo_tls.seen} == {f"Bearer {argo_tls.token}"}
+
+
+def test_each_refusal_of_the_argo_server_says_what_to_give(argo_tls, tmp_path, monkeypatch):
+    monkeypatch.delenv("ARGO_TOKEN", raising=False)
+    base = {"gitops": str(tmp_path / "none.git"), "argo_server": argo_tls.url,
+            "argo_namespace": argo_tls.namespace}
+
+    def runs(**config):
+        with TestClient(create_app(UiConfig(**{**base, **config}))) as c:
+            return c.get("/api/runs")
+
+    untrusted = runs()  # the system's CAs do not know a self-signed certificate
+    assert untrusted.status_code == 503 and "--argo-ca" in untrusted.json()["error"]
+    assert argo_tls.seen == []  # nothing was sent over a connection we could not trust
+    anonymous = runs(argo_ca=str(argo_tls.ca))
+    assert anonymous.status_code == 503
+    assert "refused no token (HTTP 401)" in anonymous.json()["error"]
+    monkeypatch.setenv("ARGO_TOKEN", "Bearer someone-else")
+    wrong = runs(argo_insecure=True)  # asked for by name: no check of the certificate
+    assert "refused the token (HTTP 401)" in wrong.json()["error"]
+    assert argo_tls.seen[-1][2] == "Bearer someone-else"
+    monkeypatch.setenv("ARGO_TOKEN", argo_tls.token)
+    assert runs(argo_insecure=True).json()["runs"][0]["name"] == "train-abc12"
+
+
+def test_the_workflows_namespace_is_the_pipelines(tmp_path):
+    """`mlops ui` looks where the pipeline's Workflows run: the settings' namespace
+    (docs/cluster.md section 6 renders them into `mlops`), not Argo's own `argo`."""
+    import argparse
+
+    from mlops.commands.ui import register, ui_config
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    base = ["ui", "--gitops", str(tmp_path / "g.git"), "--workdir", str(tmp_path / "none")]
+    assert ui_config(parser.parse_args(base)).argo_namespace == "mlops"
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("namespace: vision-ml\n")
+    args = parser.parse_args([*base, "--settings", str(settings)])
+    assert ui_config(args).argo_namespace == "vision-ml"
+    args = parser.parse_args([*base, "--settings", str(settings), "--argo-namespace", "x"])
+    assert ui_config(args).argo_namespace == "x"

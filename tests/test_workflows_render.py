@@ -255,6 +255,8 @@ def test_rbac_grants_exactly_what_each_account_needs(docs):
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "create"),
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "get"),
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "patch"),
+        ("mlops-paddlejob", "argoproj.io", "workflowtaskresults", "create"),
+        ("mlops-paddlejob", "argoproj.io", "workflowtaskresults", "patch"),
         ("mlops-sensor", "argoproj.io", "workflows", "create"),
         ("mlops-sensor", "argoproj.io", "workflows", "get"),
         ("mlops-sensor", "argoproj.io", "workflows", "list"),
@@ -267,6 +269,15 @@ def test_rbac_grants_exactly_what_each_account_needs(docs):
     steps = next(d for d in docs["rbac.yaml"]
                  if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "mlops-pipeline")
     assert steps["automountServiceAccountToken"] is False and "mlops-pipeline" not in roles
+    # The executors' accounts are no pod's own: Argo mounts their token Secrets into
+    # argoexec only (issue 25), so they mount nothing themselves.
+    accounts = {d["metadata"]["name"]: d for d in docs["rbac.yaml"]
+                if d["kind"] == "ServiceAccount"}
+    for name in ("mlops-executor", "mlops-paddlejob", "mlops-eventsource"):
+        assert accounts[name]["automountServiceAccountToken"] is False, name
+    tokens = {d["metadata"]["name"] for d in docs["rbac.yaml"] if d["kind"] == "Secret"}
+    assert tokens == {"mlops-executor.service-account-token",
+                      "mlops-paddlejob.service-account-token"}
 
 
 def test_settings_file_overrides_and_bad_settings(tmp_path):
@@ -290,7 +301,7 @@ def test_cli_render_then_lint(tmp_path, capsys):
     assert cli(["workflows", "render", str(EXAMPLE), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     assert cli(["workflows", "lint", str(out)]) == 0
-    assert "14 document(s) in 4 file(s): valid" in capsys.readouterr().out
+    assert "16 document(s) in 4 file(s): valid" in capsys.readouterr().out
 
 
 def test_broken_config_is_a_clear_error_and_nothing_is_written(tmp_path, capsys):

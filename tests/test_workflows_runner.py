@@ -92,6 +92,9 @@ def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_pa
     run = json.loads((out / "run.json").read_text())
     phases = {t["name"]: t["phase"] for t in run["tasks"]}
     assert phases["propose"] == "Succeeded", (out / "logs" / "propose.log").read_text()
+    # The Workflow's global output (Argo's status.outputs) is the PR (issue 25, defect 5).
+    pr_url = next(t for t in run["tasks"] if t["name"] == "propose")["outputs"]["pr-url"]
+    assert pr_url and run["global_outputs"] == {"pr-url": pr_url}
     log = (out / "logs" / "propose.log").read_text()
     assert "fake-detector" in log
     import subprocess
@@ -125,6 +128,9 @@ def test_failed_gate_skips_propose_by_its_when(tmp_path, monkeypatch):
     assert result.task("propose").phase == "Skipped"
     assert "when" in result.task("propose").message
     assert result.status == "Succeeded"
+    # The exit handler exports the PR link even so (issue 25, defect 5): as in Argo, only
+    # an output with a globalName reaches the Workflow's status.outputs.
+    assert list(result.global_outputs) == ["pr-url"]
 
 
 def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
@@ -143,6 +149,7 @@ def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
     assert str(tmp_path / "run" / "logs" / "train.log") in printed
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["status"] == "Failed" and run["failures"][0]["displayName"] == "train"
+    assert list(run["global_outputs"]) == ["pr-url"]  # set by the exit handler on every run
     # The same story as typed events, in the order it happened, for readers that follow it.
     events = run_events.read(tmp_path / "run")
     started = [e.task for e in events if e.kind == "task_started"]

@@ -22,12 +22,26 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.kubeapi import ApiCall
 from gitops.git import BOT_IDENTITY
 from workflows.config import LoadedConfig
 from workflows.pipeline import ENTRYPOINT
 from workflows.settings import PipelineSettings
 
 EVENTS_API = "argoproj.io/v1alpha1"
+# What the Sensor pod asks the API server, with its own token, per push. Argo Events'
+# argo-workflow trigger runs `argo -n NS submit FILE` and then lists the Workflows it
+# labelled (pkg/sensors/triggers/argo-workflow/argo-workflow.go, argo-events v1.9). That
+# CLI talks to the API server itself (pkg/apiclient/argo-kube-client.go, argo-workflows
+# v3.7.9): three SelfSubjectAccessReviews on clusterworkflowtemplates (util/rbac/rbac.go;
+# Kubernetes grants every account those reviews), a GET of the WorkflowTemplate the
+# Workflow refers to (its validation) and the create (server/workflow/workflow_server.go).
+SENSOR_API_CALLS = (
+    ApiCall("create", "selfsubjectaccessreviews", "authorization.k8s.io", namespace=""),
+    ApiCall("get", "workflowtemplates", "argoproj.io", name="{model}"),
+    ApiCall("create", "workflows", "argoproj.io"),
+    ApiCall("list", "workflows", "argoproj.io"),
+)
 GITHUB_EVENT = "github"
 WEBHOOK_EVENT = "webhook"
 
@@ -83,6 +97,8 @@ def _eventsource(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, 
         },
         "spec": {
             "eventBusName": settings.eventbus,
+            # Webhooks in, events out to the bus: no API call, so an account without a token.
+            "template": {"serviceAccountName": settings.eventsource_service_account},
             "service": {
                 "ports": [
                     {

@@ -14,6 +14,9 @@ README there for provenance), so `mlops workflows lint DIR` and
 * Core kinds (ServiceAccount, Role, RoleBinding, ...): kubernetes-validate,
   strict, when that package is installed; otherwise they are reported as not
   checked rather than silently passed.
+* Identities, once every document is valid: which API token each rendered
+  pod holds and whether its calls are allowed by the Roles among the files
+  (`workflows.identity`).
 """
 
 import functools
@@ -138,6 +141,15 @@ def lint_paths(paths: Iterable[pathlib.Path]) -> tuple[int, list[str]]:
             count += 1
             problems += [f"{path}: {p}" for p in validate_doc(doc)]
     return count, problems
+
+
+def identity_problems(paths: Iterable[pathlib.Path]) -> list[str]:
+    """Every pod's API calls against the Roles, over all the files (`workflows.identity`)."""
+    from workflows.identity import identity_problems as problems
+
+    docs = [d for path in paths for d in yaml.safe_load_all(path.read_text())
+            if isinstance(d, dict)]
+    return [f"identity: {p}" for p in problems(docs)]
 
 
 def yaml_files(target: pathlib.Path) -> list[pathlib.Path]:

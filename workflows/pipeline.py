@@ -83,6 +83,9 @@ WORKFLOW_OUTPUTS = {
     "pr-url": "tasks.propose.outputs.parameters.pr-url",
 }
 REPORT_PATH = f"{WORKSPACE}/out/report.md"
+# The exit handler's link to the run's PR (or the GitOps repo's PRs), a global output.
+PR_LINK_OUTPUT = "pr-url"
+PR_LINK_PATH = f"{WORKSPACE}/out/pr-link"
 # Workflow parameters: what a trigger passes for one commit.
 PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
 
@@ -357,9 +360,12 @@ def _training_template(
             Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
         ],
         annotations={LOCAL_ANNOTATION: "paddlejob"},
-        # The only pods with an API token: argoexec applies the PaddleJob with it.
-        service_account_name=settings.paddlejob_service_account,
-        automount_service_account_token=True,
+        # argoexec is this pod's main container and runs kubectl with the *executor's*
+        # token: Argo mounts it over the pod's own (workflow/controller/workflowpod.go
+        # newExecContainer; operator.go executeResource, v3.7.9). So the PaddleJob rights
+        # go to this template's executor account; the pod's account stays the steps'
+        # (no token), and every other pod's argoexec keeps the plain executor's.
+        executor=m.ExecutorConfig(service_account_name=settings.paddlejob_service_account),
         active_deadline_seconds=deadline,
         retry_strategy=_infra_retry(settings),
     )
@@ -647,9 +653,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             outputs=[
                 Parameter(name="version",
                           value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/version")),
-                # Global: the only one, so the Argo UI's workflow link can read it as
-                # ${status.outputs.parameters.0.value} (docs/cluster.md, section 6).
-                Parameter(name="pr-url", global_name="pr-url",
+                Parameter(name="pr-url",
                           value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
             ],
             extra_env=[*models_env, *forge_env, *_git_credentials(settings, helper=False)],
@@ -669,12 +673,27 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "{{workflow.failures}}",
                 "--out",
                 "$(MLOPS_OUT)",
+                "--gitops",
+                "{{workflow.parameters.gitops-repo}}",
+                "--forge",
+                loaded.config.promotion.gitops.forge,
+                "--repo",
+                "{{workflow.parameters.repo}}",
             ],
             deadline=600,
             retry=False,
-            # The run's report (commit, mAP, gate, PR, failures) in the Argo UI's artifacts.
-            outputs=[Artifact(name="report", path=REPORT_PATH, archive=NoneArchiveStrategy(),
-                              optional=True)],
+            outputs=[
+                # The run's report (commit, mAP, gate, PR, failures) in the Argo UI's artifacts.
+                Artifact(name="report", path=REPORT_PATH, archive=NoneArchiveStrategy(),
+                         optional=True),
+                # The Workflow's only global output, set on every run (the exit handler always
+                # runs), so the Argo UI's link ${status.outputs.parameters.0.value} always
+                # resolves (docs/cluster.md, section 6). Only outputs with a globalName reach
+                # status.outputs (operator.go addParamToGlobalScope, v3.7.9); the DAG's own
+                # outputs (WORKFLOW_OUTPUTS) do not.
+                Parameter(name=PR_LINK_OUTPUT, global_name=PR_LINK_OUTPUT,
+                          value_from=m.ValueFrom(path=PR_LINK_PATH, default="")),
+            ],
         )
 
         dag_outputs = [

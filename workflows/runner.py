@@ -99,6 +99,9 @@ class RunResult:
     parameters: dict[str, str]
     outputs: dict[str, str] = field(default_factory=dict)
     """The entrypoint DAG's output parameters: what the Argo UI shows as the workflow's."""
+    global_outputs: dict[str, str] = field(default_factory=dict)
+    """Output parameters exported with a `globalName`: Argo's `status.outputs`, which the
+    Argo UI's `links` read."""
 
     def task(self, name: str) -> TaskRecord:
         """The record of one task."""
@@ -438,6 +441,9 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         source = p.get("valueFrom") or {}
         if "path" in source:
             path = mapped(source["path"])
+            if not path.is_file() and "default" in source:  # Argo's executor does the same
+                record.outputs[p["name"]] = str(source["default"])
+                continue
             if not path.is_file():
                 raise _TaskFailed(f"output parameter {p['name']!r} was not written ({path})")
             record.outputs[p["name"]] = path.read_text().strip()
@@ -512,6 +518,7 @@ def run_workflow(
     run_events.append(out, "run_started", workflow=name)
     start = time.monotonic()
     records: list[TaskRecord] = []
+    global_outputs: dict[str, str] = {}
     status: dict[str, str] = {}
     failed: TaskRecord | None = None
     for task in ordered:
@@ -541,6 +548,7 @@ def run_workflow(
             if record.phase == "Failed":
                 failed = record
         status[record.name] = record.phase
+        _export_globals(templates[task["template"]], record, global_outputs)
         _task_finished(out, record)
         for key, value in record.outputs.items():
             ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
@@ -582,6 +590,7 @@ def run_workflow(
             record.phase, record.message = "Failed", str(exc)
         record.seconds = round(time.monotonic() - t0, 3)
         records.append(record)
+        _export_globals(templates[exit_name], record, global_outputs)
         _task_finished(out, record)
         echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
     ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
@@ -595,6 +604,7 @@ def run_workflow(
         tasks=records,
         parameters=params,
         outputs=outputs,
+        global_outputs=global_outputs,
     )
     _write_records(result, ctx.metrics)
     run_events.append(out, "run_finished", workflow=name, phase=wf_status,
@@ -607,6 +617,15 @@ def run_workflow(
         )
     _print_summary(result, echo)
     return result
+
+
+def _export_globals(tmpl: dict[str, Any], record: TaskRecord, into: dict[str, str]) -> None:
+    """Argo's global outputs: a pod's output parameter with a `globalName` is copied to the
+    Workflow's `status.outputs`, a later one overwriting (operator.go
+    addParamToGlobalScope, workflow/util AddParamToGlobalScope, v3.7.9)."""
+    for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+        if p.get("globalName") and p["name"] in record.outputs:
+            into[p["globalName"]] = record.outputs[p["name"]]
 
 
 def _task_finished(out: pathlib.Path, record: TaskRecord) -> None:
@@ -635,6 +654,7 @@ def _write_records(result: RunResult, metrics: list[str]) -> None:
         "failures": outcome.get("failures"),
         "parameters": result.parameters,
         "outputs": result.outputs,
+        "global_outputs": result.global_outputs,
         "tasks": [asdict(t) for t in result.tasks],
     }
     # Atomic: the demo and `mlops status` read it while runs come and go. Then the exit

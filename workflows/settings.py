@@ -29,8 +29,8 @@ class PipelineSettings(BaseModel):
     namespace: str = Field(default="mlops", pattern=_NAME)
     # Step pods run as `service_account` with no API token mounted; Argo's executor
     # (init/wait containers) reports results as `executor_service_account`; only the
-    # PaddleJob resource templates run as `paddlejob_service_account`, which may apply
-    # PaddleJobs (workflows/rbac.py).
+    # PaddleJob resource templates' executor (argoexec running kubectl) runs as
+    # `paddlejob_service_account`, which may apply PaddleJobs (workflows/rbac.py).
     service_account: str = Field(default="mlops-pipeline", pattern=_NAME)
     executor_service_account: str = Field(default="mlops-executor", pattern=_NAME)
     paddlejob_service_account: str = Field(default="mlops-paddlejob", pattern=_NAME)
@@ -95,6 +95,8 @@ class PipelineSettings(BaseModel):
     forge_secret: str = Field(default="mlops-forge", pattern=_NAME)
     forge_secret_key: str = "token"
     sensor_service_account: str = Field(default="mlops-sensor", pattern=_NAME)
+    # The EventSource's pods receive webhooks and call no API: an account without a token.
+    eventsource_service_account: str = Field(default="mlops-eventsource", pattern=_NAME)
     eventbus: str = "default"
 
     def training_image(self, model: str) -> str:

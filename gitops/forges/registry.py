@@ -75,6 +75,31 @@ def forge_api_url(name: str, gitops: str) -> str | None:
     return _HOSTED_API.get(host) or f"{parts.scheme}://{host}{_API_PATH[name]}"
 
 
+#: Where each forge lists a repository's pull (merge) requests, below the repo's web page.
+_PULLS_PAGE = {"github": "/pulls", "gitea": "/pulls", "gitlab": "/-/merge_requests"}
+
+
+def repo_page(url: str) -> str | None:
+    """The web page of a repository from its http(s) clone URL (no `.git`, no
+    credentials), or None for anything else (ssh, a local path, empty)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    path = path[:-4] if path.endswith(".git") else path
+    if parts.scheme not in ("http", "https") or not parts.hostname or not path.strip("/"):
+        return None
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return f"{parts.scheme}://{host}{path}"
+
+
+def pulls_page(name: str, url: str) -> str | None:
+    """The web page listing the pull requests of the repo cloned from `url` on forge
+    `name` (GitHub and Gitea `/pulls`, GitLab `/-/merge_requests`), or None."""
+    page = repo_page(url)
+    return page + _PULLS_PAGE[name] if page and name in _PULLS_PAGE else None
+
+
 def for_gitops(name: str, gitops: str, api_url: str | None = None,
                forge_repo: str | None = None, api_flag: str = "--forge-url") -> Forge:
     """The forge called `name` that hosts the GitOps repo `gitops` (local: the repo itself).

@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, required=True)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--model-name", help="default: model.yaml's name, else the directory name")
-    serve.add_argument("--model-version", help="default: model.yaml's version")
+    serve.add_argument("--model-version", help="default: model.yaml's version, else "
+                       "sha256-<first 12 hex digits of the weights' sha256>")
     serve.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024,
                        help="larger request bodies get 413 (default 8 MiB)")
     serve.add_argument("--max-in-flight", type=int, default=16,
@@ -50,6 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="run a request on the event loop, without the hand-off to a "
                             "predictor thread, when none is in flight and recent ones took at "
                             "most MS (default 20; 0: always hand off)")
+    serve.add_argument("--max-request-pixels", type=int, default=None, metavar="N",
+                       help="pixels all images of one request may decode to; more get 400 "
+                            "(default: infer_cfg.yml serving.max_request_pixels, else "
+                            "16777216: a 12 MP photo fits)")
+    serve.add_argument("--reduced-decode", action=argparse.BooleanOptionalAction, default=None,
+                       help="decode a JPEG at 1/2, 1/4 or 1/8 scale when the model's resize "
+                            "shrinks it at least that much (faster, answers differ a little; "
+                            "default: infer_cfg.yml serving.reduced_decode, else off)")
+    serve.add_argument("--decode-timeout", type=float, default=5.0, metavar="S",
+                       help="seconds one request's images may take to decode and prepare; "
+                            "then 400 (default 5)")
     serve.add_argument("--math-threads", type=int, default=1,
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float, default=30.0,
@@ -97,14 +109,17 @@ def run_serve(args: argparse.Namespace) -> int:
         DEFAULT_WORKERS,
         ServingOptions,
     )
+    from serving.preprocess import MAX_REQUEST_PIXELS, ImageOptions
     from serving.runtime import default_threads
     from serving.server import ServerSettings, serve
 
     model = load_model_dir(args.model_dir)
     name = args.model_name or str(model.record.get("name") or model.path.resolve().name)
     version = args.model_version or model.record.get("version")
-    if not version:
-        raise UserError(f"{model.path}/model.yaml has no version; pass --model-version")
+    if not version:  # an upstream export as it is (no model.yaml): its weights name it
+        version = f"sha256-{model.weights_sha256[:12]}"
+        print(f"{model.path}: no model.yaml version; serving it as version {version} "
+              "(the weights' digest; --model-version names it)", file=sys.stderr)
     for flag in ("max_body_bytes", "max_in_flight", "math_threads"):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
@@ -127,6 +142,13 @@ def run_serve(args: argparse.Namespace) -> int:
         raise UserError("--batch-max-size must be at least 1 (1: no batching)")
     if not 0 <= batch_timeout_ms <= 1000:
         raise UserError("--batch-timeout-ms must be between 0 and 1000")
+    max_request_pixels = int(pick("max_request_pixels", MAX_REQUEST_PIXELS))
+    if max_request_pixels < 1:
+        raise UserError("--max-request-pixels must be at least 1")
+    if not 0 < args.decode_timeout <= 3600:  # also refuses nan
+        raise UserError("--decode-timeout must be positive (seconds, at most 3600)")
+    reduced = args.reduced_decode if args.reduced_decode is not None else declared.reduced_decode
+    images = ImageOptions(max_request_pixels, args.decode_timeout, bool(reduced))
     if not 0 <= args.inline_max_ms <= 1000:  # also refuses nan
         raise UserError("--inline-max-ms must be between 0 and 1000")
     threads = args.threads if args.threads is not None else max(1, default_threads() // workers)
@@ -148,6 +170,7 @@ def run_serve(args: argparse.Namespace) -> int:
         batch_max_size=batch_max_size,
         batch_timeout_ms=batch_timeout_ms,
         inline_max_ms=args.inline_max_ms,
+        images=images,
     )
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"

@@ -48,6 +48,8 @@ def ui_config(args: argparse.Namespace) -> Any:
         if not r.is_dir():
             raise UserError(f"--runs {r}: no such directory")
     return UiConfig(
+        proxy_header=args.proxy_header, proxy_secret=args.proxy_secret or None,
+        argo_ca=args.argo_ca, argo_insecure=args.argo_insecure,
         gitops=gitops, branch=args.branch or (platform.branch if platform else "main"),
         prometheus=prometheus or None, runs=runs,
         reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
@@ -55,23 +57,37 @@ def ui_config(args: argparse.Namespace) -> Any:
         actions=not args.read_only, token=args.token or None, user=_who(args),
         proxy_user=args.proxy_user, namespace=args.namespace,
         workdir=root if platform is not None else None,
-        argo_server=args.argo_server, argo_namespace=args.argo_namespace, forge=forge)
+        argo_server=args.argo_server,
+        argo_namespace=args.argo_namespace or _settings(args).namespace, forge=forge)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """The pipeline's settings (`--settings FILE`, else the defaults): the namespace its
+    Workflows run in, the pods' image pull secrets."""
+    from workflows.settings import load_settings
+
+    return load_settings(args.settings)
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from mlops.errors import UserError
     from mlops.ui.app import create_app
 
     config = ui_config(args)
-    if args.host in ("127.0.0.1", "localhost", "::1"):
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    if loopback:
         config.allowed_hosts = ["127.0.0.1", "localhost", "[::1]", "::1"]
-    if args.host not in ("127.0.0.1", "localhost", "::1") and config.actions and \
-            not config.token and not config.proxy_user:
-        from mlops.errors import UserError
-
+    if not loopback and config.actions and not config.token and not config.proxy_user:
         raise UserError(f"--host {args.host} exposes the actions beyond this machine: set "
                         "--token (or $MLOPS_UI_TOKEN), --proxy-user, or --read-only")
+    if not loopback and config.proxy_user and not config.proxy_secret:
+        # Any client that reaches the port could name itself in the header.
+        raise UserError(f"--proxy-user on --host {args.host} would trust a user header any "
+                        "client can send: run the proxy beside the UI and bind 127.0.0.1 (as "
+                        "`mlops ui manifests --proxy-user` does), or set --proxy-secret (or "
+                        "$MLOPS_UI_PROXY_SECRET), which the proxy sends as X-Mlops-Proxy-Secret")
     print(f"mlops ui: http://{args.host}:{args.port}/  (GitOps {config.gitops}"
           f"{', Prometheus ' + config.prometheus if config.prometheus else ''})", flush=True)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
@@ -83,13 +99,18 @@ def _manifests(args: argparse.Namespace) -> int:
 
     from mlops.ui.manifests import ui_manifests
 
+    settings = _settings(args)
     docs = ui_manifests(gitops_url=args.gitops, prometheus_url=args.prometheus,
                         image=args.image, namespace=args.namespace, port=args.port,
                         actions=args.enable_actions, token_secret=args.token_secret,
-                        proxy_user=args.proxy_user, git_secret=args.git_secret,
-                        argo_server=args.argo_server, argo_namespace=args.argo_namespace,
-                        argo_secret=args.argo_secret, forge=args.forge,
-                        forge_secret=args.forge_secret)
+                        proxy_user=args.proxy_user, proxy_image=args.proxy_image,
+                        proxy_env_secret=args.proxy_env_secret, git_secret=args.git_secret or None,
+                        argo_server=args.argo_server,
+                        argo_namespace=args.argo_namespace or settings.namespace,
+                        argo_secret=args.argo_secret, argo_ca_configmap=args.argo_ca_configmap,
+                        argo_insecure=args.argo_insecure, forge=args.forge,
+                        forge_secret=args.forge_secret,
+                        image_pull_secrets=settings.image_pull_secrets)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
@@ -111,7 +132,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a run's --out dir or a runs dir of the post-receive hook (repeatable)")
     p.add_argument("--argo-server", metavar="URL", default=os.environ.get("ARGO_SERVER_URL"),
                    help="in a cluster: runs from this Argo Server (token: $ARGO_TOKEN)")
-    p.add_argument("--argo-namespace", default="argo", help="the Workflows' namespace")
+    p.add_argument("--argo-namespace", default=None,
+                   help="the Workflows' namespace (default: the --settings file's namespace, "
+                        "else mlops)")
+    p.add_argument("--argo-ca", metavar="FILE",
+                   help="CA bundle (PEM) that signed the Argo Server's certificate")
+    p.add_argument("--argo-insecure", action="store_true",
+                   help="do not check the Argo Server's TLS certificate")
+    p.add_argument("--settings", help="the pipeline's settings file (its namespace)")
     p.add_argument("--forge", default=os.environ.get("MLOPS_FORGE", "local"),
                    help="where the PRs are, as for `mlops pr`: local, github, gitlab or gitea "
                         "(default: $MLOPS_FORGE or local)")
@@ -130,8 +158,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="actions need this bearer token (default: $MLOPS_UI_TOKEN)")
     p.add_argument("--read-only", action="store_true", help="no buttons, every POST refused")
     p.add_argument("--proxy-user", action="store_true",
-                   help="take the person from the auth proxy's X-Auth-Request-User / "
-                        "X-Forwarded-User header (behind oauth2-proxy in a cluster)")
+                   help="take the person from the auth proxy's header (--proxy-header); "
+                        "beyond loopback only with --proxy-secret")
+    p.add_argument("--proxy-header", default="X-Forwarded-User",
+                   help="the one header that names the person (default: X-Forwarded-User, "
+                        "as oauth2-proxy sets it)")
+    p.add_argument("--proxy-secret", default=os.environ.get("MLOPS_UI_PROXY_SECRET"),
+                   help="the proxy proves itself with this in X-Mlops-Proxy-Secret "
+                        "(default: $MLOPS_UI_PROXY_SECRET)")
     p.set_defaults(func=_serve)
     sub = p.add_subparsers(dest="ui_command", metavar="ACTION")
     man = sub.add_parser("manifests", help="print the UI's Deployment and Service for a cluster")
@@ -146,17 +180,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--token-secret", default=None,
                      help="Secret with key 'token' that actions need (with --enable-actions)")
     man.add_argument("--proxy-user", action="store_true",
-                     help="actions signed as the auth proxy's user (oauth2-proxy in front)")
+                     help="oauth2-proxy in the pod in front of the UI (which listens on "
+                          "127.0.0.1); actions signed as its X-Forwarded-User")
+    man.add_argument("--proxy-image", default="quay.io/oauth2-proxy/oauth2-proxy:v7.15.3")
+    man.add_argument("--proxy-env-secret", default="mlops-ui-oauth2-proxy",
+                     help="Secret whose OAUTH2_PROXY_* keys configure oauth2-proxy (provider, "
+                          "client id and secret, cookie secret, email domains, redirect URL)")
     man.add_argument("--git-secret", default="mlops-gitops-token",
-                     help="Secret with key 'token' for pushing (with --enable-actions)")
+                     help="Secret with key 'token' for reading (and with --enable-actions "
+                          "pushing to) the GitOps repo, as the controller's; '' for none")
     man.add_argument("--forge", choices=["github", "gitlab", "gitea"],
                      help="the PRs' forge (owner/name and API root from --gitops)")
     man.add_argument("--forge-secret", default="mlops-forge",
                      help="Secret with key 'token' for the forge's API (with --forge)")
     man.add_argument("--argo-server", metavar="URL",
                      help="Argo Server URL (as pods see it) for the Runs page")
-    man.add_argument("--argo-namespace", default="argo")
-    man.add_argument("--argo-secret", help="Secret with key 'token' for the Argo Server")
+    man.add_argument("--argo-namespace", default=None,
+                     help="the Workflows' namespace (default: the --settings file's "
+                          "namespace, else mlops)")
+    man.add_argument("--argo-secret",
+                     help="Secret with key 'token' for the Argo Server (default: render a "
+                          "ServiceAccount mlops-ui-argo that may only read Workflows and logs, "
+                          "and its token Secret)")
+    man.add_argument("--argo-ca-configmap", metavar="NAME",
+                     help="ConfigMap whose key ca.crt signed the Argo Server's certificate")
+    man.add_argument("--argo-insecure", action="store_true",
+                     help="do not check the Argo Server's certificate (its default one is "
+                          "self-signed)")
+    man.add_argument("--settings", help="the pipeline's settings file (namespace of the "
+                                        "Workflows, image_pull_secrets)")
     man.set_defaults(func=_manifests)
 
 

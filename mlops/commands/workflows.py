@@ -58,12 +58,14 @@ def _lint(args: argparse.Namespace) -> int:
     target = pathlib.Path(args.dir)
     if not target.exists():
         raise LintFailed(f"{target}: no such file or directory")
-    from workflows.lint import lint_paths, yaml_files
+    from workflows.lint import identity_problems, lint_paths, yaml_files
 
     files = yaml_files(target)
     if not files:
         raise LintFailed(f"{target}: no YAML files")
     count, problems = lint_paths(files)
+    if not problems:
+        problems = identity_problems(files)
     for problem in problems:
         print(problem, file=sys.stderr)
     if problems:

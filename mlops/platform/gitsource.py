@@ -19,6 +19,7 @@ import pathlib
 import subprocess
 import tarfile
 
+from gitops.archive import extract
 from gitops.git import Git, redact, remote
 
 _GIT_ENV_TIMEOUT = 30.0
@@ -88,4 +89,4 @@ class GitSource:
             )
         archive = self._git("archive", "--format=tar", sha, cwd=self.cache)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(dest, filter="data")
+            extract(tar, dest)

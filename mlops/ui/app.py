@@ -4,6 +4,13 @@ Reads go through :class:`mlops.ui.source.GitopsSource` and the page builders;
 actions through :class:`mlops.ui.actions.Actions`. An action is a POST with the
 header `X-Mlops-UI: 1` (a cross-site form cannot set it) and, when a token is
 configured, `Authorization: Bearer TOKEN`; with actions off every POST is 403.
+Behind an auth proxy (`proxy_user`) the person is the ONE configured header
+(`proxy_header`), and only from a request that proves it came through the
+proxy: by the proxy's shared secret in `X-Mlops-Proxy-Secret` when one is set,
+else by the UI listening on loopback where only the proxy beside it can reach
+it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). The
+name a request signs with (`by`, or the proxy's header) must be one line of
+printable text: it becomes a commit trailer (`gitops.git.line_problem`).
 A refusal is `{"error": "<the CLI's one-line message>"}` with a 4xx; anything
 unexpected is logged here and answered with one line, never a traceback.
 """
@@ -24,6 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from contracts.errors import MlopsError
+from gitops.git import line_problem
 from mlops.ui import models as model_pages
 from mlops.ui import proposals as proposal_pages
 from mlops.ui import runs as run_pages
@@ -33,8 +41,10 @@ from mlops.ui.source import GitopsSource
 STATIC = pathlib.Path(__file__).with_name("static")
 log = logging.getLogger("mlops.ui")
 
-#: Headers an auth proxy (oauth2-proxy, Istio ext-authz) sets to the signed-in person.
-PROXY_USER_HEADERS = ("x-auth-request-user", "x-forwarded-user", "x-remote-user")
+#: The header oauth2-proxy sets to the signed-in person when it proxies (`--pass-user-headers`).
+PROXY_USER_HEADER = "X-Forwarded-User"
+#: The header a proxy that is not beside the UI on loopback proves itself with.
+PROXY_SECRET_HEADER = "X-Mlops-Proxy-Secret"
 
 
 @dataclass
@@ -53,12 +63,21 @@ class UiConfig:
     user: str = "human"
     proxy_user: bool = False
     """Take the person from the auth proxy's header (in a cluster)."""
+    proxy_header: str = PROXY_USER_HEADER
+    """The one header read for the person (never a list: a client could set another)."""
+    proxy_secret: str | None = None
+    """What the proxy sends in `X-Mlops-Proxy-Secret`; None: only loopback reaches us."""
     forge: Callable[[], Any] | None = None
     workdir: pathlib.Path | None = None
     """The local platform's work dir: HAProxy's live weights and the servers' phases."""
     argo_server: str | None = None
     """In a cluster: runs from this Argo Server (namespace `argo_namespace`)."""
-    argo_namespace: str = "argo"
+    argo_namespace: str = "mlops"
+    """The pipeline's namespace (`PipelineSettings.namespace`), where its Workflows run."""
+    argo_ca: str | None = None
+    """CA bundle (PEM file) the Argo Server's certificate is checked against."""
+    argo_insecure: bool = False
+    """Do not check the Argo Server's certificate at all (asked for by name)."""
     allowed_hosts: list[str] | None = None
     """`Host` headers answered (None: any). On loopback, `mlops ui` allows only loopback
     names, so a page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) gets 400."""
@@ -98,10 +117,16 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
 
     def who(request: Request, body: dict[str, Any]) -> str:
         if config.proxy_user:
-            for header in PROXY_USER_HEADERS:
-                if request.headers.get(header):
-                    return request.headers[header]
-            raise PermissionError("no signed-in user from the auth proxy")
+            if config.proxy_secret is not None:
+                given = request.headers.get(PROXY_SECRET_HEADER, "")
+                if not hmac.compare_digest(given.encode(), config.proxy_secret.encode()):
+                    raise PermissionError(f"this request did not come through the auth proxy "
+                                          f"(no valid {PROXY_SECRET_HEADER})")
+            name = request.headers.get(config.proxy_header, "").strip()
+            if not name:
+                raise PermissionError(f"no signed-in user from the auth proxy "
+                                      f"({config.proxy_header})")
+            return name
         name = str(body.get("by") or "").strip()
         return name or config.user
 
@@ -123,6 +148,10 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             person = who(request, body if isinstance(body, dict) else {})
         except PermissionError as exc:
             return _fail(401, str(exc))
+        problem = line_problem(person)
+        if problem:
+            where = config.proxy_header if config.proxy_user else '"by"'
+            return _fail(400, f"who acts ({where}): {person!r} {problem}")
         return await guarded(lambda _r: {"message": run(person)})(request)
 
     def info(request: Request) -> dict[str, Any]:
@@ -166,7 +195,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     if config.argo_server:
         from mlops.ui.argo import ArgoRuns
 
-        argo = ArgoRuns(config.argo_server, config.argo_namespace)
+        argo = ArgoRuns(config.argo_server, config.argo_namespace, ca=config.argo_ca,
+                        insecure=config.argo_insecure)
 
     def runs(request: Request) -> dict[str, Any]:
         found = run_pages.runs_view(config.runs)

@@ -4,8 +4,15 @@
 Pod node is a step (its phase, start and finish, output parameters). A step's
 log is `GET /api/v1/workflows/{namespace}/{name}/log` for its pod (pod names
 as Argo 3.4+ makes them: `<workflow>-<template>-<hash of the node id>`). The
-token is the one `mlops workflows submit` uses (`$ARGO_TOKEN`). The views have
-the shape of :func:`mlops.ui.runs.runs_view`, so the page is the same.
+views have the shape of :func:`mlops.ui.runs.runs_view`, so the page is the same.
+
+An Argo Server as installed answers only with a Kubernetes bearer token
+(`--auth-mode client` is its default): the token is the one `mlops workflows
+submit` uses (`$ARGO_TOKEN`, with or without its `Bearer ` prefix). It serves
+TLS (`--secure` defaults to true) with a certificate it makes itself at each
+start unless given one (`--tls-certificate-secret-name`): give the CA of the
+certificate it serves (`ca`, a PEM file), or ask by name not to check it
+(`insecure`); the system's CAs are the default, and a refusal says which.
 """
 
 from __future__ import annotations
@@ -79,22 +86,57 @@ class ArgoRuns:
     """Workflows of one namespace on an Argo Server."""
 
     def __init__(self, server: str, namespace: str, token: str | None = None,
-                 timeout: float = 5.0, session: requests.Session | None = None) -> None:
+                 timeout: float = 5.0, session: requests.Session | None = None, *,
+                 ca: str | None = None, insecure: bool = False) -> None:
         self.server = server.rstrip("/")
         self.namespace = namespace
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        token = (token if token is not None else os.environ.get(TOKEN_ENV, "")).strip()
         self.session = session or requests.Session()
         if token:
             self.session.headers["Authorization"] = \
                 token if token.startswith("Bearer ") else f"Bearer {token}"
+        if ca and insecure:
+            from mlops.errors import UserError
+
+            raise UserError("--argo-ca and --argo-insecure: choose one")
+        if ca:
+            if not os.path.isfile(ca):
+                from mlops.errors import UserError
+
+                raise UserError(f"--argo-ca {ca}: no such file (a PEM CA bundle)")
+            self.verify: bool | str = ca
+        elif insecure:
+            import urllib3
+
+            # Asked for by name (`--argo-insecure`); the warning would repeat per request.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            self.verify = False
+        else:
+            self.verify = True
         self.timeout = timeout
 
     def _get(self, path: str, params: dict[str, str]) -> requests.Response:
         url = f"{self.server}/api/v1/workflows/{self.namespace}{path}"
         try:
-            res = self.session.get(url, params=params, timeout=self.timeout)
+            # `verify` per request: a session's is overridden by $REQUESTS_CA_BUNDLE.
+            res = self.session.get(url, params=params, timeout=self.timeout, verify=self.verify)
+        except requests.exceptions.SSLError as exc:
+            raise ArgoServerError(
+                f"Argo Server at {self.server}: its TLS certificate is not trusted ({exc}); "
+                "give the CA that signed it with --argo-ca FILE, or --argo-insecure (its "
+                "default certificate is self-signed and new at each start)") from None
         except requests.RequestException as exc:
             raise ArgoServerError(f"Argo Server at {self.server} unreachable: {exc}") from None
+        if res.status_code == 401:
+            sent = "the token" if "Authorization" in self.session.headers else "no token"
+            raise ArgoServerError(
+                f"Argo Server at {self.server} refused {sent} (HTTP 401): it wants a "
+                f"Kubernetes ServiceAccount token in ${TOKEN_ENV} (`--auth-mode client`, "
+                "its default)")
+        if res.status_code == 403:
+            raise ArgoServerError(
+                f"Argo Server at {self.server}: the token in ${TOKEN_ENV} may not read "
+                f"Workflows in namespace {self.namespace!r} (HTTP 403): {res.text[:200]}")
         if res.status_code != 200:
             raise ArgoServerError(f"Argo Server answered HTTP {res.status_code} for {url}: "
                                   f"{res.text[:200]}")

@@ -1,90 +1,198 @@
 """`mlops ui manifests`: the UI as a Deployment + Service in a cluster.
 
 Read-only unless `actions` is set; then every action needs the token from a
-Secret (`--token-secret`) or the person the auth proxy in front signed in
-(`--proxy-user`), and the pod gets the GitOps push token the controller uses.
-It binds 0.0.0.0 inside the pod (the Service is ClusterIP: reach it through
-`kubectl port-forward` or the auth proxy's Ingress).
+Secret (`token_secret`) or the person an auth proxy signed in (`proxy_user`).
+
+Credentials come from Secrets as environment variables, never as arguments:
+
+* the GitOps repo's token as `MLOPS_GIT_TOKEN`, read-only UI included (it must
+  read a private GitOps repo too): the controller's own env entry,
+  :func:`promotion.deploy.git_token_env`, from the same Secret by default;
+* with `argo_server`, `ARGO_TOKEN` for the Argo Server, whose default auth mode
+  (`client`) wants a Kubernetes bearer token: by default a ServiceAccount
+  `mlops-ui-argo` with a token Secret and a Role that may only read Workflows
+  and their pods' logs in the Workflows' namespace (argo-server calls the API
+  as that token; the UI pod itself mounts no API token). Its TLS certificate is
+  checked against `argo_ca_configmap` (key `ca.crt`) or, explicitly, not at all
+  (`argo_insecure`).
+
+With `proxy_user` the pod runs oauth2-proxy beside the UI and the UI listens
+on 127.0.0.1 only: the proxy is the only thing that can reach it, so the one
+header the UI reads (`X-Forwarded-User`) was set by the proxy. oauth2-proxy
+sets that header itself (`--pass-user-headers`) and strips a client's copy
+first (`--skip-auth-strip-headers`, both oauth2-proxy 7.x defaults, pinned
+here as flags, which win over its env). A shared-secret header was the other
+choice; oauth2-proxy can send a static header only through its alpha config
+file, and the loopback bind needs no secret to leak. Without a proxy the UI
+binds 0.0.0.0 (ClusterIP: reach it with `kubectl port-forward`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Sequence
+
+from promotion.deploy import forge_token_env, git_token_env
 
 NAME = "mlops-ui"
+ARGO_READER = "mlops-ui-argo"
+ARGO_CA_DIR = "/etc/mlops/argo-ca"
+PROXY_PORT = 4180
+PROXY_HEADER = "X-Forwarded-User"
+OAUTH2_PROXY_IMAGE = "quay.io/oauth2-proxy/oauth2-proxy:v7.15.3"
+
+
+
+def _container_security() -> dict[str, Any]:
+    # A new dict each time: a shared one prints as a YAML anchor and alias.
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def _argo_reader(namespace: str, argo_namespace: str,
+                 labels: dict[str, str]) -> list[dict[str, Any]]:
+    """ServiceAccount, its token Secret (as argo's docs/access-token.md makes one) and a
+    read-only Role on Workflows and their pods' logs where the Workflows run."""
+    meta = {"name": ARGO_READER, "namespace": namespace, "labels": dict(labels)}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta),
+         "automountServiceAccountToken": False},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+         "metadata": {**meta, "name": f"{ARGO_READER}-token",
+                      "annotations": {"kubernetes.io/service-account.name": ARGO_READER}}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {**meta, "namespace": argo_namespace},
+         # What argo-server's list and log calls do with the caller's token
+         # (server/workflow/workflow_server.go, util/logs/workflow-logger.go).
+         "rules": [{"apiGroups": ["argoproj.io"], "resources": ["workflows"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {**meta, "namespace": argo_namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": ARGO_READER},
+         "subjects": [{"kind": "ServiceAccount", "name": ARGO_READER, "namespace": namespace}]},
+    ]
+
+
+def _oauth2_proxy(port: int, image: str, env_secret: str) -> dict[str, Any]:
+    """oauth2-proxy in front of the UI in the same pod (flags of oauth2-proxy v7.15)."""
+    def probe() -> dict[str, Any]:
+        return {"httpGet": {"path": "/ping", "port": "http"}, "periodSeconds": 10}
+
+    return {
+        "name": "oauth2-proxy", "image": image,
+        "args": [f"--http-address=0.0.0.0:{PROXY_PORT}",
+                 f"--upstream=http://127.0.0.1:{port}/",
+                 "--pass-user-headers=true", "--skip-auth-strip-headers=true",
+                 "--prefer-email-to-user=true",
+                 # The UI, on loopback, answers only loopback Host names.
+                 "--pass-host-header=false"],
+        # Provider, client id and secret, cookie secret, email domains, redirect URL:
+        # the Secret's OAUTH2_PROXY_* keys (oauth2-proxy reads each flag from its env).
+        "envFrom": [{"secretRef": {"name": env_secret}}],
+        "ports": [{"name": "http", "containerPort": PROXY_PORT}],
+        "readinessProbe": probe(), "livenessProbe": probe(),
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "128Mi"}},
+        "securityContext": _container_security(),
+    }
 
 
 def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  image: str = "registry.example.com/mlops/controller:0.1.0",
                  namespace: str = "mlops", port: int = 8765, actions: bool = False,
                  token_secret: str | None = None, proxy_user: bool = False,
+                 proxy_image: str = OAUTH2_PROXY_IMAGE,
+                 proxy_env_secret: str = "mlops-ui-oauth2-proxy",
                  git_secret: str | None = "mlops-gitops-token",
-                 argo_server: str | None = None, argo_namespace: str = "argo",
-                 argo_secret: str | None = None, forge: str | None = None,
-                 forge_secret: str = "mlops-forge") -> list[dict[str, Any]]:
-    """Deployment and Service (no RBAC: the UI talks to git, the forge and Prometheus)."""
-    if actions and not (token_secret or proxy_user):
-        from mlops.errors import UserError
+                 argo_server: str | None = None, argo_namespace: str = "mlops",
+                 argo_secret: str | None = None, argo_ca_configmap: str | None = None,
+                 argo_insecure: bool = False, forge: str | None = None,
+                 forge_secret: str = "mlops-forge",
+                 image_pull_secrets: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Deployment and Service, plus the Argo Server reader when there is no `argo_secret`."""
+    from mlops.errors import UserError
 
+    if actions and not (token_secret or proxy_user):
         raise UserError("actions in a cluster need --token-secret or --proxy-user (who may "
                         "commit, and as whom)")
+    if argo_ca_configmap and argo_insecure:
+        raise UserError("--argo-ca-configmap and --argo-insecure: choose one")
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
-    args = ["ui", "--gitops", gitops_url, "--host", "0.0.0.0", "--port", str(port),
+    host = "127.0.0.1" if proxy_user else "0.0.0.0"
+    args = ["ui", "--gitops", gitops_url, "--host", host, "--port", str(port),
             "--prometheus", prometheus_url or ""]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    if git_secret:
+        env.append(git_token_env(git_secret))
     if forge:
-        tokens = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
-        if forge not in tokens:
-            from mlops.errors import UserError
-
-            raise UserError(f"forge {forge!r}: choose one of {', '.join(sorted(tokens))}")
+        try:
+            env.append(forge_token_env(forge, forge_secret))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
         args += ["--forge", forge]
-        env.append({"name": tokens[forge], "valueFrom": {"secretKeyRef": {
-            "name": forge_secret, "key": "token"}}})
+    docs: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if argo_server:
         args += ["--argo-server", argo_server, "--argo-namespace", argo_namespace]
-        if argo_secret:
-            env.append({"name": "ARGO_TOKEN", "valueFrom": {"secretKeyRef": {
-                "name": argo_secret, "key": "token"}}})
+        if not argo_secret:
+            docs += _argo_reader(namespace, argo_namespace, labels)
+        env.append({"name": "ARGO_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": argo_secret or f"{ARGO_READER}-token", "key": "token"}}})
+        if argo_ca_configmap:
+            args += ["--argo-ca", f"{ARGO_CA_DIR}/ca.crt"]
+            mounts.append({"name": "argo-ca", "mountPath": ARGO_CA_DIR, "readOnly": True})
+            volumes.append({"name": "argo-ca", "configMap": {
+                "name": argo_ca_configmap, "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
+        elif argo_insecure:
+            args.append("--argo-insecure")
     if not actions:
         args.append("--read-only")
     else:
-        if proxy_user:
-            args.append("--proxy-user")
         if token_secret:
             env.append({"name": "MLOPS_UI_TOKEN", "valueFrom": {"secretKeyRef": {
                 "name": token_secret, "key": "token"}}})
-        if git_secret:
-            env.append({"name": "MLOPS_GIT_TOKEN", "valueFrom": {"secretKeyRef": {
-                "name": git_secret, "key": "token"}}})
-    probe = {"httpGet": {"path": "/api/info", "port": "http"}, "periodSeconds": 10}
+    if proxy_user:
+        args += ["--proxy-user", "--proxy-header", PROXY_HEADER]
+    ui: dict[str, Any] = {
+        "name": "ui", "image": image, "command": ["mlops"], "args": args, "env": env,
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                      "limits": {"memory": "512Mi"}},
+        "securityContext": _container_security(),
+        "volumeMounts": mounts,
+    }
+    if proxy_user:
+        # On loopback the kubelet cannot reach it over HTTP: ask from inside the pod.
+        check = (f"import urllib.request as u; "
+                 f"u.urlopen('http://127.0.0.1:{port}/api/info', timeout=5)")
+        probe: dict[str, Any] = {"exec": {"command": ["python3", "-c", check]},
+                                 "periodSeconds": 10, "timeoutSeconds": 5}
+        containers = [ui, _oauth2_proxy(port, proxy_image, proxy_env_secret)]
+    else:
+        probe = {"httpGet": {"path": "/api/info", "port": "http"}, "periodSeconds": 10}
+        ui["ports"] = [{"name": "http", "containerPort": port}]
+        containers = [ui]
+    ui["readinessProbe"], ui["livenessProbe"] = probe, copy.deepcopy(probe)
+    pod: dict[str, Any] = {
+        # The UI calls no Kubernetes API (the Argo token above goes to argo-server only).
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": containers,
+        "volumes": volumes,
+    }
+    if image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": dict(labels)},
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{
-                        "name": "ui", "image": image, "command": ["mlops"], "args": args,
-                        "env": env,
-                        "ports": [{"name": "http", "containerPort": port}],
-                        "readinessProbe": probe, "livenessProbe": probe,
-                        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
-                                      "limits": {"memory": "512Mi"}},
-                        "securityContext": {"allowPrivilegeEscalation": False,
-                                            "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}},
-                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                    }],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
-                },
-            },
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
         },
     }
     service = {
@@ -93,4 +201,4 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
         "spec": {"type": "ClusterIP", "selector": dict(labels),
                  "ports": [{"name": "http", "port": port, "targetPort": "http"}]},
     }
-    return [deployment, service]
+    return [*docs, deployment, service]

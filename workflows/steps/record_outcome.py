@@ -7,6 +7,14 @@ ran) and `OUT/report.md` (the run in a page: commit, mAP, gate, the PR; the
 WorkflowTemplate declares it as the exit handler's `report` artifact, so the
 Argo UI shows it) and prints one line, so a run's end is readable from the
 workspace, the step log, the Argo UI or the workflow metrics.
+
+It also writes `OUT/pr-link`, which the WorkflowTemplate exports as the
+Workflow's only global output `pr-url` (Argo's `globalName`; only global
+outputs reach `status.outputs`, which the Argo UI's `links` read): the run's
+pull request, or, when the run opened none (stopped at the gate, failed
+earlier, or proposing is off), the GitOps repo's list of pull requests on its
+forge, else the model repo's page. So the "Pull request" link of
+docs/cluster.md leads somewhere on every run, not to a dead `null`.
 """
 
 import argparse
@@ -18,8 +26,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from gitops.forges.registry import pulls_page, repo_page
+
 OUTCOME_FILE = "outcome.json"
 """The exit handler's record in OUT; a local run folds it into `run.json` (workflows.runner)."""
+LINK_FILE = "pr-link"
+"""The link the Workflow exports as its global output `pr-url` (workflows.pipeline)."""
 
 
 def _read_json(path: pathlib.Path) -> Any:
@@ -58,8 +70,18 @@ def report(result: dict[str, Any], metrics: Any, proposal: Any, commit: str) -> 
     return "\n".join(lines) + "\n"
 
 
-def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict[str, Any]:
-    """Write and return the outcome record; write the report next to it."""
+def pr_link(proposal: Any, gitops: str = "", forge: str = "", repo: str = "") -> str:
+    """Where the run's "Pull request" link leads (pure): its PR; else the GitOps repo's
+    pull requests on `forge`; else the model repo's page; else "" (no web page known)."""
+    url = proposal.get("pr_url") if isinstance(proposal, dict) else None
+    if isinstance(url, str) and url:
+        return url  # a hosted forge's web page; the local forge's `<repo>#pr-N`
+    return pulls_page(forge, gitops) or repo_page(repo) or ""
+
+
+def record(out: pathlib.Path, status: str, workflow: str, failures: Any, *, gitops: str = "",
+           forge: str = "", repo: str = "") -> dict[str, Any]:
+    """Write and return the outcome record; write the report and the PR link next to it."""
     gate = _read_json(out / "full" / "gate.json")
     result = {
         "workflow": workflow,
@@ -72,9 +94,12 @@ def record(out: pathlib.Path, status: str, workflow: str, failures: Any) -> dict
     tmp = out / f".{OUTCOME_FILE}.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(out / OUTCOME_FILE)
-    text = report(result, _read_json(out / "full" / "metrics.json"),
-                  _read_json(out / "full" / "proposal" / "proposal.json"),
+    proposal = _read_json(out / "full" / "proposal" / "proposal.json")
+    text = report(result, _read_json(out / "full" / "metrics.json"), proposal,
                   os.environ.get("MLOPS_TRAINING_COMMIT", ""))
+    tmp = out / f".{LINK_FILE}.tmp"
+    tmp.write_text(pr_link(proposal, gitops, forge, repo))
+    tmp.replace(out / LINK_FILE)
     tmp = out / ".report.md.tmp"
     tmp.write_text(text)
     tmp.replace(out / "report.md")
@@ -88,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workflow", default="")
     parser.add_argument("--failures", default="null", help="JSON, as Argo's {{workflow.failures}}")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--gitops", default="", help="the GitOps repo (its PR list: the link "
+                        "when the run opened no PR)")
+    parser.add_argument("--forge", default="", help="the GitOps repo's forge")
+    parser.add_argument("--repo", default="", help="the model repo (the last resort link)")
     return parser
 
 
@@ -98,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         failures = json.loads(args.failures) if args.failures else None
     except json.JSONDecodeError:
         failures = args.failures  # Argo passes an empty string when nothing failed
-    result = record(pathlib.Path(args.out), args.status, args.workflow, failures)
+    result = record(pathlib.Path(args.out), args.status, args.workflow, failures,
+                    gitops=args.gitops, forge=args.forge, repo=args.repo)
     gate = result["gate"]
     verdict = f"; gate: {gate['reason']}" if gate else ""
     print(f"workflow {args.workflow or '(local)'} {args.status}{verdict}", flush=True)

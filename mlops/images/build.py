@@ -1,0 +1,163 @@
+"""Build every image we ship, with podman, from the Dockerfiles a cluster user builds.
+
+The images (:data:`IMAGES`): the project's tool images from `./Dockerfile`,
+one per `EXTRA` (train, serve, controller+ui), and each example model repo's
+training image from its own `Dockerfile`, all unchanged. The base they name
+is made locally first (`mlops.images.base`).
+
+Behind a TLS-intercepting proxy (common in companies, and the case on the
+machines this was written on) pip in a `RUN` step needs the host's CA bundle.
+It is mounted, read-only, into each `RUN` over the image's own bundle, with
+a pip.conf of our own whose `cert =` points at it (`podman build --volume`;
+pip from PyPI reads certifi's bundle, not the system's): neither file's
+content ever lands in a layer (buildah 1.28 leaves an empty `/etc/pip.conf`,
+the mount point, in the first `RUN`'s layer). The pip.conf is written clean
+(only `cert`), not copied from the host: a host's pip config may name local
+wheel dirs and constraint files that mean nothing inside an image and would
+make the build depend on this machine.
+
+Layers are cached in the store (`--layers`), so a rebuild with nothing
+changed takes seconds; a source change rebuilds only the layers after the
+source `COPY`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import pathlib
+import time
+from typing import Callable, Sequence
+
+from mlops.errors import UserError
+from mlops.images.base import PYTHON_SLIM, ensure_base
+from mlops.images.podman import Store, require_tools
+
+__all__ = ["IMAGES", "ImageSpec", "build_all", "build_argv", "select"]
+
+#: Where the host keeps its CA bundle (Debian's ca-certificates), and where builds see it.
+HOST_CA = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
+#: Mounted over the base image's own bundle: Debian's (and the official python image's)
+#: ca-certificates keep it there, so the mount adds no path to any layer.
+CA_IN_BUILD = "/etc/ssl/certs/ca-certificates.crt"
+PIP_CONF_IN_BUILD = "/etc/pip.conf"
+TAG = "local"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSpec:
+    """One image: its name, and the Dockerfile and context it is built from."""
+
+    key: str                      #: short name (`mlops images build --only KEY`)
+    name: str                     #: full image name with tag
+    context: str                  #: build context, relative to the project root
+    dockerfile: str = "Dockerfile"  # relative to the context
+    build_args: tuple[tuple[str, str], ...] = ()
+    #: What runs in it in a cluster (shown by `mlops images list`).
+    role: str = ""
+
+
+IMAGES: tuple[ImageSpec, ...] = (
+    # PADDLE=1: PaddlePaddle in a layer of its own, shared by train and serve (./Dockerfile)
+    ImageSpec("train", f"localhost/mlops/train:{TAG}", ".",
+              build_args=(("PADDLE", "1"), ("EXTRA", "train")),
+              role="pipeline tool steps: evaluate, gate, publish-model, propose"),
+    ImageSpec("serve", f"localhost/mlops/serve:{TAG}", ".",
+              build_args=(("PADDLE", "1"), ("EXTRA", "serve")),
+              role="model servers (mlops serve), the serving Deployments"),
+    ImageSpec("controller", f"localhost/mlops/controller:{TAG}", ".",
+              build_args=(("EXTRA", "controller,ui"),),
+              role="promotion controller and web UI (mlops controller run, mlops ui)"),
+    ImageSpec("shapes-detector", f"localhost/mlops/shapes-detector:{TAG}",
+              "examples/shapes-detector", role="example training image (PaddleJob workers)"),
+    ImageSpec("products-yolov3", f"localhost/mlops/products-yolov3:{TAG}",
+              "examples/products-yolov3", role="example training image (PaddleJob workers)"),
+)
+
+
+def select(keys: Sequence[str]) -> list[ImageSpec]:
+    """The images named by `keys` (all when empty); an unknown key names the choices."""
+    if not keys:
+        return list(IMAGES)
+    known = {spec.key: spec for spec in IMAGES}
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise UserError(f"unknown image {', '.join(unknown)}: choose from "
+                        f"{', '.join(known)}")
+    return [known[k] for k in dict.fromkeys(keys)]
+
+
+def pip_conf() -> str:
+    """The pip.conf mounted into builds: only the mounted CA bundle (see the docstring)."""
+    return ("# Mounted by mlops images build, never copied into a layer.\n"
+            f"[global]\ncert = {CA_IN_BUILD}\n")
+
+
+def build_argv(spec: ImageSpec, root: pathlib.Path, *, ca: pathlib.Path | None,
+               pip_conf_path: pathlib.Path | None) -> list[str]:
+    """`podman build` arguments for `spec` (pure: nothing runs)."""
+    context = (root / spec.context).resolve()
+    argv = ["build", "--pull=never", "--layers", "--network=host", "--format=oci",
+            "--file", str(context / spec.dockerfile), "--tag", spec.name]
+    for name, value in spec.build_args:
+        argv += ["--build-arg", f"{name}={value}"]
+    if ca is not None:
+        argv += ["--volume", f"{ca}:{CA_IN_BUILD}:ro"]
+    if pip_conf_path is not None:
+        argv += ["--volume", f"{pip_conf_path}:{PIP_CONF_IN_BUILD}:ro"]
+    return [*argv, str(context)]
+
+
+def build_all(
+    root: pathlib.Path,
+    specs: Sequence[ImageSpec] = IMAGES,
+    *,
+    store: Store | None = None,
+    ca: pathlib.Path | None = HOST_CA,
+    log: Callable[[str], None] = print,
+) -> dict[str, float]:
+    """Make the base, then build `specs` in order; returns seconds per image (and `base`)."""
+    require_tools("podman", "runc", "mmdebstrap")
+    store = store or Store()
+    store.prepare()
+    for spec in specs:
+        dockerfile = root / spec.context / spec.dockerfile
+        if not dockerfile.is_file():
+            raise UserError(f"{dockerfile}: no such Dockerfile (image {spec.key})")
+    if ca is not None and not ca.is_file():
+        log(f"images: no CA bundle at {ca}; builds use the base image's own certificates")
+        ca = None
+    conf = store.root / "pip.conf"
+    if ca is not None and (not conf.is_file() or conf.read_text() != pip_conf()):
+        conf.write_text(pip_conf())
+    with open(store.root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per store (two test sessions)
+        return _build(root, specs, store, ca, conf, log)
+
+
+def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
+           ca: pathlib.Path | None, conf: pathlib.Path,
+           log: Callable[[str], None]) -> dict[str, float]:
+    timings: dict[str, float] = {}
+    start = time.monotonic()
+    made = ensure_base(store, log=log)
+    timings["base"] = round(time.monotonic() - start, 1)
+    log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
+        f"({timings['base']} s)")
+    for spec in specs:
+        start = time.monotonic()
+        argv = build_argv(spec, root, ca=ca, pip_conf_path=conf if ca is not None else None)
+        log(f"images: building {spec.name} from {os.path.join(spec.context, spec.dockerfile)}"
+            + "".join(f" --build-arg {k}={v}" for k, v in spec.build_args))
+        proc = store.podman(*argv, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+            raise UserError(f"building {spec.name} from {spec.context}/{spec.dockerfile} "
+                            f"failed (podman exit {proc.returncode}):\n{tail}")
+        timings[spec.key] = round(time.monotonic() - start, 1)
+        log(f"images: {spec.name} built ({timings[spec.key]} s)")
+    # The images a rebuild replaced (untagged, no child): ~1.4 GB for each source change
+    # otherwise. The layers the current images are built on are their parents and stay.
+    store.podman("image", "prune", "--force", check=False)
+    return timings

@@ -1,0 +1,211 @@
+"""A rendered pod's container as a `podman run` command line (pure: nothing runs).
+
+The kubelet starts container `c` of a pod spec with, among the rest, what
+this module translates; the image tier (`tests/test_images.py`) and
+`mlops.images.runner` run the result for real:
+
+* `command` / `args` -> `--entrypoint` (the JSON form, so no shell splits it)
+  and the arguments after the image; with `args` only, the image's own
+  entrypoint is kept, as Kubernetes does. `$(VAR)` references are expanded
+  from the container's env, unknown ones left as written (the kubelet's
+  rule);
+* `env` (`value`; `valueFrom` only from the `secrets` the caller passes, a
+  missing one is an error as a missing Secret keeps a pod from starting),
+  `workingDir` -> `--env`, `--workdir`;
+* the security context, the container's over the pod's: `runAsUser` and
+  `runAsGroup` -> `--user`, `fsGroup` -> `--group-add` (the kubelet adds it
+  to the supplementary groups; the runner gives writable claim dirs to that
+  group as the kubelet does), `runAsNonRoot` with user 0 -> an error (the
+  kubelet refuses such a pod), `readOnlyRootFilesystem` -> `--read-only`
+  without podman's extra tmpfs mounts (`--read-only-tmpfs=false`: a path
+  the pod did not mount stays read-only, as in the cluster),
+  `allowPrivilegeEscalation: false` -> `no-new-privileges`, `capabilities`
+  -> `--cap-drop` / `--cap-add`, `seccompProfile` RuntimeDefault (podman's
+  default profile) or Unconfined;
+* volumes: an `emptyDir` -> a tmpfs (`sizeLimit` as its size; both media
+  are memory here, the container is gone after the run anyway); a
+  `persistentVolumeClaim` -> a bind mount of the directory the caller maps
+  the claim to, read-only when the volume or the mount says so, `subPath`
+  honoured. Any other volume type is an error naming it;
+* ports: nothing to translate on `--network=host` (the pod's port is the
+  host's: the caller renders the manifest with a free port); on another
+  network, `--publish 127.0.0.1:HOST:CONTAINER` for the ports the caller
+  maps.
+
+Resources (limits) are not applied: the tier measures nothing, and on a
+shared 2-core machine a CPU quota only slows the run down. Errors name the
+source and the field (:class:`PodRunError`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Sequence
+
+from mlops.errors import UserError
+
+__all__ = ["PodRunError", "container_of", "podman_run_argv", "tmpfs_size"]
+
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+class PodRunError(UserError):
+    """The container cannot be run as written; the message names the source and field."""
+
+
+def _expand(text: str, env: Mapping[str, str]) -> str:
+    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def container_of(pod: Mapping[str, Any], name: str | None, source: str) -> Mapping[str, Any]:
+    """Container `name` of the pod spec (the first when `name` is None)."""
+    containers = pod.get("containers") or []
+    for container in containers:
+        if name is None or container.get("name") == name:
+            return dict(container)
+    raise PodRunError(f"{source}: containers has no {name or 'container'!r}")
+
+
+def tmpfs_size(quantity: str, source: str) -> str:
+    """A Kubernetes quantity (`1Gi`, `512Mi`, `1G`) as a tmpfs size in bytes."""
+    match = _QUANTITY.match(str(quantity))
+    if not match:
+        raise PodRunError(f"{source}: sizeLimit {quantity!r} is not a quantity this runner "
+                          "reads (use e.g. 512Mi or 1Gi)")
+    factor = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10,
+              "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[match.group(2)]
+    return str(int(match.group(1)) * factor)
+
+
+def _security(pod: Mapping[str, Any], container: Mapping[str, Any],
+              source: str) -> list[str]:
+    pod_sc = pod.get("securityContext") or {}
+    sc = container.get("securityContext") or {}
+    merged = {**pod_sc, **sc}  # the container's settings win (Kubernetes' rule)
+    argv: list[str] = []
+    user, group = merged.get("runAsUser"), merged.get("runAsGroup")
+    if merged.get("runAsNonRoot") and user == 0:
+        raise PodRunError(f"{source}: securityContext.runAsNonRoot is true but runAsUser is 0")
+    if user is not None:
+        argv += ["--user", f"{user}:{group}" if group is not None else str(user)]
+    elif group is not None:
+        raise PodRunError(f"{source}: securityContext.runAsGroup without runAsUser is not "
+                          "translated (podman sets a group only with a user)")
+    if pod_sc.get("fsGroup") is not None:
+        argv += ["--group-add", str(pod_sc["fsGroup"])]
+    for gid in pod_sc.get("supplementalGroups") or []:
+        argv += ["--group-add", str(gid)]
+    if sc.get("privileged"):
+        raise PodRunError(f"{source}: securityContext.privileged is not run here")
+    if sc.get("readOnlyRootFilesystem"):
+        argv += ["--read-only", "--read-only-tmpfs=false"]
+    if sc.get("allowPrivilegeEscalation") is False:
+        argv += ["--security-opt", "no-new-privileges"]
+    caps = sc.get("capabilities") or {}
+    argv += [f"--cap-drop={c.lower()}" for c in caps.get("drop") or []]
+    argv += [f"--cap-add={c.lower()}" for c in caps.get("add") or []]
+    seccomp = (merged.get("seccompProfile") or {}).get("type", "RuntimeDefault")
+    if seccomp == "Unconfined":
+        argv += ["--security-opt", "seccomp=unconfined"]
+    elif seccomp != "RuntimeDefault":
+        raise PodRunError(f"{source}: securityContext.seccompProfile.type {seccomp!r}: only "
+                          "RuntimeDefault and Unconfined run here")
+    return argv
+
+
+def _volumes(pod: Mapping[str, Any], container: Mapping[str, Any], claims: Mapping[str, str],
+             source: str) -> list[str]:
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    argv: list[str] = []
+    for i, mount in enumerate(container.get("volumeMounts") or []):
+        field = f"{source}: volumeMounts[{i}]"
+        volume = volumes.get(mount.get("name"))
+        if volume is None:
+            raise PodRunError(f"{field}: volume {mount.get('name')!r} is not in the pod's "
+                              "volumes")
+        path = str(mount["mountPath"])
+        if "emptyDir" in volume:
+            size = (volume.get("emptyDir") or {}).get("sizeLimit")
+            # an emptyDir is world-writable (0777) and not noexec, as the kubelet makes it
+            options = ["rw", "exec", "nosuid", "nodev", "mode=1777"]
+            if size:
+                options.append(f"size={tmpfs_size(size, field)}")
+            argv += ["--tmpfs", f"{path}:{','.join(options)}"]
+        elif "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"].get("claimName")
+            if claim not in claims:
+                raise PodRunError(f"{field}: claim {claim!r} (volume {mount.get('name')!r}) "
+                                  "has no directory here; map it with claims=")
+            host = claims[claim].rstrip("/")
+            if mount.get("subPath"):
+                host = f"{host}/{mount['subPath']}"
+            read_only = bool(mount.get("readOnly") or volume["persistentVolumeClaim"].get(
+                "readOnly"))
+            argv += ["--volume", f"{host}:{path}:{'ro' if read_only else 'rw'}"]
+        else:
+            kinds = ", ".join(k for k in volume if k != "name")
+            raise PodRunError(f"{field}: volume {mount.get('name')!r} is a {kinds}; only "
+                              "emptyDir and persistentVolumeClaim are run here")
+    return argv
+
+
+def podman_run_argv(
+    pod: Mapping[str, Any],
+    *,
+    image: str,
+    name: str,
+    source: str,
+    container_name: str | None = None,
+    claims: Mapping[str, str] | None = None,
+    network: str = "none",
+    publish: Mapping[int, int] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    extra_volumes: Sequence[str] = (),
+) -> list[str]:
+    """`podman run` arguments (after `podman`) for one container of `pod` (a pod spec).
+
+    `env`, when given, is the whole environment (the PaddleJob runner passes
+    the container's env plus the operator's); else the container's own env.
+    `extra_args` are appended to the container's args (a local run's
+    `--once`); `extra_volumes` are `--volume` values for what a cluster
+    reaches over the network (a GitOps repo's URL here is a mounted path).
+    """
+    container = container_of(pod, container_name, source)
+    field = f"{source}: container {container.get('name')!r}"
+    environment: dict[str, str] = {}
+    if env is not None:
+        environment = dict(env)
+    else:
+        for entry in container.get("env") or []:
+            key = str(entry["name"])
+            if "value" in entry:
+                environment[key] = _expand(str(entry["value"]), environment)
+            elif (secrets or {}).get(key) is not None:
+                environment[key] = str((secrets or {})[key])
+            else:
+                raise PodRunError(f"{field}: env {key} comes from {entry.get('valueFrom')}, "
+                                  "which this machine does not have; pass it in secrets")
+    command = [_expand(str(c), environment) for c in container.get("command") or []]
+    args = [_expand(str(a), environment) for a in container.get("args") or []]
+    argv = ["run", "--rm", "--pull=never", "--name", name, f"--network={network}",
+            *_security(pod, container, field)]
+    argv += _volumes(pod, container, claims or {}, field)
+    argv += [a for v in extra_volumes for a in ("--volume", v)]
+    for key, value in environment.items():
+        argv += ["--env", f"{key}={value}"]
+    if container.get("workingDir"):
+        argv += ["--workdir", str(container["workingDir"])]
+    if network != "host":
+        declared = {int(p["containerPort"]) for p in container.get("ports") or []}
+        for container_port, host_port in (publish or {}).items():
+            if container_port not in declared:
+                raise PodRunError(f"{field}: port {container_port} is not among its "
+                                  f"containerPorts {sorted(declared)}")
+            argv += ["--publish", f"127.0.0.1:{host_port}:{container_port}"]
+    if command:
+        argv += ["--entrypoint", json.dumps(command)]
+    return [*argv, image, *args, *extra_args]

@@ -1,0 +1,435 @@
+"""Which API token each rendered pod holds, and whether its calls are allowed (pure).
+
+Every pod the project renders is derived here from the manifests alone, with
+the rules of the programs that turn them into pods:
+
+* Kubernetes' ServiceAccount admission plugin mounts the pod's account token
+  into every container unless `automountServiceAccountToken` says no; the
+  pod's field wins, then the account's, and the default is yes
+  (`plugin/pkg/admission/serviceaccount/admission.go` shouldAutomount,
+  kubernetes/kubernetes). A container that already mounts something at
+  `/var/run/secrets/kubernetes.io/serviceaccount` keeps that instead.
+* Argo Workflows (v3.7.9, `workflow/controller/workflowpod.go`): the pod's
+  account is the template's `serviceAccountName`, else the workflow's; only
+  a `false` automount reaches the pod (setupServiceAccount). When an
+  executor account is set (template `executor`, else the workflow's) Argo
+  mounts *its* token Secret (`<account>.service-account-token`, unless the
+  account names another: `util/secrets/secret_name.go`) at that path in
+  every argoexec container (newExecContainer). A resource template's main
+  container is argoexec itself (`operator.go` executeResource), so the
+  kubectl calls of `argoexec resource` use the executor's token, not the
+  pod's.
+* paddle-operator makes worker pods from the PaddleJob's pod template as it
+  is; Argo Events makes the Sensor's and EventSource's pods with the
+  `spec.template.serviceAccountName` (`pkg/reconciler/sensor/resource.go`,
+  argo-events v1.9) and no automount field of their own.
+
+Then :func:`allowed` decides each call with Kubernetes' RBAC semantics
+(`plugin/pkg/auth/authorizer/rbac/rbac.go` RuleAllows and
+`pkg/apis/rbac/v1/evaluation_helpers.go` VerbMatches, APIGroupMatches,
+ResourceMatches, ResourceNameMatches, NonResourceURLMatches;
+`pkg/registry/rbac/validation/rule.go` VisitRulesFor and appliesToUser for
+which bindings count: ClusterRoleBindings everywhere, RoleBindings only in
+their own namespace, a ServiceAccount subject by name and namespace, groups
+`system:serviceaccounts[:NS]` and `system:authenticated`), with the two
+default ClusterRoles every account has (`system:discovery`,
+`system:basic-user`; `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`).
+
+:func:`identity_problems` puts both together: every call a component's code
+makes (declared next to that code as `API_CALLS`) must be allowed for the
+token its pod holds, and a component that makes no call must hold no token.
+"""
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from contracts.kubeapi import ApiCall
+from promotion import argocd, readiness
+from promotion.deploy import NAME as CONTROLLER
+from workflows.events import SENSOR_API_CALLS
+
+__all__ = [
+    "BOOTSTRAP",
+    "DEPLOYMENT_CALLS",
+    "EXECUTOR_API_CALLS",
+    "PodIdentity",
+    "allowed",
+    "identity_problems",
+    "kubectl_calls",
+    "pod_identities",
+]
+
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+_WORKFLOW_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}
+_POD_TEMPLATE_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"}
+
+#: What argoexec (init, wait, or a resource/data template's main) asks with the executor's
+#: token: it reports outputs as a WorkflowTaskResult named after the node, created then
+#: patched (workflow/executor/taskresult.go, v3.7.9; docs/workflow-rbac.md "The minimum
+#: for the executor to function").
+EXECUTOR_API_CALLS = (
+    ApiCall("create", "workflowtaskresults", "argoproj.io"),
+    ApiCall("patch", "workflowtaskresults", "argoproj.io", name="{node}"),
+)
+#: kubectl's discovery (it maps a manifest's kind to its resource before any request).
+KUBECTL_DISCOVERY = (ApiCall("get", path="/api", namespace=""),
+                     ApiCall("get", path="/apis", namespace=""))
+#: `argoexec resource ACTION` runs `kubectl ACTION -f manifest` (workflow/executor/resource.go
+#: getKubectlArguments); client-side `apply` reads the object, then creates or patches it.
+_KUBECTL_VERBS = {
+    "apply": ("get", "create", "patch"),
+    "create": ("create",),
+    "get": ("get",),
+    "patch": ("patch",),
+    "replace": ("update",),
+    "delete": ("delete",),
+}
+
+#: The ClusterRoles and bindings every cluster has for every authenticated account
+#: (bootstrappolicy/policy.go ClusterRoles, ClusterRoleBindings).
+BOOTSTRAP: tuple[dict[str, Any], ...] = (
+    {"kind": "ClusterRole", "metadata": {"name": "system:discovery"}, "rules": [
+        {"verbs": ["get"], "nonResourceURLs": [
+            "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
+            "/openapi/*", "/readyz", "/version", "/version/"]}]},
+    {"kind": "ClusterRole", "metadata": {"name": "system:basic-user"}, "rules": [
+        {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+         "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}]},
+    *({"kind": "ClusterRoleBinding", "metadata": {"name": name},
+       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+       "subjects": [{"kind": "Group", "name": "system:authenticated"}]}
+      for name in ("system:discovery", "system:basic-user")),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodIdentity:
+    """One component's pod (or container): the token it holds and the calls it makes."""
+
+    component: str  # what a human reads: "WorkflowTemplate mlops/shapes: train (argoexec)"
+    namespace: str
+    service_account: str
+    token_mounted: bool
+    calls: tuple[ApiCall, ...] = ()  # bound: names and namespaces filled in
+    token_secret: str = ""  # the Secret Argo mounts for an executor account ("" otherwise)
+    checked: bool = True  # False: its calls depend on what is not in the documents (models)
+
+
+# --- RBAC -----------------------------------------------------------------------------
+
+def _rule_allows(rule: Mapping[str, Any], call: ApiCall) -> bool:
+    verbs = rule.get("verbs") or []
+    if "*" not in verbs and call.verb not in verbs:
+        return False
+    if call.path:  # a non-resource URL
+        for url in rule.get("nonResourceURLs") or []:
+            if url in ("*", call.path) or (url.endswith("*") and call.path.startswith(url[:-1])):
+                return True
+        return False
+    groups = rule.get("apiGroups") or []
+    if "*" not in groups and call.group not in groups:
+        return False
+    combined = f"{call.resource}/{call.subresource}" if call.subresource else call.resource
+    resources = rule.get("resources") or []
+    if not any(r in ("*", combined) or (call.subresource and r == f"*/{call.subresource}")
+               for r in resources):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or call.name in names
+
+
+def _applies(subject: Mapping[str, Any], sa: tuple[str, str], binding_namespace: str) -> bool:
+    namespace, name = sa
+    kind = subject.get("kind")
+    if kind == "ServiceAccount":
+        subject_namespace = subject.get("namespace") or binding_namespace
+        return bool(subject_namespace) and (subject_namespace, subject.get("name")) == sa
+    if kind == "User":
+        return bool(subject.get("name") == f"system:serviceaccount:{namespace}:{name}")
+    if kind == "Group":
+        return subject.get("name") in ("system:authenticated", "system:serviceaccounts",
+                                       f"system:serviceaccounts:{namespace}")
+    return False
+
+
+def allowed(roles: Iterable[Mapping[str, Any]], bindings: Iterable[Mapping[str, Any]],
+            sa: tuple[str, str], call: ApiCall) -> bool:
+    """Whether the account `sa` = (namespace, name) may make `call` (Kubernetes' RBAC)."""
+    by_key = {(r.get("kind"), (r.get("metadata") or {}).get("namespace", ""),
+               (r.get("metadata") or {}).get("name")): r for r in roles}
+    for binding in bindings:
+        meta = binding.get("metadata") or {}
+        ref = binding.get("roleRef") or {}
+        if binding.get("kind") == "ClusterRoleBinding":
+            where = ""
+            if ref.get("kind") != "ClusterRole":
+                continue
+        elif binding.get("kind") == "RoleBinding":
+            where = meta.get("namespace", "")
+            if not call.namespace or where != call.namespace:
+                continue  # a RoleBinding grants only in its own namespace
+        else:
+            continue
+        if not any(_applies(s, sa, where) for s in binding.get("subjects") or []):
+            continue
+        role_namespace = where if ref.get("kind") == "Role" else ""
+        role = by_key.get((ref.get("kind"), role_namespace, ref.get("name")))
+        if role and any(_rule_allows(rule, call) for rule in role.get("rules") or []):
+            return True
+    return False
+
+
+# --- which token each pod holds -------------------------------------------------------
+
+def _plural(kind: str) -> str:
+    # Argo infers the resource the way kubectl does: lower case, English plural
+    # (workflow/executor/resource.go inferObjectSelfLink).
+    low = kind.lower()
+    if low.endswith(("s", "x", "ch", "sh")):
+        return low + "es"
+    if low.endswith("y") and low[-2:-1] not in "aeiou":
+        return low[:-1] + "ies"
+    return low + "s"
+
+
+def _group(api_version: str) -> str:
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def kubectl_calls(template: Mapping[str, Any]) -> tuple[ApiCall, ...]:
+    """The calls `argoexec resource` makes for a resource template (workflow/executor/resource.go:
+    the action through kubectl, GETs while polling its success/failure conditions and for
+    jsonPath/jqFilter outputs), besides reporting its outputs (EXECUTOR_API_CALLS)."""
+    resource = template.get("resource") or {}
+    manifest = yaml.safe_load(resource.get("manifest") or "") or {}
+    meta = manifest.get("metadata") or {}
+    base = ApiCall("get", _plural(manifest.get("kind", "")), _group(manifest.get("apiVersion", "")),
+                   namespace=meta.get("namespace") or "{namespace}")
+    name = meta.get("name", "")
+    verbs = list(_KUBECTL_VERBS.get(resource.get("action", ""), (resource.get("action", ""),)))
+    if resource.get("successCondition") or resource.get("failureCondition"):
+        verbs.append("get")
+    outputs = (template.get("outputs") or {}).get("parameters") or []
+    if any((p.get("valueFrom") or {}).keys() & {"jsonPath", "jqFilter"} for p in outputs):
+        verbs.append("get")
+    calls = [dataclasses.replace(base, verb=v, name="" if v == "create" else name)
+             for v in dict.fromkeys(verbs)]
+    return (*KUBECTL_DISCOVERY, *calls)
+
+
+class _Accounts:
+    """The ServiceAccounts in the documents: their automount and token Secret names."""
+
+    def __init__(self, documents: Sequence[Mapping[str, Any]]) -> None:
+        self.accounts = {((d.get("metadata") or {}).get("namespace", ""), d["metadata"]["name"]): d
+                         for d in documents if d.get("kind") == "ServiceAccount"}
+
+    def automount(self, namespace: str, name: str, pod_field: Any) -> bool:
+        if pod_field is not None:
+            return bool(pod_field)
+        account = self.accounts.get((namespace, name)) or {}
+        value = account.get("automountServiceAccountToken")
+        return True if value is None else bool(value)
+
+    def token_secret(self, namespace: str, name: str) -> str:
+        account = self.accounts.get((namespace, name)) or {}
+        secrets = account.get("secrets") or []
+        if secrets:
+            return str(secrets[0].get("name", ""))
+        named = ((account.get("metadata") or {}).get("annotations") or {}).get(
+            "workflows.argoproj.io/service-account-token.name")
+        return str(named or f"{name}.service-account-token")
+
+
+def _bind(calls: Iterable[ApiCall], values: Mapping[str, str]) -> tuple[ApiCall, ...]:
+    return tuple(c.bind(values) for c in calls)
+
+
+def _workflow_pods(doc: Mapping[str, Any], accounts: _Accounts) -> list[PodIdentity]:
+    meta = doc.get("metadata") or {}
+    spec = doc.get("spec") or {}
+    if doc.get("kind") == "CronWorkflow":
+        spec = spec.get("workflowSpec") or {}
+    namespace = meta.get("namespace", "")
+    values = {"namespace": namespace, "node": "<node-id>"}
+    found = []
+    for tmpl in spec.get("templates") or []:
+        kinds = {"container", "script", "containerSet", "resource", "data"} & tmpl.keys()
+        if not kinds:
+            continue  # dag, steps, suspend: no pod
+        where = f"{doc['kind']} {namespace}/{meta.get('name')}: {tmpl['name']}"
+        pod_sa = tmpl.get("serviceAccountName") or spec.get("serviceAccountName") or "default"
+        automount = tmpl.get("automountServiceAccountToken")
+        if automount is None:
+            automount = spec.get("automountServiceAccountToken")
+        pod_field = False if automount is False else None  # only `false` reaches the pod
+        pod_token = accounts.automount(namespace, pod_sa, pod_field)
+        executor = ((tmpl.get("executor") or {}).get("serviceAccountName")
+                    or (spec.get("executor") or {}).get("serviceAccountName"))
+        exec_sa, exec_token = (executor, True) if executor else (pod_sa, pod_token)
+        secret = accounts.token_secret(namespace, executor) if executor else ""
+        argoexec_calls = list(EXECUTOR_API_CALLS)
+        if "resource" in kinds:
+            argoexec_calls += kubectl_calls(tmpl)
+        found.append(PodIdentity(f"{where} (argoexec)", namespace, exec_sa, exec_token,
+                                 _bind(argoexec_calls, values), secret))
+        if kinds & {"container", "script", "containerSet"}:
+            # The model repo's and our own step code: `mlops step`, git, buildkit: no API.
+            found.append(PodIdentity(f"{where} (main)", namespace, pod_sa, pod_token))
+        if "resource" in kinds:
+            manifest = yaml.safe_load((tmpl["resource"] or {}).get("manifest") or "") or {}
+            manifest.setdefault("metadata", {}).setdefault("namespace", namespace)
+            found += _paddlejob_pods(manifest, accounts, where)
+    return found
+
+
+def _paddlejob_pods(doc: Mapping[str, Any], accounts: _Accounts, where: str = ""
+                    ) -> list[PodIdentity]:
+    if doc.get("kind") != "PaddleJob":
+        return []
+    namespace = (doc.get("metadata") or {}).get("namespace", "")
+    found = []
+    for role in ("worker", "ps"):
+        pod = (((doc.get("spec") or {}).get(role) or {}).get("template") or {}).get("spec")
+        if pod is None:
+            continue
+        sa = pod.get("serviceAccountName") or "default"
+        found.append(PodIdentity(f"{where or 'PaddleJob'} (PaddleJob {role})", namespace, sa,
+                                 accounts.automount(namespace, sa,
+                                                    pod.get("automountServiceAccountToken"))))
+    return found
+
+
+def _arg(args: Sequence[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
+
+
+def _controller_calls(args: Sequence[str], models: Sequence[str]) -> tuple[ApiCall, ...]:
+    """The promotion controller's calls, as its arguments switch them on
+    (`mlops controller run`: `--argocd-namespace`, `--readiness kubernetes`)."""
+    calls: list[ApiCall] = []
+    for model in models:
+        values = {"model": model, "version": "<version>",
+                  "argocd_namespace": _arg(args, "--argocd-namespace") or "",
+                  "models_namespace": _arg(args, "--readiness-namespace") or ""}
+        if values["argocd_namespace"]:
+            calls += _bind(argocd.API_CALLS, values)
+        if _arg(args, "--readiness") == "kubernetes":
+            calls += _bind(readiness.API_CALLS, values)
+    return tuple(calls)
+
+
+#: Deployments whose program calls the API: name -> (container args, models) -> its calls.
+#: Any other Deployment (model servers, the web UI) calls none, so must hold no token.
+DEPLOYMENT_CALLS: dict[str, Callable[[Sequence[str], Sequence[str]], tuple[ApiCall, ...]]] = {
+    CONTROLLER: _controller_calls,
+}
+
+
+def _deployment_pods(doc: Mapping[str, Any], accounts: _Accounts,
+                     models: Sequence[str]) -> list[PodIdentity]:
+    meta = doc.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    pod = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+    sa = pod.get("serviceAccountName") or "default"
+    token = accounts.automount(namespace, sa, pod.get("automountServiceAccountToken"))
+    found = []
+    for container in pod.get("containers") or []:
+        if any(m.get("mountPath") == TOKEN_PATH for m in container.get("volumeMounts") or []):
+            continue  # its own mount there: not ours to judge
+        known = DEPLOYMENT_CALLS.get(meta.get("name", ""))
+        calls = known(container.get("args") or [], models) if known else ()
+        found.append(PodIdentity(f"{doc['kind']} {namespace}/{meta.get('name')} "
+                                 f"({container.get('name')})", namespace, sa, token, calls,
+                                 checked=not known or bool(models)))
+    return found
+
+
+def _events_pod(doc: Mapping[str, Any], accounts: _Accounts) -> PodIdentity:
+    meta = doc.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    spec = doc.get("spec") or {}
+    sa = (spec.get("template") or {}).get("serviceAccountName") or "default"
+    calls: tuple[ApiCall, ...] = ()
+    if doc.get("kind") == "Sensor":
+        for trigger in spec.get("triggers") or []:
+            argo = (trigger.get("template") or {}).get("argoWorkflow") or {}
+            workflow = (argo.get("source") or {}).get("resource") or {}
+            ref = ((workflow.get("spec") or {}).get("workflowTemplateRef") or {}).get("name")
+            calls += _bind(SENSOR_API_CALLS, {"namespace": namespace, "model": ref or ""})
+    return PodIdentity(f"{doc['kind']} {namespace}/{meta.get('name')}", namespace, sa,
+                       accounts.automount(namespace, sa, None), tuple(dict.fromkeys(calls)))
+
+
+def _models(documents: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The models these documents run: their pipelines' and model servers' names."""
+    names = [(d.get("metadata") or {}).get("name", "") for d in documents
+             if d.get("kind") == "WorkflowTemplate"]
+    names += [((d.get("metadata") or {}).get("labels") or {}).get("app", "") for d in documents
+              if d.get("kind") == "Deployment"
+              and "version" in ((d.get("metadata") or {}).get("labels") or {})]
+    return [n for n in dict.fromkeys(names) if n]
+
+
+def pod_identities(documents: Sequence[Mapping[str, Any]],
+                   models: Sequence[str] | None = None) -> list[PodIdentity]:
+    """Every pod-bearing thing in `documents`, with the token it holds and its calls.
+
+    `models`: whose Applications and Deployments the controller is asked about
+    (default: the pipelines' and model servers' in `documents`)."""
+    accounts = _Accounts(documents)
+    models = list(models) if models is not None else _models(documents)
+    found: list[PodIdentity] = []
+    for doc in documents:
+        kind = doc.get("kind")
+        if kind in _WORKFLOW_KINDS:
+            found += _workflow_pods(doc, accounts)
+        elif kind == "PaddleJob":
+            found += _paddlejob_pods(doc, accounts)
+        elif kind in _POD_TEMPLATE_KINDS:
+            found += _deployment_pods(doc, accounts, models)
+        elif kind in ("Sensor", "EventSource") and _group(doc.get("apiVersion", "")) == \
+                "argoproj.io":
+            found.append(_events_pod(doc, accounts))
+    return found
+
+
+def identity_problems(documents: Sequence[Mapping[str, Any]],
+                      models: Sequence[str] | None = None) -> list[str]:
+    """What is wrong with the identities of `documents` (empty: nothing).
+
+    A call whose pod holds no token, or whose token's account may not make it;
+    a component that makes no call but holds a token; an executor account
+    whose token Secret is not among the documents."""
+    roles = [*BOOTSTRAP, *(d for d in documents if d.get("kind") in ("Role", "ClusterRole"))]
+    bindings = [*BOOTSTRAP, *(d for d in documents
+                              if d.get("kind") in ("RoleBinding", "ClusterRoleBinding"))]
+    secrets = {((d.get("metadata") or {}).get("namespace", ""), d["metadata"]["name"])
+               for d in documents if d.get("kind") == "Secret"
+               and d.get("type") == "kubernetes.io/service-account-token"}
+    problems = []
+    for pod in pod_identities(documents, models):
+        if not pod.checked:
+            continue
+        sa = f"{pod.namespace}/{pod.service_account}"
+        if not pod.calls:
+            if pod.token_mounted:
+                problems.append(f"{pod.component}: makes no API call but holds the token "
+                                f"of {sa}: set automountServiceAccountToken: false")
+            continue
+        if not pod.token_mounted:
+            problems.append(f"{pod.component}: calls the API ({pod.calls[0]}) but holds "
+                            "no token")
+            continue
+        if pod.token_secret and (pod.namespace, pod.token_secret) not in secrets:
+            problems.append(f"{pod.component}: Argo mounts the token Secret "
+                            f"{pod.namespace}/{pod.token_secret} of {sa}; render it (Kubernetes "
+                            ">= 1.24 makes none)")
+        for call in pod.calls:
+            if not allowed(roles, bindings, (pod.namespace, pod.service_account), call):
+                problems.append(f"{pod.component}: {sa} may not {call}")
+    return problems
+
