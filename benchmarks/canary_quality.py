@@ -25,6 +25,15 @@ Scenarios:
   a detection vs 1.5 %): rollbacks;
 - `skew`: the canary finds nothing (100 % / 100 %; the shapes example's
   skew finds nothing on 87.5 %): canary requests until the rollback.
+- class mixes (detections by class, `promotion/class_mix.py`; 2.5 per found
+  image): every scenario above draws them from the shapes example's mix
+  (33/31/36 %), the same for both versions except `drift`, whose retrain also
+  moves the shares by 2 points (harmless: false rollbacks);
+  `skewed-healthy` and `skewed-drift` (60/30/10, the canary 57/32/11):
+  false rollbacks on a skewed mix; `skewed-rotated` (label map shifted by
+  one: 10/60/30) and `skewed-swapped` (30/60/10): the class-mix check's power;
+  `shapes-rotated` and `shapes-swapped`: the same on the nearly balanced
+  shapes mix, where a rotation moves each share by at most 5 points.
 Each scenario runs under both pass rules of a step, in the same run:
 `shown` (the default: the canary's upper confidence bound within the
 margins, `quality.pass_confidence`) and `count` (`pass_confidence: null`:
@@ -61,6 +70,23 @@ from promotion.state import start_canary  # noqa: E402
 T0 = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
 
 
+#: Class mixes (detections by class): the shapes example's, measured on its stable
+#: (circle/square/triangle 2010/1887/2176), and a skewed one like most real data sets.
+SHAPES = (0.331, 0.311, 0.358)
+SKEWED = (0.6, 0.3, 0.1)
+DETECTIONS_PER_IMAGE = 2.5
+
+
+def rotated(mix: tuple[float, ...]) -> tuple[float, ...]:
+    """A label map shifted by one: each class's detections named as the next class."""
+    return mix[-1:] + mix[:-1]
+
+
+def swapped(mix: tuple[float, ...]) -> tuple[float, ...]:
+    """The first two labels swapped."""
+    return (mix[1], mix[0], *mix[2:])
+
+
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     name: str
@@ -68,26 +94,42 @@ class Scenario:
     canary_poor: tuple[float, float]
     horizon_s: float
     min_requests: int = 100
+    stable_mix: tuple[float, ...] = SHAPES
+    canary_mix: tuple[float, ...] = SHAPES
 
 
 SCENARIOS = (
     Scenario("healthy", (0.08, 0.15), (0.08, 0.15), 1800),
-    Scenario("drift", (0.08, 0.15), (0.12, 0.225), 1800),
+    # a retrain: 1.5x as often poor, and its class shares moved by 2 points
+    Scenario("drift", (0.08, 0.15), (0.12, 0.225), 1800, canary_mix=(0.351, 0.301, 0.348)),
     Scenario("held", (0.08, 0.15), (0.08, 0.15), 3600, min_requests=10**9),
     Scenario("worse", (0.08, 0.15), (0.24, 0.45), 1800),
     Scenario("partial", (0.015, 0.015), (0.11, 0.11), 1800),
     Scenario("skew", (0.08, 0.15), (1.0, 1.0), 900),
+    # the class-mix check alone (answers otherwise alike)
+    Scenario("skewed-healthy", (0.08, 0.15), (0.08, 0.15), 1800, stable_mix=SKEWED,
+             canary_mix=SKEWED),
+    Scenario("skewed-drift", (0.08, 0.15), (0.08, 0.15), 1800, stable_mix=SKEWED,
+             canary_mix=(0.57, 0.32, 0.11)),
+    Scenario("skewed-rotated", (0.08, 0.15), (0.08, 0.15), 1800, stable_mix=SKEWED,
+             canary_mix=rotated(SKEWED)),
+    Scenario("skewed-swapped", (0.08, 0.15), (0.08, 0.15), 1800, stable_mix=SKEWED,
+             canary_mix=swapped(SKEWED)),
+    Scenario("shapes-rotated", (0.08, 0.15), (0.08, 0.15), 1800, canary_mix=rotated(SHAPES)),
+    Scenario("shapes-swapped", (0.08, 0.15), (0.08, 0.15), 1800, canary_mix=swapped(SHAPES)),
 )
 
 
-def _window(rng: np.random.Generator, n: int, poor: tuple[float, float]) -> VersionWindow:
+def _window(rng: np.random.Generator, n: int, poor: tuple[float, float],
+            mix: tuple[float, ...]) -> VersionWindow:
     empty = int(rng.binomial(n, poor[0])) if n else 0
     low = int(rng.binomial(n, poor[1])) if n else 0
     latency = {0.01: 0.0, 0.05: float(n), math.inf: float(n)}
+    found = rng.multinomial(rng.poisson((n - empty) * DETECTIONS_PER_IMAGE), mix)
     return VersionWindow(requests=n, errors=0, latency=latency, quality={
         "detections_per_image": {0.0: float(empty), 1.0: float(empty), math.inf: float(n)},
         "top_score": {0.5: float(low), 1.0: float(n), math.inf: float(n)},
-    })
+    }, classes={f"class{i}": float(c) for i, c in enumerate(found)} | {"other": 0.0})
 
 
 #: quality.pass_confidence of each pass rule: the policy's default, and none
@@ -106,8 +148,9 @@ def rollout(rng: np.random.Generator, scenario: Scenario, rate: float,
         total = int(rng.poisson(rate * interval))
         n_c = int(rng.binomial(total, state.weight / 100))
         canary_requests += n_c
-        obs = Observations(canary=_window(rng, n_c, scenario.canary_poor),
-                           stable=_window(rng, total - n_c, scenario.stable_poor),
+        obs = Observations(canary=_window(rng, n_c, scenario.canary_poor, scenario.canary_mix),
+                           stable=_window(rng, total - n_c, scenario.stable_poor,
+                                          scenario.stable_mix),
                            window_seconds=interval)
         decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=t))
         state = decision.state
@@ -136,11 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         rollbacks = [r for r in results if r["outcome"] == "rollback"]
         promotions = [r for r in results if r["outcome"] == "promote"]
         by_quality = [r for r in rollbacks if any(f.startswith("quality_") for f in r["failed"])]
+        by_mix = [r for r in rollbacks if "quality_class_mix" in r["failed"]]
         low, high = stats.wilson_interval(len(rollbacks), runs, 1.96)
         row: dict[str, Any] = {
             "scenario": scenario.name, "pass_rule": rule, "runs": runs,
             "stable_poor": scenario.stable_poor, "canary_poor": scenario.canary_poor,
+            "stable_mix": scenario.stable_mix, "canary_mix": scenario.canary_mix,
             "rolled_back": len(rollbacks), "rolled_back_by_quality": len(by_quality),
+            "rolled_back_by_class_mix": len(by_mix),
             "rollback_rate": len(rollbacks) / runs, "rollback_rate_95ci": [low, high],
             "promoted": len(promotions),
             "open": sum(r["outcome"] == "open" for r in results),
@@ -156,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             row.update({"seconds_to_promotion_p50": float(np.percentile(secs, 50)),
                         "seconds_to_promotion_p90": float(np.percentile(secs, 90))})
         rows.append(row)
-        print(f"{scenario.name:8s} {rule:5s} runs {runs:5d}  rolled back {len(rollbacks):5d} "
-              f"({row['rollback_rate']:.2%}, 95% CI {low:.2%}..{high:.2%})  promoted "
+        print(f"{scenario.name:14s} {rule:5s} runs {runs:5d}  rolled back {len(rollbacks):5d} "
+              f"({row['rollback_rate']:.2%}, 95% CI {low:.2%}..{high:.2%}; class mix "
+              f"{len(by_mix)})  promoted "
               f"{row['promoted']:5d}  open {row['open']:4d}"
               + (f"  canary requests to rollback p50 {row['canary_requests_to_rollback_p50']:.0f}"
                  f" p90 {row['canary_requests_to_rollback_p90']:.0f}" if rollbacks else "")
@@ -172,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed, "rate": args.rate, "interval": args.interval,
         "quality_policy": policy.quality.model_dump(mode="json"),
         "stated_false_rollback_rate": policy.quality.alpha,
+        "stated_class_mix_false_rollback_rate": policy.quality.alpha / policy.quality.test_count,
         "rows": rows, "seconds": round(time.monotonic() - started, 1),
     }
     out = pathlib.Path(args.out)

@@ -57,7 +57,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from promotion import quality, stats
+from promotion import class_mix, quality, stats
 from promotion.observations import (
     Observations,
     count_above,
@@ -336,6 +336,23 @@ def _quality_check(policy: CanaryPolicy, qc: QualityCheck, state: CanaryState, c
                  samples=v.samples, statistic=v.statistic, detail=v.detail)
 
 
+def _merge_classes(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: float(a.get(k, 0.0)) + float(b.get(k, 0.0)) for k in sorted(set(a) | set(b))}
+
+
+def _class_mix_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
+                     stable: Counts) -> Check:
+    """The class-mix check (`promotion/class_mix.py`) as evidence."""
+    if state.weight >= 100:
+        return Check(name="quality_class_mix", verdict="skipped",
+                     detail="stable serves no traffic at 100%")
+    verdict, statistic, threshold, samples, detail = class_mix.judge(
+        policy.quality, state.statistics.class_mix, canary.classes, stable.classes,
+        policy.quality.min_answers or policy.min_requests)
+    return Check(name="quality_class_mix", verdict=verdict, samples=samples,
+                 statistic=statistic, threshold=threshold, detail=detail)
+
+
 def _window_dict(obs: Observations) -> dict[str, Any]:
     share = obs.observed_share
     return {
@@ -467,11 +484,13 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     canary = Counts(requests=state.canary_counts.requests + obs.canary.requests,
                     errors=state.canary_counts.errors + obs.canary.errors,
                     latency=merge_histograms(state.canary_counts.latency, obs.canary.latency),
-                    quality=_merge_quality(state.canary_counts.quality, obs.canary.quality))
+                    quality=_merge_quality(state.canary_counts.quality, obs.canary.quality),
+                    classes=_merge_classes(state.canary_counts.classes, obs.canary.classes))
     stable = Counts(requests=state.stable_counts.requests + obs.stable.requests,
                     errors=state.stable_counts.errors + obs.stable.errors,
                     latency=merge_histograms(state.stable_counts.latency, obs.stable.latency),
-                    quality=_merge_quality(state.stable_counts.quality, obs.stable.quality))
+                    quality=_merge_quality(state.stable_counts.quality, obs.stable.quality),
+                    classes=_merge_classes(state.stable_counts.classes, obs.stable.classes))
     st = state.statistics
     relative = stats.update_relative(st.relative, obs.canary.errors, obs.stable.errors,
                                      obs.canary.requests, obs.stable.requests)
@@ -485,7 +504,10 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
         canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
         statistics=Statistics(relative=_floats(relative), limit=_floats(limit),
                               latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim),
-                              quality=qual),
+                              quality=qual,
+                              class_mix=class_mix.update(st.class_mix, policy.quality,
+                                                         obs.canary.classes,
+                                                         obs.stable.classes)),
     )
 
     def e_check(name: str, log_lr: Any) -> tuple[float, float, bool]:
@@ -550,6 +572,8 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
                        f"{t:.3f}; to step, the ratio must be within it"))
     for qc in policy.quality.checks:
         checks.append(_quality_check(policy, qc, state, canary, stable))
+    if policy.quality.class_mix is not None and (canary.classes or stable.classes):
+        checks.append(_class_mix_check(policy, state, canary, stable))
     checks.append(Check(
         name="requests", value=float(canary.requests), threshold=float(policy.min_requests),
         samples=canary.requests,

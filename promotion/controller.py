@@ -58,6 +58,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Protocol
 
+from contracts.traffic import TrafficError, read_routes
 from gitops import layout
 from gitops.errors import GitOpsError
 from gitops.git import parse_trailers
@@ -174,6 +175,8 @@ class Controller:
         self._folders: dict[tuple[str, str], layout.ModelState] = {}
         self.last_error: str | None = None
         """Why the last pass could not read the GitOps repo (None: it could)."""
+        self.refused: dict[str, str] = {}
+        """model -> why its folder on main is refused (a split Istio would reject)."""
 
     # -- reading main ----------------------------------------------------------------------
 
@@ -260,6 +263,15 @@ class Controller:
             except apply.StaleDecision as exc:
                 log.info("%s: %s", model, exc)
                 self._tracks.pop(model, None)
+            except TrafficError as exc:
+                # A human's split that Istio would reject: refused, said once per
+                # change (not every pass), and nothing moves until it is fixed.
+                if self.refused.get(model) != str(exc):
+                    log.error("%s: refused: %s; nothing changes until it is fixed", model, exc)
+                    self.metrics.error(model, type(exc).__name__)
+                self.refused[model] = str(exc)
+                self._tracks.pop(model, None)
+                continue
             except (GitOpsError, StateError, PolicyError) as exc:
                 log.error("%s: %s", model, exc)
                 self.metrics.error(model, type(exc).__name__)
@@ -268,6 +280,7 @@ class Controller:
                 log.exception("%s: unexpected error: %s", model, exc)
                 self.metrics.error(model, type(exc).__name__)
                 self._tracks.pop(model, None)
+            self.refused.pop(model, None)
         self.metrics.tick()
         return outcomes
 
@@ -432,6 +445,12 @@ class Controller:
         observed = weights.get(state.candidate, 0)
         if observed == state.weight:
             return None
+        if folder.destination_rule is not None and folder.virtual_service is not None:
+            # Strict here, lenient elsewhere: a weight the controller adopts must be one
+            # Istio accepts (150 is refused naming the file and field, never adopted).
+            read_routes(folder.destination_rule, folder.virtual_service,
+                        dr_path=f"{layout.APPS}/{folder.model}/destinationrule.yaml",
+                        vs_path=f"{layout.APPS}/{folder.model}/virtualservice.yaml")
         change = self._last_change(f"{layout.APPS}/{folder.model}/virtualservice.yaml")
         sha, _, author = change[2].partition(" ") if change else ("", "", "")
         who = f" (commit {sha} by {author})" if change else ""

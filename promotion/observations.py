@@ -45,6 +45,8 @@ class VersionWindow(BaseModel):
     quality: dict[str, Histogram] = Field(default_factory=dict)
     """What the model answered, per signal (`detections_per_image`, `top_score`):
     cumulative buckets of the signal's value -> answers. Empty: not measured."""
+    classes: dict[str, float] = Field(default_factory=dict)
+    """Detections by class name (the model's classes and `other`). Empty: not measured."""
 
     @field_validator("errors")
     @classmethod

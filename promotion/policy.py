@@ -31,8 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.errors import ExitCode, MlopsError
 
-__all__ = ["Budget", "CanaryPolicy", "MetricsSpec", "PolicyError", "QualityCheck", "QualitySpec",
-           "load_policy", "parse_duration"]
+__all__ = ["Budget", "CanaryPolicy", "ClassMixCheck", "MetricsSpec", "PolicyError",
+           "QualityCheck", "QualitySpec", "load_policy", "parse_duration"]
 
 
 class PolicyError(MlopsError, ValueError):
@@ -98,7 +98,11 @@ class MetricsSpec(_Frozen):
     `promotion/metrics/presets/`.
     """
 
-    preset: str = "model"
+    preset: str | None = None
+    """A preset name, `custom`, or unset: the runtime's router view, what clients see
+    (`haproxy` on the local platform, `istio` in a cluster; `mlops controller run`
+    picks it from where it reads readiness). `model` reads only the server's own
+    histograms, blind to the time a request waits before the server reads it."""
     queries: dict[str, str] | None = None
     namespace: str | None = None
     """The models' namespace in the queries' `$namespace`. Unset (the norm): the GitOps
@@ -113,6 +117,9 @@ class MetricsSpec(_Frozen):
             if not self.queries:
                 raise ValueError("preset 'custom' needs 'queries' (requests, errors, latency)")
             QueryPreset.from_mapping("custom", self.queries)
+        elif self.preset is None:
+            if self.queries:
+                raise ValueError("'queries' is only read with preset: custom")
         elif self.preset not in PRESET_NAMES:
             raise ValueError(
                 f"unknown metrics preset {self.preset!r}; choose one of "
@@ -151,6 +158,16 @@ DEFAULT_QUALITY_CHECKS = (
 )
 
 
+class ClassMixCheck(_Frozen):
+    """The canary's detections by class against stable's (`promotion/class_mix.py`):
+    a label map off by one or two labels swapped. A class fails when the sequential
+    test says its share is beyond `min_ratio` x the other version's *and* it moved by
+    at least `min_difference` (share points): a retrain's small shifts pass."""
+
+    min_ratio: float = Field(default=1.25, ge=1)
+    min_difference: float = Field(default=0.03, ge=0, lt=1)
+
+
 class QualitySpec(_Frozen):
     """What the model answers, canary vs stable (a model that answers 200, fast and
     wrong: training/serving skew, a label map off by one, live data unlike the
@@ -171,6 +188,15 @@ class QualitySpec(_Frozen):
     goes on. `null`: pass on `min_answers` alone, which promoted a canary 3x as
     often poor as stable (24 % vs 8 % of images) in a third of simulated
     rollouts (`benchmarks/canary_quality.py` compares both)."""
+
+    class_mix: ClassMixCheck | None = ClassMixCheck()
+    """The class-mix check (on by default; `null`: off). It shares `alpha` with
+    `checks`, one equal part each."""
+
+    @property
+    def test_count(self) -> int:
+        """How many checks share `alpha` (the per-image checks and the class mix)."""
+        return max(1, len(self.checks) + (1 if self.class_mix is not None else 0))
 
     @model_validator(mode="after")
     def _unique(self) -> QualitySpec:

@@ -120,7 +120,7 @@ def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None
     (`min_answers`: `spec.min_answers` when set)."""
     min_answers = spec.min_answers or min_answers
     lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.QUALITY_GRID))
-    threshold = stats.rejection_log_threshold(spec.alpha, 1.0 / max(1, len(spec.checks)))
+    threshold = stats.rejection_log_threshold(spec.alpha, 1.0 / spec.test_count)
     statistic = float(stats.log_e_value(lam))
     c, s = poor_answers(canary, check.at_most), poor_answers(stable, check.at_most)
     what = check.what or f"answers with {check.signal} <= {check.at_most:g}"

@@ -122,6 +122,8 @@ class Counts(BaseModel):
 
     quality: dict[str, dict[float, float]] = Field(default_factory=dict)
     """Per model-quality signal, cumulative buckets of the answers' values."""
+    classes: dict[str, float] = Field(default_factory=dict)
+    """Detections by class name (the class-mix check)."""
 
     @field_validator("latency", mode="before")
     @classmethod
@@ -159,8 +161,10 @@ class Statistics(BaseModel):
     """Requests above `max_p99_ms`: canary vs 1 %."""
     quality: dict[str, tuple[float, ...]] = Field(default_factory=dict)
     """Per model-quality check: poor answers, canary vs stable (`stats.QUALITY_GRID`)."""
+    class_mix: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    """The class-mix check, per class and direction (`<class>+`, `<class>-`)."""
 
-    @field_validator("quality")
+    @field_validator("quality", "class_mix")
     @classmethod
     def _quality_len(cls, value: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
         for name, lam in value.items():

@@ -291,7 +291,7 @@ def deployment(
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-        # Ready only after load + warm-up; the start-up probe allows two
+        # Ready only after load + warm-up (a sample request answered); the start-up probe allows two
         # minutes for large weights before liveness takes over.
         "startupProbe": {
             "httpGet": {"path": "/v2/health/ready", **probe_action},

@@ -14,7 +14,9 @@ What this module adds to the request work of `service.py`:
 * **Off the event loop.** Parsing, preprocessing, the predictor and
   serialisation all run on the worker threads; the loop only moves bytes.
 * **Readiness.** The HTTP port opens first (live, not ready); the model is
-  loaded and every predictor warmed up on a background thread, then ready.
+  loaded, every predictor warmed up and one sample request answered on a
+  background thread, then ready. A version that cannot answer its sample
+  stays live and never ready; the ready routes say why (`reason`).
   On SIGTERM the server reports not-ready at once, stops accepting, lets
   in-flight requests finish, then stops the workers.
 * **Metrics** on `/metrics` (see `metrics.py`), including the quality
@@ -201,6 +203,7 @@ class ServerState:
         self.ready = False
         self.shutting_down = False
         self.load_error: str | None = None
+        self.not_ready_reason: str | None = None  # why it cannot answer (warm-up failed)
         self.in_flight = 0
         self.on_load_failure: Callable[[], None] = lambda: None
         #: The event loop (set by the app's lifespan): the loader warms its predictor.
@@ -275,7 +278,14 @@ class ServerState:
                                  batch_timeout=settings.batch_timeout_ms / 1000.0)
             service = ModelService(self.model, settings.model_name, settings.model_version, pool,
                                    settings.images)
-            service.warm_up()
+            try:  # ready means it answered: a sample request, as a client sends it
+                service.warm_up()
+                service.answer_sample()
+            except ServingError as exc:  # live, never ready, and the probe says why
+                self.not_ready_reason = f"warm-up inference failed: {exc}"
+                log.error("model %s version %s is not ready: %s", settings.model_name,
+                          settings.model_version, self.not_ready_reason)
+                return
             self._warm_inline(service)
             self.metrics.set_info(loaded, paddle.__version__)  # what runs, not a claim
             self.service = service
@@ -483,7 +493,8 @@ def build_app(state: ServerState) -> Starlette:
 
     async def ready(request: Request) -> Response:
         ok = state.serving_ready()
-        return _json({"ready": ok}, 200 if ok else 503)
+        why = {} if ok or not state.not_ready_reason else {"reason": state.not_ready_reason}
+        return _json({"ready": ok, **why}, 200 if ok else 503)
 
     async def model_ready(request: Request) -> Response:
         try:
@@ -491,7 +502,8 @@ def build_app(state: ServerState) -> Starlette:
         except ServingError as exc:
             return _error(exc)
         ok = state.serving_ready()
-        return _json({"name": settings.model_name, "ready": ok}, 200 if ok else 503)
+        why = {} if ok or not state.not_ready_reason else {"reason": state.not_ready_reason}
+        return _json({"name": settings.model_name, "ready": ok, **why}, 200 if ok else 503)
 
     async def model_metadata(request: Request) -> Response:
         try:

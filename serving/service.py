@@ -31,6 +31,7 @@ Everything here runs on a predictor worker thread (`PredictorPool.submit`).
 """
 
 import dataclasses
+import io
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from serving.errors import BadRequest, InferenceFailed, ModelDirError
 from serving.modeldir import InferConfig, ModelDir, TensorSpec
 from serving.postprocess import ROLES, decode_centernet, label_names
 from serving.ppdet import PPDetImages, split_ppdet_batch
-from serving.ppdet_config import PPDetConfig
+from serving.ppdet_config import PPDetConfig, ResizeOp
 from serving.preprocess import Deadline, ImageOptions, check_count, prepare_images
 from serving.protocol import (
     Tensor,
@@ -313,6 +314,32 @@ class ModelService:
         """One such inference on the calling thread's own predictor (the event loop's,
         which runs short requests inline when nothing else is in flight)."""
         self.pool.run_here(self._warm_feeds())
+
+    def answer_sample(self) -> None:
+        """Answer one request as a client sends it: a generated mid-gray PNG of the
+        version's input size through its own decode, preprocessing, predictor and
+        postprocessing (`detect`). Raises what a client's request would meet.
+
+        The per-predictor `warm_up` feeds the model's *declared* input shape, so a
+        version whose `infer_cfg.yml` resizes to a size the graph cannot take (an
+        input spec of 128x128, a resize to 32x32) warmed up fine and then failed every
+        request; Triton's `model_warmup` sends a sample request for the same reason."""
+        from PIL import Image
+
+        height, width = self._sample_size()
+        buffer = io.BytesIO()
+        Image.new("RGB", (width, height), (128, 128, 128)).save(buffer, format="PNG")
+        data = np.empty(1, dtype=object)
+        data[0] = buffer.getvalue()
+        self.detect(Tensor(self.image_input, "BYTES", (1,), data))
+
+    def _sample_size(self) -> tuple[int, int]:
+        """(height, width) of a sample image: what the version's preprocessing expects."""
+        if self.ppdet is not None:
+            resize = [op for op in self.ppdet.cfg.preprocess if isinstance(op, ResizeOp)]
+            return resize[0].target_size if resize else (64, 64)
+        size = self._example_cfg().input.size
+        return int(size[0]), int(size[1])
 
     def _warm_feeds(self) -> dict[str, np.ndarray]:
         if self.ppdet is not None:

@@ -203,7 +203,7 @@ def test_a_second_run_on_the_same_work_dir_replaces_the_first(demo_all):
 
     work, _, _ = demo_all
     args = argparse.Namespace(workdir=str(work), scenario="good", wait_approval=False,
-                              keep_running=False, rps=5.0, preset="model", show_every=5.0,
+                              keep_running=False, rps=5.0, preset=None, show_every=5.0,
                               timeout=120.0)
     demo = Demo(args)
     try:

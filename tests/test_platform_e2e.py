@@ -251,6 +251,133 @@ def test_broken_yaml_keeps_last_good_state_then_a_fix_applies(at_ten_percent, ca
     assert {v: info["pid"] for v, info in versions_of(wd, MODEL).items()} == pids
 
 
+def test_a_version_that_cannot_answer_is_never_ready_nor_routed(at_ten_percent, capsys):
+    """Issue 27: a version whose infer_cfg.yml resizes to 32x32 (the graph takes 128x128)
+    warmed up on its declared input shape, was marked ready and answered 500 to clients.
+    Its sample request through its own preprocessing now fails the warm-up: live, never
+    ready (the readiness probe says why), so HAProxy never routes to it."""
+    env = at_ten_percent
+    wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]
+    broken = "v-32px"
+    model_dir = env["base"] / "models" / MODEL / broken
+    if not model_dir.exists():
+        shutil.copytree(versions[v1], model_dir)
+        cfg = yaml.safe_load((model_dir / "infer_cfg.yml").read_text())
+        cfg["input"]["size"] = [32, 32]
+        (model_dir / "infer_cfg.yml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    try:
+        write_model(repo, MODEL, {**versions, broken: model_dir}, stable=v1,
+                    canary=broken, canary_weight=10,
+                    subject="test: a canary that cannot answer at 10%")
+        wait_for(lambda: (versions_of(wd, MODEL).get(broken) or {}).get("not_ready_reason"),
+                 SERVER_READY, "the broken version's readiness probe to say why")
+        wait_for(lambda: versions_of(wd, MODEL)[v1]["haproxy_weight"] == 90
+                 and versions_of(wd, MODEL)[v1]["haproxy_up"], SERVER_READY, "stable at 90")
+        info = versions_of(wd, MODEL)[broken]
+        assert "warm-up inference failed" in info["not_ready_reason"], info
+        assert not info["ready"] and info["phase"] == "starting" and not info["haproxy_weight"]
+        assert procs.is_running(info["pid"])  # live, not crash-looping
+        probe = requests.get(f"http://127.0.0.1:{info['port']}/v2/health/ready", timeout=5)
+        assert probe.status_code == 503 and "warm-up inference failed" in probe.json()["reason"]
+        answers = [requests.get(f"{frontend(wd)}/v2/models/{MODEL}", timeout=10)
+                   for _ in range(50)]
+        seen = collections.Counter(
+            (r.status_code, r.json()["versions"][0] if r.ok else r.text[:80]) for r in answers)
+        assert seen == {(200, v1): 50}, seen  # every request to stable, none to the broken one
+        from mlops.platform.readiness import PlatformReadiness
+
+        answer = PlatformReadiness(wd).check(MODEL, broken, None)
+        assert not answer.ready and "warm-up inference failed" in answer.reason
+        assert cli.main(["status", "--workdir", str(wd.root)]) == 0
+        assert "not ready: warm-up inference failed" in capsys.readouterr().out
+    finally:
+        write_model(repo, MODEL, versions, stable=v1, canary=v2, canary_weight=10,
+                    remove_versions=(broken,), subject="test: back to the 90/10 canary")
+        wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY, "the 90/10 split")
+
+
+def test_a_frozen_canary_is_rolled_back_at_its_first_step_by_the_default_preset(
+        at_ten_percent):
+    """Issue 27: a canary stopped 2 s / running 2 s (SIGSTOP/SIGCONT) passed two steps
+    on the `model` preset, whose histogram starts when the server reads a request and
+    so cannot see the wait. The controller without `--preset` on the local platform
+    judges HAProxy's view (the `haproxy` preset and its response-time histogram,
+    mlops/platform/router_latency.lua) and rolls it back at 10 %."""
+    import datetime as dt
+    import sys
+    import time
+
+    from gitops.writeback import WriteBack
+    from promotion import apply
+
+    env = at_ten_percent
+    wd, repo, v2 = env["wd"], env["repo"], env["v2"]
+    # A fresh start for the analysis (the module's 10 % step is minutes old): the
+    # windows are aligned to the last commit of promotion.yaml.
+    human = WriteBack(str(repo))
+    for action in ("pause", "resume"):
+        apply.human_commit(human, "main", MODEL, action, "test", dt.datetime.now(dt.timezone.utc))
+    assert yaml.safe_load(subprocess.run(
+        ["git", "--git-dir", str(repo), "show", f"main:apps/{MODEL}/promotion.yaml"],
+        capture_output=True, text=True, check=True).stdout)["weight"] == 10
+    pid = versions_of(wd, MODEL)[v2]["pid"]
+    stop = threading.Event()
+
+    def freeze() -> None:
+        while not stop.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            stop.wait(2.0)
+            os.kill(pid, signal.SIGCONT)
+            stop.wait(2.0)
+
+    prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
+    images = pathlib.Path(env["image"]).parent
+    log = env["base"] / "frozen-controller.log"
+    root = pathlib.Path(__file__).resolve().parents[1]
+    load = subprocess.Popen(
+        [sys.executable, "-m", "mlops", "load", frontend(wd), "--rps", "20", "--duration",
+         "300", "--images", str(images), "--model", MODEL],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    freezer = threading.Thread(target=freeze, daemon=True)
+    controller = None
+    try:
+        freezer.start()
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(repo),
+             "--prometheus", prometheus, "--interval", "5", "--settle", "2", "--poll", "0.5",
+             "--workdir", str(env["base"] / "frozen-controller"),
+             "--readiness", "local", "--platform-workdir", str(wd.root)],
+            cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+        def decided() -> bool:
+            assert controller is not None
+            if controller.poll() is not None:
+                pytest.fail(f"controller exited:\n{log.read_text()[-3000:]}")
+            subject = subprocess.run(
+                ["git", "--git-dir", str(repo), "log", "-1", "--format=%s", "main"],
+                capture_output=True, text=True, check=True).stdout
+            return subject.startswith(("canary(", "rollback("))
+        started = time.monotonic()
+        wait_for(decided, 120, f"the controller's first decision; log: {log}")
+        took = time.monotonic() - started
+        message = subprocess.run(["git", "--git-dir", str(repo), "log", "-1", "--format=%B",
+                                  "main"], capture_output=True, text=True, check=True).stdout
+        assert message.startswith(f"rollback({MODEL}): ") and "10% -> 0%" in message, message
+        assert "Mlops-Decision: rollback/verdict" in message
+        assert "metrics preset: each model's, or haproxy" in log.read_text()
+        reason = next(line for line in message.splitlines() if line.startswith("Mlops-Reason:"))
+        assert "p99" in reason or "slower than stable" in reason, reason
+        print(f"frozen canary rolled back after {took:.0f} s")
+    finally:
+        stop.set()
+        freezer.join(timeout=10)
+        os.kill(pid, signal.SIGCONT)
+        for proc in (controller, load):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+
+
 def test_removed_deployment_stops_its_server(at_ten_percent):
     env = at_ten_percent
     wd, repo, versions, v1, v2 = env["wd"], env["repo"], env["versions"], env["v1"], env["v2"]

@@ -287,6 +287,44 @@ def test_a_manual_weight_edit_is_a_takeover_that_pauses_until_resumed(canary_rep
     assert main_state(canary_repo)["phase"] == "rolled_back"
 
 
+def test_a_weight_of_150_is_refused_once_naming_the_file_and_no_traceback(
+        canary_repo, tmp_path, caplog, capsys):
+    """Issue 27: a human weight of 150 during a canary crashed every pass with a
+    pydantic traceback naming no file; it is one refusal naming file and field."""
+    from mlops.cli import main as cli
+
+    clock = Clock(merged_at(canary_repo))
+    controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo, rate=10),
+                             clock)
+    _run(controller, clock, 1)
+
+    def weight_150(root: pathlib.Path) -> None:
+        path = root / f"apps/{MODEL}/virtualservice.yaml"
+        vs = yaml.safe_load(path.read_text())
+        for entry in vs["spec"]["http"][0]["route"]:
+            if entry["destination"]["subset"] == "canary":
+                entry["weight"] = 150
+        path.write_text(yaml.safe_dump(vs, sort_keys=False))
+
+    WriteBack(str(canary_repo)).commit("main", weight_150, Message("ops: typo"))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="mlops.controller"):
+        _run(controller, clock, 13)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    message = errors[0].getMessage()
+    assert f"apps/{MODEL}/virtualservice.yaml" in message and "150" in message
+    assert "weight" in message and errors[0].exc_info is None
+    assert not any(r.exc_info for r in caplog.records)
+    assert decision_log(canary_repo) == [] and main_state(canary_repo)["weight"] == 10
+    assert "virtualservice.yaml" in controller.refused[MODEL]
+
+    capsys.readouterr()
+    assert cli(["canary", "status", MODEL, "--gitops", str(canary_repo)]) == 0
+    out = capsys.readouterr().out
+    assert f"refused: apps/{MODEL}/virtualservice.yaml: route weight 150" in out, out
+
+
 def test_a_stale_decision_is_not_written(canary_repo, tmp_path):
     clock = Clock(merged_at(canary_repo))
     controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo), clock)

@@ -55,15 +55,20 @@ PINNED = {
                   'server="v2"}[30s])) or vector(0)) + (sum(increase('
                   'haproxy_server_response_errors_total{proxy="shapes-detector",'
                   'server="v2"}[30s])) or vector(0))',
-        "latency": None,
+        "latency": 'sum by (le) (increase(mlops_router_response_seconds_bucket{'
+                   'proxy="shapes-detector",server="v2"}[30s]))',
     },
 }
+CLASSES = ('sum by (class) (increase(model_class_detections_total{model_name="shapes-detector",'
+           'model_version="v2"}[30s]))')
 
 
 @pytest.mark.parametrize("preset", sorted(PINNED))
 def test_rendered_queries_are_pinned(preset: str) -> None:
     source = PrometheusSource("http://127.0.0.1:9", preset, namespace="serving")
     assert source.queries("shapes-detector", "v2", 30) == PINNED[preset]
+    # the class mix is the model server's own count in every preset: no router sees it
+    assert source.classes_query("shapes-detector", "v2", 30) == CLASSES
 
 
 def test_every_preset_file_is_pinned() -> None:

@@ -1,7 +1,9 @@
 """Replay: recorded series in a real Prometheus, our queries, decide() on the answers.
 
-Model-shaped (`model_requests_total`, `model_request_duration_seconds`) and
-Istio-shaped (`istio_requests_total`, `istio_request_duration_milliseconds`)
+Model-shaped (`model_requests_total`, `model_request_duration_seconds`),
+HAProxy-shaped (the exporter's counters and the router's own
+`mlops_router_response_seconds`) and Istio-shaped (`istio_requests_total`,
+`istio_request_duration_milliseconds`)
 series for a few scripted rollouts are written as OpenMetrics, loaded with
 `promtool tsdb create-blocks-from openmetrics` and queried at the end of each
 window through `/api/v1/query?time=...`. Nothing is faked: the PromQL, the
@@ -100,6 +102,11 @@ def record(om: OpenMetrics, shape: str, model: str, windows: list[Window]) -> No
                                {**labels, "code": code}, ts, n)
                     om.add("haproxy_server_connection_errors", "counter",
                            "haproxy_server_connection_errors_total", labels, ts, 0)
+                    # the router's own response times (mlops/platform/router_latency.lua)
+                    for le, n in buckets.items():
+                        om.add("mlops_router_response_seconds", "histogram",
+                               "mlops_router_response_seconds_bucket",
+                               {**labels, "le": "+Inf" if math.isinf(le) else str(le)}, ts, n)
                 else:
                     for reporter in ("destination", "source"):
                         labels = {"reporter": reporter,
@@ -130,6 +137,9 @@ SCENARIOS = {
         ("hold", "insufficient-evidence", 10), ("rollback", "verdict", 0)]),
     "haproxy-error-canary": ("haproxy", [Window(10), Window(25, canary_errors=0.1)], [
         ("step", "passed", 25), ("rollback", "verdict", 0)]),
+    # A canary slow where clients see it (stopped, queued): the router's histogram.
+    "haproxy-slow-canary": ("haproxy", [Window(10, canary_p99_ms=900.0)], [
+        ("rollback", "verdict", 0)]),
     "haproxy-good-canary": ("haproxy", [Window(10), Window(25), Window(50), Window(100)], [
         ("step", "passed", 25), ("step", "passed", 50), ("step", "passed", 100),
         ("promote", "passed", 100)]),

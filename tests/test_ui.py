@@ -276,3 +276,19 @@ def test_rollback_is_the_cli_rollback_and_its_refusal_is_a_message(client, ui_re
         head = mirror.log(mirror.sha("main") or "")[0]
     assert head.trailers["Mlops-Decision"] == "rollback/human"
     assert head.trailers["Mlops-Requested-By"] == "Grace"
+
+
+def test_a_split_the_controller_refuses_is_shown_on_the_models_page():
+    """Issue 27: a hand-edited weight of 150 is named (file and field) on the page, as
+    `mlops canary status` and the controller's log name it."""
+    from gitops import layout
+    from mlops.ui.models import model_view
+    from serving import manifests
+
+    vs = manifests.virtual_service("det", 90, 10, canary=True)
+    good = layout.ModelState(model="det", destination_rule=manifests.destination_rule(
+        "det", "v1", "v2"), virtual_service=vs)
+    assert model_view(good, [])["split_error"] is None
+    vs["spec"]["http"][0]["route"][1]["weight"] = 150
+    refused = model_view(good, [])["split_error"]
+    assert refused.startswith("refused: apps/det/virtualservice.yaml: route weight 150")

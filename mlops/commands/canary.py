@@ -20,6 +20,9 @@ import os
 import pathlib
 import tempfile
 
+import yaml
+
+from contracts.traffic import TrafficError, read_routes
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion.apply import HumanAction, human_commit
@@ -59,17 +62,40 @@ def _status(args: argparse.Namespace) -> int:
         with Mirror(args.gitops, path=pathlib.Path(tmp) / "m.git") as mirror:
             tip = mirror.sha(args.branch)
             text = mirror.show(tip, f"apps/{args.model}/promotion.yaml") if tip else None
+            split = {name: mirror.show(tip, f"apps/{args.model}/{name}") if tip else None
+                     for name in ("destinationrule.yaml", "virtualservice.yaml")}
     if text is None:
         from mlops.errors import UserError
 
         raise UserError(f"apps/{args.model}/promotion.yaml not found on {args.branch!r} of "
                         f"{args.gitops}")
     state = load_state(text, f"apps/{args.model}/promotion.yaml")
+    refused = split_problem(args.model, split["destinationrule.yaml"],
+                            split["virtualservice.yaml"])
     if args.json:
-        print(json.dumps(dump_state(state), indent=2))
+        print(json.dumps({**dump_state(state), **({"refused": refused} if refused else {})},
+                         indent=2))
     else:
-        print(_summary(state))
+        print(_summary(state) + (f"\n  refused: {refused}; the controller and the sync "
+                                 "change nothing until it is fixed" if refused else ""))
     return 0
+
+
+def split_problem(model: str, destination_rule: str | None,
+                  virtual_service: str | None) -> str | None:
+    """Why the controller refuses the split on main (file and field), None when it does not:
+    the same strict reading as the controller's and the local sync's."""
+    if destination_rule is None or virtual_service is None:
+        return None
+    try:
+        read_routes(yaml.safe_load(destination_rule), yaml.safe_load(virtual_service),
+                    dr_path=f"apps/{model}/destinationrule.yaml",
+                    vs_path=f"apps/{model}/virtualservice.yaml")
+    except TrafficError as exc:
+        return str(exc)
+    except yaml.YAMLError as exc:
+        return f"apps/{model}: YAML does not parse: {exc}".splitlines()[0]
+    return None
 
 
 def _summary(state: CanaryState) -> str:

@@ -24,12 +24,16 @@ from promotion.controller_metrics import ControllerMetrics
 from promotion.metrics.prometheus import PrometheusSource
 from promotion.policy import CanaryPolicy
 
+#: The preset a policy gets when it names none: the router's view of the runtime
+#: the controller reads readiness from (what clients see), `model` without one.
+RUNTIME_PRESETS = {"local": "haproxy", "kubernetes": "istio", "none": "model"}
 
-def _sources(url: str, preset: str | None) -> Any:
+
+def _sources(url: str, preset: str | None, default: str = "model") -> Any:
     cache: dict[tuple[str, str | None], PrometheusSource] = {}
 
     def source_for(policy: CanaryPolicy) -> PrometheusSource:
-        name = preset or policy.metrics.preset
+        name = preset or policy.metrics.preset or default
         key = (name, policy.metrics.namespace)
         if key not in cache:
             if name == "custom":
@@ -62,12 +66,16 @@ def _commenter(args: argparse.Namespace) -> Any:
     return comment
 
 
+def _runtime(args: argparse.Namespace) -> str:
+    """Where the models run, as `--readiness` says (`local`, `kubernetes` or `none`)."""
+    workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
+    return str(args.readiness or ("local" if workdir else "none"))
+
+
 def _readiness(args: argparse.Namespace) -> Any:
     """Who tells whether a merged candidate is deployed and ready (`promotion.readiness`)."""
-    choice = args.readiness
     workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
-    if choice is None:
-        choice = "local" if workdir else "none"
+    choice = _runtime(args)
     if choice == "none":
         return None
     if choice == "kubernetes":
@@ -108,7 +116,11 @@ def build(args: argparse.Namespace) -> Controller:
         checkpoint_every=args.checkpoint_every, report_url=args.report_url,
         git_poll=args.git_poll,
     )
-    return Controller(config, _sources(args.prometheus, args.preset), metrics=ControllerMetrics(),
+    default = RUNTIME_PRESETS.get(_runtime(args), "model")
+    logging.getLogger("mlops.controller").info(
+        "metrics preset: %s", args.preset or f"each model's, or {default} (the runtime's default)")
+    return Controller(config, _sources(args.prometheus, args.preset, default),
+                      metrics=ControllerMetrics(),
                       notifier=notifier, refresher=refresher, commenter=_commenter(args),
                       readiness=_readiness(args))
 
@@ -153,8 +165,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="GitOps repository (path or URL; default: $MLOPS_GITOPS_REPO)")
     run.add_argument("--prometheus", required=True, help="Prometheus base URL")
     run.add_argument("--preset", choices=None,
-                     help="metric preset for every model (model|istio|haproxy); "
-                          "default: each model's canary-policy.yaml")
+                     help="metric preset for every model (haproxy|istio|model); default: "
+                          "each model's canary-policy.yaml, else the runtime's router view "
+                          "(haproxy with --readiness local, istio with kubernetes)")
     run.add_argument("--branch", default="main")
     run.add_argument("--interval", type=float, default=None,
                      help="analysis window in seconds for every model (default: the policy's)")

@@ -44,8 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rps", type=float, default=40.0,
                         help="load on the model's route while a canary is judged, requests/s "
                         "(default 40; an eighth of it while a pipeline trains)")
-    parser.add_argument("--preset", default="model",
-                        help="metric preset the controller reads (model|haproxy; default model)")
+    parser.add_argument("--preset", default=None,
+                        help="metric preset the controller reads (haproxy|model; default: the "
+                        "platform's router view, haproxy: latency and errors as clients see "
+                        "them; model reads only the servers' own histograms)")
     parser.add_argument("--show-every", type=float, default=5.0, metavar="SECONDS",
                         help="how often the canary's per-version numbers are printed")
     parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",

@@ -180,6 +180,8 @@ def _status(args: argparse.Namespace) -> int:
                   f"{_fmt_weight(v.get('haproxy_weight')):>9}  {v['phase']:<9}"
                   f"{'yes' if v.get('ready') else 'no':<6}{up:<4}"
                   f"{v['pid'] or '-':>8}{v['port'] or '-':>7}{v['restarts']:>9}")
+            if v["phase"] != "ready" and v.get("not_ready_reason"):
+                print(f"    not ready: {v['not_ready_reason']}")
             if v["phase"] != "ready" and v.get("last_exit"):
                 looping = "CRASH LOOP, " if v.get("restarts", 0) >= 3 else ""
                 print(f"    {looping}last exit: {v['last_exit']}; log: {v.get('log')}")

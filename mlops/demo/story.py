@@ -172,7 +172,8 @@ class Demo:
         self.prometheus = lifecycle.status(Workdir(self.platform))["urls"]["prometheus"]
         self.controller = self.spawn(
             "controller", "controller", "run", "--gitops", str(self.gitops),
-            "--prometheus", self.prometheus, "--preset", self.args.preset,
+            "--prometheus", self.prometheus,
+            *(["--preset", self.args.preset] if self.args.preset else []),
             "--workdir", str(self.controller_dir), "--metrics-port", str(controller_port),
             # A merged canary gets traffic once the platform reports it ready, as the
             # Kubernetes API would in a cluster (`--readiness kubernetes`).

@@ -18,13 +18,25 @@ round-robin gives the exact split per request (weights map percentages
 one-to-one; HAProxy accepts 0-256). ``option httpchk`` on the server's
 readiness route takes a server out of rotation within ~2 s if it stops
 answering, before the sync notices the crash.
+
+Latency where clients see it: HAProxy 2.6's exporter has no response-time
+histogram (an average of the last 1024 requests and a maximum since start),
+so `router_latency.lua` keeps one per server (``mlops_router_response_seconds``,
+labelled ``proxy``/``server`` like the exporter's series) and the stats port
+serves it on ``/router-latency``; the ``haproxy`` metrics preset reads it.
 """
 
 from __future__ import annotations
 
+import pathlib
 from typing import Mapping
 
 from mlops.platform.workdir import Workdir
+
+#: Per-server response-time histograms (HAProxy 2.6's exporter has none): the Lua
+#: script, and the stats port's path that serves them to Prometheus.
+LATENCY_LUA = pathlib.Path(__file__).with_name("router_latency.lua")
+LATENCY_PATH = "/router-latency"
 
 #: Health-check parameters for every server, static or added at run time
 #: (dynamic servers do not inherit ``default-server``).
@@ -51,6 +63,7 @@ def render_config(
         "global",
         f"  stats socket {socket} mode 600 level admin expose-fd listeners",
         "  stats timeout 30s",
+        f"  lua-load {LATENCY_LUA}",
         "  log stderr format short local0 notice",
         "",
         "defaults",
@@ -66,6 +79,7 @@ def render_config(
         "",
         "frontend stats",
         f"  bind 127.0.0.1:{stats_port}",
+        f"  http-request use-service lua.mlops_latency if {{ path {LATENCY_PATH} }}",
         "  http-request use-service prometheus-exporter if { path /metrics }",
         "  stats enable",
         "  stats uri /stats",
@@ -82,6 +96,8 @@ def render_config(
             f"backend {model}",
             "  balance roundrobin",
             f"  option httpchk GET {CHECK_PATH}",
+            "  http-request lua.mlops_start",
+            "  http-response lua.mlops_observe",
         ]
         for version, (port, weight) in sorted(servers.get(model, {}).items()):
             lines.append(f"  server {version} {server_line_args(port, weight)}")

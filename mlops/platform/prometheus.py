@@ -48,6 +48,14 @@ def render_config(workdir: Workdir, config: PlatformConfig) -> str:
                 ],
             },
             {
+                # the router's own response-time histograms (mlops/platform/router_latency.lua)
+                "job_name": "haproxy-latency",
+                "metrics_path": "/router-latency",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{config.haproxy_stats_port}"]}
+                ],
+            },
+            {
                 "job_name": "controller",
                 "file_sd_configs": [
                     {"files": [str(targets / CONTROLLER_TARGETS)], "refresh_interval": "5s"}

@@ -34,8 +34,9 @@ class PlatformReadiness:
             applied = str(doc.get("applied_commit") or "nothing")[:12]
             return Readiness(False, f"{model} {version} is not applied yet (applied: {applied})")
         if not entry.get("ready"):
+            why = entry.get("not_ready_reason") or "readiness probe not passed or not routed"
             return Readiness(False, f"{model} {version} is {entry.get('phase', 'pending')}, "
-                                    "not ready (readiness probe not passed or not routed)")
+                                    f"not ready ({why})")
         return Readiness(True, f"{model} {version} ready on port {entry.get('port')}")
 
     def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:

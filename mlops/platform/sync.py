@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import http.client
+import json
 import logging
 import os
 import pathlib
@@ -105,6 +106,8 @@ class ServerProc:
     successes: int = 0
     misses: int = 0
     ready_since: float | None = None
+    not_ready_reason: str | None = None
+    """What the server's readiness probe said when it last refused (its warm-up failed)."""
 
     def alive(self) -> bool:
         if self.record is None:
@@ -120,12 +123,26 @@ class ServerProc:
 
 def probe_ready(port: int, timeout: float = 0.5, path: str = "/v2/health/ready") -> bool:
     """One HTTP probe as the kubelet makes it: success is a status from 200 to 399."""
+    return probe_answer(port, timeout, path)[0]
+
+
+def probe_answer(port: int, timeout: float = 0.5,
+                 path: str = "/v2/health/ready") -> tuple[bool, str | None]:
+    """`probe_ready`, and the server's own reason when it answers not ready (our
+    server's `{"ready": false, "reason": ...}`: a version that cannot answer)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("GET", path)
-        return 200 <= conn.getresponse().status < 400
+        answer = conn.getresponse()
+        if 200 <= answer.status < 400:
+            return True, None
+        try:
+            reason = json.loads(answer.read(65536)).get("reason")
+        except (ValueError, AttributeError):
+            reason = None
+        return False, reason if isinstance(reason, str) else None
     except (OSError, http.client.HTTPException):
-        return False
+        return False, None
     finally:
         conn.close()
 
@@ -321,7 +338,9 @@ class Sync:
         if now < server.next_probe:
             return
         server.next_probe = now + (probe.period if server.phase == "ready" else server.start_period)
-        if probe_ready(server.port, timeout=probe.timeout, path=probe.path):
+        ok, server.not_ready_reason = probe_answer(server.port, timeout=probe.timeout,
+                                                   path=probe.path)
+        if ok:
             server.misses = 0
             server.successes += 1
             if server.phase == "starting" and server.successes >= probe.success_threshold:
@@ -527,6 +546,7 @@ class Sync:
                                   and server.phase == "ready" and route is not None
                                   and route.enabled),
                     "ready_since": server.ready_since if server else None,
+                    "not_ready_reason": server.not_ready_reason if server else None,
                     "pid": server.record.pid if server and server.record else None,
                     "port": server.port if server else None,
                     "restarts": server.restarts if server else 0,

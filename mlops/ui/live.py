@@ -35,7 +35,7 @@ def live_rates(url: str, current: layout.ModelState, window: float = 60.0,
     try:
         raw = current.extra.get(POLICY_FILE)
         policy = load_policy(raw if isinstance(raw, dict) else {})
-        preset = policy.metrics.preset
+        preset = policy.metrics.preset or "model"  # rates, not verdicts: any view will do
     except Exception:  # a broken policy is the controller's to report; read with the default
         preset = "model"
     source = PrometheusSource(url, preset=preset, namespace=namespace, timeout=timeout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any, Mapping, Sequence
 
+from contracts.traffic import TrafficError, read_routes
 from gitops import layout
 from gitops.proposal import ANNOTATION_WEIGHTS_SHA256
 from gitops.repo import CommitInfo
@@ -29,6 +30,20 @@ def canary_state(current: layout.ModelState) -> tuple[CanaryState | None, str | 
         return load_state(doc, f"apps/{current.model}/promotion.yaml"), None
     except StateError as exc:
         return None, str(exc)
+
+
+def split_refusal(current: layout.ModelState) -> str | None:
+    """Why the controller and the sync refuse this folder's split (file and field), or
+    None: the strict reading they apply to a hand-edited VirtualService."""
+    if current.destination_rule is None or current.virtual_service is None:
+        return None
+    try:
+        read_routes(current.destination_rule, current.virtual_service,
+                    dr_path=f"apps/{current.model}/destinationrule.yaml",
+                    vs_path=f"apps/{current.model}/virtualservice.yaml")
+    except TrafficError as exc:
+        return f"refused: {exc}; nothing changes until it is fixed"
+    return None
 
 
 def _digest(deployment: Mapping[str, Any]) -> str | None:
@@ -102,6 +117,7 @@ def model_view(current: layout.ModelState, commits: Sequence[CommitInfo],
         })
     view: dict[str, Any] = {
         "name": current.model, "versions": versions, "state_error": problem,
+        "split_error": split_refusal(current),
         "timeline": timeline(commits), "reports": reports(report_root, current.model),
     }
     if state is not None:

@@ -51,6 +51,9 @@ class QueryPreset(BaseModel):
     """Model-quality signals: name -> a `sum by (le)` histogram query of what the
     model answered (the model server's own metrics, whichever router counts
     the requests)."""
+    classes: str | None = None
+    """Detections by class: a `sum by (class)` query of the model server's
+    `model_class_detections_total` (the class-mix check); None: not measured."""
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any]) -> QueryPreset:
@@ -63,6 +66,7 @@ class QueryPreset(BaseModel):
             raise PresetError(f"metrics preset {name!r}: {problems}") from None
         templates = {kind: getattr(preset, kind) for kind in ("requests", "errors", "latency")}
         templates.update({f"quality.{signal}": q for signal, q in preset.quality.items()})
+        templates["classes"] = preset.classes
         for kind, template in templates.items():
             if template is None:
                 continue
@@ -78,6 +82,11 @@ class QueryPreset(BaseModel):
         """Each quality signal's query with placeholders filled in."""
         return {signal: string.Template(template).substitute(values)
                 for signal, template in sorted(self.quality.items())}
+
+    def render_classes(self, **values: str) -> str | None:
+        """The class-count query with placeholders filled in (None: not measured)."""
+        return None if self.classes is None else \
+            string.Template(self.classes).substitute(values)
 
     @property
     def latency_scale(self) -> float:

@@ -55,6 +55,12 @@ class PrometheusSource:
         kinds: tuple[QueryKind, ...] = ("requests", "errors", "latency")
         return {kind: self.preset.render(kind, **values) for kind in kinds}
 
+    def classes_query(self, model: str, version: str, window: float) -> str | None:
+        """The rendered class-count query for one version (None: the preset has none)."""
+        return self.preset.render_classes(
+            model=model, version=version, workload=_workload(model, version),
+            namespace=self.namespace, window=render_window(window))
+
     def quality_queries(self, model: str, version: str, window: float) -> dict[str, str]:
         """The rendered model-quality queries for one version."""
         return self.preset.render_quality(
@@ -110,9 +116,22 @@ class PrometheusSource:
             q["latency"], at, self.preset.latency_scale)
         quality = {signal: self._histogram(promql, at)
                    for signal, promql in self.quality_queries(model, version, window).items()}
+        classes_q = self.classes_query(model, version, window)
+        classes = {} if classes_q is None else self._by_label(classes_q, "class", at)
         return VersionWindow(requests=self._scalar(q["requests"], at),
                              errors=self._scalar(q["errors"], at), latency=latency,
-                             quality={k: v for k, v in quality.items() if v})
+                             quality={k: v for k, v in quality.items() if v},
+                             classes=classes if any(classes.values()) else {})
+
+    def _by_label(self, promql: str, label: str, at: dt.datetime | None) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for sample in self.query(promql, at):
+            key = sample.get("metric", {}).get(label)
+            if key is None:  # not a per-class series (an older server, a custom query):
+                continue     # the class mix is unmeasured, the window is not a fault
+            value = float(sample["value"][1])
+            out[str(key)] = 0.0 if math.isnan(value) else value
+        return dict(sorted(out.items()))
 
     def observe(self, model: str, stable: str, canary: str, window: float,
                 at: dt.datetime | None = None) -> Observations:

@@ -146,6 +146,7 @@ function modelCard(m) {
   if (c && c.last_decision) notes.push(`last decision: ${esc(c.last_decision.kind)} – ` +
     `${esc(c.last_decision.reason)}`);
   if (m.state_error) notes.push(`<span class="Failed">${esc(m.state_error)}</span>`);
+  if (m.split_error) notes.push(`<span class="Failed">${esc(m.split_error)}</span>`);
   if (liveErr) notes.push(`<span class="muted">${esc(liveErr)}</span>`);
   const tl = m.timeline.map((t) => `<tr>
       <td class="mono">${short(t.commit)}</td><td>${esc(t.decision)}${t.cause ? "/" + esc(t.cause) : ""}</td>
