@@ -44,19 +44,15 @@ import re
 from typing import Any, Mapping, Sequence
 
 from mlops.errors import UserError
+from workflows.paddlejob_local import expand_refs
 
 __all__ = ["PodRunError", "container_of", "podman_run_argv", "tmpfs_size"]
 
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
 class PodRunError(UserError):
     """The container cannot be run as written; the message names the source and field."""
-
-
-def _expand(text: str, env: Mapping[str, str]) -> str:
-    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
 
 
 def container_of(pod: Mapping[str, Any], name: str | None, source: str) -> Mapping[str, Any]:
@@ -183,14 +179,14 @@ def podman_run_argv(
         for entry in container.get("env") or []:
             key = str(entry["name"])
             if "value" in entry:
-                environment[key] = _expand(str(entry["value"]), environment)
+                environment[key] = expand_refs(str(entry["value"]), environment)
             elif (secrets or {}).get(key) is not None:
                 environment[key] = str((secrets or {})[key])
             else:
                 raise PodRunError(f"{field}: env {key} comes from {entry.get('valueFrom')}, "
                                   "which this machine does not have; pass it in secrets")
-    command = [_expand(str(c), environment) for c in container.get("command") or []]
-    args = [_expand(str(a), environment) for a in container.get("args") or []]
+    command = [expand_refs(str(c), environment) for c in container.get("command") or []]
+    args = [expand_refs(str(a), environment) for a in container.get("args") or []]
     argv = ["run", "--rm", "--pull=never", "--name", name, f"--network={network}",
             *_security(pod, container, field)]
     argv += _volumes(pod, container, claims or {}, field)

@@ -34,13 +34,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 import sys
 from typing import Any, Mapping
 
+from workflows.paddlejob_local import expand_refs
+
 __all__ = ["LocalPod", "PodSpecError", "Probe", "local_pod", "pod_digest", "probe_of"]
 
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 MODELS_MOUNT = "/models"
 
 
@@ -132,10 +132,6 @@ def probe_of(
         raise PodSpecError(f"{source}: {field}: {exc}") from None
 
 
-def _expand(text: str, env: Mapping[str, str]) -> str:
-    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
-
-
 def _remap(text: str, mounts: Mapping[str, str]) -> str:
     for mount in sorted(mounts, key=len, reverse=True):
         if text == mount or text.startswith(mount.rstrip("/") + "/"):
@@ -178,10 +174,10 @@ def local_pod(
     env: dict[str, str] = {}
     for entry in container.get("env") or []:
         if "value" in entry:
-            env[str(entry["name"])] = _remap(_expand(str(entry["value"]), env), mounts)
+            env[str(entry["name"])] = _remap(expand_refs(str(entry["value"]), env), mounts)
         # valueFrom (a Secret, a field): the local environment's own value, if any
     ports = [int(p["containerPort"]) for p in container.get("ports") or [] if "containerPort" in p]
-    argv = [_remap(_expand(part, env), mounts) for part in [*command, *args]]
+    argv = [_remap(expand_refs(part, env), mounts) for part in [*command, *args]]
     argv = _rebind(argv, ports, port, source)
     if argv[0] == "mlops":
         argv = [python, "-m", "mlops", *argv[1:]]
