@@ -12,7 +12,7 @@ by its own current weight and draws failures at the versions' error rates.
   without canary requests is a failed check, as Flagger's "no values found"
   is. Failed checks are counted at the failing window (the real Flagger acts
   one interval later; this favours it).
-- **Ours**: `promotion.analysis.decide` with the default policy, except the
+- **Ours**: `promotion.decision.analysis.decide` with the default policy, except the
   interval, reported for 5 s, 10 s and 30 s. The simulation runs a numpy
   re-statement of decide()'s rules (latency is not simulated: both versions
   are equally fast, so latency checks are skipped in both policies) and
@@ -57,11 +57,11 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from promotion import stats  # noqa: E402
-from promotion.analysis import DOWN_ALPHA, TRAFFIC_ALPHA, decide  # noqa: E402
-from promotion.observations import Observations, VersionWindow  # noqa: E402
-from promotion.policy import CanaryPolicy  # noqa: E402
-from promotion.state import start_canary  # noqa: E402
+from promotion.decision import stats  # noqa: E402
+from promotion.decision.analysis import DOWN_ALPHA, TRAFFIC_ALPHA, decide  # noqa: E402
+from promotion.decision.observations import Observations, VersionWindow  # noqa: E402
+from promotion.decision.policy import CanaryPolicy  # noqa: E402
+from promotion.decision.state import start_canary  # noqa: E402
 
 PROGRESSING, PROMOTED, ROLLED_BACK, PAUSED = 0, 1, 2, 3
 OUTCOME = {PROGRESSING: "progressing", PROMOTED: "promoted", ROLLED_BACK: "rolled_back",

@@ -6,7 +6,7 @@ Each simulated window draws Poisson requests for both versions (split by the
 canary's weight) and, per answered image, whether it is *poor* for each
 default quality check (no confident detection; best score <= 0.5) at the
 version's own rates; the window becomes `Observations` with the histograms
-the model server exports, and `promotion.analysis.decide` (the controller's
+the model server exports, and `promotion.decision.analysis.decide` (the controller's
 own function, default policy apart from the interval and min_requests of the
 demo) decides. No errors and no latency difference: only the quality checks
 can roll a canary back here.
@@ -25,7 +25,7 @@ Scenarios:
   a detection vs 1.5 %): rollbacks;
 - `skew`: the canary finds nothing (100 % / 100 %; the shapes example's
   skew finds nothing on 87.5 %): canary requests until the rollback.
-- class mixes (detections by class, `promotion/class_mix.py`; 2.5 per found
+- class mixes (detections by class, `promotion/decision/class_mix.py`; 2.5 per found
   image): every scenario above draws them from the shapes example's mix
   (33/31/36 %), the same for both versions except `drift`, whose retrain also
   moves the shares by 2 points (harmless: false rollbacks);
@@ -61,11 +61,11 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from promotion import stats  # noqa: E402
-from promotion.analysis import decide  # noqa: E402
-from promotion.observations import Observations, VersionWindow  # noqa: E402
-from promotion.policy import CanaryPolicy, QualitySpec  # noqa: E402
-from promotion.state import start_canary  # noqa: E402
+from promotion.decision import stats  # noqa: E402
+from promotion.decision.analysis import decide  # noqa: E402
+from promotion.decision.observations import Observations, VersionWindow  # noqa: E402
+from promotion.decision.policy import CanaryPolicy, QualitySpec  # noqa: E402
+from promotion.decision.state import start_canary  # noqa: E402
 
 T0 = dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc)
 

@@ -29,9 +29,9 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from promotion.coco_ap import average_precision, match_detections  # noqa: E402
-from promotion.gate import GateConfig, evaluate_paired_gate  # noqa: E402
-from promotion.paired import bootstrap_weights, paired_bootstrap  # noqa: E402
+from promotion.decision.coco_ap import average_precision, match_detections  # noqa: E402
+from promotion.decision.gate import GateConfig, evaluate_paired_gate  # noqa: E402
+from promotion.decision.paired import bootstrap_weights, paired_bootstrap  # noqa: E402
 from tests.fixtures.detections import detect, make_gt  # noqa: E402
 
 PRODUCTION = dict(recall=0.995, jitter=0.04, noise=0.1, confusion=0.005, hit_score=0.9,

@@ -36,7 +36,7 @@ import json, os, pathlib, sys, tempfile
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 import promotion.controller  # noqa: F401  what `mlops controller run` imports
-from promotion import report
+from promotion.reports import report
 mode, reports = sys.argv[1], int(sys.argv[2])
 points = [{"t": i * 5.0, "weight": min(100, i * 10),
            "stable": {"rps": 10.0, "error_rate": 0.0, "p99_ms": 5.0},

@@ -72,11 +72,11 @@ from mlops.platform.runtime import (
     parse_servers_state,
 )
 from mlops.platform.workdir import Workdir
-from promotion import apply
 from promotion.controller import Controller, ControllerConfig
+from promotion.decision.policy import load_policy
+from promotion.gitrepo import apply
+from promotion.gitrepo.propose import plan_proposal, propose
 from promotion.metrics.prometheus import PrometheusSource
-from promotion.policy import load_policy
-from promotion.propose import plan_proposal, propose
 from tests.fixtures.platform import converged
 
 MODEL = "bench-detector"

@@ -55,8 +55,8 @@ from gitops.forges.local import LocalForge
 from mlops.platform.files import read_json
 from mlops.platform.ports import free_port
 from mlops.platform.workdir import Workdir
-from promotion.policy import load_policy
-from promotion.propose import propose
+from promotion.decision.policy import load_policy
+from promotion.gitrepo.propose import propose
 from tests.fixtures.gitops import Human
 
 MODEL = "soak-detector"

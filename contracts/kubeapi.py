@@ -1,7 +1,7 @@
 """A Kubernetes API call as RBAC sees it, declared next to the code that makes it.
 
 Each component that talks to the API server lists its calls as data
-(`API_CALLS` in `promotion/argocd.py`, `promotion/readiness.py`,
+(`API_CALLS` in `promotion/cluster/argocd.py`, `promotion/cluster/readiness.py`,
 `workflows/events.py`; Argo's executor in `workflows/identity.py`), so a test
 can hold every call against the Roles we render (`workflows.identity`), and a
 recording stand-in API server can prove the list is what the code really asks.

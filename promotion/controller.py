@@ -15,7 +15,7 @@ GitOps repo's `main`:
    `MetricSource.observe(...)` over exactly that window, then the pure
    `decide(policy, state, observations, window_end)`.
 4. Decisions that change the rollout (step, promote, rollback, a budget that
-   pauses) are committed, one commit each (`promotion/apply.py`), with the
+   pauses) are committed, one commit each (`promotion/gitrepo/apply.py`), with the
    evidence in the trailers. Plain holds are not committed.
 
 **Why holds are not committed, and how their counters survive a restart.**
@@ -64,15 +64,17 @@ from gitops.errors import GitOpsError
 from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
-from promotion import apply, quality, report
-from promotion.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
+from promotion.cluster.readiness import AlwaysReady, ReadinessCheck
 from promotion.controller_metrics import ControllerMetrics
+from promotion.decision import quality
+from promotion.decision.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
+from promotion.decision.observations import Observations, histogram_quantile
+from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
+from promotion.gitrepo import apply
+from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
-from promotion.observations import Observations, histogram_quantile
-from promotion.policy import CanaryPolicy, PolicyError, load_policy
-from promotion.propose import current_state
-from promotion.readiness import AlwaysReady, ReadinessCheck
-from promotion.state import CanaryState, LastDecision, Phase, StateError
+from promotion.reports import report
 
 __all__ = ["Controller", "ControllerConfig", "Outcome"]
 
@@ -527,7 +529,7 @@ class Controller:
         if after.phase is Phase.PAUSED and before.phase is not Phase.PAUSED:
             kind = "pause"  # a spent budget: someone has to look
         if self.notifier is not None and kind in ("step", "promote", "rollback", "manual", "pause"):
-            from promotion.notify import format_text
+            from promotion.reports.notify import format_text
 
             self.notifier.send(format_text(kind, subject, reason, commit, report_link))
 

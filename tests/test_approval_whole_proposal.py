@@ -19,7 +19,7 @@ from gitops.forges.local import LocalForge
 from gitops.git import BOT_IDENTITY
 from gitops.proposal import parse_record
 from mlops.cli import main as cli
-from promotion.report import evaluation_report
+from promotion.reports.report import evaluation_report
 from tests.fixtures.production import fake_model_dir
 
 MODEL = "shapes"

@@ -27,8 +27,8 @@ import yaml
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
 from mlops.platform.files import read_json
-from promotion.policy import load_policy
-from promotion.propose import propose
+from promotion.decision.policy import load_policy
+from promotion.gitrepo.propose import propose
 from tests.fixtures.common import ROOT, free_port
 from tests.fixtures.platform import converged, status_doc, wait_for
 from tests.fixtures.promotion_controller import decision_log, git

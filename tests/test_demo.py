@@ -13,7 +13,7 @@ import yaml
 
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.demo.story import _training_progress
-from promotion.state import load_state
+from promotion.decision.state import load_state
 from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

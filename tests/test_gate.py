@@ -2,7 +2,7 @@
 
 import pytest
 
-from promotion.gate import GateConfig, evaluate_gate
+from promotion.decision.gate import GateConfig, evaluate_gate
 
 CFG = GateConfig(metric="map50", min=0.85, max_regression=0.01)
 

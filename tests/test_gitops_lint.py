@@ -16,8 +16,8 @@ import yaml
 
 from contracts.names import MAX_MODEL_NAME, MAX_WORKERS, derived_names, model_name_problem
 from mlops import cli
-from promotion.lint import lint_tree, policy_problems
-from promotion.policy import load_policy
+from promotion.decision.policy import load_policy
+from promotion.gitrepo.lint import lint_tree, policy_problems
 from tests.fixtures.production import put_in_production
 
 MODEL = "shapes"

@@ -12,7 +12,7 @@ import pytest
 
 from mlops.images.podrun import PodRunError, podman_run_argv, tmpfs_size
 from mlops.images.runner import paddlejob_workers
-from promotion.deploy import controller_manifests
+from promotion.cluster.deploy import controller_manifests
 from serving import manifests
 
 SHA = "a" * 64

@@ -308,7 +308,7 @@ def test_a_frozen_canary_is_rolled_back_at_its_first_step_by_the_default_preset(
     import time
 
     from gitops.writeback import WriteBack
-    from promotion import apply
+    from promotion.gitrepo import apply
 
     env = at_ten_percent
     wd, repo, v2 = env["wd"], env["repo"], env["v2"]

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from mlops.cli import main as cli
-from promotion.gate import GateConfig
-from promotion.platform_policy import load_platform_policy
-from promotion.policy import PolicyError
+from promotion.decision.gate import GateConfig
+from promotion.decision.policy import PolicyError
+from promotion.gitrepo.platform_policy import load_platform_policy
 from tests.fixtures.gitops import Human
 from tests.fixtures.production import fake_model_dir
 from tests.fixtures.workflows import make_fake_model_repo

@@ -14,7 +14,7 @@ import pathlib
 
 import yaml
 
-from promotion.deploy import controller_manifests
+from promotion.cluster.deploy import controller_manifests
 from serving import manifests
 from workflows.config import load_config
 from workflows.pipeline import build_workflow_template

@@ -16,10 +16,10 @@ import math
 import numpy as np
 import pytest
 
-from promotion.analysis import Hold, Promote, Rollback, Step, decide
-from promotion.observations import Observations, VersionWindow
-from promotion.policy import Budget, CanaryPolicy
-from promotion.state import (
+from promotion.decision.analysis import Hold, Promote, Rollback, Step, decide
+from promotion.decision.observations import Observations, VersionWindow
+from promotion.decision.policy import Budget, CanaryPolicy
+from promotion.decision.state import (
     CanaryState,
     Phase,
     dump_state_yaml,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from promotion.state import (
+from promotion.decision.state import (
     CanaryState,
     Counts,
     Phase,

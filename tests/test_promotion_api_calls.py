@@ -1,6 +1,6 @@
 """The controller's declared Kubernetes API calls are the ones its code sends.
 
-`promotion/argocd.py` and `promotion/readiness.py` list their calls as
+`promotion/cluster/argocd.py` and `promotion/cluster/readiness.py` list their calls as
 `API_CALLS`; `workflows.identity` holds those lists against the controller's
 Roles. Here the official Kubernetes client talks to a recording stand-in for
 the API server on a loopback port (no Kubernetes API server can run on this
@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from contracts.kubeapi import request_call
-from promotion import argocd, readiness
+from promotion.cluster import argocd, readiness
 
 MODEL = "shapes-detector"
 VALUES = {"model": MODEL, "version": "v2", "argocd_namespace": "argocd",
@@ -87,4 +87,4 @@ def test_no_other_module_talks_to_the_kubernetes_api():
                                                   "workflows", "contracts")
              for p in (root / pkg).rglob("*.py")
              if re.search(r"^\s*(from kubernetes[ .]|import kubernetes\b)", p.read_text(), re.M)}
-    assert users == {"promotion/argocd.py", "promotion/readiness.py"}
+    assert users == {"promotion/cluster/argocd.py", "promotion/cluster/readiness.py"}

@@ -1,4 +1,4 @@
-"""The class-mix check (`promotion/class_mix.py`): pure, no server. A label map
+"""The class-mix check (`promotion/decision/class_mix.py`): pure, no server. A label map
 rotated by one or two labels swapped (every answer 200, fast, confident and
 wrong) is rolled back by it while every other check passes; a retrain's small
 shift of the class shares is promoted; the per class and direction test keeps
@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from promotion import class_mix, stats
-from promotion.analysis import decide
-from promotion.observations import Observations, VersionWindow
-from promotion.policy import CanaryPolicy, QualitySpec, load_policy
-from promotion.state import dump_state_yaml, load_state, start_canary
+from promotion.decision import class_mix, stats
+from promotion.decision.analysis import decide
+from promotion.decision.observations import Observations, VersionWindow
+from promotion.decision.policy import CanaryPolicy, QualitySpec, load_policy
+from promotion.decision.state import dump_state_yaml, load_state, start_canary
 
 T0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.timezone.utc)
 CLASSES = ("car", "person", "bicycle")

@@ -21,9 +21,9 @@ import yaml
 
 from contracts import traffic
 from gitops.writeback import Message, WriteBack
-from promotion import apply
 from promotion.controller import Controller, ControllerConfig
-from promotion.state import load_state
+from promotion.decision.state import load_state
+from promotion.gitrepo import apply
 from tests.fixtures.promotion_controller import (
     MODEL,
     Clock,

@@ -27,12 +27,12 @@ import requests
 import yaml
 
 from gitops.forges.local import LocalForge
+from promotion.cluster.deploy import controller_manifests
 from promotion.controller import Controller, ControllerConfig
 from promotion.controller_metrics import ControllerMetrics
-from promotion.deploy import controller_manifests
-from promotion.notify import Notifier
-from promotion.policy import load_policy
-from promotion.propose import branch_name, propose
+from promotion.decision.policy import load_policy
+from promotion.gitrepo.propose import branch_name, propose
+from promotion.reports.notify import Notifier
 from tests.fixtures.promotion_controller import (
     TEST_POLICY,
     Clock,
@@ -106,7 +106,7 @@ def _model_dir(root: pathlib.Path, version: str) -> pathlib.Path:
 def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_recorder):
     """Propose v1 and v2 for real (auto approval), let a failing v2 roll back."""
     from gitops.repo import init_repo
-    from promotion.argocd import ArgoRefresher
+    from promotion.cluster.argocd import ArgoRefresher
 
     url, hook = http_recorder
     hook.reply = RECORDED_APPLICATION
@@ -371,7 +371,7 @@ def test_weight_and_subset_edits_keep_what_humans_added():
 
 def test_timeline_survives_a_torn_line_and_replayed_windows(tmp_path):
     from promotion.controller import _dedupe
-    from promotion.report import canary_summary, read_timeline
+    from promotion.reports.report import canary_summary, read_timeline
 
     point = {"t": 10.0, "weight": 10, "decision": "hold",
              "stable": {"requests": 90, "errors": 0, "p99_ms": 40.0},
@@ -436,7 +436,7 @@ def test_the_canary_plot_is_drawn_outside_the_controller_process(tmp_path):
     real PNG and must end without matplotlib imported; a plot error must still surface."""
     script = (
         "import pathlib, sys\n"
-        "from promotion.report import write_canary_report\n"
+        "from promotion.reports.report import write_canary_report\n"
         "points = [{'t': i * 5.0, 'weight': 10 * i, 'stable': {'rps': 5.0},"
         " 'canary': {'rps': 1.0}} for i in range(5)]\n"
         "d = pathlib.Path(sys.argv[1])\n"

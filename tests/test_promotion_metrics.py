@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from promotion.analysis import decide
+from promotion.decision.analysis import decide
+from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.state import start_canary
 from promotion.metrics import MetricSource
 from promotion.metrics.presets import (
     PRESET_NAMES,
@@ -20,8 +22,6 @@ from promotion.metrics.presets import (
     render_window,
 )
 from promotion.metrics.prometheus import PrometheusSource
-from promotion.policy import CanaryPolicy, PolicyError, load_policy
-from promotion.state import start_canary
 from tests.fixtures.common import free_port
 
 PINNED = {

@@ -21,11 +21,11 @@ import time
 
 import pytest
 
-from promotion.analysis import decide
+from promotion.decision.analysis import decide
+from promotion.decision.policy import CanaryPolicy
+from promotion.decision.state import dump_state_yaml, load_state, start_canary
 from promotion.metrics.presets import QueryPreset
 from promotion.metrics.prometheus import PrometheusSource
-from promotion.policy import CanaryPolicy
-from promotion.state import dump_state_yaml, load_state, start_canary
 from tests.fixtures.prometheus import OpenMetrics
 
 WINDOW = 30
@@ -191,7 +191,7 @@ def test_observed_counts_match_what_was_recorded(replay_url: str) -> None:
     assert 1500 * 0.95 <= obs.total_requests <= 1500 * 1.25
     assert obs.observed_share == pytest.approx(0.25, abs=0.01)
     assert obs.canary.latency is not None and obs.canary.latency[math.inf] > 0
-    from promotion.observations import histogram_quantile
+    from promotion.decision.observations import histogram_quantile
 
     assert 0.025 < histogram_quantile(0.99, obs.canary.latency) <= 0.1
     istio = PrometheusSource(replay_url, "istio", namespace="serving")

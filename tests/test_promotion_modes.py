@@ -17,12 +17,12 @@ import pathlib
 import pytest
 
 from gitops.writeback import WriteBack
-from promotion import apply
-from promotion.analysis import Hold, decide, shadowed
 from promotion.controller import Controller, ControllerConfig
-from promotion.observations import Observations, VersionWindow
-from promotion.policy import CanaryPolicy, PolicyError, load_policy
-from promotion.state import StateError, approve_step, start_canary
+from promotion.decision.analysis import Hold, decide, shadowed
+from promotion.decision.observations import Observations, VersionWindow
+from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.state import StateError, approve_step, start_canary
+from promotion.gitrepo import apply
 from tests.fixtures.promotion_controller import (
     MODEL,
     TEST_POLICY,

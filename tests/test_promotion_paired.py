@@ -1,7 +1,7 @@
 """The paired bootstrap: its AP is COCOeval's, a resample is a val set, the interval is honest.
 
-Covers promotion/coco_ap.py (matching once, AP for any image multiplicities)
-and promotion/paired.py (the bootstrap on top).
+Covers promotion/decision/coco_ap.py (matching once, AP for any image multiplicities)
+and promotion/decision/paired.py (the bootstrap on top).
 
 The references are pycocotools' COCOeval (`cocodataset/cocoapi:
 PythonAPI/pycocotools/cocoeval.py`, `evaluateImg` and `accumulate`) and
@@ -20,14 +20,14 @@ from faster_coco_eval import COCOeval_faster
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from promotion.coco_ap import (
+from promotion.decision.coco_ap import (
     RECALL_THRESHOLDS,
     DetectionInputError,
     _first_at_least,
     average_precision,
     match_detections,
 )
-from promotion.paired import bootstrap_weights, paired_bootstrap
+from promotion.decision.paired import bootstrap_weights, paired_bootstrap
 from tests.fixtures.detections import detect, make_gt
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from promotion.gate import GateConfig, compare_words, evaluate_paired_gate
-from promotion.paired import ClassDifference, Interval, PairedResult
+from promotion.decision.gate import GateConfig, compare_words, evaluate_paired_gate
+from promotion.decision.paired import ClassDifference, Interval, PairedResult
 
 CFG = GateConfig(metric="map50", min=0.85, max_regression=0.01)
 

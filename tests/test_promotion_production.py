@@ -14,14 +14,14 @@ from gitops import layout
 from gitops.forges.local import LocalForge
 from gitops.repo import Mirror
 from gitops.writeback import Message, WriteBack
-from promotion.policy import load_policy
-from promotion.production import (
+from promotion.decision.policy import load_policy
+from promotion.gitrepo.production import (
     ProductionError,
     production_metrics,
     production_of,
     read_production,
 )
-from promotion.propose import propose
+from promotion.gitrepo.propose import propose
 from serving import manifests
 from tests.fixtures.production import fake_model_dir, put_in_production
 

@@ -1,4 +1,4 @@
-"""Model-quality checks in the canary analysis (`promotion/quality.py`): pure,
+"""Model-quality checks in the canary analysis (`promotion/decision/quality.py`): pure,
 no server. A skewed canary (answers 200, fast, and finds nothing) is rolled
 back by a quality check while its errors and latency pass; a harmless drift
 of a retrain is not; the test's false-alarm rate holds at the boundary of its
@@ -13,13 +13,13 @@ import math
 import numpy as np
 import pytest
 
-from promotion import quality, stats
-from promotion.analysis import decide
+from promotion.decision import quality, stats
+from promotion.decision.analysis import decide
+from promotion.decision.observations import Observations, VersionWindow
+from promotion.decision.policy import CanaryPolicy, PolicyError, QualityCheck, load_policy
+from promotion.decision.state import dump_state_yaml, load_state, start_canary
 from promotion.metrics.presets import get_preset
 from promotion.metrics.prometheus import PrometheusSource
-from promotion.observations import Observations, VersionWindow
-from promotion.policy import CanaryPolicy, PolicyError, QualityCheck, load_policy
-from promotion.state import dump_state_yaml, load_state, start_canary
 
 T0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.timezone.utc)
 DETECTION_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
@@ -253,7 +253,7 @@ def test_every_preset_reads_the_model_servers_quality_histograms():
 def test_the_canary_plot_gets_a_panel_of_poor_answers_when_they_were_measured(tmp_path):
     from PIL import Image
 
-    from promotion.report import write_canary_report
+    from promotion.reports.report import write_canary_report
 
     def point(t: float, poor: dict | None) -> dict:
         versions = {v: {"requests": 100, "errors": 0, "rps": 10.0, "error_rate": 0.0,

@@ -16,17 +16,17 @@ import threading
 
 import pytest
 
-from promotion.analysis import decide, decide_ready
-from promotion.controller import Controller, ControllerConfig
-from promotion.observations import Observations, VersionWindow
-from promotion.policy import load_policy
-from promotion.readiness import (
+from promotion.cluster.readiness import (
     KubernetesReadiness,
     Readiness,
     deployment_ready,
     routing_applied,
 )
-from promotion.state import CanaryState, Phase
+from promotion.controller import Controller, ControllerConfig
+from promotion.decision.analysis import decide, decide_ready
+from promotion.decision.observations import Observations, VersionWindow
+from promotion.decision.policy import load_policy
+from promotion.decision.state import CanaryState, Phase
 from tests.fixtures.promotion_controller import (
     MODEL,
     TEST_POLICY,

@@ -24,11 +24,12 @@ from gitops import layout
 from gitops.forges.local import LocalForge
 from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
-from promotion import apply
 from promotion.controller import Controller, ControllerConfig
-from promotion.policy import load_policy
-from promotion.propose import propose
-from promotion.rollback import (
+from promotion.decision.policy import load_policy
+from promotion.decision.state import CanaryState, Phase, dump_state
+from promotion.gitrepo import apply
+from promotion.gitrepo.propose import propose
+from promotion.gitrepo.rollback import (
     PastVersion,
     RollbackError,
     RollbackNotFound,
@@ -36,7 +37,6 @@ from promotion.rollback import (
     plan_rollback,
     stable_versions,
 )
-from promotion.state import CanaryState, Phase, dump_state
 from serving import manifests
 from tests.fixtures.production import fake_model_dir
 from tests.fixtures.promotion_controller import RouterStub
@@ -418,7 +418,7 @@ def test_rollback_ends_a_canary_in_flight_and_the_candidate_stays_a_no_op(promot
 def test_a_concurrent_push_is_rebased_over_and_not_lost(promoted, monkeypatch, tmp_path):
     """Someone pushes to main between the rollback's checkout and its push: the write-back
     rebases the rollback on top and retries; both commits are on main, nothing forced."""
-    from promotion import rollback as rollback_module
+    from promotion.gitrepo import rollback as rollback_module
 
     repo, _, v1_manifest = promoted
     before = _git(repo, "rev-parse", "main").strip()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from promotion.controller import Controller, ControllerConfig
-from promotion.state import StateError, load_state
+from promotion.decision.state import StateError, load_state
 from tests.fixtures.gitops import Human
 from tests.fixtures.promotion_controller import (
     MODEL,

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from promotion import stats
-from promotion.observations import histogram_quantile, merge_histograms
+from promotion.decision import stats
+from promotion.decision.observations import histogram_quantile, merge_histograms
 
 
 def binom_logpmf(x: int, n: int, p: float) -> float:
@@ -127,7 +127,7 @@ def test_merge_histograms_adds_bucketwise() -> None:
 
 
 def test_count_above_rounds_the_bound_up_to_a_bucket_edge() -> None:
-    from promotion.observations import count_above
+    from promotion.decision.observations import count_above
 
     hist = {0.1: 90.0, 0.25: 97.0, 0.5: 99.0, math.inf: 100.0}
     assert count_above(hist, 0.25) == (3, 100)

@@ -18,7 +18,7 @@ import pathlib
 import pytest
 
 from mlops.cli import build_parser
-from promotion.deploy import controller_manifests
+from promotion.cluster.deploy import controller_manifests
 from serving.manifests import deployment
 from workflows.config import load_config
 from workflows.hooks import mlops_run_args

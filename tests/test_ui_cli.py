@@ -39,7 +39,7 @@ def test_manifests_validate_and_are_read_only_by_default(capsys):
 def test_a_read_only_ui_gets_the_git_token_the_way_the_controller_does(capsys):
     """Issue 25, defect 4: the read-only UI reads the (private) GitOps repo too, so it
     gets the controller's own `MLOPS_GIT_TOKEN` entry, from the same Secret."""
-    from promotion.deploy import controller_manifests
+    from promotion.cluster.deploy import controller_manifests
 
     controller = _pod(controller_manifests(gitops_url="https://g/r.git",
                                            prometheus_url="http://p:9090"))["containers"][0]

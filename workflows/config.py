@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from contracts.names import valid_model_name
-from promotion.gate import GateConfig
+from promotion.decision.gate import GateConfig
 from workflows.errors import ConfigError
 from workflows.resources import ResourceTemplate, apply_overrides, load_template
 

@@ -47,8 +47,8 @@ from typing import Any
 import yaml
 
 from contracts.kubeapi import ApiCall
-from promotion import argocd, readiness
-from promotion.deploy import NAME as CONTROLLER
+from promotion.cluster import argocd, readiness
+from promotion.cluster.deploy import NAME as CONTROLLER
 from workflows.events import SENSOR_API_CALLS
 
 __all__ = [

@@ -622,7 +622,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             outputs=[Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir")))],
         )
 
-        # `mlops step propose` (`promotion.propose` behind it): the candidate's serving
+        # `mlops step propose` (`promotion.gitrepo.propose` behind it): the candidate's serving
         # manifests on a branch of the GitOps repo, and a PR whose body is the
         # evaluation report and the gate's verdict. The manifests point at the
         # published copy, not at this run's workspace (deleted with the run).

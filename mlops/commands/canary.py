@@ -25,8 +25,8 @@ import yaml
 from contracts.traffic import TrafficError, read_routes
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
-from promotion.apply import HumanAction, human_commit
-from promotion.state import CanaryState, dump_state, load_state
+from promotion.decision.state import CanaryState, dump_state, load_state
+from promotion.gitrepo.apply import HumanAction, human_commit
 
 
 def _who(args: argparse.Namespace) -> str:

@@ -21,8 +21,8 @@ from typing import Any
 
 from promotion.controller import Controller, ControllerConfig
 from promotion.controller_metrics import ControllerMetrics
+from promotion.decision.policy import CanaryPolicy
 from promotion.metrics.prometheus import PrometheusSource
-from promotion.policy import CanaryPolicy
 
 #: The preset a policy gets when it names none: the router's view of the runtime
 #: the controller reads readiness from (what clients see), `model` without one.
@@ -54,7 +54,7 @@ def _commenter(args: argparse.Namespace) -> Any:
     if not args.forge:
         return None
     from gitops.forges.registry import for_gitops
-    from promotion.propose import branch_name
+    from promotion.gitrepo.propose import branch_name
 
     forge = for_gitops(args.forge, args.gitops, args.forge_url, args.forge_repo)
 
@@ -73,13 +73,14 @@ def _runtime(args: argparse.Namespace) -> str:
 
 
 def _readiness(args: argparse.Namespace) -> Any:
-    """Who tells whether a merged candidate is deployed and ready (`promotion.readiness`)."""
+    """Who tells whether a merged candidate is deployed and ready
+    (`promotion.cluster.readiness`)."""
     workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
     choice = _runtime(args)
     if choice == "none":
         return None
     if choice == "kubernetes":
-        from promotion.readiness import KubernetesReadiness
+        from promotion.cluster.readiness import KubernetesReadiness
 
         return KubernetesReadiness(args.readiness_namespace)
     if not workdir:
@@ -102,12 +103,12 @@ def build(args: argparse.Namespace) -> Controller:
     notifier = None
     webhook = args.webhook or os.environ.get("MLOPS_WEBHOOK_URL")  # a secret: env, not argv
     if webhook:
-        from promotion.notify import Notifier
+        from promotion.reports.notify import Notifier
 
         notifier = Notifier(webhook)
     refresher = None
     if args.argocd_namespace:
-        from promotion.argocd import ArgoRefresher
+        from promotion.cluster.argocd import ArgoRefresher
 
         refresher = ArgoRefresher(args.argocd_namespace, host=args.kube_api)
     config = ControllerConfig(
@@ -257,7 +258,7 @@ def _application_name(value: str) -> str:
 def _manifests(args: argparse.Namespace) -> int:
     import yaml
 
-    from promotion.deploy import controller_manifests
+    from promotion.cluster.deploy import controller_manifests
 
     pull = list(args.image_pull_secret)
     if args.settings:

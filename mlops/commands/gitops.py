@@ -7,7 +7,7 @@
   versions, weights and weights digests as committed.
 * ``mlops gitops lint [--repo R] [--ref main] [--scrape-interval 30s]`` -- every
   Kubernetes/Istio/Argo CD file against its official schema, then the
-  cross-file rules (`promotion.lint`); exit 1 with one line per problem.
+  cross-file rules (`promotion.gitrepo.lint`); exit 1 with one line per problem.
 
 The repo defaults to ``$MLOPS_GITOPS_REPO``.
 """
@@ -81,8 +81,8 @@ def _show(args: argparse.Namespace) -> int:
 def _lint(args: argparse.Namespace) -> int:
     from gitops import layout
     from gitops.repo import Mirror
-    from promotion.lint import lint_tree
-    from promotion.policy import parse_duration
+    from promotion.decision.policy import parse_duration
+    from promotion.gitrepo.lint import lint_tree
     from workflows.lint import lint_paths
 
     repo = require_repo(args)

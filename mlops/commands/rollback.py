@@ -1,6 +1,6 @@
 """`mlops rollback MODEL [--to VERSION]`: an earlier version stable at 100 %, at once.
 
-One commit on the GitOps repo's main branch (`promotion.rollback`): the
+One commit on the GitOps repo's main branch (`promotion.gitrepo.rollback`): the
 earlier version's Deployment comes back from the repo's history, traffic
 goes to it alone, the version rolled back from (and a canary in flight) is
 removed, and the commit says that a human asked and that no analysis was
@@ -24,7 +24,7 @@ def rollback_to(gitops: str, model: str, by: str, to: str | None = None, branch:
                 workdir: pathlib.Path | None = None,
                 models_root: pathlib.Path | None = None) -> list[str]:
     """Commit the rollback; the lines `mlops rollback` prints (the UI shows them too)."""
-    from promotion.rollback import rollback
+    from promotion.gitrepo.rollback import rollback
 
     command = f"mlops rollback {model}" + (f" --to {to}" if to else "")
     result = rollback(

@@ -13,7 +13,7 @@ import copy
 import dataclasses
 from typing import Any, Literal
 
-from promotion.state import CanaryState, Phase
+from promotion.decision.state import CanaryState, Phase
 
 Outcome = Literal["promoted", "rolled_back", "gate_refused", "pipeline_failed"]
 

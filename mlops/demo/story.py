@@ -35,7 +35,7 @@ from mlops.errors import UserError
 from mlops.platform import lifecycle, procs
 from mlops.platform.ports import free_port
 from mlops.platform.workdir import Workdir
-from promotion.state import CanaryState, Phase, StateError, load_state
+from promotion.decision.state import CanaryState, Phase, StateError, load_state
 from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

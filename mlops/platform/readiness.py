@@ -1,6 +1,6 @@
 """The local platform's answer to "is this version deployed and ready?".
 
-The controller's stand-in for the Kubernetes API (`promotion.readiness`):
+The controller's stand-in for the Kubernetes API (`promotion.cluster.readiness`):
 the sync loop writes, per version, whether its Deployment is part of the
 applied commit, its server passed the Deployment's readiness probe and
 HAProxy routes to it (`ready` in `state/status.json`). A version the sync has
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from mlops.platform.files import read_json
 from mlops.platform.workdir import Workdir
-from promotion.readiness import Readiness, routing_applied
+from promotion.cluster.readiness import Readiness, routing_applied
 
 __all__ = ["PlatformReadiness"]
 

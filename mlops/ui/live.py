@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from gitops import layout
-from promotion.apply import POLICY_FILE
+from promotion.decision.observations import VersionWindow, histogram_quantile
+from promotion.decision.policy import load_policy
+from promotion.gitrepo.apply import POLICY_FILE
 from promotion.metrics.prometheus import PrometheusSource
-from promotion.observations import VersionWindow, histogram_quantile
-from promotion.policy import load_policy
 
 
 def _rates(window: VersionWindow, seconds: float) -> dict[str, Any]:

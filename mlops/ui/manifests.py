@@ -7,7 +7,7 @@ Credentials come from Secrets as environment variables, never as arguments:
 
 * the GitOps repo's token as `MLOPS_GIT_TOKEN`, read-only UI included (it must
   read a private GitOps repo too): the controller's own env entry,
-  :func:`promotion.deploy.git_token_env`, from the same Secret by default;
+  :func:`promotion.cluster.deploy.git_token_env`, from the same Secret by default;
 * with `argo_server`, `ARGO_TOKEN` for the Argo Server, whose default auth mode
   (`client`) wants a Kubernetes bearer token: by default a ServiceAccount
   `mlops-ui-argo` with a token Secret and a Role that may only read Workflows
@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
-from promotion.deploy import forge_token_env, git_token_env
+from promotion.cluster.deploy import forge_token_env, git_token_env
 
 NAME = "mlops-ui"
 ARGO_READER = "mlops-ui-argo"

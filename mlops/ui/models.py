@@ -1,7 +1,7 @@
 """The Models page's data: versions, weights, phase, live rates, the decision timeline.
 
 Pure functions of what the readers return: a `layout.ModelState` (the repo's
-documents), the `promotion.yaml` as `promotion.state.load_state` parses it, the
+documents), the `promotion.yaml` as `promotion.decision.state.load_state` parses it, the
 commits of the model's folder (`Mirror.log` with their trailers) and, when
 Prometheus is known, each version's window from `PrometheusSource.observe`.
 """
@@ -16,7 +16,7 @@ from gitops import layout
 from gitops.proposal import ANNOTATION_WEIGHTS_SHA256
 from gitops.repo import CommitInfo
 from mlops.ui.source import evidence
-from promotion.state import CanaryState, StateError, load_state
+from promotion.decision.state import CanaryState, StateError, load_state
 
 REPORT_FILES = ("report.md", "report.png")
 

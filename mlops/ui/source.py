@@ -4,7 +4,7 @@ A snapshot is the tip of the branch exported and read with `layout.read_repo`
 (the parser the sync and the controller use), cached by the tip's sha so a page
 polling every second costs one `git fetch`. The decision timeline is
 `Mirror.log` of the model's folder: each commit's `Mlops-*` trailers, as the
-controller writes them (`promotion.apply.message`).
+controller writes them (`promotion.gitrepo.apply.message`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class GitopsSource:
 
 
 def evidence(trailers: dict[str, str]) -> dict[str, Any]:
-    """The `Mlops-Evidence` trailer (JSON written by `promotion.apply.message`), or {}."""
+    """The `Mlops-Evidence` trailer (JSON written by `promotion.gitrepo.apply.message`), or {}."""
     text = trailers.get("Mlops-Evidence")
     if not text:
         return {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Protocol, runtime_checkable
 
-from promotion.observations import Observations
+from promotion.decision.observations import Observations
 
 __all__ = ["MetricSource"]
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import requests
 
+from promotion.decision.observations import Histogram, Observations, VersionWindow
 from promotion.metrics.presets import QueryKind, QueryPreset, get_preset, render_window
-from promotion.observations import Histogram, Observations, VersionWindow
 
 __all__ = ["MetricFault", "PrometheusSource"]
 

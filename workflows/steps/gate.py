@@ -8,7 +8,7 @@ scripts that want that.
 The production model is read from the GitOps repo the candidate would be
 proposed to (`--production-from-gitops REPO`, the pipeline passes its
 `gitops-repo` parameter): the stable version's recorded metrics
-(`promotion.production`). An empty REPO means none is configured (Argo
+(`promotion.gitrepo.production`). An empty REPO means none is configured (Argo
 passes the parameter even when it is unset). `--production FILE` (a
 model.yaml or metrics JSON) overrides it. A GitOps repo that cannot be read
 fails the step: production would be unknown, not absent.
@@ -22,8 +22,8 @@ from typing import Any, Sequence
 import yaml
 
 from contracts.errors import ExitCode, MlopsError
-from promotion.gate import evaluate_gate
-from promotion.production import read_production
+from promotion.decision.gate import evaluate_gate
+from promotion.gitrepo.production import read_production
 from workflows.config import load_config
 from workflows.errors import ConfigError
 from workflows.steps.common import base_parser, run_main
@@ -86,7 +86,7 @@ def run(
     elif production_from_gitops:
         # The platform's gate in the GitOps repo bounds the pushed mlops.yaml's: a push
         # that lowers `min` to 0 fails here, naming the field.
-        from promotion.platform_policy import read_platform_policy
+        from promotion.gitrepo.platform_policy import read_platform_policy
 
         prod = _production_from_gitops(production_from_gitops, loaded.config.model,
                                        gitops_branch or "main")

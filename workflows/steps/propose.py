@@ -4,7 +4,7 @@ model's serving manifests on a branch of the GitOps repo, and a pull request.
 Glue between the model repo's `mlops.yaml` (approval, canary policy, serving
 image/replicas/port -- optional: flags and defaults work without it), the
 platform policy in the GitOps repo (which bounds what `mlops.yaml` may ask)
-and `promotion.propose.propose`, which writes the proposal branch and opens
+and `promotion.gitrepo.propose.propose`, which writes the proposal branch and opens
 the PR whose body is the evaluation report. Proposing the same version twice
 finds the same branch and PR; `--approval auto` merges it at once.
 """
@@ -85,8 +85,8 @@ def _write_outputs(folder: pathlib.Path, result: Any) -> None:
 
 def run_args(args: argparse.Namespace) -> int:
     """Propose as the parsed arguments say; prints the outcome, returns 0."""
-    from promotion.platform_policy import read_platform_policy
-    from promotion.propose import propose
+    from promotion.gitrepo.platform_policy import read_platform_policy
+    from promotion.gitrepo.propose import propose
 
     # The platform's policy in the GitOps repo bounds what the model repo's mlops.yaml
     # (pushed with the commit) may ask: approval, canary policy, serving image.

@@ -1,6 +1,6 @@
 """One decision, one commit: turn a decided `CanaryState` into files and a message.
 
-The analysis (`promotion/analysis.py`) returns the next state; this module
+The analysis (`promotion/decision/analysis.py`) returns the next state; this module
 says what that state means for the model's folder in the GitOps repo and
 writes it as **one** commit (principles §4: a decision produces a change, one place
 applies it). `plan()` is pure -- it edits copies of the documents read from
@@ -43,7 +43,7 @@ from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.writeback import Message, WriteBack, WriteResult
-from promotion.state import (
+from promotion.decision.state import (
     CanaryState,
     LastDecision,
     Phase,
@@ -234,7 +234,7 @@ HumanAction = Literal["pause", "resume", "abort", "promote", "approve"]
 
 def human_change(state: CanaryState, action: HumanAction, by: str,
                  now: dt.datetime) -> CanaryState:
-    """The state after a human's `mlops canary <action>` (validated by `promotion.state`).
+    """The state after a human's `mlops canary <action>` (validated by `promotion.decision.state`).
 
     Pause and resume take effect at once and are stamped as the latest decision
     (so the controller's next window starts at `now`, not before the pause);
@@ -242,7 +242,7 @@ def human_change(state: CanaryState, action: HumanAction, by: str,
     decision, because only a decision commit moves the weights; approve lets
     the next step up (`approval: step`) happen when the analysis passes it.
     """
-    from promotion import state as st
+    from promotion.decision import state as st
 
     if action == "pause":
         new = st.pause(state, by)

@@ -31,7 +31,7 @@ from contracts.artifact import RECORD_FILE, ArtifactError, read_record_data
 from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from gitops.errors import GitOpsError
-from promotion.state import CanaryState, load_state
+from promotion.decision.state import CanaryState, load_state
 from serving import manifests
 
 __all__ = [

@@ -8,7 +8,7 @@ how Flagger and Argo Rollouts users already write them.
 Why these defaults:
 
 - `alpha = 0.01`: at most 1 % of healthy canaries are rolled back by the
-  statistics over a whole rollout (anytime-valid, see `promotion/stats.py`),
+  statistics over a whole rollout (anytime-valid, see `promotion/decision/stats.py`),
   however often the controller looks.
 - `max_error_rate = 0.01` and `max_p99_ms = 500`: Flagger's usual
   `request-success-rate >= 99` and `request-duration <= 500` checks, kept as
@@ -159,7 +159,7 @@ DEFAULT_QUALITY_CHECKS = (
 
 
 class ClassMixCheck(_Frozen):
-    """The canary's detections by class against stable's (`promotion/class_mix.py`):
+    """The canary's detections by class against stable's (`promotion/decision/class_mix.py`):
     a label map off by one or two labels swapped. A class fails when the sequential
     test says its share is beyond `min_ratio` x the other version's *and* it moved by
     at least `min_difference` (share points): a retrain's small shifts pass."""

@@ -36,7 +36,7 @@ evaluation is not proposed.
 
 The candidate's Deployment carries its evaluated metrics (annotation
 `mlops.paddle.org/metrics`), so once it is stable the next candidate's gate
-can compare with it wherever the repo is read (`promotion.production`).
+can compare with it wherever the repo is read (`promotion.gitrepo.production`).
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from contracts.artifact import ModelRecord, read_record
 from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
-from promotion import apply
-from promotion.policy import CanaryPolicy
-from promotion.production import current_state, production_record, stable_version
-from promotion.state import CanaryState, Phase, dump_state_yaml
+from promotion.decision.policy import CanaryPolicy
+from promotion.decision.state import CanaryState, Phase, dump_state_yaml
+from promotion.gitrepo import apply
+from promotion.gitrepo.production import current_state, production_record, stable_version
 from serving import manifests
 from serving.options import ServingOptions, read_serving_options
 
@@ -121,7 +121,7 @@ def plan_proposal(
     name = model or record.name
     version = record.version
     # The evaluated metrics travel with the Deployment: the next candidate's gate
-    # reads them back from the stable version (promotion.production).
+    # reads them back from the stable version (promotion.gitrepo.production).
     deployment = manifests.deployment(
         name, version, image=image, model_uri=model_uri, weights_sha256=record.weights_sha256,
         replicas=replicas, port=port, resources=resources, metrics=record.metrics or None,
@@ -151,7 +151,7 @@ def plan_proposal(
             f"{state.weight}%); wait for it to finish or run `mlops canary abort {name}`"
         )
     # Merged at 0 %: the controller gives the first step only once the candidate is
-    # deployed and ready (`promotion.readiness`); a subset without ready endpoints
+    # deployed and ready (`promotion.cluster.readiness`); a subset without ready endpoints
     # would answer 503 to its share of the traffic.
     weight = 0
     new = CanaryState(model=name, phase=Phase.WAITING, stable=stable, candidate=version,
@@ -237,7 +237,7 @@ def propose(
     from gitops import approval as approvals
     from gitops import proposal
     from gitops.repo import Mirror
-    from promotion.report import evaluation_report
+    from promotion.reports.report import evaluation_report
 
     record = read_record(pathlib.Path(model_dir))
     if metrics:

@@ -37,7 +37,7 @@ from pydantic import (
 
 from contracts.errors import ExitCode, MlopsError
 from contracts.names import valid_model_name, version_problem
-from promotion import stats
+from promotion.decision import stats
 
 __all__ = [
     "CanaryState",

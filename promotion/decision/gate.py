@@ -6,7 +6,7 @@ Two checks, both stated in plain words in the result: an absolute floor
 skipped and says so, rather than passing silently.
 
 `evaluate_paired_gate` is the same gate on a paired bootstrap of both models
-on the same images (`promotion.paired`): the regression bound is checked
+on the same images (`promotion.decision.paired`): the regression bound is checked
 against the interval's lower end, not the point difference, so a drop that
 sampling noise could hide is not waved through, and the verdict says whether
 the candidate is better, the same within noise, or worse.
@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from promotion.paired import Interval, PairedResult
+from promotion.decision.paired import Interval, PairedResult
 
 GateMetric = Literal["map50", "map"]
 

@@ -6,7 +6,7 @@ commit must reach the cluster faster than that. Setting the annotation
 controller re-read the repository and sync at once (and it removes the
 annotation when done). We patch it with a JSON merge patch through the
 official Kubernetes client, which needs only `get`/`patch` on the model's
-own Application in the Argo CD namespace (`resourceNames`, see `promotion/deploy.py`).
+own Application in the Argo CD namespace (`resourceNames`, see `promotion/cluster/deploy.py`).
 
 Off by default: only a controller started with `--argocd-namespace` (in a
 cluster) does this. A failed refresh is logged and reported, never raised:

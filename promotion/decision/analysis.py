@@ -22,11 +22,11 @@ The order of the rules is the policy, so it is written down here:
    beyond chance) the traffic has not moved yet: hold, and the window's
    numbers do not count.
 6. The window's counts are added to the step's and to the four sequential
-   tests (`promotion/stats.py`): errors vs stable, error rate vs its limit,
+   tests (`promotion/decision/stats.py`): errors vs stable, error rate vs its limit,
    slow requests vs stable, p99 vs its limit. Any test that rejects is a
    rollback with cause `verdict`; together they are wrong on a healthy
    canary with probability at most `alpha`, however often we look. The
-   model-quality checks (`promotion/quality.py`: poor answers, canary vs
+   model-quality checks (`promotion/decision/quality.py`: poor answers, canary vs
    stable) are judged the same way at their own `quality.alpha`.
 7. Step (or promote after the last step) when the canary served
    `min_requests` in this step and the step's own numbers are within the
@@ -57,15 +57,15 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from promotion import class_mix, quality, stats
-from promotion.observations import (
+from promotion.decision import class_mix, quality, stats
+from promotion.decision.observations import (
     Observations,
     count_above,
     histogram_quantile,
     merge_histograms,
 )
-from promotion.policy import Budget, CanaryPolicy, QualityCheck
-from promotion.state import CanaryState, Counts, LastDecision, Phase, Statistics
+from promotion.decision.policy import Budget, CanaryPolicy, QualityCheck
+from promotion.decision.state import CanaryState, Counts, LastDecision, Phase, Statistics
 
 __all__ = [
     "DOWN_ALPHA",
@@ -325,7 +325,7 @@ def _merge_quality(a: dict[str, dict[float, float]],
 
 def _quality_check(policy: CanaryPolicy, qc: QualityCheck, state: CanaryState, canary: Counts,
                    stable: Counts) -> Check:
-    """One model-quality check (`promotion/quality.py`) as evidence."""
+    """One model-quality check (`promotion/decision/quality.py`) as evidence."""
     name = f"quality_{qc.name}"
     if state.weight >= 100:
         return Check(name=name, verdict="skipped", detail="stable serves no traffic at 100%")
@@ -342,7 +342,7 @@ def _merge_classes(a: dict[str, float], b: dict[str, float]) -> dict[str, float]
 
 def _class_mix_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
                      stable: Counts) -> Check:
-    """The class-mix check (`promotion/class_mix.py`) as evidence."""
+    """The class-mix check (`promotion/decision/class_mix.py`) as evidence."""
     if state.weight >= 100:
         return Check(name="quality_class_mix", verdict="skipped",
                      detail="stable serves no traffic at 100%")

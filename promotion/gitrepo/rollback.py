@@ -70,8 +70,7 @@ from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.repo import Mirror
 from gitops.writeback import DEFAULT_BACKOFF, Backoff, Message, WriteBack, WriteResult
-from promotion.production import current_state, stable_version
-from promotion.state import (
+from promotion.decision.state import (
     CanaryState,
     LastDecision,
     Phase,
@@ -79,6 +78,7 @@ from promotion.state import (
     dump_state_yaml,
     load_state,
 )
+from promotion.gitrepo.production import current_state, stable_version
 from serving import manifests
 
 __all__ = [

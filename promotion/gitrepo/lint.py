@@ -16,11 +16,11 @@ from typing import Any
 from contracts.names import model_name_problem
 from gitops import layout
 from gitops.errors import GitOpsError
-from promotion import apply
-from promotion.platform_policy import load_platform_policy
-from promotion.policy import CanaryPolicy, PolicyError, load_policy
-from promotion.production import current_state
-from promotion.state import StateError
+from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.state import StateError
+from promotion.gitrepo import apply
+from promotion.gitrepo.platform_policy import load_platform_policy
+from promotion.gitrepo.production import current_state
 from serving.manifests import deployment_name
 
 __all__ = ["lint_tree", "policy_problems"]

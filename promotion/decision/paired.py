@@ -13,7 +13,7 @@ sampling (all boxes of one image go in or out together). If the val set is
 not such a sample (picked hard cases, near-duplicate frames of one video),
 the interval is too narrow or answers a different question.
 
-How it stays fast: COCOeval is never run per resample; `promotion.coco_ap`
+How it stays fast: COCOeval is never run per resample; `promotion.decision.coco_ap`
 matches each model's detections once and computes AP for a whole matrix of
 image multiplicities (1,000 resamples of 200 images: about a second for both
 models).
@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from promotion.coco_ap import (
+from promotion.decision.coco_ap import (
     DetectionInputError,
     average_precision,
     match_detections,

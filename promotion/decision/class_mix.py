@@ -45,8 +45,8 @@ from collections.abc import Mapping
 from statistics import NormalDist
 from typing import Literal
 
-from promotion import stats
-from promotion.policy import QualitySpec
+from promotion.decision import stats
+from promotion.decision.policy import QualitySpec
 
 __all__ = ["judge", "shares", "update"]
 

@@ -33,8 +33,8 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from promotion.gate import GateConfig
-from promotion.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.gate import GateConfig
+from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
 
 __all__ = ["PlatformPolicy", "load_platform_policy"]
 

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
-from promotion import stats
-from promotion.observations import Histogram, count_above
-from promotion.policy import QualityCheck, QualitySpec
+from promotion.decision import stats
+from promotion.decision.observations import Histogram, count_above
+from promotion.decision.policy import QualityCheck, QualitySpec
 
 __all__ = ["QualityVerdict", "harmful_above", "judge", "mean", "poor_answers", "update",
            "upper_bound"]

@@ -1,6 +1,6 @@
 """Is the candidate deployed and ready? Asked before its canary gets any traffic.
 
-A merged proposal puts the candidate at 0 % (`promotion.propose`); the
+A merged proposal puts the candidate at 0 % (`promotion.gitrepo.propose`); the
 controller moves it to its first step only once the runtime reports it
 *deployed* (the merge was applied: Argo CD polls every 3 minutes by default)
 and *ready* (its pods pass their readiness probe). Sending 10 % to a subset

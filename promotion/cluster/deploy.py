@@ -4,7 +4,7 @@ What the controller needs from the cluster is small, so its RBAC is too: it
 reads the GitOps repo and Prometheus over HTTP, and talks to the API server
 only to (1) read the serving Deployments, to give a merged canary traffic
 only once it is deployed and ready (`get` on `deployments` in the models
-namespace, `promotion.readiness`), and (2) ask Argo CD for a refresh after a
+namespace, `promotion.cluster.readiness`), and (2) ask Argo CD for a refresh after a
 rollback (`get`/`patch` on the named `applications.argoproj.io` in the Argo
 CD namespace: `resourceNames`, one per model, so the controller cannot touch
 another team's Application; without names, no grant and no refresh -- a
