@@ -13,6 +13,7 @@ import yaml
 from hera.workflows import DAG, Container, Env, Parameter, Task
 from hera.workflows import models as m
 
+from local.argo.runner import dag_tasks, run_workflow
 from mlops.cli import main as cli
 from tests.fixtures.workflows import make_fake_model_repo
 from workflows import run_events
@@ -26,7 +27,6 @@ from workflows.expressions import (
     substitute,
 )
 from workflows.pipeline import PATH_ENV, build_workflow_template
-from workflows.runner import dag_tasks, run_workflow
 from workflows.settings import load_settings
 
 PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "publish-model",

@@ -3,7 +3,7 @@
 checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
 (and the exit handler, record-outcome)
 
-Argo runs this object once submitted; the local runner (`workflows.runner`)
+Argo runs this object once submitted; the local runner (`local.argo.runner`)
 walks the very same object. So every template carries what a machine
 without Kubernetes needs to act it out, in a form Argo itself ignores:
 

@@ -29,7 +29,7 @@ from typing import Any
 from gitops.forges.registry import pulls_page, repo_page
 
 OUTCOME_FILE = "outcome.json"
-"""The exit handler's record in OUT; a local run folds it into `run.json` (workflows.runner)."""
+"""The exit handler's record in OUT; a local run folds it into `run.json` (local.argo.runner)."""
 LINK_FILE = "pr-link"
 """The link the Workflow exports as its global output `pr-url` (workflows.pipeline)."""
 
