@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from cogs.ports import free_port
 from workflows import paddlejob_local
 from workflows.config import load_config
 from workflows.pipeline import paddlejob_manifest
@@ -104,7 +105,7 @@ def _job(script_dir: pathlib.Path, command: list[str], args: list[str]) -> dict:
 
 def _run(manifest: dict) -> tuple[str, Exception | None]:
     log = io.BytesIO()
-    specs = paddlejob_local.worker_specs(manifest, port=paddlejob_local.free_port())
+    specs = paddlejob_local.worker_specs(manifest, port=free_port())
     try:
         paddlejob_local.run_paddlejob(specs, log, name="tiny", timeout=240)
     except paddlejob_local.PaddleJobFailed as exc:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -157,13 +156,6 @@ def worker_specs(
         cwd = map_path(container["workingDir"]) if container.get("workingDir") else os.getcwd()
         specs.append(WorkerSpec(index=i, argv=argv, env=env, cwd=cwd))
     return specs
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port on `host` (what PADDLE_PORT is on a pod of its own)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _pump(stream: IO[bytes], prefix: bytes, log: IO[bytes], lock: threading.Lock,

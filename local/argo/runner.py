@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 from hera.workflows import WorkflowTemplate
 
+from cogs.ports import free_port
 from gitops.git import redact
 from workflows import paddlejob_local, run_events
 from workflows.errors import StepError
@@ -261,7 +262,7 @@ def _standin_paddlejob(
     name = manifest["metadata"]["name"]
     try:
         specs = paddlejob_local.worker_specs(
-            manifest, port=paddlejob_local.free_port(), container_env=env,
+            manifest, port=free_port(), container_env=env,
             map_path=lambda path: str(mapped(path)),
         )
     except (paddlejob_local.PaddleJobFailed, ValueError) as exc:

@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from cogs.ports import free_port
 from contracts.artifact import ArtifactError, missing_files, read_record_data
 from workflows import paddlejob_local
 from workflows.config import load_config
@@ -84,7 +85,7 @@ def run_job(
         raise StepError(f"workingDir {path} is outside the mapped directories")
 
     specs = paddlejob_local.worker_specs(
-        yaml.safe_load(text), port=paddlejob_local.free_port(),
+        yaml.safe_load(text), port=free_port(),
         container_env=lambda literal: {**literal, **local}, map_path=map_path,
     )
     log_path = output_dir / "train.log"
