@@ -49,6 +49,7 @@ from typing import Any
 import yaml
 from hera.workflows import WorkflowTemplate
 
+from cogs.files import atomic_write_text
 from cogs.ports import free_port
 from gitops.git import redact
 from workflows import paddlejob_local, run_events
@@ -660,9 +661,7 @@ def _write_records(result: RunResult, metrics: list[str]) -> None:
     }
     # Atomic: the demo and `mlops status` read it while runs come and go. Then the exit
     # handler's own file goes: a local run leaves one record of how it ended.
-    tmp = out / ".run.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(out / "run.json")
+    atomic_write_text(out / "run.json", json.dumps(data, indent=2) + "\n")
     (out / OUTCOME_FILE).unlink(missing_ok=True)
     (out / "metrics.prom").write_text("\n".join(metrics) + ("\n" if metrics else ""))
     # The exit handler's report (as in the cluster) plus what only a local run knows:
