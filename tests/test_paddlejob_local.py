@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from cogs.containers import Mounts
 from cogs.ports import free_port
 from workflows import paddlejob_local
 from workflows.config import load_config
@@ -68,8 +69,8 @@ def test_rendered_worker_runs_the_command_under_the_launcher():
 
     local = {"MLOPS_REPO": "/r", "MLOPS_OUT": "/o", "MLOPS_OUTPUTS": "/x"}
     specs = paddlejob_local.worker_specs(
-        manifest, port=40000, container_env=lambda lit: {**lit, **local},
-        map_path=lambda p: p.replace("/workspace/repo", "/r"), base_env={"PATH": "/bin"}, cores=2)
+        manifest, port=40000, mounts=Mounts({"/workspace/repo": "/r"}), local_env=local,
+        base_env={"PATH": "/bin"}, cores=2)
     assert len(specs) == 2
     second = specs[1]
     assert second.cwd == "/r"
