@@ -39,11 +39,13 @@ RUN touch README.md \
     && rm -rf README.md build *.egg-info
 COPY README.md ./
 COPY contracts contracts
+COPY cogs cogs
 COPY workflows workflows
 COPY promotion promotion
 COPY serving serving
 COPY gitops gitops
 COPY datapins datapins
+COPY local local
 COPY mlops mlops
 RUN pip install --no-cache-dir --no-deps --force-reinstall . && rm -rf /src
 WORKDIR /

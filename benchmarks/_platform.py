@@ -27,8 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gitops.repo import init_repo  # noqa: E402
-from mlops.platform import lifecycle  # noqa: E402
-from mlops.platform.workdir import Workdir  # noqa: E402
+from local.platform import lifecycle  # noqa: E402
+from local.platform.workdir import Workdir  # noqa: E402
 from tests.fixtures.platform import converged  # noqa: E402
 
 

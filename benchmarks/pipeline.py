@@ -28,9 +28,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from local.argo.runner import run_workflow  # noqa: E402 (after the sys.path line above)
 from workflows.config import load_config  # noqa: E402 (after the sys.path line above)
 from workflows.pipeline import build_workflow_template  # noqa: E402 (after the sys.path line above)
-from workflows.runner import run_workflow  # noqa: E402 (after the sys.path line above)
 from workflows.settings import load_settings  # noqa: E402 (after the sys.path line above)
 
 WORK_STEPS = ("smoke-train", "train", "evaluate")

@@ -60,18 +60,18 @@ from _platform import (  # first: it puts the repo root on sys.path
 )
 
 import promotion.controller as controller_module
+from cogs.files import read_json
 from contracts.artifact import read_record
 from gitops import layout
 from gitops.forges.local import LocalForge
 from gitops.writeback import Message, WriteBack
-from mlops.platform.files import read_json
-from mlops.platform.runtime import (
+from local.platform.runtime import (
     RuntimeApi,
     RuntimeApiError,
     ServerState,
     parse_servers_state,
 )
-from mlops.platform.workdir import Workdir
+from local.platform.workdir import Workdir
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.policy import load_policy
 from promotion.gitrepo import apply

@@ -33,7 +33,6 @@ import os
 import pathlib
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the server runs (before paddle loads)
 
+from cogs.ports import free_port  # noqa: E402
 from serving.client import encode_request  # noqa: E402
 from serving.loadgen import run_load  # noqa: E402
 from serving.modeldir import load_model_dir  # noqa: E402
@@ -219,12 +219,6 @@ def scrape_means(port):
     return (values.get("model_request_duration_seconds_sum", 0.0),
             values.get("model_inference_duration_seconds_sum", 0.0),
             values.get("model_request_duration_seconds_count", 0.0))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(model_dir, threads):

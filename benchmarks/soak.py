@@ -51,10 +51,10 @@ import yaml
 from _platform import ROOT, machine, model_version, scratch, start_platform, tiny_model, wait  # noqa: I001
 from PIL import Image
 
+from cogs.files import read_json
+from cogs.ports import free_port
 from gitops.forges.local import LocalForge
-from mlops.platform.files import read_json
-from mlops.platform.ports import free_port
-from mlops.platform.workdir import Workdir
+from local.platform.workdir import Workdir
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import propose
 from tests.fixtures.gitops import Human

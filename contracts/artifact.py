@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cogs.files import atomic_write_text
 from contracts.errors import ExitCode, MlopsError
 
 __all__ = [
@@ -126,9 +127,7 @@ def read_record_data(model_dir: pathlib.Path, *, required: bool = True) -> dict[
 def write_record_data(model_dir: pathlib.Path, data: dict[str, Any]) -> None:
     """Replace `model.yaml` atomically (a crash leaves the old or the new, never half)."""
     path = pathlib.Path(model_dir) / RECORD_FILE
-    tmp = path.with_name(f".{RECORD_FILE}.tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-    tmp.replace(path)
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def verify_weights(model_dir: pathlib.Path, record: ModelRecord) -> None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import uuid
 from typing import Iterator
 
+from cogs.files import replacing
 from datapins.errors import DataDigestMismatch
 from datapins.lock import FilePin
 from datapins.sources import Source, hash_chunks
@@ -43,9 +43,7 @@ class Cache:
                 return path, True
         except FileNotFoundError:
             pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{pin.sha256}.{uuid.uuid4().hex}.part")
-        try:
+        with replacing(path) as tmp:
             with open(tmp, "wb") as fh:
                 def copying() -> Iterator[bytes]:
                     for chunk in source.chunks(pin.path):
@@ -58,9 +56,6 @@ class Cache:
                     f"({pin.size} bytes), the source now has sha256 {sha} ({size} bytes); "
                     "the data changed under its pin: snapshot it again, or restore it")
             os.chmod(tmp, 0o444)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
         return path, False
 
     @staticmethod

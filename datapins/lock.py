@@ -39,6 +39,7 @@ import orjson
 import pydantic
 import pydantic.dataclasses
 
+from cogs.files import atomic_write_text
 from datapins.errors import DataError
 
 __all__ = ["DataLock", "FilePin", "SplitPin", "dataset_digest", "read_lock", "write_lock"]
@@ -171,9 +172,7 @@ def dumps(lock: DataLock) -> str:
 
 def write_lock(lock: DataLock, path: pathlib.Path) -> None:
     """Write the lock file (atomically: a reader never sees half a lock)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps(lock))
-    tmp.replace(path)
+    atomic_write_text(path, dumps(lock))
 
 
 def read_lock(path: pathlib.Path) -> DataLock:

@@ -71,6 +71,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from cogs.pods import container_security, pod_security
 from contracts.errors import ExitCode, MlopsError
 from contracts.names import model_name_problem, version_problem
 from contracts.traffic import CANARY, STABLE, TrafficError, build_route
@@ -309,13 +310,7 @@ def deployment(
             "failureThreshold": 3,
         },
         "resources": _resources(resources, (serving.workers or 1) if serving else 1),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _RUN_AS,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(uid=_RUN_AS),
         "volumeMounts": [
             {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
@@ -329,13 +324,7 @@ def deployment(
     }
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": _RUN_AS,
-            "runAsGroup": _RUN_AS,
-            "fsGroup": _RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(_RUN_AS),
         # The server drains in-flight requests on SIGTERM.
         "terminationGracePeriodSeconds": 30,
         "containers": [container],

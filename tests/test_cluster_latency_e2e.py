@@ -24,9 +24,9 @@ import time
 import pytest
 import yaml
 
+from cogs.files import read_json
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
-from mlops.platform.files import read_json
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import propose
 from tests.fixtures.common import ROOT, free_port

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from mlops.platform.gitsource import GitSource, GitSourceError
-from mlops.platform.lifecycle import _resolve_config
-from mlops.platform.workdir import Workdir
+from local.argo.hooks import install_hook
+from local.platform.gitsource import GitSource, GitSourceError
+from local.platform.lifecycle import _resolve_config
+from local.platform.workdir import Workdir
 from workflows.errors import ConfigError
-from workflows.hooks import install_hook
 
 TOKEN = "s3cr3t-t0ken"
 URL = f"https://bot:{TOKEN}@127.0.0.1:9/org/gitops.git"  # port 9: nothing listens
@@ -49,7 +49,7 @@ def test_a_hook_refuses_to_store_a_url_with_credentials(tmp_path, capsys):
 
 
 def test_a_queued_run_prints_its_command_without_the_token(tmp_path, capsys):
-    from workflows.hooks import run_queued
+    from local.argo.hooks import run_queued
 
     assert run_queued(tmp_path / "lock", ["true", "--gitops", URL]) == 0
     printed = capsys.readouterr().out

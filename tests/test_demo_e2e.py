@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from mlops.platform import procs
+from local.platform import procs
 from tests.fixtures.images import store_root
 
 pytestmark = pytest.mark.slow
@@ -197,9 +197,9 @@ def test_a_second_run_on_the_same_work_dir_replaces_the_first(demo_all):
     would take another 8 minutes and runs the same code as the first."""
     import argparse
 
+    from local.platform import lifecycle
+    from local.platform.workdir import Workdir
     from mlops.demo.story import Demo
-    from mlops.platform import lifecycle
-    from mlops.platform.workdir import Workdir
 
     work, _, _ = demo_all
     args = argparse.Namespace(workdir=str(work), scenario="good", wait_approval=False,

@@ -8,7 +8,8 @@ import pathlib
 import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("contracts", "gitops", "serving", "datapins", "promotion", "workflows", "mlops")
+ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
+         "mlops")
 
 
 def _sections(doc: str, pattern: str) -> set[str]:

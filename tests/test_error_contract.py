@@ -14,7 +14,8 @@ import re
 from contracts.errors import ExitCode, MlopsError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("contracts", "gitops", "serving", "datapins", "promotion", "workflows", "mlops")
+ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
+         "mlops")
 
 
 def test_the_readme_table_is_the_enum():

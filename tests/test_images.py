@@ -41,9 +41,9 @@ import urllib.request
 import pytest
 import yaml
 
+from local.platform.podspec import probe_of
 from mlops.images import runner
 from mlops.images.podrun import podman_run_argv
-from mlops.platform.podspec import probe_of
 from promotion.cluster.deploy import controller_manifests
 from tests.fixtures.common import free_port
 from tests.fixtures.training import copy_example

@@ -22,7 +22,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("contracts", "gitops", "serving", "datapins", "promotion", "workflows", "mlops")
+ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
+         "mlops")
 #: Extras that cannot be in requirements.lock, and why (said in pyproject.toml too).
 OUTSIDE_THE_LOCK = {"data": "botocore needs python-dateutil<3, kubernetes 37 needs >=3"}
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

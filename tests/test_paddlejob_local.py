@@ -15,6 +15,8 @@ import textwrap
 
 import pytest
 
+from cogs.containers import Mounts
+from cogs.ports import free_port
 from workflows import paddlejob_local
 from workflows.config import load_config
 from workflows.pipeline import paddlejob_manifest
@@ -67,8 +69,8 @@ def test_rendered_worker_runs_the_command_under_the_launcher():
 
     local = {"MLOPS_REPO": "/r", "MLOPS_OUT": "/o", "MLOPS_OUTPUTS": "/x"}
     specs = paddlejob_local.worker_specs(
-        manifest, port=40000, container_env=lambda lit: {**lit, **local},
-        map_path=lambda p: p.replace("/workspace/repo", "/r"), base_env={"PATH": "/bin"}, cores=2)
+        manifest, port=40000, mounts=Mounts({"/workspace/repo": "/r"}), local_env=local,
+        base_env={"PATH": "/bin"}, cores=2)
     assert len(specs) == 2
     second = specs[1]
     assert second.cwd == "/r"
@@ -104,7 +106,7 @@ def _job(script_dir: pathlib.Path, command: list[str], args: list[str]) -> dict:
 
 def _run(manifest: dict) -> tuple[str, Exception | None]:
     log = io.BytesIO()
-    specs = paddlejob_local.worker_specs(manifest, port=paddlejob_local.free_port())
+    specs = paddlejob_local.worker_specs(manifest, port=free_port())
     try:
         paddlejob_local.run_paddlejob(specs, log, name="tiny", timeout=240)
     except paddlejob_local.PaddleJobFailed as exc:

@@ -19,7 +19,7 @@ import yaml
 
 from gitops import layout
 from gitops.writeback import Message, WriteBack
-from mlops.platform.workdir import Workdir
+from local.platform.workdir import Workdir
 from tests.fixtures.platform import (
     FAST,
     converged,

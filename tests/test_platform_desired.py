@@ -4,7 +4,7 @@
 import pytest
 
 from gitops import layout
-from mlops.platform.desired import (
+from local.platform.desired import (
     ModelError,
     ModelSpec,
     VersionSpec,

@@ -24,12 +24,12 @@ import pytest
 import requests
 import yaml
 
+from cogs.files import read_json
 from gitops import yamlio
 from gitops.repo import init_repo
+from local.platform import lifecycle, procs
+from local.platform.workdir import Workdir
 from mlops import cli
-from mlops.platform import lifecycle, procs
-from mlops.platform.files import read_json
-from mlops.platform.workdir import Workdir
 from serving import manifests
 from tests.fixtures.gitops import Human, guard, head
 from tests.fixtures.platform import (
@@ -284,7 +284,7 @@ def test_a_version_that_cannot_answer_is_never_ready_nor_routed(at_ten_percent, 
         seen = collections.Counter(
             (r.status_code, r.json()["versions"][0] if r.ok else r.text[:80]) for r in answers)
         assert seen == {(200, v1): 50}, seen  # every request to stable, none to the broken one
-        from mlops.platform.readiness import PlatformReadiness
+        from local.platform.readiness import PlatformReadiness
 
         answer = PlatformReadiness(wd).check(MODEL, broken, None)
         assert not answer.ready and "warm-up inference failed" in answer.reason
@@ -302,7 +302,7 @@ def test_a_frozen_canary_is_rolled_back_at_its_first_step_by_the_default_preset(
     on the `model` preset, whose histogram starts when the server reads a request and
     so cannot see the wait. The controller without `--preset` on the local platform
     judges HAProxy's view (the `haproxy` preset and its response-time histogram,
-    mlops/platform/router_latency.lua) and rolls it back at 10 %."""
+    local/platform/router_latency.lua) and rolls it back at 10 %."""
     import datetime as dt
     import sys
     import time

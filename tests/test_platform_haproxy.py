@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from mlops.platform import binaries, haproxy, prometheus
-from mlops.platform.runtime import parse_servers_state
-from mlops.platform.workdir import PlatformConfig, Workdir
+from local.platform import binaries, haproxy, prometheus
+from local.platform.runtime import parse_servers_state
+from local.platform.workdir import PlatformConfig, Workdir
 
 STATE = """1
 # be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port

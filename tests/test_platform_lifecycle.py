@@ -14,10 +14,10 @@ import sys
 import pytest
 import requests
 
+from cogs.files import read_json
+from local.platform import lifecycle, procs
+from local.platform.workdir import Workdir
 from mlops import cli
-from mlops.platform import lifecycle, procs
-from mlops.platform.files import read_json
-from mlops.platform.workdir import Workdir
 from tests.fixtures.platform import teardown, wait_for, write_model
 
 
@@ -126,7 +126,7 @@ def test_missing_binaries_say_what_to_install(tmp_path, capsys, monkeypatch):
     empty.mkdir()
     (empty / "git").symlink_to("/usr/bin/git")
     monkeypatch.setenv("PATH", str(empty))
-    from mlops.platform import binaries
+    from local.platform import binaries
     monkeypatch.setattr(binaries, "_EXTRA_DIRS", ())
     code = cli.main(["up", "--workdir", str(tmp_path / "wd"), "--gitops", str(tmp_path / "g.git")])
     err = capsys.readouterr().err

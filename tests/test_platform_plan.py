@@ -2,8 +2,8 @@
 
 import pytest
 
-from mlops.platform.desired import ModelSpec, VersionSpec
-from mlops.platform.plan import (
+from local.platform.desired import ModelSpec, VersionSpec
+from local.platform.plan import (
     Actual,
     AddRoute,
     OpenFrontend,

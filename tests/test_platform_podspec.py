@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from mlops.platform import podspec
-from mlops.platform.desired import _Broken, spec_from_state
+from local.platform import podspec
+from local.platform.desired import _Broken, spec_from_state
 from serving import manifests
 
 SHA = "a" * 64

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from mlops.platform import procs
+from local.platform import procs
 
 
 def _sleeper(env=None):

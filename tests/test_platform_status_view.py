@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from local.platform import lifecycle
 from mlops import cli
-from mlops.platform import lifecycle
 
 BASE = {
     "workdir": "/w", "gitops": "/g.git", "branch": "main", "sync_fresh": True,

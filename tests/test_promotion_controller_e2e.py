@@ -37,11 +37,11 @@ import time
 import pytest
 import yaml
 
+from cogs.files import read_json
 from contracts import traffic
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
 from gitops.writeback import Message, WriteBack
-from mlops.platform.files import read_json
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import propose
 from tests.fixtures.common import ROOT, free_port

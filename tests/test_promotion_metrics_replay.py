@@ -102,7 +102,7 @@ def record(om: OpenMetrics, shape: str, model: str, windows: list[Window]) -> No
                                {**labels, "code": code}, ts, n)
                     om.add("haproxy_server_connection_errors", "counter",
                            "haproxy_server_connection_errors_total", labels, ts, 0)
-                    # the router's own response times (mlops/platform/router_latency.lua)
+                    # the router's own response times (local/platform/router_latency.lua)
                     for le, n in buckets.items():
                         om.add("mlops_router_response_seconds", "histogram",
                                "mlops_router_response_seconds_bucket",

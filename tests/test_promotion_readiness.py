@@ -286,9 +286,9 @@ def test_kubernetes_backend_reads_the_live_istio_split(api_server):
 
 
 def test_platform_backend_reads_the_sync_status(tmp_path):
-    from mlops.platform.files import atomic_write_json
-    from mlops.platform.readiness import PlatformReadiness
-    from mlops.platform.workdir import Workdir
+    from cogs.files import atomic_write_json
+    from local.platform.readiness import PlatformReadiness
+    from local.platform.workdir import Workdir
 
     wd = Workdir(tmp_path)
     readiness = PlatformReadiness(wd)

@@ -17,11 +17,11 @@ import pathlib
 
 import pytest
 
+from local.argo.hooks import mlops_run_args
 from mlops.cli import build_parser
 from promotion.cluster.deploy import controller_manifests
 from serving.manifests import deployment
 from workflows.config import load_config
-from workflows.hooks import mlops_run_args
 from workflows.render import render_documents
 from workflows.settings import load_settings
 from workflows.steps import STEPS

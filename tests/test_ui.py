@@ -228,8 +228,8 @@ def test_live_rates_per_version_come_from_prometheus(ui_repo):
 
 
 def test_models_page_shows_what_the_local_platform_serves(ui_repo, tmp_path):
-    from mlops.platform.files import atomic_write_json
-    from mlops.platform.workdir import PlatformConfig, Workdir, save_config
+    from cogs.files import atomic_write_json
+    from local.platform.workdir import PlatformConfig, Workdir, save_config
 
     wd = Workdir(tmp_path / "platform")
     save_config(wd, PlatformConfig(gitops=str(ui_repo.gitops), prometheus_port=1))

@@ -12,12 +12,12 @@ import pathlib
 
 import pytest
 
+from local.argo.runner import run_workflow
 from mlops.cli import main as cli
 from tests.fixtures.production import put_in_production
 from tests.fixtures.workflows import make_fake_model_repo
 from workflows.config import load_config
 from workflows.pipeline import build_workflow_template
-from workflows.runner import run_workflow
 from workflows.settings import load_settings
 
 MODEL = "fake-detector"  # the fake model repo's `model:`

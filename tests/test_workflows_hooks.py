@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
+from local.argo.hooks import decide, install_hook, post_receive
 from mlops.cli import main as cli
 from tests.fixtures.workflows import git, make_fake_model_repo, push_capture, wait_for_run
 from workflows.errors import ConfigError
-from workflows.hooks import decide, install_hook, post_receive
 
 ZERO = "0" * 40
 SHA = "a" * 40

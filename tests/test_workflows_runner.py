@@ -13,6 +13,8 @@ import yaml
 from hera.workflows import DAG, Container, Env, Parameter, Task
 from hera.workflows import models as m
 
+from cogs.containers import expand_refs
+from local.argo.runner import dag_tasks, run_workflow
 from mlops.cli import main as cli
 from tests.fixtures.workflows import make_fake_model_repo
 from workflows import run_events
@@ -22,11 +24,9 @@ from workflows.expressions import (
     depends_on,
     eval_depends,
     eval_when,
-    expand_env,
     substitute,
 )
 from workflows.pipeline import PATH_ENV, build_workflow_template
-from workflows.runner import dag_tasks, run_workflow
 from workflows.settings import load_settings
 
 PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "publish-model",
@@ -284,7 +284,7 @@ def test_substitution_and_env_expansion():
     assert substitute("x={{ a.b }}", {"a.b": "1"}) == "x=1"
     with pytest.raises(ExpressionError, match="unresolved"):
         substitute("{{tasks.nope.outputs.parameters.x}}", {}, "task t")
-    assert expand_env("$(MLOPS_OUT)/full $(OTHER)", {"MLOPS_OUT": "/o"}) == "/o/full $(OTHER)"
+    assert expand_refs("$(MLOPS_OUT)/full $(OTHER)", {"MLOPS_OUT": "/o"}) == "/o/full $(OTHER)"
 
 
 def test_cli_run_rejects_unknown_parameters(fake_model_repo, tmp_path, capsys):

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from contracts.errors import ExitCode, MlopsError
 
 _BRACES = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
-_KUBE_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _TOKEN = re.compile(
     r"\s*(?:(?P<op>==|!=|<=|>=|&&|\|\||[()<>!])|(?P<str>'[^']*'|\"[^\"]*\")|(?P<word>[^\s()<>!=&|]+))"
 )
@@ -42,11 +41,6 @@ def substitute(text: str, scope: Mapping[str, str], where: str = "") -> str:
         return str(scope[key])
 
     return _BRACES.sub(repl, text)
-
-
-def expand_env(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes-style `$(VAR)` expansion from the container's env."""
-    return _KUBE_VAR.sub(lambda mt: env.get(mt.group(1), mt.group(0)), text)
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:

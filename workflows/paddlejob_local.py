@@ -25,8 +25,9 @@ hosts as the node count; it then sets `PADDLE_CURRENT_ENDPOINT` and friends
 for the one rank it starts.
 
 Here each pod is a process group started with the container's own
-`command`, `args`, `env` and `workingDir` (paths mapped by the caller, as a
-volume mount would), plus that operator environment. Pod IPs become distinct
+`command`, `args`, `env` and `workingDir` (paths mapped by the caller's
+mounts, as a volume mount would: `cogs.containers`, the one container ->
+process translator), plus that operator environment. Pod IPs become distinct
 loopback addresses (127.0.0.1, 127.0.0.2, ... -- all of 127.0.0.0/8 is
 loopback on Linux), because the launcher counts nodes by distinct hosts:
 one address for all would read as one node. A job whose command cannot form
@@ -40,15 +41,15 @@ cores of its limit, a local worker gets `cores // replicas` OpenMP threads
 from __future__ import annotations
 
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Mapping, Sequence
+from typing import IO, Any, Mapping, Sequence
+
+from cogs.containers import ContainerSpecError, Mounts, container_env, local_argv, local_process
 
 __all__ = [
     "HOST_PORT_NUM",
@@ -66,9 +67,6 @@ PADDLE_PORT = 36000
 HOST_PORT_NUM = 20
 #: `api/v1/paddlejob_types.go`: `TrainingRole[ResourceWorker]`.
 WORKER_ROLE = "TRAINER"
-
-_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
 
 class PaddleJobFailed(RuntimeError):
     """A worker exited non-zero (or the job ran past its deadline); the message names it."""
@@ -96,11 +94,6 @@ def operator_env(index: int, ips: Sequence[str], port: int = PADDLE_PORT) -> dic
     }
 
 
-def expand_refs(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' `$(VAR)` expansion in command/args: unknown references stay as written."""
-    return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
-
-
 @dataclass(frozen=True)
 class WorkerSpec:
     """One worker process: what its pod's container would run, and with what."""
@@ -115,16 +108,16 @@ def worker_specs(
     manifest: Mapping[str, Any],
     *,
     port: int,
-    container_env: Callable[[dict[str, str]], dict[str, str]] = dict,
-    map_path: Callable[[str], str] = str,
+    mounts: Mounts | None = None,
+    local_env: Mapping[str, str] | None = None,
     base_env: Mapping[str, str] | None = None,
     cores: int | None = None,
 ) -> list[WorkerSpec]:
     """The processes for `manifest` (pure: nothing starts).
 
-    `container_env` turns the container's literal env into the env the
-    process sees (the local runner maps the volume paths there), `map_path`
-    maps `workingDir`, `base_env` is the machine's environment (PATH...).
+    `mounts` maps the volumes' container paths to local directories,
+    `local_env` overrides the container's env (the local runner's paths),
+    `base_env` is the machine's environment (PATH...).
     """
     spec = manifest.get("spec") or {}
     worker = spec.get("worker") or {}
@@ -135,10 +128,11 @@ def worker_specs(
     if not containers:
         raise PaddleJobFailed("spec.worker.template.spec.containers is empty")
     container = containers[0]  # the operator injects its env into container 0 only
-    literal = {
-        e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "value" in e
-    }
-    env_c = container_env(literal)
+    source = f"PaddleJob {(manifest.get('metadata') or {}).get('name', '')} worker container"
+    try:
+        env_c = {**container_env(container, source=source, mounts=mounts), **(local_env or {})}
+    except ContainerSpecError as exc:
+        raise PaddleJobFailed(str(exc)) from None
     ips = worker_ips(replicas)
     base = {k: v for k, v in (base_env if base_env is not None else os.environ).items()
             if not k.startswith(("PADDLE_", "FLAGS_")) and k not in ("POD_IP", "TRAINING_ROLE")}
@@ -147,23 +141,13 @@ def worker_specs(
     for i in range(replicas):
         env = {**base, "OMP_NUM_THREADS": threads, **env_c, **operator_env(i, ips, port)}
         env.setdefault("PYTHONUNBUFFERED", "1")
-        argv = [expand_refs(str(a), env)
-                for a in [*(container.get("command") or []), *(container.get("args") or [])]]
-        if not argv:
-            raise PaddleJobFailed("the worker container has no command or args (the image's "
-                                  "entrypoint cannot run locally)")
-        if argv[0] in ("python", "python3"):
-            argv[0] = sys.executable  # the image's interpreter: this environment's
-        cwd = map_path(container["workingDir"]) if container.get("workingDir") else os.getcwd()
-        specs.append(WorkerSpec(index=i, argv=argv, env=env, cwd=cwd))
+        try:
+            process = local_process(container, source=source, mounts=mounts, env=env)
+        except ContainerSpecError as exc:
+            raise PaddleJobFailed(str(exc)) from None
+        specs.append(WorkerSpec(index=i, argv=local_argv(process.argv, sys.executable), env=env,
+                                cwd=process.cwd or os.getcwd()))
     return specs
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port on `host` (what PADDLE_PORT is on a pod of its own)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _pump(stream: IO[bytes], prefix: bytes, log: IO[bytes], lock: threading.Lock,

@@ -3,7 +3,7 @@
 checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
 (and the exit handler, record-outcome)
 
-Argo runs this object once submitted; the local runner (`workflows.runner`)
+Argo runs this object once submitted; the local runner (`local.argo.runner`)
 walks the very same object. So every template carries what a machine
 without Kubernetes needs to act it out, in a form Argo itself ignores:
 
@@ -48,6 +48,7 @@ from hera.workflows import (
 )
 from hera.workflows import models as m
 
+from cogs.pods import container_security, pod_security
 from contracts.names import SHA_CHARS
 from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
@@ -137,11 +138,7 @@ def _workspace_mount() -> m.VolumeMount:
 def _restricted() -> m.SecurityContext:
     # A read-only root: steps write only to the workspace and to /tmp (an emptyDir:
     # HOME, the outputs folder), so a compromised step cannot alter its own image.
-    return m.SecurityContext(
-        allow_privilege_escalation=False,
-        capabilities=m.Capabilities(drop=["ALL"]),
-        read_only_root_filesystem=True,
-    )
+    return m.SecurityContext.model_validate(container_security())
 
 
 def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
@@ -289,13 +286,7 @@ def paddlejob_manifest(
                            if settings.image_pull_secrets else {}),
                         "restartPolicy": "Never",
                         "automountServiceAccountToken": False,  # training needs no API
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": settings.run_as_user,
-                            "runAsGroup": settings.run_as_user,
-                            "fsGroup": settings.run_as_user,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
+                        "securityContext": pod_security(settings.run_as_user),
                         "containers": [
                             {
                                 "name": "paddle",
@@ -305,10 +296,7 @@ def paddlejob_manifest(
                                 "args": args,
                                 "env": env,
                                 "resources": resources,
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
+                                "securityContext": container_security(read_only_root=False),
                                 "volumeMounts": [
                                     {"name": "workspace", "mountPath": WORKSPACE},
                                     {"name": "dshm", "mountPath": "/dev/shm"},
@@ -420,13 +408,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             seconds_after_success=settings.ttl_after_success_seconds,
             seconds_after_failure=settings.ttl_after_failure_seconds,
         ),
-        security_context=m.PodSecurityContext(
-            run_as_non_root=True,
-            run_as_user=settings.run_as_user,
-            run_as_group=settings.run_as_user,
-            fs_group=settings.run_as_user,
-            seccomp_profile=m.SeccompProfile(type="RuntimeDefault"),
-        ),
+        security_context=m.PodSecurityContext.model_validate(pod_security(settings.run_as_user)),
         artifact_repository_ref=m.ArtifactRepositoryRef(
             config_map=settings.artifact_repository_configmap, key=settings.artifact_repository_key
         ),

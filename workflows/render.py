@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from cogs.files import atomic_write_text
 from workflows.config import LoadedConfig
 from workflows.errors import ConfigError
 from workflows.events import build_eventsource, build_sensor
@@ -63,8 +64,6 @@ def write_manifests(
     written = []
     for name, text in texts.items():
         path = out / name
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomic_write_text(path, text)
         written.append(path)
     return written

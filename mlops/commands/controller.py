@@ -88,8 +88,8 @@ def _readiness(args: argparse.Namespace) -> Any:
 
         raise UserError("--readiness local needs the platform's work dir "
                         "(--platform-workdir DIR or $MLOPS_WORKDIR)")
-    from mlops.platform.readiness import PlatformReadiness
-    from mlops.platform.workdir import Workdir
+    from local.platform.readiness import PlatformReadiness
+    from local.platform.workdir import Workdir
 
     return PlatformReadiness(Workdir(pathlib.Path(workdir)))
 

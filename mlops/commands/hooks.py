@@ -4,8 +4,8 @@ import argparse
 import pathlib
 import re
 
+from local.argo.hooks import init_bare, install_hook
 from mlops.errors import UserError
-from workflows.hooks import init_bare, install_hook
 
 
 def _gitops(value: str | None) -> str | None:

@@ -1,4 +1,4 @@
-"""`mlops up`, `mlops down`, `mlops status`: the local platform (see mlops.platform)."""
+"""`mlops up`, `mlops down`, `mlops status`: the local platform (see local.platform)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pathlib
 from typing import Any
 
+from local.platform import lifecycle
+from local.platform.workdir import Workdir, default_workdir, load_config
 from mlops.errors import UserError
-from mlops.platform import lifecycle
-from mlops.platform.workdir import Workdir, default_workdir, load_config
 
 
 def _workdir(args: argparse.Namespace) -> Workdir:

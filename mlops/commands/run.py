@@ -9,9 +9,9 @@ from mlops.errors import UserError
 def _run(args: argparse.Namespace) -> int:
     # Imported here: Hera's models take seconds to import, and every other
     # `mlops` command should not pay for them.
+    from local.argo.runner import run_workflow, workflow_parameters
     from workflows.config import load_config
     from workflows.pipeline import build_workflow_template
-    from workflows.runner import run_workflow, workflow_parameters
     from workflows.settings import load_settings
 
     loaded = load_config(args.path)

@@ -19,9 +19,9 @@ from typing import Any
 
 def ui_config(args: argparse.Namespace) -> Any:
     """The UI's settings from the options, completed from the platform's work dir."""
+    from local.platform.workdir import Workdir, default_workdir, load_config
     from mlops.commands.canary import _who
     from mlops.errors import UserError
-    from mlops.platform.workdir import Workdir, default_workdir, load_config
     from mlops.ui.app import UiConfig
 
     root = pathlib.Path(args.workdir).expanduser().resolve() if args.workdir else \

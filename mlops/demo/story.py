@@ -28,13 +28,13 @@ import sys
 import time
 from typing import Any
 
+from cogs.ports import free_port
 from contracts.artifact import ArtifactError, read_record_data
 from contracts.errors import ExitCode
+from local.platform import lifecycle, procs
+from local.platform.workdir import Workdir
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.errors import UserError
-from mlops.platform import lifecycle, procs
-from mlops.platform.ports import free_port
-from mlops.platform.workdir import Workdir
 from promotion.decision.state import CanaryState, Phase, StateError, load_state
 from workflows import run_events
 

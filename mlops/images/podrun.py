@@ -43,8 +43,8 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
+from cogs.containers import ContainerSpecError, container_env, expand_refs
 from mlops.errors import UserError
-from workflows.paddlejob_local import expand_refs
 
 __all__ = ["PodRunError", "container_of", "podman_run_argv", "tmpfs_size"]
 
@@ -172,19 +172,11 @@ def podman_run_argv(
     """
     container = container_of(pod, container_name, source)
     field = f"{source}: container {container.get('name')!r}"
-    environment: dict[str, str] = {}
-    if env is not None:
-        environment = dict(env)
-    else:
-        for entry in container.get("env") or []:
-            key = str(entry["name"])
-            if "value" in entry:
-                environment[key] = expand_refs(str(entry["value"]), environment)
-            elif (secrets or {}).get(key) is not None:
-                environment[key] = str((secrets or {})[key])
-            else:
-                raise PodRunError(f"{field}: env {key} comes from {entry.get('valueFrom')}, "
-                                  "which this machine does not have; pass it in secrets")
+    try:  # the container's env as the kubelet builds it (cogs.containers, the one translator)
+        environment = dict(env) if env is not None else container_env(
+            container, source=field, secrets=secrets or {})
+    except ContainerSpecError as exc:
+        raise PodRunError(str(exc)) from None
     command = [expand_refs(str(c), environment) for c in container.get("command") or []]
     args = [expand_refs(str(a), environment) for a in container.get("args") or []]
     argv = ["run", "--rm", "--pull=never", "--name", name, f"--network={network}",

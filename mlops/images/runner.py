@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from typing import IO, Any, Mapping, Sequence
 
+from cogs.ports import free_port
 from mlops.images.podman import Store
 from mlops.images.podrun import podman_run_argv
 from workflows import paddlejob_local
@@ -59,7 +60,7 @@ def paddlejob_workers(
     workspace claim is `workspace`. Pod IPs are loopback addresses as in the
     stand-in: with `--network=host` the containers share the host's loopback.
     """
-    specs = paddlejob_local.worker_specs(manifest, port=paddlejob_local.free_port(),
+    specs = paddlejob_local.worker_specs(manifest, port=free_port(),
                                          base_env={})
     pod = manifest["spec"]["worker"]["template"]["spec"]
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes") or []

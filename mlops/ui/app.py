@@ -164,8 +164,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     def platform() -> tuple[dict[str, Any], str | None]:
         if config.workdir is None:
             return {}, None
-        from mlops.platform import lifecycle
-        from mlops.platform.workdir import Workdir
+        from local.platform import lifecycle
+        from local.platform.workdir import Workdir
 
         try:
             return lifecycle.status(Workdir(config.workdir)).get("models", {}), None

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
+from cogs.pods import container_security, pod_security
 from promotion.cluster.deploy import forge_token_env, git_token_env
 
 NAME = "mlops-ui"
@@ -41,12 +42,6 @@ PROXY_PORT = 4180
 PROXY_HEADER = "X-Forwarded-User"
 OAUTH2_PROXY_IMAGE = "quay.io/oauth2-proxy/oauth2-proxy:v7.15.3"
 
-
-
-def _container_security() -> dict[str, Any]:
-    # A new dict each time: a shared one prints as a YAML anchor and alias.
-    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]}}
 
 
 def _argo_reader(namespace: str, argo_namespace: str,
@@ -96,7 +91,7 @@ def _oauth2_proxy(port: int, image: str, env_secret: str) -> dict[str, Any]:
         "readinessProbe": probe(), "livenessProbe": probe(),
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
                       "limits": {"memory": "128Mi"}},
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
     }
 
 
@@ -161,7 +156,7 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
         "name": "ui", "image": image, "command": ["mlops"], "args": args, "env": env,
         "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
                       "limits": {"memory": "512Mi"}},
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
         "volumeMounts": mounts,
     }
     if proxy_user:
@@ -179,8 +174,7 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     pod: dict[str, Any] = {
         # The UI calls no Kubernetes API (the Argo token above goes to argo-server only).
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security(65532),
         "containers": containers,
         "volumes": volumes,
     }

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from cogs.pods import container_security, pod_security
 from contracts.names import model_name_problem
 from gitops.git import TOKEN_ENV
 
@@ -162,9 +163,7 @@ def controller_manifests(
                           "periodSeconds": 20, "failureThreshold": 3},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
                       "limits": {"cpu": "1", "memory": "1Gi"}},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": _RUN_AS,
-                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security(uid=_RUN_AS),
         "volumeMounts": [{"name": "work", "mountPath": "/work"},
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
@@ -184,9 +183,7 @@ def controller_manifests(
                     "prometheus.io/path": "/metrics"}},
                 "spec": {
                     "serviceAccountName": NAME,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": _RUN_AS,
-                                        "runAsGroup": _RUN_AS, "fsGroup": _RUN_AS,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": pod_security(_RUN_AS),
                     "containers": [container],
                     "volumes": [work_volume, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
                 },

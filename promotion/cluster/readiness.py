@@ -16,7 +16,7 @@ provider shape):
   `fluxcd/flagger: pkg/canary/deployment_ready.go`), and its pod template
   carrying the weights digest git says (so it is *this* merge that was
   applied, not an older Deployment of the same name);
-* `mlops.platform.readiness.PlatformReadiness` -- the local platform's own
+* `local.platform.readiness.PlatformReadiness` -- the local platform's own
   status (the stand-in lives with the platform);
 * :class:`AlwaysReady` -- no runtime to ask (tests of the decision logic).
 

@@ -26,6 +26,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
+from cogs.files import atomic_write_text, replacing
+
 __all__ = [
     "METRIC_NAMES",
     "canary_summary",
@@ -256,10 +258,8 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
         axes[-1].set_xlabel("minutes since the canary started")
         axes[0].set_title(title)
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.png")
-        fig.savefig(tmp, dpi=80)
-        tmp.replace(path)
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=80, format="png")
     finally:
         plt.close(fig)
 
@@ -347,7 +347,5 @@ def write_canary_report(
     text = canary_summary(model, stable, candidate, outcome, decisions, points,
                           plot_name=png.name if png else None)
     md = directory / "report.md"
-    tmp = directory / ".report.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(md)
+    atomic_write_text(md, text)
     return md, png

@@ -12,6 +12,7 @@ import os
 import pathlib
 from typing import Any, Callable, Sequence
 
+from cogs.files import atomic_write_text
 from contracts.errors import report
 
 
@@ -36,9 +37,7 @@ def write_outputs(directory: pathlib.Path, params: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, value in params.items():
         text = value if isinstance(value, str) else json.dumps(value)
-        tmp = directory / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(directory / name)
+        atomic_write_text(directory / name, text)
 
 
 def lineage_env() -> dict[str, str]:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from cogs.files import atomic_write_text
 from contracts.errors import report
 from gitops.forges.registry import for_gitops
 from workflows.config import load_config
@@ -78,9 +79,7 @@ def _write_outputs(folder: pathlib.Path, result: Any) -> None:
               "pr-number": str(result.pr_number or ""), "branch": result.branch,
               "proposal.json": json.dumps(result.__dict__, indent=2) + "\n"}
     for name, value in values.items():
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(value)
-        tmp.replace(folder / name)
+        atomic_write_text(folder / name, value)
 
 
 def run_args(args: argparse.Namespace) -> int:

@@ -26,10 +26,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from cogs.files import atomic_write_text
 from gitops.forges.registry import pulls_page, repo_page
 
 OUTCOME_FILE = "outcome.json"
-"""The exit handler's record in OUT; a local run folds it into `run.json` (workflows.runner)."""
+"""The exit handler's record in OUT; a local run folds it into `run.json` (local.argo.runner)."""
 LINK_FILE = "pr-link"
 """The link the Workflow exports as its global output `pr-url` (workflows.pipeline)."""
 
@@ -91,18 +92,12 @@ def record(out: pathlib.Path, status: str, workflow: str, failures: Any, *, gito
         "gate": gate,
     }
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{OUTCOME_FILE}.tmp"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out / OUTCOME_FILE)
+    atomic_write_text(out / OUTCOME_FILE, json.dumps(result, indent=2) + "\n")
     proposal = _read_json(out / "full" / "proposal" / "proposal.json")
     text = report(result, _read_json(out / "full" / "metrics.json"), proposal,
                   os.environ.get("MLOPS_TRAINING_COMMIT", ""))
-    tmp = out / f".{LINK_FILE}.tmp"
-    tmp.write_text(pr_link(proposal, gitops, forge, repo))
-    tmp.replace(out / LINK_FILE)
-    tmp = out / ".report.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(out / "report.md")
+    atomic_write_text(out / LINK_FILE, pr_link(proposal, gitops, forge, repo))
+    atomic_write_text(out / "report.md", text)
     return result
 
 

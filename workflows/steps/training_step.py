@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from cogs.containers import Mounts
+from cogs.ports import free_port
 from contracts.artifact import ArtifactError, missing_files, read_record_data
 from workflows import paddlejob_local
 from workflows.config import load_config
@@ -77,16 +79,12 @@ def run_job(
     local = {"MLOPS_REPO": str(loaded.repo_dir.resolve()), "MLOPS_OUT": str(root),
              "MLOPS_OUTPUTS": str(root / "outputs")}
 
-    def map_path(path: str) -> str:
-        for key, cpath in sorted(PATH_ENV.items(), key=lambda kv: -len(kv[1])):
-            if path == cpath or path.startswith(cpath + "/"):
-                return local[key] + path[len(cpath):]
-        raise StepError(f"workingDir {path} is outside the mapped directories")
-
-    specs = paddlejob_local.worker_specs(
-        yaml.safe_load(text), port=paddlejob_local.free_port(),
-        container_env=lambda literal: {**literal, **local}, map_path=map_path,
-    )
+    mounts = Mounts({PATH_ENV[key]: path for key, path in local.items()})
+    try:
+        specs = paddlejob_local.worker_specs(yaml.safe_load(text), port=free_port(),
+                                             mounts=mounts, local_env=local)
+    except paddlejob_local.PaddleJobFailed as exc:
+        raise StepError(str(exc)) from None
     log_path = output_dir / "train.log"
     try:
         with open(log_path, "ab") as log:

@@ -26,7 +26,9 @@ same way here. What a machine without Kubernetes must translate, and how:
   liveness probe is not acted on (a hung server is found by the readiness
   probe, which takes it out of HAProxy).
 
-Errors name the file and the field (:class:`PodSpecError`).
+The container -> process part (env, `$(VAR)`, mounts) is `cogs.containers`,
+the translator the other stand-ins use too. Errors name the file and the field
+(:class:`PodSpecError`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import json
 import sys
 from typing import Any, Mapping
 
-from workflows.paddlejob_local import expand_refs
+from cogs.containers import ContainerSpecError, Mounts, local_argv, local_process
 
 __all__ = ["LocalPod", "PodSpecError", "Probe", "local_pod", "pod_digest", "probe_of"]
 
@@ -132,13 +134,6 @@ def probe_of(
         raise PodSpecError(f"{source}: {field}: {exc}") from None
 
 
-def _remap(text: str, mounts: Mapping[str, str]) -> str:
-    for mount in sorted(mounts, key=len, reverse=True):
-        if text == mount or text.startswith(mount.rstrip("/") + "/"):
-            return mounts[mount] + text[len(mount):]
-    return text
-
-
 def local_pod(
     deployment: Mapping[str, Any],
     *,
@@ -152,11 +147,6 @@ def local_pod(
     container = _container(deployment, source)
     labels = ((deployment.get("metadata") or {}).get("labels")) or {}
     model, version = labels.get("app"), labels.get("version")
-    command = [str(c) for c in container.get("command") or []]
-    args = [str(a) for a in container.get("args") or []]
-    if not command and not args:
-        raise PodSpecError(f"{source}: the container has no command or args; the image's own "
-                           "entrypoint cannot run locally")
     volumes = {v.get("name"): v for v in
                (deployment["spec"]["template"]["spec"].get("volumes") or [])}
     mounts: dict[str, str] = {}
@@ -171,18 +161,13 @@ def local_pod(
         else:
             raise PodSpecError(f"{source}: volume {mount.get('name')!r} is neither a claim nor "
                                "an emptyDir; it cannot be mounted locally")
-    env: dict[str, str] = {}
-    for entry in container.get("env") or []:
-        if "value" in entry:
-            env[str(entry["name"])] = _remap(expand_refs(str(entry["value"]), env), mounts)
+    try:
         # valueFrom (a Secret, a field): the local environment's own value, if any
+        process = local_process(container, source=source, mounts=Mounts(mounts))
+    except ContainerSpecError as exc:
+        raise PodSpecError(str(exc)) from None
     ports = [int(p["containerPort"]) for p in container.get("ports") or [] if "containerPort" in p]
-    argv = [_remap(expand_refs(part, env), mounts) for part in [*command, *args]]
-    argv = _rebind(argv, ports, port, source)
-    if argv[0] == "mlops":
-        argv = [python, "-m", "mlops", *argv[1:]]
-    elif argv[0] in ("python", "python3"):
-        argv = [python, *argv[1:]]
+    argv = local_argv(_rebind(process.argv, ports, port, source), python)
     readiness = probe_of(deployment, source) or Probe(port=ports[0] if ports else port)
     startup = probe_of(deployment, source, "startupProbe")
     start_timeout = (startup.period * startup.failure_threshold + startup.initial_delay
@@ -190,7 +175,8 @@ def local_pod(
     if readiness.port in ports:
         readiness = dataclasses.replace(readiness, port=port)
     scratch_dirs = tuple(d for d in mounts.values() if d.startswith(scratch))
-    return LocalPod(argv=tuple(argv), env=env, readiness=readiness, start_timeout=start_timeout,
+    return LocalPod(argv=tuple(argv), env=process.env, readiness=readiness,
+                    start_timeout=start_timeout,
                     start_period=startup.period if startup else readiness.period,
                     scratch_dirs=scratch_dirs)
 

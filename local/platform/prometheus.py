@@ -17,8 +17,8 @@ from typing import Iterable
 
 import yaml
 
-from mlops.platform.files import atomic_write_json
-from mlops.platform.workdir import PlatformConfig, Workdir
+from cogs.files import atomic_write_json
+from local.platform.workdir import PlatformConfig, Workdir
 
 SCRAPE_INTERVAL = "1s"
 MODELS_TARGETS = "models.json"
@@ -48,7 +48,7 @@ def render_config(workdir: Workdir, config: PlatformConfig) -> str:
                 ],
             },
             {
-                # the router's own response-time histograms (mlops/platform/router_latency.lua)
+                # the router's own response-time histograms (local/platform/router_latency.lua)
                 "job_name": "haproxy-latency",
                 "metrics_path": "/router-latency",
                 "static_configs": [

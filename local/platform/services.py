@@ -19,17 +19,17 @@ import subprocess
 import time
 from typing import Any, Callable, Iterator
 
-from mlops.errors import UserError
-from mlops.platform import haproxy, procs, prometheus
-from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
-from mlops.platform.ports import free_port, port_free
-from mlops.platform.runtime import RuntimeApi
-from mlops.platform.workdir import PlatformConfig, Workdir
+from cogs.files import atomic_write_json, atomic_write_text, read_json
+from cogs.ports import free_port, port_free
+from local.errors import LocalError
+from local.platform import haproxy, procs, prometheus
+from local.platform.runtime import RuntimeApi
+from local.platform.workdir import PlatformConfig, Workdir
 
 READY_TIMEOUT = 30.0
 
 
-class PlatformError(UserError):
+class PlatformError(LocalError):
     """The platform could not be started or stopped as asked."""
 
 

@@ -28,7 +28,7 @@ import stat
 import tempfile
 from typing import Any
 
-from mlops.platform.files import atomic_write_json, read_json
+from cogs.files import atomic_write_json, read_json
 
 # sun_path is 108 bytes on Linux, including the terminating NUL, and HAProxy
 # binds `<path>.<pid>.tmp` first and renames it, so it refuses a path longer than

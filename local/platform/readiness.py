@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mlops.platform.files import read_json
-from mlops.platform.workdir import Workdir
+from cogs.files import read_json
+from local.platform.workdir import Workdir
 from promotion.cluster.readiness import Readiness, routing_applied
 
 __all__ = ["PlatformReadiness"]

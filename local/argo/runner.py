@@ -38,7 +38,6 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 import time
 import traceback
 import uuid
@@ -49,6 +48,9 @@ from typing import Any
 import yaml
 from hera.workflows import WorkflowTemplate
 
+from cogs.containers import ContainerSpecError, Mounts, local_argv, local_process
+from cogs.files import atomic_write_text
+from cogs.ports import free_port
 from gitops.git import redact
 from workflows import paddlejob_local, run_events
 from workflows.errors import StepError
@@ -57,7 +59,6 @@ from workflows.expressions import (
     depends_on,
     eval_depends,
     eval_when,
-    expand_env,
     substitute,
 )
 from workflows.pipeline import (
@@ -253,17 +254,15 @@ def _run_step(name: str, argv: list[str], log: Any, env: dict[str, str]) -> None
 def _standin_paddlejob(
     log: Any,
     manifest: dict[str, Any],
-    env: Callable[[dict[str, str]], dict[str, str]],
-    mapped: Callable[[str], pathlib.Path],
+    local_env: dict[str, str],
+    mounts: Mounts,
     deadline: float | None,
 ) -> None:
     """The PaddleJob as paddle-operator would run it: `workflows.paddlejob_local`."""
     name = manifest["metadata"]["name"]
     try:
         specs = paddlejob_local.worker_specs(
-            manifest, port=paddlejob_local.free_port(), container_env=env,
-            map_path=lambda path: str(mapped(path)),
-        )
+            manifest, port=free_port(), mounts=mounts, local_env=local_env)
     except (paddlejob_local.PaddleJobFailed, ValueError) as exc:
         raise _TaskFailed(f"PaddleJob {name}: {exc}") from None
     log.write(
@@ -287,10 +286,7 @@ def _run_container(log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.
     if argv[:2] == ["mlops", "step"] and len(argv) > 2:
         _run_step(argv[2], argv[3:], log, env)
         return
-    if argv[0] == "mlops":
-        argv = [sys.executable, "-m", "mlops", *argv[1:]]
-    elif argv[0] in ("python", "python3"):
-        argv = [sys.executable, *argv[1:]]
+    argv = local_argv(argv)
     log.write("$ " + redact(" ".join(argv)) + "\n")  # a GitOps URL may carry a token
     log.flush()
     proc = subprocess.run(
@@ -303,23 +299,9 @@ def _run_container(log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.
 # --- one task ------------------------------------------------------------------
 
 
-def _path_mapper(
-    container_env: dict[str, str], local_env: dict[str, str]
-) -> Callable[[str], pathlib.Path]:
-    prefixes = sorted(
-        ((container_env[k], local_env[k]) for k in PATH_ENV if k in container_env),
-        key=lambda kv: -len(kv[0]),
-    )
-
-    def mapped(path: str) -> pathlib.Path:
-        for cpath, lpath in prefixes:
-            if path == cpath or path.startswith(cpath.rstrip("/") + "/"):
-                return pathlib.Path(lpath + path[len(cpath) :])
-        raise _TaskFailed(
-            f"path {path} is outside the mapped directories ({', '.join(c for c, _ in prefixes)})"
-        )
-
-    return mapped
+def _mounts(container_env: dict[str, str], local_env: dict[str, str]) -> Mounts:
+    """The workspace's container paths -> this run's directories, as the volumes mount them."""
+    return Mounts({container_env[k]: local_env[k] for k in PATH_ENV if k in container_env})
 
 
 def _jsonpath(obj: Any, expr: str) -> str:
@@ -398,7 +380,15 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     if not container:
         container_env = dict(PATH_ENV)
     env = {**container_env, **local_paths}
-    mapped = _path_mapper(container_env, local_paths)
+    mounts = _mounts(container_env, local_paths)
+    where = f"template {tmpl['name']}"
+
+    def mapped(path: str) -> pathlib.Path:
+        try:
+            return pathlib.Path(mounts.require(path, where))
+        except ContainerSpecError as exc:
+            raise _TaskFailed(str(exc)) from None
+
     action = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(LOCAL_ANNOTATION, "")
     manifest: dict[str, Any] | None = None
 
@@ -412,22 +402,23 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
             manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
             deadline = tmpl.get("activeDeadlineSeconds")
             _standin_paddlejob(
-                log, manifest, lambda literal: {**literal, **local_paths}, mapped,
-                float(deadline) if deadline else None,
+                log, manifest, local_paths, mounts, float(deadline) if deadline else None
             )
         elif action:
             if action not in STANDINS:
                 raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
             STANDINS[action](ctx, outputs, log)
         elif container:
-            argv = [
-                expand_env(substitute(str(a), scope, f"template {tmpl['name']}"), env)
-                for a in [*(container.get("command") or []), *(container.get("args") or [])]
-            ]
-            if not argv:
-                raise _TaskFailed(f"template {tmpl['name']} has no command")
-            cwd = mapped(container["workingDir"]) if container.get("workingDir") else ctx.repo
-            _run_container(log, argv, env, cwd)
+            # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
+            resolved = {**container, **{
+                key: [substitute(str(a), scope, where) for a in container.get(key) or []]
+                for key in ("command", "args")}}
+            try:
+                process = local_process(resolved, source=where, mounts=mounts, env=env)
+            except ContainerSpecError as exc:
+                raise _TaskFailed(str(exc)) from None
+            _run_container(log, process.argv, env,
+                           pathlib.Path(process.cwd) if process.cwd else ctx.repo)
         else:
             raise _TaskFailed(
                 f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
@@ -659,9 +650,7 @@ def _write_records(result: RunResult, metrics: list[str]) -> None:
     }
     # Atomic: the demo and `mlops status` read it while runs come and go. Then the exit
     # handler's own file goes: a local run leaves one record of how it ended.
-    tmp = out / ".run.json.tmp"
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(out / "run.json")
+    atomic_write_text(out / "run.json", json.dumps(data, indent=2) + "\n")
     (out / OUTCOME_FILE).unlink(missing_ok=True)
     (out / "metrics.prom").write_text("\n".join(metrics) + ("\n" if metrics else ""))
     # The exit handler's report (as in the cluster) plus what only a local run knows:

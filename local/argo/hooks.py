@@ -136,7 +136,7 @@ def install_hook(
     hook.write_text(
         "#!/bin/sh\n"
         f"# {HOOK_MARK}: `git push` starts a local pipeline run of the pushed commit.\n"
-        f'exec "{sys.executable}" -m workflows.hooks post-receive\n'
+        f'exec "{sys.executable}" -m local.argo.hooks post-receive\n'
     )
     hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return hook
@@ -181,7 +181,8 @@ def start_run(
     with open(home / "run.log", "ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "workflows.hooks", "run-queued", str(runs / QUEUE_LOCK), "--",
+                sys.executable, "-m", "local.argo.hooks", "run-queued", str(runs / QUEUE_LOCK),
+                "--",
                 sys.executable, "-m", "mlops", *run_args,
             ],  # fmt: skip
             cwd=home,
@@ -245,13 +246,13 @@ def run_queued(lock: pathlib.Path, argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry of the installed hook (`python -m workflows.hooks post-receive`)."""
+    """Entry of the installed hook (`python -m local.argo.hooks post-receive`)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run-queued"] and len(args) > 3 and args[2] == "--":
         return run_queued(pathlib.Path(args[1]), args[3:])
     if args[:1] != ["post-receive"]:
         print(
-            "usage: python -m workflows.hooks post-receive  (reads git's hook stdin)",
+            "usage: python -m local.argo.hooks post-receive  (reads git's hook stdin)",
             file=sys.stderr,
         )
         return 2

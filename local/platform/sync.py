@@ -22,7 +22,7 @@ Model servers are started in their own sessions with a pid file each
 the sync exits and leaves servers running; `mlops down` stops them by their
 pid files.
 
-Run directly: ``python -m mlops.platform.sync --workdir DIR``.
+Run directly: ``python -m local.platform.sync --workdir DIR``.
 """
 
 from __future__ import annotations
@@ -41,12 +41,13 @@ import tempfile
 import time
 from typing import Any
 
-from mlops.platform import binaries, podspec, procs, prometheus, services
-from mlops.platform import haproxy as haproxy_cfg
-from mlops.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
-from mlops.platform.files import atomic_write_json, atomic_write_text, read_json
-from mlops.platform.gitsource import GitSource, GitSourceError
-from mlops.platform.plan import (
+from cogs.files import atomic_write_json, atomic_write_text, read_json
+from cogs.ports import free_port, port_free
+from local.platform import binaries, podspec, procs, prometheus, services
+from local.platform import haproxy as haproxy_cfg
+from local.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
+from local.platform.gitsource import GitSource, GitSourceError
+from local.platform.plan import (
     Action,
     Actual,
     AddRoute,
@@ -60,9 +61,8 @@ from mlops.platform.plan import (
     WriteTargets,
     plan,
 )
-from mlops.platform.ports import free_port, port_free
-from mlops.platform.runtime import RuntimeApi, RuntimeApiError
-from mlops.platform.workdir import PlatformConfig, Workdir, load_config
+from local.platform.runtime import RuntimeApi, RuntimeApiError
+from local.platform.workdir import PlatformConfig, Workdir, load_config
 
 log = logging.getLogger("mlops.sync")
 
@@ -617,7 +617,7 @@ class Sync:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mlops.platform.sync")
+    parser = argparse.ArgumentParser(prog="python -m local.platform.sync")
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(

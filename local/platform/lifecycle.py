@@ -20,19 +20,19 @@ import sys
 import time
 from typing import Any
 
+from cogs.files import read_json
+from cogs.ports import free_port, port_free
 from gitops.git import remote
-from mlops.platform import binaries, procs, prometheus
-from mlops.platform.files import read_json
-from mlops.platform.ports import free_port, port_free
-from mlops.platform.runtime import RuntimeApi
-from mlops.platform.services import (
+from local.platform import binaries, procs, prometheus
+from local.platform.runtime import RuntimeApi
+from local.platform.services import (
     PlatformError,
     start_haproxy,
     start_lock,
     start_prometheus,
     wait_ready,
 )
-from mlops.platform.workdir import PlatformConfig, Workdir, load_config, save_config
+from local.platform.workdir import PlatformConfig, Workdir, load_config, save_config
 
 SERVICES = ("prometheus", "haproxy", "sync")
 
@@ -126,7 +126,7 @@ def up(
     if running["sync"] is None:
         before = time.time()
         _popen, record = procs.spawn(
-            "sync", [sys.executable, "-m", "mlops.platform.sync", "--workdir", str(workdir.root)],
+            "sync", [sys.executable, "-m", "local.platform.sync", "--workdir", str(workdir.root)],
             workdir.logs / "sync.log",
             env={**procs.marked_env(str(workdir.root)), **credentials},
         )

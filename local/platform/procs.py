@@ -24,7 +24,7 @@ import subprocess
 import time
 from typing import Any, Sequence
 
-from mlops.platform.files import atomic_write_text
+from cogs.files import atomic_write_text
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ from contracts.traffic import TrafficError, nested, read_routes
 from gitops import layout
 from gitops.errors import GitOpsError
 from gitops.layout import ModelState
-from mlops.platform import podspec
+from local.platform import podspec
 from serving.manifests import ANNOTATION_MODEL_URI, ANNOTATION_WEIGHTS_SHA256
 
 APPS = "apps"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import pathlib
 from typing import Mapping
 
-from mlops.platform.workdir import Workdir
+from local.platform.workdir import Workdir
 
 #: Per-server response-time histograms (HAProxy 2.6's exporter has none): the Lua
 #: script, and the stats port's path that serves them to Prometheus.

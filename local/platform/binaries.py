@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from mlops.errors import UserError
+from local.errors import LocalError
 
 #: program -> Debian package that provides it.
 REQUIRED = {"prometheus": "prometheus", "haproxy": "haproxy", "git": "git"}
@@ -13,7 +13,7 @@ REQUIRED = {"prometheus": "prometheus", "haproxy": "haproxy", "git": "git"}
 _EXTRA_DIRS = ("/usr/sbin", "/sbin", "/usr/local/sbin")
 
 
-class MissingBinaryError(UserError):
+class MissingBinaryError(LocalError):
     """A program the platform needs is not installed."""
 
 

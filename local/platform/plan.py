@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Mapping, Union
 
-from mlops.platform.desired import ModelSpec
+from local.platform.desired import ModelSpec
 
 Phase = Literal["starting", "ready", "exited"]
 

@@ -1,0 +1,8 @@
+"""The bottom floor: shared mechanics every room may use (Kopf's `_cogs` is the model).
+
+Nothing here knows about models, pipelines or GitOps; it imports nothing of
+ours. Modules, one job each:
+
+* ``files``  -- atomic writes (tmp in the same dir, then rename) and lenient JSON reads
+* ``ports``  -- free loopback ports
+"""
