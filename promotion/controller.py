@@ -64,12 +64,13 @@ from gitops.errors import GitOpsError
 from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
-from promotion import apply, quality, report
+from promotion import answers, apply, quality, report
 from promotion.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
 from promotion.controller_metrics import ControllerMetrics
 from promotion.metrics import MetricSource
-from promotion.observations import Observations, histogram_quantile
+from promotion.observations import Observations, PairedAnswers, histogram_quantile
 from promotion.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.probe import AnswersProbe
 from promotion.propose import current_state
 from promotion.readiness import AlwaysReady, ReadinessCheck
 from promotion.state import CanaryState, LastDecision, Phase, StateError
@@ -151,6 +152,7 @@ class Controller:
         refresher: Any = None,
         commenter: Commenter | None = None,
         readiness: ReadinessCheck | None = None,
+        prober: AnswersProbe | None = None,
         clock: Callable[[], float] = time.time,
         backoff: Backoff = Backoff(tries=5, first=0.5, cap=5.0),
     ) -> None:
@@ -163,6 +165,9 @@ class Controller:
         self.commenter = commenter
         # Who says a merged candidate is deployed and ready (None: assume it is).
         self.readiness: ReadinessCheck = readiness or AlwaysReady()
+        # Who asks stable and canary the same images (None: the answers check is skipped).
+        self.prober = prober
+        self._probed: dict[str, tuple[tuple[str, str, int], float, PairedAnswers]] = {}
         self._waiting: dict[str, str] = {}  # model -> last "step not applied" reason logged
         self.clock = clock
         self.workdir = pathlib.Path(config.workdir)
@@ -373,6 +378,10 @@ class Controller:
             assert committed.stable is not None and committed.candidate is not None
             obs = self.source_for(policy).observe(model, committed.stable, committed.candidate,
                                                   window, at=end)
+            if obs.fault is None:
+                paired = self._paired(policy, model, committed, interval)
+                if paired is not None:
+                    obs = obs.model_copy(update={"answers": paired})
             decision = decide(policy, track.state, obs, end)
             if policy.mode == "shadow":
                 decision = shadowed(track.state, decision)
@@ -382,6 +391,34 @@ class Controller:
             if outcome.committed is not None or self._tracks.get(model) is not track:
                 break  # main moved: the next tick starts from the new commit
         return outcomes
+
+    def _paired(self, policy: CanaryPolicy, model: str, committed: CanaryState,
+                interval: float) -> PairedAnswers | None:
+        """The paired answers of this step (`promotion/probe.py`, `promotion/answers.py`).
+
+        Probed once per step, not per window: the answers are deterministic, so
+        asking again only adds requests; every window of the step carries the same
+        evidence (a replay after a restart probes once more). A failed probe is
+        tried again an interval later."""
+        check = policy.quality.answers
+        if self.prober is None or check is None:
+            return None
+        assert committed.stable is not None and committed.candidate is not None
+        key = (committed.stable, committed.candidate, committed.weight)
+        now = self.clock()
+        cached = self._probed.get(model)
+        if cached is not None and cached[0] == key and (
+                cached[2].error is None or now - cached[1] < interval):
+            return cached[2]
+        try:
+            stable, canary = self.prober.answers(model, committed.stable, committed.candidate)
+            paired = answers.compare(stable, canary, check)
+        except Exception as exc:  # a probe never stops the analysis: "no probe", said why
+            paired = PairedAnswers.failed(str(exc))
+            if cached is None or cached[2].error != paired.error:
+                log.warning("%s: paired answers probe failed: %s", model, exc)
+        self._probed[model] = (key, now, paired)
+        return paired
 
     def _material(self, before: CanaryState, decision: Decision, track: _Track) -> bool:
         if not isinstance(decision, Hold):
