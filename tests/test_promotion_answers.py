@@ -79,6 +79,18 @@ def test_iou_and_greedy_matching_by_score():
     assert answers.match(stable, [Box("circle", 0.9, 50, 50, 60, 60)]) == []
 
 
+def test_one_object_with_a_peak_per_class_matches_by_score():
+    """A CenterNet head answers one object with a peak in several class channels at the
+    same cell: identical boxes, other labels, other scores. A rotated map renames each
+    peak; the matching must pair peak with peak (closest score), not any equal box."""
+    stable = [Box("circle", 0.9, 0, 0, 10, 10), Box("triangle", 0.55, 0, 0, 10, 10)]
+    canary = _renamed([stable], ROTATED)[0]
+    pairs = answers.match(stable, canary)
+    assert sorted((s.label, c.label) for s, c in pairs) == [("circle", "square"),
+                                                            ("triangle", "circle")]
+    assert answers.compare([stable], [canary], CHECK).relabelled == 2
+
+
 @pytest.mark.parametrize("k, n, confidence, expected", [
     (5, 10, 0.95, 0.2224411010081294),    # beta.ppf(0.05, 5, 6)
     (31, 32, 0.99, 0.8099144550219392),   # beta.ppf(0.01, 31, 2)
@@ -167,6 +179,7 @@ def test_a_rotated_map_is_rolled_back_at_the_first_window_by_decide():
     decision = _first_decision(answers.compare(probe, _renamed(probe, ROTATED), CHECK))
     assert decision.kind == "rollback" and decision.cause == "verdict"
     assert decision.reason.startswith("answers: ") and "labelled differently" in decision.reason
+    assert "circle -> square x" in decision.reason  # the reason says which names moved
     check = decision.evidence.check("answers")
     assert check is not None and check.verdict == "fail" and check.value > check.threshold
 
