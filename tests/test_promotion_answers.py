@@ -216,3 +216,23 @@ def test_the_check_can_be_switched_off_and_is_named_in_policy_errors():
     assert _first_decision(paired, off).kind == "step"
     with pytest.raises(ValueError, match=r"promotion.canary.quality.answers.max_share"):
         load_policy({"quality": {"answers": {"max_share": 1.5}}})
+
+
+def test_boxes_from_an_oip_detection_answer():
+    """The probe reads the server's JSON answer (serving/protocol.py encode_infer_response):
+    `bbox` rows (class id, score, x1, y1, x2, y2), `bbox_num` per image, `labels`."""
+    from promotion.probe import ProbeError, boxes_from_response
+
+    doc = {"model_name": "m", "model_version": "v1", "outputs": [
+        {"name": "bbox", "datatype": "FP32", "shape": [3, 6],
+         "data": [1, 0.9, 0, 0, 10, 10, 2, 0.8, 5, 5, 20, 20, 3, 0.7, 1, 1, 4, 4]},
+        {"name": "bbox_num", "datatype": "INT32", "shape": [3], "data": [2, 0, 1]},
+        {"name": "labels", "datatype": "BYTES", "shape": [3],
+         "data": ["circle", "square", "triangle"]}]}
+    images = boxes_from_response(doc, 3)
+    assert [[b.label for b in img] for img in images] == [["circle", "square"], [], ["triangle"]]
+    assert images[0][1] == Box("square", pytest.approx(0.8), 5, 5, 20, 20)
+    with pytest.raises(ProbeError, match="do not fit 2 images"):
+        boxes_from_response(doc, 2)
+    with pytest.raises(ProbeError, match="no labels output"):
+        boxes_from_response({"outputs": doc["outputs"][:2]}, 3)
