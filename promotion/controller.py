@@ -167,7 +167,7 @@ class Controller:
         self.readiness: ReadinessCheck = readiness or AlwaysReady()
         # Who asks stable and canary the same images (None: the answers check is skipped).
         self.prober = prober
-        self._probed: dict[str, tuple[tuple[str, str, int], float, PairedAnswers]] = {}
+        self._probed: dict[str, tuple[tuple[str, str, int], float | None, PairedAnswers]] = {}
         self._waiting: dict[str, str] = {}  # model -> last "step not applied" reason logged
         self.clock = clock
         self.workdir = pathlib.Path(config.workdir)
@@ -399,7 +399,8 @@ class Controller:
         Probed once per step, not per window: the answers are deterministic, so
         asking again only adds requests; every window of the step carries the same
         evidence (a replay after a restart probes once more). A failed probe is
-        tried again an interval later."""
+        tried again an interval later, unless asking again cannot help (a 404: the
+        stable ships no probe set)."""
         check = policy.quality.answers
         if self.prober is None or check is None:
             return None
@@ -408,16 +409,18 @@ class Controller:
         now = self.clock()
         cached = self._probed.get(model)
         if cached is not None and cached[0] == key and (
-                cached[2].error is None or now - cached[1] < interval):
+                cached[1] is None or now - cached[1] < interval):
             return cached[2]
+        retry_after: float | None = None  # None: this step's answer
         try:
             stable, canary = self.prober.answers(model, committed.stable, committed.candidate)
             paired = answers.compare(stable, canary, check)
         except Exception as exc:  # a probe never stops the analysis: "no probe", said why
             paired = PairedAnswers.failed(str(exc))
+            retry_after = None if getattr(exc, "lasting", False) else now
             if cached is None or cached[2].error != paired.error:
                 log.warning("%s: paired answers probe failed: %s", model, exc)
-        self._probed[model] = (key, now, paired)
+        self._probed[model] = (key, retry_after, paired)
         return paired
 
     def _material(self, before: CanaryState, decision: Decision, track: _Track) -> bool:

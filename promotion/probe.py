@@ -38,7 +38,13 @@ Answers = tuple[list[list[Box]], list[list[Box]]]
 
 
 class ProbeError(MlopsError):
-    """The probe could not be made (no probe set shipped, a version unreachable)."""
+    """The probe could not be made (no probe set shipped, a version unreachable).
+    `lasting`: asking again in this step will not help (a 404: no probe set, no such
+    version behind the router)."""
+
+    def __init__(self, message: str, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class AnswersProbe(Protocol):
@@ -94,7 +100,7 @@ class HttpProbe:
         if response.status_code != 200:
             why = doc.get("error") if isinstance(doc, dict) else None
             raise ProbeError(f"{version}: {url} answered {response.status_code}"
-                             f"{f': {why}' if why else ''}")
+                             f"{f': {why}' if why else ''}", lasting=response.status_code == 404)
         if not isinstance(doc, dict):
             raise ProbeError(f"{version}: {url} answered no JSON object")
         return doc
