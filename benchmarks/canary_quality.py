@@ -34,6 +34,17 @@ Scenarios:
   one: 10/60/30) and `skewed-swapped` (30/60/10): the class-mix check's power;
   `shapes-rotated` and `shapes-swapped`: the same on the nearly balanced
   shapes mix, where a rotation moves each share by at most 5 points.
+- paired answers (`promotion/decision/answers.py`; `--sections answers`): a probe set
+  of 16 or 32 images drawn from the shapes mix, with the stable's confident
+  boxes per image as the full example model finds them (2.3) or as the
+  suite's small model does (0.56: 18 boxes on 32 val images, measured by
+  tests/test_platform_e2e.py); the canary's answers are the stable's moved
+  by a few pixels, 10 % of boxes found by one version only, and a share of
+  matched boxes renamed: 5 %, 10 % and 15 % (harmless retrains, below the
+  20 % margin), every box (`answers-rotated`) or the first two classes
+  swapped (`answers-swapped`: about 64 % of boxes on this balanced mix).
+  Each run makes the probe, matches it with the check's own code and hands
+  it to `decide()` with a healthy first window: false rollbacks and power.
 Each scenario runs under both pass rules of a step, in the same run:
 `shown` (the default: the canary's upper confidence bound within the
 margins, `quality.pass_confidence`) and `count` (`pass_confidence: null`:
@@ -61,9 +72,14 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from promotion.decision import stats  # noqa: E402
+from promotion.decision import answers, stats  # noqa: E402
 from promotion.decision.analysis import decide  # noqa: E402
-from promotion.decision.observations import Observations, VersionWindow  # noqa: E402
+from promotion.decision.answers import Box  # noqa: E402
+from promotion.decision.observations import (  # noqa: E402
+    Observations,
+    PairedAnswers,  # noqa: E402
+    VersionWindow,
+)
 from promotion.decision.policy import CanaryPolicy, QualitySpec  # noqa: E402
 from promotion.decision.state import start_canary  # noqa: E402
 
@@ -161,6 +177,85 @@ def rollout(rng: np.random.Generator, scenario: Scenario, rate: float,
     return {"outcome": "open", "seconds": t, "canary_requests": canary_requests, "failed": []}
 
 
+@dataclasses.dataclass(frozen=True)
+class AnswersScenario:
+    name: str
+    renamed: float | None  # share of matched boxes a retrain renames; None: a label map
+    names: tuple[int, ...] = (0, 1, 2)  # the canary's class for each stable class
+
+
+ANSWERS_SCENARIOS = (
+    AnswersScenario("answers-drift-5%", 0.05),
+    AnswersScenario("answers-drift-10%", 0.10),
+    AnswersScenario("answers-drift-15%", 0.15),
+    AnswersScenario("answers-rotated", None, (1, 2, 0)),
+    AnswersScenario("answers-swapped", None, (1, 0, 2)),
+)
+#: Confident boxes per probe image: the full example model, the suite's small one.
+BOX_DENSITIES = {"full-model": 2.3, "small-model": 18 / 32}
+PROBE_SIZES = (16, 32)
+ONE_SIDED = 0.10  # boxes one version finds and the other does not
+
+
+def _probe(rng: np.random.Generator, images: int, density: float,
+           scenario: AnswersScenario) -> PairedAnswers:
+    check = CanaryPolicy().quality.answers
+    assert check is not None
+    stable, canary = [], []
+    for _ in range(images):
+        boxes_s, boxes_c = [], []
+        for j in range(int(rng.poisson(density))):
+            cls = int(rng.choice(3, p=SHAPES))
+            x, y = 35.0 * (j % 3), 35.0 * (j // 3)
+            box = Box(f"class{cls}", float(rng.uniform(0.55, 0.99)), x, y, x + 30, y + 30)
+            if rng.random() >= ONE_SIDED / 2:
+                boxes_s.append(box)
+            if rng.random() < ONE_SIDED / 2:
+                continue
+            dx, dy = rng.uniform(-3, 3, 2)
+            if scenario.renamed is None:
+                new = scenario.names[cls]
+            else:
+                new = (cls + 1) % 3 if rng.random() < scenario.renamed else cls
+            boxes_c.append(Box(f"class{new}", box.score, box.x1 + dx, box.y1 + dy,
+                               box.x2 + dx, box.y2 + dy))
+        stable.append(boxes_s)
+        canary.append(boxes_c)
+    return answers.compare(stable, canary, check)
+
+
+def answers_rows(rng: np.random.Generator, runs: int) -> list[dict[str, Any]]:
+    """The paired answers check through decide(): one healthy first window per run."""
+    policy = CanaryPolicy(min_requests=100)
+    state = start_canary("m", "v1", "v2", policy.steps[0], T0)
+    healthy = _window(rng, 40, (0.08, 0.15), SHAPES)
+    rows = []
+    for scenario, (density_name, density), images in itertools.product(
+            ANSWERS_SCENARIOS, BOX_DENSITIES.items(), PROBE_SIZES):
+        rolled, skipped, matched = 0, 0, []
+        for _ in range(runs):
+            paired = _probe(rng, images, density, scenario)
+            obs = Observations(canary=healthy, stable=_window(rng, 360, (0.08, 0.15), SHAPES),
+                               window_seconds=10.0, answers=paired)
+            decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=10))
+            check = decision.evidence.check("answers")
+            rolled += decision.kind == "rollback" and check is not None and \
+                check.verdict == "fail"
+            skipped += check is None or check.verdict == "skipped"
+            matched.append(paired.matched)
+        low, high = stats.wilson_interval(rolled, runs, 1.96)
+        row = {"scenario": scenario.name, "boxes": density_name, "boxes_per_image": density,
+               "probe_images": images, "runs": runs, "rolled_back": rolled,
+               "rollback_rate": rolled / runs, "rollback_rate_95ci": [low, high],
+               "no_verdict": skipped, "matched_boxes_p50": float(np.percentile(matched, 50))}
+        rows.append(row)
+        print(f"{scenario.name:18s} {density_name:11s} {images:2d} images  runs {runs}  "
+              f"rolled back {rolled:5d} ({rolled / runs:.2%}, 95% CI {low:.2%}..{high:.2%})  "
+              f"no verdict {skipped:4d}  matched boxes p50 {row['matched_boxes_p50']:.0f}",
+              flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -168,11 +263,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="requests/s in all (the demo's)")
     parser.add_argument("--interval", type=float, default=10.0, help="analysis interval, s")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/canary_quality.json"))
+    parser.add_argument("--sections", default="rollouts,answers",
+                        help="rollouts (the quality and class-mix checks over whole rollouts), "
+                             "answers (the paired answers check); a section left out keeps "
+                             "its rows from the existing --out file")
     args = parser.parse_args(argv)
+    sections = set(args.sections.split(","))
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
-    rows = []
-    for scenario, (rule, confidence) in itertools.product(SCENARIOS, PASS_RULES.items()):
+    out = pathlib.Path(args.out)
+    previous = json.loads(out.read_text()) if out.is_file() else {}
+    rows = [] if "rollouts" in sections else previous.get("rows", [])
+    for scenario, (rule, confidence) in itertools.product(
+            SCENARIOS if "rollouts" in sections else (), PASS_RULES.items()):
         runs = args.runs if scenario.name != "held" else max(1, args.runs // 4)
         results = [rollout(rng, scenario, args.rate, args.interval, confidence)
                    for _ in range(runs)]
@@ -211,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
               + (f"  s to promotion p50 {row['seconds_to_promotion_p50']:.0f} p90 "
                  f"{row['seconds_to_promotion_p90']:.0f}" if promotions else ""),
               flush=True)
+    paired = answers_rows(rng, args.runs) if "answers" in sections else \
+        previous.get("answers_rows", [])
     policy = CanaryPolicy()
     doc = {
         "benchmark": "canary_quality",
@@ -220,9 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         "quality_policy": policy.quality.model_dump(mode="json"),
         "stated_false_rollback_rate": policy.quality.alpha,
         "stated_class_mix_false_rollback_rate": policy.quality.alpha / policy.quality.test_count,
-        "rows": rows, "seconds": round(time.monotonic() - started, 1),
+        "rows": rows, "answers_rows": paired,
+        "sections_run": sorted(sections), "seconds": round(time.monotonic() - started, 1),
     }
-    out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out}")

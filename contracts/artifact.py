@@ -4,6 +4,9 @@
     inference.pdiparams                  the weights
     infer_cfg.yml                        preprocessing, labels, serving settings
     model.yaml                           name, version, weights_sha256, metrics, lineage
+    probe/                               optional: a few real input images (PNG/JPEG, at
+                                         most 32) the canary's paired answers check
+                                         sends to stable and canary alike
 
 Training writes it, the evaluate step adds `metrics` to `model.yaml`, publish
 copies it onto the models volume, propose reads its record, serving loads it.
@@ -27,6 +30,9 @@ from contracts.errors import ExitCode, MlopsError
 __all__ = [
     "INFER_CFG_FILE",
     "PARAMS_FILE",
+    "PROBE_DIR",
+    "PROBE_MAX_BYTES",
+    "PROBE_MAX_IMAGES",
     "PROGRAM_FILES",
     "RECORD_FILE",
     "ArtifactError",
@@ -46,6 +52,12 @@ PARAMS_FILE = "inference.pdiparams"
 INFER_CFG_FILE = "infer_cfg.yml"
 RECORD_FILE = "model.yaml"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
+#: The probe set (`promotion/decision/answers.py`): images of the validation set, shipped with the
+#: version so the controller (which has no models volume in a cluster) can ask its server
+#: for them. One inference request carries them all (`serving.protocol.MAX_IMAGES`).
+PROBE_DIR = "probe"
+PROBE_MAX_IMAGES = 32
+PROBE_MAX_BYTES = 4 << 20
 
 
 class ArtifactError(MlopsError):

@@ -27,6 +27,7 @@ from contracts.errors import ExitCode, MlopsError
 __all__ = [
     "CANARY",
     "STABLE",
+    "VERSION_HEADER",
     "Route",
     "TrafficError",
     "build_route",
@@ -39,6 +40,11 @@ __all__ = [
 
 STABLE = "stable"
 CANARY = "canary"
+#: A request carrying this header (value: a version) goes to that version whatever the
+#: weights: the canary's paired answers probe (`promotion/metrics/probe.py`) asks stable and
+#: canary the same images this way, through the router clients use (HAProxy's
+#: `use-server` locally, a VirtualService header `match` in a cluster).
+VERSION_HEADER = "x-mlops-version"
 
 
 class TrafficError(MlopsError, ValueError):

@@ -66,14 +66,15 @@ from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
 from promotion.cluster.readiness import AlwaysReady, ReadinessCheck
 from promotion.controller_metrics import ControllerMetrics
-from promotion.decision import quality
+from promotion.decision import answers, quality
 from promotion.decision.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
-from promotion.decision.observations import Observations, histogram_quantile
+from promotion.decision.observations import Observations, PairedAnswers, histogram_quantile
 from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
 from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
 from promotion.gitrepo import apply
 from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
+from promotion.metrics.probe import AnswersProbe
 from promotion.reports import report
 
 __all__ = ["Controller", "ControllerConfig", "Outcome"]
@@ -153,6 +154,7 @@ class Controller:
         refresher: Any = None,
         commenter: Commenter | None = None,
         readiness: ReadinessCheck | None = None,
+        prober: AnswersProbe | None = None,
         clock: Callable[[], float] = time.time,
         backoff: Backoff = Backoff(tries=5, first=0.5, cap=5.0),
     ) -> None:
@@ -165,6 +167,9 @@ class Controller:
         self.commenter = commenter
         # Who says a merged candidate is deployed and ready (None: assume it is).
         self.readiness: ReadinessCheck = readiness or AlwaysReady()
+        # Who asks stable and canary the same images (None: the answers check is skipped).
+        self.prober = prober
+        self._probed: dict[str, tuple[tuple[str, str, int], float | None, PairedAnswers]] = {}
         self._waiting: dict[str, str] = {}  # model -> last "step not applied" reason logged
         self.clock = clock
         self.workdir = pathlib.Path(config.workdir)
@@ -375,6 +380,10 @@ class Controller:
             assert committed.stable is not None and committed.candidate is not None
             obs = self.source_for(policy).observe(model, committed.stable, committed.candidate,
                                                   window, at=end)
+            if obs.fault is None:
+                paired = self._paired(policy, model, committed, interval)
+                if paired is not None:
+                    obs = obs.model_copy(update={"answers": paired})
             decision = decide(policy, track.state, obs, end)
             if policy.mode == "shadow":
                 decision = shadowed(track.state, decision)
@@ -384,6 +393,38 @@ class Controller:
             if outcome.committed is not None or self._tracks.get(model) is not track:
                 break  # main moved: the next tick starts from the new commit
         return outcomes
+
+    def _paired(self, policy: CanaryPolicy, model: str, committed: CanaryState,
+                interval: float) -> PairedAnswers | None:
+        """The paired answers of this step (`promotion/metrics/probe.py`,
+        `promotion/decision/answers.py`).
+
+        Probed once per step, not per window: the answers are deterministic, so
+        asking again only adds requests; every window of the step carries the same
+        evidence (a replay after a restart probes once more). A failed probe is
+        tried again an interval later, unless asking again cannot help (a 404: the
+        stable ships no probe set)."""
+        check = policy.quality.answers
+        if self.prober is None or check is None:
+            return None
+        assert committed.stable is not None and committed.candidate is not None
+        key = (committed.stable, committed.candidate, committed.weight)
+        now = self.clock()
+        cached = self._probed.get(model)
+        if cached is not None and cached[0] == key and (
+                cached[1] is None or now - cached[1] < interval):
+            return cached[2]
+        retry_after: float | None = None  # None: this step's answer
+        try:
+            stable, canary = self.prober.answers(model, committed.stable, committed.candidate)
+            paired = answers.compare(stable, canary, check)
+        except Exception as exc:  # a probe never stops the analysis: "no probe", said why
+            paired = PairedAnswers.failed(str(exc))
+            retry_after = None if getattr(exc, "lasting", False) else now
+            if cached is None or cached[2].error != paired.error:
+                log.warning("%s: paired answers probe failed: %s", model, exc)
+        self._probed[model] = (key, retry_after, paired)
+        return paired
 
     def _material(self, before: CanaryState, decision: Decision, track: _Track) -> bool:
         if not isinstance(decision, Hold):

@@ -86,6 +86,7 @@ from serving.fault import FaultConfig
 from serving.metrics import CONTENT_TYPE, MULTIPROC_ENV, ServerMetrics
 from serving.modeldir import ModelDir, load_model_dir
 from serving.preprocess import ImageOptions
+from serving.probe import load_probe_set
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import Abandoned, PredictorPool, default_threads
 from serving.service import ModelService, Result
@@ -512,6 +513,20 @@ def build_app(state: ServerState) -> Starlette:
         except ServingError as exc:
             return _error(exc)
 
+    probe_set = load_probe_set(state.model.path) if state.model is not None else []
+
+    async def probe(request: Request) -> Response:
+        """The probe images this version ships (`serving/probe.py`)."""
+        try:
+            check_model(request)
+            if not probe_set:
+                raise NotFound(f"version '{settings.model_version}' ships no probe images "
+                               f"(a probe/ folder in its export)")
+        except ServingError as exc:
+            return _error(exc)
+        return _json({"model_name": settings.model_name,
+                      "model_version": settings.model_version, "images": probe_set})
+
     async def server_metadata(request: Request) -> Response:
         return _json({
             "name": SERVER_NAME,
@@ -555,6 +570,8 @@ def build_app(state: ServerState) -> Starlette:
         Route(
             "/v2/models/{model_name}/versions/{model_version}/ready", model_ready, methods=["GET"]
         ),
+        Route("/v2/models/{model_name}/probe", probe, methods=["GET"]),
+        Route("/v2/models/{model_name}/versions/{model_version}/probe", probe, methods=["GET"]),
         Route("/v2/repository/index", repository_index, methods=["POST"]),
         Route("/GeneralModelService/inference", paddle_serving, methods=["POST"]),
         Route("/metrics", prometheus, methods=["GET"]),

@@ -25,6 +25,7 @@ import requests
 import yaml
 
 from cogs.files import read_json
+from contracts.artifact import PROBE_DIR
 from gitops import yamlio
 from gitops.repo import init_repo
 from local.platform import lifecycle, procs
@@ -62,6 +63,13 @@ def env(tmp_path_factory, trained_model):
         shutil.copytree(trained_model.model_dir, versions[version])
     record = versions[CANARY] / "model.yaml"
     record.write_text(record.read_text().replace(f"version: {stable}", f"version: {CANARY}"))
+    # The stable ships a probe set (contracts.artifact.PROBE_DIR): 32 val images, which the
+    # controller's paired answers check asks both versions about (the canary, same weights,
+    # answers alike and passes; the rotated label map of the last test does not).
+    probe = versions[stable] / PROBE_DIR
+    probe.mkdir()
+    for image in sorted((trained_model.data_dir / "val").glob("*.png"))[:32]:
+        shutil.copy(image, probe / image.name)
     wd = Workdir(base / "platform")
     try:
         lifecycle.up(wd, str(repo))
@@ -441,3 +449,96 @@ def test_the_ui_shows_the_platform_live(at_ten_percent, chromium, tmp_path):
     finally:
         stop.set()
         sender.join(30)
+
+
+def test_a_rotated_label_map_is_rolled_back_by_the_paired_answers_at_its_first_step(
+        at_ten_percent):
+    """Issue 27's drill on the shapes example's balanced mix (33/31/36 %), where a rotation
+    moves no class share enough for the class-mix check: `labels` rotated by one in the
+    served infer_cfg.yml, weights unchanged. The controller (default settings, local
+    platform, no client load) asks stable and canary the stable's 32 probe images through
+    HAProxy, pinned by `x-mlops-version` (promotion/metrics/probe.py), and rolls the canary back
+    at 10 % on the paired answers: the same boxes, other names (promotion/decision/answers.py)."""
+    import sys
+    import time
+
+    from gitops import layout
+    from gitops.writeback import Message, WriteBack
+    from promotion.decision.state import dump_state_yaml, start_canary
+    from tests.fixtures.platform import FAST, model_documents
+
+    env = at_ten_percent
+    wd, repo, v1, v2 = env["wd"], env["repo"], env["v1"], env["v2"]
+    rotated = "v-rotated"
+    versions = dict(env["versions"])
+    versions[rotated] = env["base"] / "models" / MODEL / rotated
+    if not versions[rotated].exists():
+        shutil.copytree(env["versions"][v2], versions[rotated])
+        cfg_path = versions[rotated] / "infer_cfg.yml"
+        cfg = yaml.safe_load(cfg_path.read_text())
+        names = [label["name"] for label in cfg["labels"]]
+        for label, name in zip(cfg["labels"], names[1:] + names[:1], strict=True):
+            label["name"] = name  # circle -> square -> triangle -> circle
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        record = versions[rotated] / "model.yaml"
+        record.write_text(record.read_text().replace(f"version: {v2}", f"version: {rotated}"))
+    folder = f"apps/{MODEL}/{layout.PROMOTION}"
+    before = subprocess.run(["git", "--git-dir", str(repo), "show", f"main:{folder}"],
+                            capture_output=True, text=True, check=True).stdout
+
+    def commit(docs, promotion_text, remove=(), subject=""):
+        def edit(root):
+            layout.write_model(root, MODEL, docs, remove_versions=remove)
+            (root / folder).write_text(promotion_text)
+        assert WriteBack(repo, backoff=FAST).commit("main", edit, Message(subject)).commit
+
+    now = __import__("datetime").datetime.now(__import__("datetime").timezone.utc)
+    started = time.monotonic()
+    commit(model_documents(MODEL, versions, v1, rotated, 10),
+           dump_state_yaml(start_canary(MODEL, v1, rotated, 10, now)),
+           subject=f"test: {rotated} (label map rotated by one) at 10%")
+    controller = None
+    log = env["base"] / "rotated-controller.log"
+    try:
+        wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 0, rotated: 10}), SERVER_READY,
+                 "the rotated canary at 10%")
+        served = time.monotonic()
+        root = pathlib.Path(__file__).resolve().parents[1]
+        prometheus = f"http://127.0.0.1:{read_json(wd.config)['prometheus_port']}"
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "mlops", "controller", "run", "--gitops", str(repo),
+             "--prometheus", prometheus, "--interval", "3", "--settle", "1", "--poll", "0.5",
+             "--workdir", str(env["base"] / "rotated-controller"),
+             "--readiness", "local", "--platform-workdir", str(wd.root)],
+            cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+        def decided() -> str | None:
+            assert controller is not None
+            if controller.poll() is not None:
+                pytest.fail(f"controller exited:\n{log.read_text()[-3000:]}")
+            message = subprocess.run(
+                ["git", "--git-dir", str(repo), "log", "-1", "--format=%B", "main"],
+                capture_output=True, text=True, check=True).stdout
+            return message if message.startswith(("canary(", "rollback(")) else None
+        try:
+            message = wait_for(decided, 60, "the controller's first decision")
+        except BaseException:
+            print(log.read_text()[-4000:])
+            raise
+        print(f"rotated canary: served after {served - started:.0f} s, rolled back "
+              f"{time.monotonic() - served:.0f} s later")
+        assert message.startswith(f"rollback({MODEL}): 10% -> 0% ({rotated} over"), message
+        assert "Mlops-Decision: rollback/verdict" in message
+        reason = next(line for line in message.splitlines() if line.startswith("Mlops-Reason:"))
+        assert "answers: " in reason and "labelled differently" in reason, reason
+        assert "circle -> square" in reason or "square -> triangle" in reason or \
+            "triangle -> circle" in reason, reason
+    finally:
+        if controller is not None and controller.poll() is None:
+            os.killpg(controller.pid, signal.SIGTERM)
+            controller.wait(timeout=30)
+        # Back to the module's 90/10 canary (v2 never stopped: no server restart).
+        commit(model_documents(MODEL, env["versions"], v1, v2, 10), before, remove=(rotated,),
+               subject="test: back to the 90/10 canary")
+        wait_for(lambda: converged(wd, MODEL, {v1: 90, v2: 10}), SERVER_READY,
+                 "the 90/10 split")

@@ -134,3 +134,85 @@ def test_released_socket_dir_is_removed_and_a_foreign_one_is_kept(tmp_path):
     (other.parent / "notes.txt").unlink()
     wd.release_admin_socket()
     assert not other.parent.exists()
+
+
+def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
+    """The canary's probe asks each version through the router (`x-mlops-version`): real
+    HAProxy, two static servers at 100/0 and one added at run time, each a tiny HTTP server
+    that answers its own name. Pinned requests reach the named server (weight 0 too, the
+    run-time one too: `use-server` with a log-format name is resolved per request, HAProxy
+    2.6 configuration.txt, "use-server"); an unknown name falls back to the weights; and
+    pinned requests stay out of the router's latency histogram (what clients see)."""
+    import http.server
+    import threading
+    import time
+
+    import requests
+
+    from local.platform.runtime import RuntimeApi
+    from tests.fixtures.common import free_port
+
+    def named(name):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = name.encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    backends = {name: named(name) for name in ("v1", "v2", "v3")}
+    wd = Workdir(tmp_path)
+    stats, front = free_port(), free_port()
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(haproxy.render_config(
+        wd, stats_port=stats, frontends={"shapes": front},
+        servers={"shapes": {"v1": (backends["v1"].server_port, 100),
+                            "v2": (backends["v2"].server_port, 0)}}))
+    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
+
+    def answer(version=None):
+        headers = {"x-mlops-version": version} if version else {}
+        return requests.get(url, headers=headers, timeout=5).text
+
+    def up(names):
+        states = {s.name: s.up for s in RuntimeApi(wd.admin_socket()).servers_state()}
+        return all(states.get(n) for n in names)
+
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if up(["v1", "v2"]):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert {answer() for _ in range(10)} == {"v1"}
+        assert {answer("v2") for _ in range(5)} == {"v2"}
+        RuntimeApi(wd.admin_socket()).add_server(
+            "shapes", "v3", haproxy.server_line_args(backends["v3"].server_port, 0))
+        deadline = time.monotonic() + 20
+        while not up(["v3"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert answer("v3") == "v3"
+        assert answer("v-unknown") == "v1"  # not a server: the weights decide
+        latency = requests.get(f"http://127.0.0.1:{stats}{haproxy.LATENCY_PATH}", timeout=5).text
+        counts = {line.split("server=")[1].split('"')[1]: int(line.split()[-1])
+                  for line in latency.splitlines() if line.startswith(
+                      "mlops_router_response_seconds_count")}
+        assert counts == {"v1": 10}, latency  # the ten unpinned requests only
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for server in backends.values():
+            server.shutdown()
+            server.server_close()

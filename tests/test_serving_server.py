@@ -258,6 +258,16 @@ def test_unknown_model_version_or_route_is_404(server, path, words):
     assert requests.get(f"{server.url}/v2/models/other").status_code == 404
 
 
+def test_a_version_without_a_probe_set_says_so_with_404(server):
+    """The paired answers probe asks the stable for its probe images (`serving/probe.py`);
+    this export ships none, and a wrong version is refused like on the infer route."""
+    base = f"{server.url}/v2/models/{server.model_name}"
+    response = requests.get(f"{base}/versions/{server.model_version}/probe")
+    assert response.status_code == 404 and "ships no probe images" in response.json()["error"]
+    response = requests.get(f"{base}/versions/v-nope/probe")
+    assert response.status_code == 404 and "'v-nope'" in response.json()["error"]
+
+
 def test_body_over_the_limit_is_413(server):
     big = b" " * (MAX_BODY + 1)
     response = requests.post(infer_url(server), data=big)

@@ -24,6 +24,14 @@ histogram (an average of the last 1024 requests and a maximum since start),
 so `router_latency.lua` keeps one per server (``mlops_router_response_seconds``,
 labelled ``proxy``/``server`` like the exporter's series) and the stats port
 serves it on ``/router-latency``; the ``haproxy`` metrics preset reads it.
+
+Pinned requests: a request with the ``x-mlops-version`` header goes to that
+version's server whatever its weight (``use-server`` with a log-format name,
+resolved per request, so the servers added at run time are found too; an
+unknown name falls back to the weights, and the probe asks the versioned URL
+so a wrong server answers 404). These are the canary analysis' own probes
+(`promotion/metrics/probe.py`): they are left out of the latency histogram, which is
+what clients see.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import pathlib
 from typing import Mapping
 
+from contracts.traffic import VERSION_HEADER
 from local.platform.workdir import Workdir
 
 #: Per-server response-time histograms (HAProxy 2.6's exporter has none): the Lua
@@ -86,6 +95,7 @@ def render_config(
         "  stats refresh 2s",
         "  stats show-legends",
     ]
+    pinned = f"{{ req.hdr({VERSION_HEADER}) -m found }}"
     for model in sorted(frontends):
         lines += [
             "",
@@ -96,7 +106,8 @@ def render_config(
             f"backend {model}",
             "  balance roundrobin",
             f"  option httpchk GET {CHECK_PATH}",
-            "  http-request lua.mlops_start",
+            f"  use-server %[req.hdr({VERSION_HEADER})] if {pinned}",
+            f"  http-request lua.mlops_start unless {pinned}",
             "  http-response lua.mlops_observe",
         ]
         for version, (port, weight) in sorted(servers.get(model, {}).items()):

@@ -39,6 +39,13 @@ class PlatformReadiness:
                                     f"not ready ({why})")
         return Readiness(True, f"{model} {version} ready on port {entry.get('port')}")
 
+    def router_url(self, model: str) -> str | None:
+        """The model's HAProxy frontend (what clients use; the paired answers probe
+        pins each request to a version there), None before the sync routed it."""
+        doc = read_json(self.workdir.status, {}) or {}
+        url = ((doc.get("models") or {}).get(model) or {}).get("url")
+        return str(url) if url else None
+
     def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
         """HAProxy's weights, as the sync last set them (`haproxy_weight`)."""
         doc = read_json(self.workdir.status, {}) or {}

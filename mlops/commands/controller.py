@@ -94,6 +94,31 @@ def _readiness(args: argparse.Namespace) -> Any:
     return PlatformReadiness(Workdir(pathlib.Path(workdir)))
 
 
+def _prober(args: argparse.Namespace, readiness: Any) -> Any:
+    """Who asks stable and canary the same probe images (`promotion/metrics/probe.py`): through
+    the local platform's HAProxy, or the model's Service in the cluster (the header
+    match of its VirtualService needs the controller's pod in the mesh), or a template."""
+    from promotion.metrics.probe import HttpProbe
+
+    template = args.probe_url
+    if template == "off":
+        return None
+    if template:
+        if "{model}" not in template:
+            from mlops.errors import UserError
+
+            raise UserError(f"--probe-url {template!r}: write the router's address with "
+                            "{model}, e.g. http://{model}.models.svc.cluster.local:8080")
+        return HttpProbe(lambda model: template.format(model=model))
+    runtime = _runtime(args)
+    if runtime == "local":
+        return HttpProbe(readiness.router_url)
+    if runtime == "kubernetes":
+        namespace = args.readiness_namespace
+        return HttpProbe(lambda model: f"http://{model}.{namespace}.svc.cluster.local:8080")
+    return None
+
+
 def build(args: argparse.Namespace) -> Controller:
     """The controller the arguments describe (tests build it the same way)."""
     if args.preset:
@@ -120,10 +145,11 @@ def build(args: argparse.Namespace) -> Controller:
     default = RUNTIME_PRESETS.get(_runtime(args), "model")
     logging.getLogger("mlops.controller").info(
         "metrics preset: %s", args.preset or f"each model's, or {default} (the runtime's default)")
+    readiness = _readiness(args)
     return Controller(config, _sources(args.prometheus, args.preset, default),
                       metrics=ControllerMetrics(),
                       notifier=notifier, refresher=refresher, commenter=_commenter(args),
-                      readiness=_readiness(args))
+                      readiness=readiness, prober=_prober(args, readiness))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -195,6 +221,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--platform-workdir",
                      help="the local platform's work dir (--readiness local; "
                           "default: $MLOPS_WORKDIR)")
+    run.add_argument("--probe-url", default=None,
+                     help="the router's address for the paired answers probe, with {model} "
+                          "(default: the platform's HAProxy with --readiness local, "
+                          "http://{model}.<namespace>.svc.cluster.local:8080 with kubernetes; "
+                          "'off': no probe, the answers check is skipped)")
     run.add_argument("--on-rollback", choices=["remove", "scale-to-zero"], default="remove",
                      help="what happens to a rolled-back candidate's Deployment")
     run.add_argument("--checkpoint-every", type=int, default=0,

@@ -14,6 +14,10 @@ The order of the rules is the policy, so it is written down here:
 3. A metric-source fault holds with cause `fault`, counted against the fault
    budget (then pause or roll back, per policy). Faults are ours, not the
    canary's: they never count as evidence either way.
+3b. The paired answers (`promotion/decision/answers.py`: the same probe images answered
+   by both versions) say the canary names the same boxes differently: roll
+   back with cause `verdict`, at once and whatever the client traffic, which
+   a rotated label map on a balanced class mix gives no other check to see.
 4. No requests at all: hold, `insufficient evidence`, counted against the
    insufficient-evidence budget. No data is never a pass and never a failure.
 5. Traffic: if the canary serves nothing while stable serves enough requests
@@ -57,7 +61,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from promotion.decision import class_mix, quality, stats
+from promotion.decision import answers, class_mix, quality, stats
 from promotion.decision.observations import (
     Observations,
     count_above,
@@ -353,6 +357,17 @@ def _class_mix_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
                  statistic=statistic, threshold=threshold, detail=detail)
 
 
+def _answers_check(policy: CanaryPolicy, obs: Observations) -> Check | None:
+    """The paired answers check as evidence; None when the window was not probed."""
+    if obs.answers is None:
+        return None
+    verdict, low, limit, matched, detail = answers.judge(policy.quality.answers, obs.answers)
+    return Check(name="answers", verdict=verdict, value=low, threshold=limit,
+                 samples=matched, statistic=None if low is None else
+                 (obs.answers.relabelled / obs.answers.matched if obs.answers.matched else 0.0),
+                 detail=detail)
+
+
 def _window_dict(obs: Observations) -> dict[str, Any]:
     share = obs.observed_share
     return {
@@ -432,6 +447,12 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
         return _hold(state, HoldCause.FAULT, f"metric source fault: {obs.fault}", now, base,
                      fault_intervals=intervals, fault_since=since)
     state = state.with_(fault_intervals=0, fault_since=None) if state.fault_intervals else state
+
+    # 3b. Paired answers: evidence of its own, not of the client traffic.
+    paired = _answers_check(policy, obs)
+    if paired is not None and paired.verdict == "fail":
+        return _rollback(state, "verdict", f"answers: {paired.detail.split(' (')[0]}", now,
+                         base.model_copy(update={"checks": (paired,)}))
 
     # 4. No data.
     if obs.total_requests == 0:
@@ -574,6 +595,8 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
         checks.append(_quality_check(policy, qc, state, canary, stable))
     if policy.quality.class_mix is not None and (canary.classes or stable.classes):
         checks.append(_class_mix_check(policy, state, canary, stable))
+    if paired is not None:
+        checks.append(paired)
     checks.append(Check(
         name="requests", value=float(canary.requests), threshold=float(policy.min_requests),
         samples=canary.requests,

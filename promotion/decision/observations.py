@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 __all__ = [
     "Histogram",
     "Observations",
+    "PairedAnswers",
     "VersionWindow",
     "count_above",
     "histogram_quantile",
@@ -64,6 +65,29 @@ class VersionWindow(BaseModel):
         return int(round(max(self.latency.values())))
 
 
+class PairedAnswers(BaseModel):
+    """What one probe found: both versions' answers on the same images, compared.
+
+    `error` set: the probe could not be made (no probe set shipped, a version
+    unreachable); the counts then mean nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    images: int = Field(default=0, ge=0)
+    stable_boxes: int = Field(default=0, ge=0)
+    canary_boxes: int = Field(default=0, ge=0)
+    matched: int = Field(default=0, ge=0)
+    relabelled: int = Field(default=0, ge=0)
+    pairs: dict[str, int] = Field(default_factory=dict)
+    """Relabelled pairs by `stable label -> canary label`, for the reason."""
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, why: str) -> PairedAnswers:
+        """A probe that could not be made, with the reason."""
+        return cls(error=why or "probe failed")
+
+
 class Observations(BaseModel):
     """Canary and stable in the same window, or a fault."""
 
@@ -76,6 +100,9 @@ class Observations(BaseModel):
     """Measured share of traffic on the canary; None: derived from requests."""
     fault: str | None = None
     """Why the metric source failed; when set, the numbers mean nothing."""
+    answers: PairedAnswers | None = None
+    """The paired probe of this window (`promotion/decision/answers.py`), made by the controller
+    beside the metric source; None: not probed."""
 
     @classmethod
     def faulted(cls, reason: str, window_seconds: float = 30.0) -> Observations:

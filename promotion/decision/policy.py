@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from contracts.errors import ExitCode, MlopsError
 
-__all__ = ["Budget", "CanaryPolicy", "ClassMixCheck", "MetricsSpec", "PolicyError",
+__all__ = ["AnswersCheck", "Budget", "CanaryPolicy", "ClassMixCheck", "MetricsSpec", "PolicyError",
            "QualityCheck", "QualitySpec", "load_policy", "parse_duration"]
 
 
@@ -168,6 +168,25 @@ class ClassMixCheck(_Frozen):
     min_difference: float = Field(default=0.03, ge=0, lt=1)
 
 
+class AnswersCheck(_Frozen):
+    """The paired answers check (`promotion/decision/answers.py`): the stable's probe images
+    answered by both versions, pinned by a header through the router; the share of
+    matched boxes (IoU >= `min_iou`, both scoring >= `min_score`) that the canary
+    names differently. Rolls back when its lower bound at `confidence` is above
+    `max_share`: a retrain renames a few boxes, a rotated label map nearly all."""
+
+    max_share: float = Field(default=0.2, gt=0, lt=1)
+    """Relabelled matched boxes a harmless retrain may reach."""
+    confidence: float = Field(default=0.99, gt=0.5, lt=1)
+    """Of the one-sided lower Clopper-Pearson bound. Stricter than 95 % because the
+    same (deterministic) answers are looked at every window."""
+    min_iou: float = Field(default=0.5, gt=0, le=1)
+    min_score: float = Field(default=0.5, ge=0, le=1)
+    """Boxes below it are left out (PaddleDetection's usual `draw_threshold`)."""
+    min_matched: int = Field(default=5, ge=1)
+    """Fewer matched boxes: no verdict (skipped, never a pass on silence)."""
+
+
 class QualitySpec(_Frozen):
     """What the model answers, canary vs stable (a model that answers 200, fast and
     wrong: training/serving skew, a label map off by one, live data unlike the
@@ -192,6 +211,10 @@ class QualitySpec(_Frozen):
     class_mix: ClassMixCheck | None = ClassMixCheck()
     """The class-mix check (on by default; `null`: off). It shares `alpha` with
     `checks`, one equal part each."""
+
+    answers: AnswersCheck | None = AnswersCheck()
+    """The paired answers check (on by default; `null`: off). It states its own
+    confidence and does not share `alpha` (it is not a sequential test)."""
 
     @property
     def test_count(self) -> int:
