@@ -19,7 +19,7 @@ from typing import Any
 
 def ui_config(args: argparse.Namespace) -> Any:
     """The UI's settings from the options, completed from the platform's work dir."""
-    from mlops.commands.canary import _who
+    from gitops.people import current_user
     from mlops.errors import UserError
     from mlops.platform.workdir import Workdir, default_workdir, load_config
     from mlops.ui.app import UiConfig
@@ -54,7 +54,7 @@ def ui_config(args: argparse.Namespace) -> Any:
         prometheus=prometheus or None, runs=runs,
         reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
         models_root=pathlib.Path(args.models_root) if args.models_root else None,
-        actions=not args.read_only, token=args.token or None, user=_who(args),
+        actions=not args.read_only, token=args.token or None, user=current_user(args.by),
         proxy_user=args.proxy_user, namespace=args.namespace,
         workdir=root if platform is not None else None,
         argo_server=args.argo_server,
