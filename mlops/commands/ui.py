@@ -90,7 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
                         "$MLOPS_UI_PROXY_SECRET), which the proxy sends as X-Mlops-Proxy-Secret")
     print(f"mlops ui: http://{args.host}:{args.port}/  (GitOps {config.gitops}"
           f"{', Prometheus ' + config.prometheus if config.prometheus else ''})", flush=True)
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
+    # Open event streams (pushed updates) end within a tick of Ctrl-C; do not wait longer.
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=2)
     return 0
 
 

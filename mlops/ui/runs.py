@@ -67,3 +67,19 @@ def read_log(roots: Sequence[pathlib.Path], path: str) -> str:
         size = fh.seek(0, 2)
         fh.seek(max(0, size - LOG_TAIL))
         return fh.read().decode(errors="replace")
+
+
+def compare_view(roots: Sequence[pathlib.Path], outs: Sequence[str]) -> dict[str, Any]:
+    """Two or more of the listed runs side by side (`workflows.run_compare`, as
+    `mlops runs compare` prints them); only runs under the UI's run directories."""
+    from mlops.errors import UserError
+    from workflows.run_compare import compare, read_run
+
+    if len(outs) < 2:
+        raise UserError("compare: pick two or more runs (run=OUT&run=OUT)")
+    for out in outs:
+        target = pathlib.Path(out).resolve()
+        if not any(target.is_relative_to(pathlib.Path(r).resolve()) for r in roots):
+            raise UserError(f"compare: run={out}: not a run under "
+                            f"{', '.join(map(str, roots)) or '(no --runs)'}")
+    return compare([read_run(pathlib.Path(out)) for out in outs])
