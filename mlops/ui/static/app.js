@@ -254,9 +254,13 @@ function renderRuns(doc) {
 
 // -- Compare --------------------------------------------------------------------------------
 function cell(v) {
-  if (v === null || v === undefined) return "–";
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(4);
-  return esc(v);
+  if (v === null || v === undefined) return `<td>–</td>`;
+  if (typeof v === "number") {
+    return `<td class="num">${Number.isInteger(v) ? v : v.toPrecision(4)}</td>`;
+  }
+  const text = String(v);
+  const shown = text.length > 36 ? text.slice(0, 16) + "…" + text.slice(-16) : text;
+  return `<td title="${esc(text)}">${esc(shown)}</td>`;
 }
 
 function renderCompare(doc) {
@@ -268,7 +272,7 @@ function renderCompare(doc) {
     section = row.section;
     return title + `<tr class="${row.differs ? "differs" : ""}" data-row="` +
       `${esc(row.section)}.${esc(row.key)}"><td>${esc(row.key)}</td>` +
-      row.values.map((v) => `<td class="num">${cell(v)}</td>`).join("") + `</tr>`;
+      row.values.map(cell).join("") + `</tr>`;
   }).join("");
   const differ = doc.rows.filter((r) => r.differs).length;
   return `<section class="card" id="compare"><h2>${doc.runs.length} runs compared ` +

@@ -9,7 +9,7 @@ const MlopsCharts = (() => {
   const COLORS = ["#2456c4", "#e07b00", "#1a7f37", "#9c27b0", "#c62828", "#00838f"];
   const WIDTH = 380, HEIGHT = 150;
 
-  const fmt = (v) => (v === null || v === undefined ? "–" :
+  const fmt = (v) => (v === null || v === undefined ? "–" : Number.isInteger(v) ? String(v) :
     Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(2));
 
   // Decision commits as vertical lines on the time axis, with the step as a label.
@@ -19,6 +19,7 @@ const MlopsCharts = (() => {
         draw: [(u) => {
           const ctx = u.ctx;
           ctx.save();
+          let labelled = -Infinity; // labels closer than 40 px would overprint
           for (const m of getMarks()) {
             const x = Math.round(u.valToPos(m.at, "x", true));
             if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
@@ -31,7 +32,10 @@ const MlopsCharts = (() => {
             ctx.stroke();
             ctx.fillStyle = "#374151";
             ctx.font = `${10 * devicePixelRatio}px system-ui`;
-            ctx.fillText(m.step || m.decision, x + 3, u.bbox.top + 10 * devicePixelRatio);
+            if (x - labelled >= 40 * devicePixelRatio) {
+              ctx.fillText(m.step || m.decision, x + 3, u.bbox.top + 10 * devicePixelRatio);
+              labelled = x;
+            }
           }
           ctx.restore();
         }],
