@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import requests
 
 from promotion.metrics.presets import QueryPreset, get_preset, render_window
-from promotion.metrics.prometheus import MetricFault
+from promotion.metrics.prometheus import PrometheusSource
 from promotion.policy import CanaryPolicy
 from serving.manifests import deployment_name
 
@@ -76,29 +76,13 @@ class LiveReader:
     def __init__(self, url: str, preset: QueryPreset | str = "model",
                  namespace: str = "default", timeout: float = 3.0,
                  session: requests.Session | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.preset = get_preset(preset) if isinstance(preset, str) else preset
+        self.source = PrometheusSource(url, preset, namespace=namespace, timeout=timeout,
+                                       session=session)  # its HTTP and its faults
+        self.preset = self.source.preset
         self.namespace = namespace
-        self.timeout = timeout
-        self.session = session or requests.Session()
 
-    def _get(self, path: str, params: Mapping[str, str], kind: str) -> list[dict[str, Any]]:
-        try:
-            resp = self.session.get(f"{self.url}{path}", params=dict(params),
-                                    timeout=self.timeout)
-            body = resp.json()
-        except requests.RequestException as exc:
-            raise MetricFault(f"prometheus at {self.url} unreachable: {exc}") from None
-        except ValueError:
-            raise MetricFault(f"prometheus answered HTTP {resp.status_code} without JSON") from None
-        if resp.status_code != 200 or body.get("status") != "success":
-            raise MetricFault(f"prometheus query failed (HTTP {resp.status_code}): "
-                              f"{body.get('errorType', '')} {body.get('error', '')}".strip())
-        data = body.get("data") or {}
-        if data.get("resultType") != kind:
-            raise MetricFault(f"expected a {kind}, got {data.get('resultType')!r} for "
-                              f"{params.get('query')}")
-        return list(data.get("result") or [])
+    def _get(self, path: str, params: dict[str, str], kind: str) -> list[dict[str, Any]]:
+        return self.source.api(path, params, kind)
 
     def now(self, model: str, versions: Sequence[str], window: float = 30.0,
             at: float | None = None) -> dict[str, dict[str, float | None]]:
