@@ -26,7 +26,7 @@ from contracts.errors import ExitCode, MlopsError
 from workflows import run_events
 
 __all__ = ["RunNotFound", "RunRecord", "compare", "find_run", "loss_curve", "read_run",
-           "render_table"]
+           "record_of_workflow", "render_table"]
 
 #: `step=N epoch=E loss=L` (train.py's progress line; `[worker-K]` prefixes kept apart).
 _LOSS = re.compile(r"^(?:\[worker-(?P<worker>\d+)\]\s*)?.*\bstep=(?P<step>\d+)\b.*"
@@ -175,6 +175,61 @@ def read_run(out: pathlib.Path) -> RunRecord:
              "training_commit": model.get("training_commit", "")},
         parameters=parameters, dataset=dataset, metrics=metrics, gate=gate,
         durations=durations, loss=loss)
+
+
+def _value(text: str) -> Any:
+    try:
+        return float(text) if text.strip() not in ("", "true", "false") else \
+            {"true": True, "false": False}.get(text.strip(), text)
+    except ValueError:
+        return text
+
+
+def _seconds(node: dict[str, Any]) -> float | None:
+    import datetime as dt
+
+    try:
+        start, end = (dt.datetime.fromisoformat(str(node[k]).replace("Z", "+00:00"))
+                      for k in ("startedAt", "finishedAt"))
+    except (KeyError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
+def record_of_workflow(wf: dict[str, Any], train_log: str = "") -> RunRecord:
+    """An Argo Workflow (the Argo Server's JSON) as a run record (pure): its arguments are
+    the parameters, each step's output parameters its metrics, the gate step's its
+    verdict, each Pod node's start to finish its duration; the loss from the train
+    step's log when the caller fetched it."""
+    meta, spec, status = (wf.get(k) or {} for k in ("metadata", "spec", "status"))
+    parameters = {str(p["name"]): p.get("value") for p in
+                  ((spec.get("arguments") or {}).get("parameters") or []) if "name" in p}
+    metrics: dict[str, Any] = {}
+    gate: dict[str, Any] = {}
+    durations: dict[str, Any] = {"total": _seconds(status)}
+    outputs: dict[str, str] = {}
+    pods = sorted((n for n in (status.get("nodes") or {}).values() if n.get("type") == "Pod"),
+                  key=lambda n: n.get("startedAt") or "")
+    for node in pods:
+        task = str(node.get("displayName") or node.get("name"))
+        durations[task] = _seconds(node)
+        params = {str(p["name"]): str(p.get("value", "")) for p in
+                  ((node.get("outputs") or {}).get("parameters") or []) if "name" in p}
+        outputs.update(params)
+        if "gate" in task:
+            gate.update({k: _value(v) for k, v in params.items()})
+        elif "evaluate" in task:
+            metrics.update({k: _value(v) for k, v in params.items()
+                            if isinstance(_value(v), float)})
+    if not gate and "passed" in outputs:
+        gate["passed"] = _value(outputs["passed"])
+    return RunRecord(
+        name=str(meta.get("name", "?")), out=f"argo:{meta.get('name', '?')}",
+        run={"status": status.get("phase", ""), "workflow": meta.get("name", ""),
+             "version": outputs.get("version", ""), "training_commit":
+             parameters.get("revision", "")},
+        parameters=parameters, metrics=metrics, gate=gate, durations=durations,
+        loss=loss_curve(train_log))
 
 
 def compare(records: Sequence[RunRecord]) -> dict[str, Any]:

@@ -244,7 +244,7 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         return {"runs": (argo.runs() if argo else []) + found}
 
     def compare(request: Request) -> dict[str, Any]:
-        return run_pages.compare_view(config.runs, request.query_params.getlist("run"))
+        return run_pages.compare_view(config.runs, request.query_params.getlist("run"), argo)
 
     def run_log(request: Request) -> Response:
         path = request.query_params.get("path", "")
