@@ -56,3 +56,19 @@ def test_mlops_pr_approve_by_names_the_merge_author(ui_repo, capsys):
 ])
 def test_identity_of_a_person(person, name, mail):
     assert identity_of(person).name == name and identity_of(person).email == mail
+
+
+def test_a_hosted_forge_names_the_approver_in_the_merge_title(fake_forge):
+    """GitHub, GitLab and Gitea merge as the token's owner (their merge APIs take a title
+    or message, no author), so the approver is named there. Only the forge's REST API is
+    a fake (`tests/fixtures/gitops.py`: a forge's hosted API cannot run here)."""
+    from gitops.git import Identity
+    from tests.fixtures.gitops import make_forge
+
+    forge = make_forge(fake_forge.flavour, fake_forge)
+    pr = forge.open_pr("b", "main", "t", "body")
+    forge.merge(pr.number, head_sha=pr.head_sha, author=Identity("Ada", "ada@example.com"))
+    sent = fake_forge.merge_payloads[-1]
+    title = sent.get("commit_title") or sent.get("MergeTitleField") or \
+        sent.get("merge_commit_message")
+    assert title and "(approved by Ada)" in title

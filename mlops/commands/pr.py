@@ -2,8 +2,9 @@
 
 * ``mlops pr list [--state open|merged|closed|all]``
 * ``mlops pr show N``
-* ``mlops pr approve N`` -- verifies the evaluated weights digest on the merged
-  tree, then merges with a merge commit (see :mod:`gitops.approval`).
+* ``mlops pr approve N [--by WHO]`` -- verifies the evaluated weights digest on the
+  merged tree, then merges with a merge commit authored by WHO (default: the current
+  user; see :mod:`gitops.approver`).
 
 ``--repo`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
 (default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges take
