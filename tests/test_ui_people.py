@@ -1,6 +1,7 @@
 """Who acts (issue 32 item 4, issue 28): the merge the UI or `mlops pr approve --by`
 makes is authored by the person who approved, through the one domain function
-both call (`gitops.approver.approve_as`); the bot stays the committer.
+both call (`gitops.approver.approve_as`); the bot stays the committer. (The CLI's
+`--by`: tests/test_gitops_local_pr.py::test_cli_list_show_approve.)
 
 A real GitOps repo and the local forge (`tests/fixtures/ui.py`), no fakes.
 """
@@ -13,7 +14,6 @@ from starlette.testclient import TestClient
 from gitops.git import BOT_IDENTITY
 from gitops.people import identity_of
 from gitops.repo import Mirror
-from mlops.cli import main as cli
 from mlops.ui.app import UiConfig, create_app
 
 
@@ -36,14 +36,6 @@ def test_the_merge_made_from_the_ui_is_authored_by_who_approved(ui_repo):
     assert head.trailers.get("Mlops-Pull-Request") == str(ui_repo.pr)
     assert (head.author_name, head.author_email) == ("Grace Hopper", "grace@example.com")
     assert committer == f"{BOT_IDENTITY.name} <{BOT_IDENTITY.email}>"
-
-
-def test_mlops_pr_approve_by_names_the_merge_author(ui_repo, capsys):
-    assert cli(["pr", "approve", str(ui_repo.pr), "--repo", str(ui_repo.gitops),
-                "--by", "Ada"]) == 0
-    assert "(approved by Ada)" in capsys.readouterr().out
-    head, _ = _main_head(ui_repo.gitops)
-    assert (head.author_name, head.author_email) == ("Ada", "ada@users.mlops.invalid")
 
 
 @pytest.mark.parametrize("person, name, mail", [
