@@ -70,8 +70,10 @@ def approve(
     forge: Forge,
     *,
     identity: Identity = DEFAULT_IDENTITY,
+    author: Identity | None = None,
 ) -> Approval:
-    """Verify the evaluated digest on the would-be merge, then merge PR ``number``."""
+    """Verify the evaluated digest on the would-be merge, then merge PR ``number``
+    (authored by ``author``, the approver, where the forge allows it)."""
     pr = forge.get_pr(number)
     if pr.state == "merged":
         return Approval("already-merged", pr, f"PR #{number} was already merged")
@@ -109,7 +111,7 @@ def approve(
         checked = f"{path} carries the evaluated weights sha256 {record.weights_sha256[:12]}…"
         if record.files is not None:
             checked += f"; the branch changes exactly the {len(record.files)} file(s) proposed"
-    merged = forge.merge(number, head_sha=head)
+    merged = forge.merge(number, head_sha=head, author=author)
     if merged.state != "merged":
         raise ForgeError(f"PR #{number}: the forge did not merge it (state {merged.state})")
     return Approval("merged", merged, f"merged PR #{number}; {checked}")

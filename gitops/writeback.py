@@ -190,14 +190,20 @@ class WriteBack:
         *,
         expect_head: str | None = None,
         check: Callable[[pathlib.Path], None] | None = None,
+        author: Identity | None = None,
     ) -> WriteResult:
         """Merge branch ``source`` into ``into`` with a merge commit and push it.
+
+        ``author``: the person the merge commit is authored by (who approved); the
+        committer stays this writer's identity, as on a forge that merges for a person.
 
         ``expect_head`` refuses when ``source`` moved since it was verified;
         ``check(root)`` runs on the merged tree before the push and may raise to
         refuse (nothing is pushed). Already merged -> ``unchanged``.
         """
         with self._clone(into) as git:
+            if author is not None:
+                git.env.update(GIT_AUTHOR_NAME=author.name, GIT_AUTHOR_EMAIL=author.email)
             text = format_message(git, message.subject, message.body, message.trailers)
             msg_file = git.cwd / ".git" / "MLOPS_MERGE_MSG"
 

@@ -182,16 +182,9 @@ def test_breakdown_of_a_refused_run_has_no_canary_parts():
     assert out["parts"]["pipeline_overhead_s"] == 40.0
 
 
-def test_queries_select_the_model_and_group_by_version():
-    q = watch.queries("shapes-detector", "30s")
-    assert 'model_name="shapes-detector"' in q["rps"] and "by (model_version)" in q["rps"]
-    assert 'status_code=~"5.."' in q["errors"]
-    assert q["p99"].startswith("histogram_quantile(0.99") and "le)" in q["p99"]
-
-
 def test_views_join_weights_and_metrics_stable_first():
-    measures = {"rps": {"v-b": 4.0, "v-a": 36.0}, "errors": {"v-b": 1.0},
-                "p99": {"v-a": 0.004, "v-b": 0.26}}
+    measures = {"v-b": {"rps": 4.0, "error_share": 0.25, "p99_ms": 260.0},
+                "v-a": {"rps": 36.0, "error_share": 0.0, "p99_ms": 4.0}}
     rows = watch.views(measures, {"v-a": 90, "v-b": 10}, stable="v-a", candidate="v-b")
     assert [(r.version, r.role, r.weight) for r in rows] == [("v-a", "stable", 90),
                                                             ("v-b", "canary", 10)]
@@ -202,10 +195,18 @@ def test_views_join_weights_and_metrics_stable_first():
 
 
 def test_views_drop_a_drained_rolled_back_version_and_show_missing_numbers_as_dashes():
-    rows = watch.views({"rps": {}, "errors": {}, "p99": {}}, {"v-a": 100, "v-old": 0},
-                       stable="v-a", candidate=None)
+    rows = watch.views({}, {"v-a": 100, "v-old": 0}, stable="v-a", candidate=None)
     assert [r.version for r in rows] == ["v-a"]
     assert watch.render(rows) == "v-a stable 100% -  err -  p99 -"
+
+
+def test_the_demo_reads_live_rates_where_the_ui_does():
+    """One home for the live rates (issue 28): the status line asks `promotion.metrics.live`
+    with the controller's preset; an unreachable Prometheus is no numbers, not a crash."""
+    from tests.fixtures.common import free_port
+
+    assert watch.observe(f"http://127.0.0.1:{free_port()}", "m", ["v1"]) == {}
+    assert not hasattr(watch, "queries")  # no hand-written PromQL beside the presets
 
 
 def test_progress_is_read_from_run_events_and_the_training_log(tmp_path):

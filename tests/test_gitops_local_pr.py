@@ -252,8 +252,11 @@ def test_cli_list_show_approve(repo, forge, capsys):
     assert "evaluated: det v2 weights sha256 " + V2_SHA in out
     assert "| mAP@0.5 | 0.71 | 0.69 |" in out
     assert "canary looks healthy" in out
-    assert cli(["pr", "approve", "1", "--repo", str(repo)]) == 0
+    assert cli(["pr", "approve", "1", "--repo", str(repo), "--by", "Ada"]) == 0
     assert "merged PR #1" in capsys.readouterr().out
+    with Mirror(repo) as mirror:  # the approver authors the merge (issue 32 item 4)
+        merge = mirror.log(mirror.sha("main") or "")[0]
+    assert (merge.author_name, merge.author_email) == ("Ada", "ada@users.mlops.invalid")
     assert cli(["pr", "list", "--repo", str(repo), "--state", "merged"]) == 0
     assert "#1    merged" in capsys.readouterr().out
     assert cli(["pr", "show", "7", "--repo", str(repo)]) == 7  # ExitCode.NOT_FOUND

@@ -400,7 +400,8 @@ def test_removed_deployment_stops_its_server(at_ten_percent):
 
 def test_the_ui_shows_the_platform_live(at_ten_percent, chromium, tmp_path):
     """`mlops ui` over this platform in headless Chromium: HAProxy's weights, each version's
-    live rate from Prometheus, and a committed split change followed on the page."""
+    live rate from Prometheus, and a committed split change followed on the page and in
+    its live charts (the router's weight and each version's req/s)."""
     from mlops.ui.app import UiConfig
     from tests.fixtures.ui import Served, all_loopback, requested, shot, text, wait
 
@@ -445,6 +446,18 @@ def test_the_ui_shows_the_platform_live(at_ten_percent, chromium, tmp_path):
             wait(chromium, lambda d: text(d, served) == "25%", "HAProxy's 25% on the page", 30)
             wait(chromium, lambda d: text(d, f'[data-served="{v1}"]') == "75%", "v1 at 75%")
             shot(chromium, tmp_path, "models-platform")
+            # The charts follow it live (issue 32): Prometheus range queries through the
+            # router's preset -- HAProxy's own weight beside git's, and the traffic.
+            weights = f'[data-last="{MODEL}:weight"]'
+            wait(chromium, lambda d: f"{v2} router 25" in text(d, weights) and
+                 f"{v2} git 25" in text(d, weights), "the router's 25% in the chart", 30)
+            wait(chromium, lambda d: all(
+                f"{v} " in text(d, f'[data-last="{MODEL}:rps"]') and
+                f"{v} –" not in text(d, f'[data-last="{MODEL}:rps"]') for v in (v1, v2)),
+                "req/s of both versions in the chart", 30)
+            assert "limit" in text(chromium, f'[data-last="{MODEL}:p99_ms"]')
+            chromium.execute_script("document.querySelector('.chart-grid').scrollIntoView()")
+            shot(chromium, tmp_path, "charts-platform")
             all_loopback(requested(chromium))
     finally:
         stop.set()

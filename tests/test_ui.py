@@ -7,7 +7,6 @@ command, so the commits and refusals checked here are the CLI's.
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
@@ -171,57 +170,46 @@ def test_manifests_are_read_only_unless_actions_are_enabled():
     assert {e["name"] for e in container["env"]} >= {"MLOPS_UI_TOKEN", "MLOPS_GIT_TOKEN"}
 
 
-class _PromAPI:
-    """A stand-in for Prometheus's query API: v2 has errors and slow answers."""
+def _model_series(now: float) -> str:
+    """The model server's own series for the last two minutes, 10 req/s per version:
+    v1 all fast, v2 1 % errors and every answer slower than 0.05 s (up to 0.5 s)."""
+    from tests.fixtures.prometheus import OpenMetrics
 
-    def __init__(self) -> None:
-        import http.server
-        import threading
-        import urllib.parse
-
-        def vector(query: str) -> list[dict]:
-            version = "v2" if 'model_version="v2"' in query else "v1"
-            if "_bucket" in query and "duration" in query:
-                slow = version == "v2"
-                return [{"metric": {"le": le}, "value": [0, str(n)]} for le, n in
-                        (("0.05", 0 if slow else 600), ("0.5", 600), ("+Inf", 600))]
-            if "_bucket" in query:
-                return []
-            if "5.." in query:
-                return [{"metric": {}, "value": [0, "6" if version == "v2" else "0"]}]
-            return [{"metric": {}, "value": [0, "600"]}]
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
-                body = json.dumps({"status": "success", "data": {
-                    "resultType": "vector", "result": vector(query)}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    om = OpenMetrics()
+    for i, tick in enumerate(range(-120, 1, 5)):
+        for version, errors, slow in (("v1", 0.0, False), ("v2", 0.01, True)):
+            total = 50.0 * i
+            labels = {"model_name": "det", "model_version": version}
+            for code, n in (("200", total * (1 - errors)), ("500", total * errors)):
+                om.add("model_requests", "counter", "model_requests_total",
+                       {**labels, "status_code": code}, now + tick, n)
+            for le, n in (("0.05", 0 if slow else total), ("0.5", total), ("+Inf", total)):
+                om.add("model_request_duration_seconds", "histogram",
+                       "model_request_duration_seconds_bucket", {**labels, "le": le},
+                       now + tick, n)
+    return om.text()
 
 
-def test_live_rates_per_version_come_from_prometheus(ui_repo):
-    prom = _PromAPI()
-    try:
-        app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=prom.url))
-        with TestClient(app) as c:
-            c.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers=HEADERS)
-            live = {v["version"]: v["live"] for v in _det(c)["versions"]}
-        assert live["v1"] == {"rate": 10.0, "error_rate": 0.0, "p99_ms": 49.5}
-        assert live["v2"]["rate"] == 10.0 and live["v2"]["error_rate"] == 0.01
-        assert live["v2"]["p99_ms"] > 400
-    finally:
-        prom.server.shutdown()
-    app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=prom.url))
+def test_live_rates_per_version_come_from_prometheus(ui_repo, prometheus_replay):
+    """A real Prometheus holding the last two minutes (backfilled), read through the
+    controller's preset (`promotion.metrics.live`, the one home of the live rates)."""
+    import time
+
+    url = prometheus_replay(_model_series(time.time()))
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=url))
+    with TestClient(app) as c:
+        c.post(f"/api/proposals/{ui_repo.pr}/approve", json={}, headers=HEADERS)
+        live = {v["version"]: v["live"] for v in _det(c)["versions"]}
+    # the window ends at the read, a few seconds after the last sample: rates run a bit low
+    assert live["v1"]["rate"] == pytest.approx(10.0, rel=0.15)
+    assert live["v1"]["error_rate"] == 0.0 and live["v1"]["p99_ms"] < 50
+    assert live["v2"]["rate"] == pytest.approx(10.0, rel=0.15)
+    assert live["v2"]["error_rate"] == pytest.approx(0.01, rel=0.05)
+    assert live["v2"]["p99_ms"] > 400
+    from tests.fixtures.common import free_port
+
+    gone = f"http://127.0.0.1:{free_port()}"
+    app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=gone))
     with TestClient(app) as c:  # Prometheus gone: a note on the page, not an error
         versions = _det(c)["versions"]
     assert "unreachable" in versions[0]["live"]["error"]

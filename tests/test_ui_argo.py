@@ -38,6 +38,34 @@ WF = {
 }
 
 
+def _second_run() -> dict:
+    """A finished retrain of the same model: another learning rate, a refused gate."""
+    nodes = {
+        "train-def34-1": {"id": "train-def34-1", "type": "Pod", "displayName": "train",
+                          "phase": "Succeeded", "startedAt": "2026-11-26T10:01:00Z",
+                          "finishedAt": "2026-11-26T10:05:00Z"},
+        "train-def34-2": {"id": "train-def34-2", "type": "Pod", "displayName": "evaluate",
+                          "phase": "Succeeded", "startedAt": "2026-11-26T10:05:00Z",
+                          "finishedAt": "2026-11-26T10:05:20Z",
+                          "outputs": {"parameters": [{"name": "map50", "value": "0.72"},
+                                                     {"name": "version", "value": "v-2"}]}},
+        "train-def34-3": {"id": "train-def34-3", "type": "Pod", "displayName": "gate",
+                          "phase": "Succeeded", "startedAt": "2026-11-26T10:05:20Z",
+                          "finishedAt": "2026-11-26T10:05:21Z",
+                          "outputs": {"parameters": [{"name": "passed", "value": "false"}]}},
+    }
+    return {"metadata": {"name": "train-def34"},
+            "spec": {"arguments": {"parameters": [{"name": "revision", "value": "def34"},
+                                                  {"name": "lr", "value": "0.002"}]}},
+            "status": {"phase": "Succeeded", "startedAt": "2026-11-26T10:00:00Z",
+                       "finishedAt": "2026-11-26T10:06:00Z", "nodes": nodes}}
+
+
+BY_NAME = {"train-abc12": {**WF, "spec": {"arguments": {"parameters": [
+    {"name": "revision", "value": "abc12"}, {"name": "lr", "value": "0.004"}]}}},
+    "train-def34": _second_run()}
+
+
 @pytest.fixture
 def argo_server():
     seen: list[tuple[str, dict, str | None]] = []
@@ -49,6 +77,8 @@ def argo_server():
             seen.append((url.path, query, self.headers.get("Authorization")))
             if url.path == "/api/v1/workflows/ml":
                 body = json.dumps({"items": [WF]})
+            elif url.path.removeprefix("/api/v1/workflows/ml/") in BY_NAME:
+                body = json.dumps(BY_NAME[url.path.removeprefix("/api/v1/workflows/ml/")])
             elif url.path == "/api/v1/workflows/ml/train-abc12/log":
                 body = "\n".join(json.dumps({"result": {"content": line}})
                                  for line in ("step=10 loss=0.5", "done"))
@@ -161,3 +191,26 @@ def test_the_workflows_namespace_is_the_pipelines(tmp_path):
     assert ui_config(args).argo_namespace == "vision-ml"
     args = parser.parse_args([*base, "--settings", str(settings), "--argo-namespace", "x"])
     assert ui_config(args).argo_namespace == "x"
+
+
+def test_two_workflows_compared_side_by_side(argo_server, tmp_path):
+    """Runs compared in a cluster (issue 32 item 2): each Workflow's arguments, the
+    evaluate step's outputs, the gate's verdict, each step's duration and the train
+    step's loss (from its log), through the Argo Server's API."""
+    url, seen = argo_server
+    config = UiConfig(gitops=str(tmp_path / "none.git"), argo_server=url, argo_namespace="ml")
+    with TestClient(create_app(config)) as c:
+        doc = c.get("/api/compare", params=[("run", "argo:train-abc12"),
+                                            ("run", "argo:train-def34")]).json()
+        res = c.get("/api/compare", params=[("run", "argo:train-abc12"), ("run", "argo:x/y")])
+    rows = {f"{r['section']}.{r['key']}": r for r in doc["rows"]}
+    assert [r["name"] for r in doc["runs"]] == ["train-abc12", "train-def34"]
+    assert rows["parameters.lr"]["values"] == ["0.004", "0.002"]
+    assert rows["parameters.lr"]["differs"]
+    assert rows["metrics.map50"]["values"] == [0.91, 0.72]
+    assert rows["gate.passed"]["values"] == [True, False]
+    assert rows["durations.train"]["values"] == [180.0, 240.0]
+    assert rows["durations.total"]["values"] == [None, 360.0]  # the first is still running
+    assert doc["loss"] == [[[10, 0.5]], []]
+    assert ("/api/v1/workflows/ml/train-abc12", {}, None) in seen
+    assert res.status_code == 400 and "not a workflow name" in res.json()["error"]

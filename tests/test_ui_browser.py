@@ -139,3 +139,52 @@ def test_an_unreadable_repo_is_a_message_on_the_page(chromium, tmp_path):
         wait(chromium, lambda d: "cannot read:" in text(d, "#page-error"), "the reason")
         assert "missing.git" in text(chromium, "#page-error")
         assert "Traceback" not in chromium.page_source
+
+
+def test_charts_follow_the_canary_and_two_runs_are_compared(chromium, repo, tmp_path):
+    """The Models page's charts follow each decision commit without a reload (pushed over
+    server-sent events): the weight in git steps 0 -> 10 -> 25 %, each commit a mark on
+    the time axis. Then two runs ticked on the Runs page open side by side, the rows that
+    differ highlighted and both loss curves drawn. No Prometheus here (the live platform's
+    charts: tests/test_platform_e2e.py), so the page says so beside the charts."""
+    import requests
+
+    from tests.fixtures.ui import make_run
+
+    runs = tmp_path / "runs"
+    make_run(runs, "aaaa", lr=0.004, map50=0.61, passed=True, losses=[3.0, 1.5, 0.9, 0.7])
+    make_run(runs, "bbbb", lr=0.002, map50=0.48, passed=False, losses=[3.1, 2.0, 1.4, 1.2],
+             seconds=140.0)
+    with Served(UiConfig(gitops=str(repo.gitops), runs=[runs], user="ada")) as app:
+        requests.post(f"{app.url}api/proposals/{repo.pr}/approve", json={"by": "ada"},
+                      headers={"X-Mlops-UI": "1"}, timeout=60).raise_for_status()
+        chromium.get(app.url + "#/models")
+        weights = '[data-last="det:weight"]'
+        wait(chromium, lambda d: "v1 git 100" in text(d, weights), "the weight chart")
+        assert chromium.find_elements("css selector", '[data-chart="det:weight"] canvas')
+        assert "limit 0.01" in text(chromium, '[data-last="det:error_share"]')
+        assert "no Prometheus given" in text(chromium, ".chart-note")
+        marks = int(chromium.find_element("css selector", ".chart-grid")
+                    .get_attribute("data-marks"))
+        repo.step_to(10)
+        wait(chromium, lambda d: "v2 git 10" in text(d, weights) and
+             "v1 git 90" in text(d, weights), "the chart at 10%", 20)
+        repo.step_to(25)
+        wait(chromium, lambda d: "v2 git 25" in text(d, weights), "the chart at 25%", 20)
+        assert int(chromium.find_element("css selector", ".chart-grid")
+                   .get_attribute("data-marks")) == marks + 2
+        assert "(pushed)" in text(chromium, "#updated")
+        chromium.execute_script("document.querySelector('.chart-grid').scrollIntoView()")
+        shot(chromium, tmp_path, "models-charts")
+        chromium.get(app.url + "#/runs")
+        for out in ("aaaa", "bbbb"):
+            click(chromium, f'input[data-compare="{runs / out / "out"}"]')
+        click(chromium, "#compare-runs")
+        wait(chromium, lambda d: "2 runs compared" in text(d, "#compare h2"), "the comparison")
+        lr = '#compare tr.differs[data-row="parameters.hyperparameters.lr"]'
+        assert text(chromium, lr).split() == ["hyperparameters.lr", "0.004000", "0.002000"]
+        assert not chromium.find_elements(
+            "css selector", '#compare tr.differs[data-row="parameters.hyperparameters.epochs"]')
+        assert chromium.find_elements("css selector", "#loss-chart canvas")
+        shot(chromium, tmp_path, "compare")
+        all_loopback(requested(chromium))

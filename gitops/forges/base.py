@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from gitops.git import Identity
+
 PRState = Literal["open", "merged", "closed"]
 
 
@@ -74,7 +76,13 @@ class Forge(Protocol):
         ...
 
     def merge(
-        self, number: int, *, head_sha: str | None = None, message: str | None = None
+        self, number: int, *, head_sha: str | None = None, message: str | None = None,
+        author: Identity | None = None,
     ) -> PullRequest:
-        """Merge with a merge commit; refuse if the head is not ``head_sha``."""
+        """Merge with a merge commit; refuse if the head is not ``head_sha``.
+
+        ``author``: who approved. The local forge authors the merge commit as them; a
+        hosted forge merges as its token's owner (its merge API takes no author) and
+        names them in the merge commit's title instead.
+        """
         ...

@@ -21,6 +21,7 @@ import requests
 from gitops.errors import ForgeError, PullRequestNotFound
 from gitops.forges._http import Api, open_or_adopt
 from gitops.forges.base import PRState, PullRequest, pick_relevant
+from gitops.git import Identity
 
 
 class GitHubForge:
@@ -137,13 +138,16 @@ class GitHubForge:
         )
 
     def merge(
-        self, number: int, *, head_sha: str | None = None, message: str | None = None
+        self, number: int, *, head_sha: str | None = None, message: str | None = None,
+        author: Identity | None = None,
     ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
             return pr
         if pr.state == "closed":
             raise ForgeError(f"{self.name}: PR #{number} is closed; reopen it before merging")
+        if author is not None and message is None:  # the API merges as the token's owner
+            message = f"Merge pull request #{number} (approved by {author.name})"
         self._merge_call(number, head_sha, message)
         return self.get_pr(number)
 

@@ -18,6 +18,7 @@ import requests
 from gitops.errors import ForgeError
 from gitops.forges._http import Api, open_or_adopt
 from gitops.forges.base import PRState, PullRequest, pick_relevant
+from gitops.git import Identity
 
 _STATES: dict[str, PRState] = {
     "opened": "open",
@@ -116,7 +117,8 @@ class GitLabForge:
         self.api.json("POST", f"{self._base}/{int(number)}/notes", json={"body": body})
 
     def merge(
-        self, number: int, *, head_sha: str | None = None, message: str | None = None
+        self, number: int, *, head_sha: str | None = None, message: str | None = None,
+        author: Identity | None = None,
     ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
@@ -126,6 +128,8 @@ class GitLabForge:
         payload: dict[str, Any] = {}
         if head_sha:
             payload["sha"] = head_sha
+        if author is not None and message is None:  # the API merges as the token's owner
+            message = f"Merge request !{number} (approved by {author.name})"
         if message:
             payload["merge_commit_message"] = message
         return self._pr(self.api.json("PUT", f"{self._base}/{int(number)}/merge", json=payload))

@@ -244,7 +244,8 @@ class LocalForge:
         )
 
     def merge(
-        self, number: int, *, head_sha: str | None = None, message: str | None = None
+        self, number: int, *, head_sha: str | None = None, message: str | None = None,
+        author: Identity | None = None,
     ) -> PullRequest:
         pr = self.get_pr(number)
         if pr.state == "merged":
@@ -260,6 +261,7 @@ class LocalForge:
                 trailers=[("Mlops-Pull-Request", str(number))],
             ),
             expect_head=head_sha,
+            author=author,
         )
 
         def edit(rec: dict[str, Any]) -> None:

@@ -13,8 +13,6 @@ rollout stands (`--json`: the whole state).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import getpass
 import json
 import os
 import pathlib
@@ -23,37 +21,16 @@ import tempfile
 import yaml
 
 from contracts.traffic import TrafficError, read_routes
+from gitops.people import current_user
 from gitops.repo import Mirror
-from gitops.writeback import Backoff, WriteBack
 from promotion.decision.state import CanaryState, dump_state, load_state
-from promotion.gitrepo.apply import HumanAction, human_commit
-
-
-def _who(args: argparse.Namespace) -> str:
-    if args.by:
-        return str(args.by)
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry in a container
-        return os.environ.get("USER", "human")
-
-
-def canary_action(gitops: str, model: str, action: HumanAction, by: str, branch: str = "main",
-                  workdir: pathlib.Path | None = None) -> str:
-    """Commit one human action; the line `mlops canary ACTION` prints (the UI shows it too)."""
-    writer = WriteBack(gitops, workdir=workdir, backoff=Backoff(tries=5, first=0.5))
-    now = dt.datetime.now(dt.timezone.utc)
-    result, state = human_commit(writer, branch, model, action, by, now)
-    what = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
-            "promote": "promotion requested", "approve": "next step approved"}[action]
-    commit = (result.commit or "")[:12]
-    return (f"{model}: {what} at {state.weight}% ({state.phase.value}); commit {commit}"
-            if result.status == "committed" else f"{model}: nothing to change")
+from promotion.gitrepo.steering import canary_action
 
 
 def _act(args: argparse.Namespace) -> int:
     workdir = pathlib.Path(args.workdir) if args.workdir else None
-    print(canary_action(args.gitops, args.model, args.action, _who(args), args.branch, workdir))
+    print(canary_action(args.gitops, args.model, args.action, current_user(args.by),
+                        args.branch, workdir))
     return 0
 
 

@@ -2,8 +2,9 @@
 
 * ``mlops pr list [--state open|merged|closed|all]``
 * ``mlops pr show N``
-* ``mlops pr approve N`` -- verifies the evaluated weights digest on the merged
-  tree, then merges with a merge commit (see :mod:`gitops.approval`).
+* ``mlops pr approve N [--by WHO]`` -- verifies the evaluated weights digest on the
+  merged tree, then merges with a merge commit authored by WHO (default: the current
+  user; see :mod:`gitops.approver`).
 
 ``--repo`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
 (default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges take
@@ -77,16 +78,12 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def approve_pr(repo: str, number: int, forge: Any) -> str:
-    """Check the evaluated digest on the would-be merge, then merge; the line the CLI prints."""
-    from gitops.approval import approve
-
-    return approve(repo, number, forge).message
-
-
 def _approve(args: argparse.Namespace) -> int:
+    from gitops.approver import approve_as
+    from gitops.people import current_user
+
     forge = forge_from_args(args)
-    print(approve_pr(require_repo(args), args.number, forge))
+    print(approve_as(require_repo(args), args.number, forge, current_user(args.by)))
     return 0
 
 
@@ -124,5 +121,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     appr = sub.add_parser("approve", help="check the evaluated digest, then merge PR N")
     appr.add_argument("number", type=int, metavar="N")
+    appr.add_argument("--by", help="who approves: the merge commit's author, as `Name` or "
+                                   "`Name <mail>` (default: the current user)")
     common(appr)
     appr.set_defaults(func=_approve)

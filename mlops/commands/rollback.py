@@ -16,32 +16,13 @@ import argparse
 import os
 import pathlib
 
-from gitops.writeback import Backoff
-from mlops.commands.canary import _who
-
-
-def rollback_to(gitops: str, model: str, by: str, to: str | None = None, branch: str = "main",
-                workdir: pathlib.Path | None = None,
-                models_root: pathlib.Path | None = None) -> list[str]:
-    """Commit the rollback; the lines `mlops rollback` prints (the UI shows them too)."""
-    from promotion.gitrepo.rollback import rollback
-
-    command = f"mlops rollback {model}" + (f" --to {to}" if to else "")
-    result = rollback(
-        gitops, model, to=to, by=by, branch=branch, workdir=workdir, models_root=models_root,
-        backoff=Backoff(tries=5, first=0.5), command=command,
-    )
-    if result.status != "committed":
-        return [result.message]
-    lines = [f"{result.message}; commit {(result.commit or '')[:12]}"]
-    if result.checked:
-        lines.append(f"  model files: {result.checked}")
-    return lines
+from gitops.people import current_user
+from promotion.gitrepo.steering import rollback_to
 
 
 def _rollback(args: argparse.Namespace) -> int:
     lines = rollback_to(
-        args.gitops, args.model, _who(args), to=args.to, branch=args.branch,
+        args.gitops, args.model, current_user(args.by), to=args.to, branch=args.branch,
         workdir=pathlib.Path(args.workdir) if args.workdir else None,
         models_root=pathlib.Path(args.models_root) if args.models_root else None)
     print("\n".join(lines))

@@ -19,8 +19,8 @@ from typing import Any
 
 def ui_config(args: argparse.Namespace) -> Any:
     """The UI's settings from the options, completed from the platform's work dir."""
+    from gitops.people import current_user
     from local.platform.workdir import Workdir, default_workdir, load_config
-    from mlops.commands.canary import _who
     from mlops.errors import UserError
     from mlops.ui.app import UiConfig
 
@@ -54,7 +54,7 @@ def ui_config(args: argparse.Namespace) -> Any:
         prometheus=prometheus or None, runs=runs,
         reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
         models_root=pathlib.Path(args.models_root) if args.models_root else None,
-        actions=not args.read_only, token=args.token or None, user=_who(args),
+        actions=not args.read_only, token=args.token or None, user=current_user(args.by),
         proxy_user=args.proxy_user, namespace=args.namespace,
         workdir=root if platform is not None else None,
         argo_server=args.argo_server,
@@ -90,7 +90,9 @@ def _serve(args: argparse.Namespace) -> int:
                         "$MLOPS_UI_PROXY_SECRET), which the proxy sends as X-Mlops-Proxy-Secret")
     print(f"mlops ui: http://{args.host}:{args.port}/  (GitOps {config.gitops}"
           f"{', Prometheus ' + config.prometheus if config.prometheus else ''})", flush=True)
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
+    # Open event streams (pushed updates) end within a tick of Ctrl-C; do not wait longer.
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=2)
     return 0
 
 

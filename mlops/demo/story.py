@@ -350,9 +350,10 @@ class Demo:
                                 f"see {self.logs / 'controller.log'}")
             if time.monotonic() - last_print >= self.args.show_every:
                 last_print = time.monotonic()
+                weights = watch.weights_of(lifecycle.status(Workdir(self.platform)), self.model)
                 rows = watch.views(
-                    watch.observe(self.prometheus, self.model),
-                    watch.weights_of(lifecycle.status(Workdir(self.platform)), self.model),
+                    watch.observe(self.prometheus, self.model, weights, self.args.preset),
+                    weights,
                     state.stable,
                     state.candidate,
                 )

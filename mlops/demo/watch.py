@@ -1,18 +1,24 @@
 """What the demo shows while a canary moves: weight, traffic, errors and p99 per version.
 
-Weights come from HAProxy (via `mlops status`'s data), the rest from the
-platform's Prometheus, over the model server's own series (the `model`
-preset's metrics), in a short trailing window so the numbers move with
-the traffic.
+Weights come from HAProxy (via `mlops status`'s data); the rest from the platform's
+Prometheus through `promotion.metrics.live`, the one home of the live rates (the UI
+reads the same), with the preset the demo's controller judges by (`--preset`, else
+the local router's view, `haproxy`), in a short trailing window so the numbers move
+with the traffic.
 """
 
 import dataclasses
 import math
 from typing import Any
 
-import requests
+from promotion.metrics.live import LiveReader
+from promotion.metrics.prometheus import MetricFault
 
-WINDOW = "30s"
+WINDOW = 30.0
+#: The controller's preset on the local platform when the demo names none.
+DEFAULT_PRESET = "haproxy"
+
+Measures = dict[str, dict[str, float | None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,46 +33,21 @@ class VersionView:
     p99_ms: float | None
 
 
-def queries(model: str, window: str = WINDOW) -> dict[str, str]:
-    """PromQL per measure, grouped by version (pure)."""
-    sel = f'model_name="{model}"'
-    return {
-        "rps": f"sum by (model_version) (rate(model_requests_total{{{sel}}}[{window}]))",
-        "errors": (f"sum by (model_version) "
-                   f"(rate(model_requests_total{{{sel},status_code=~\"5..\"}}[{window}]))"),
-        "p99": (f"histogram_quantile(0.99, sum by (model_version, le) "
-                f"(rate(model_request_duration_seconds_bucket{{{sel}}}[{window}])))"),
-    }
-
-
-def _query(prometheus: str, promql: str) -> dict[str, float]:
-    response = requests.get(f"{prometheus}/api/v1/query", params={"query": promql}, timeout=3)
-    response.raise_for_status()
-    out = {}
-    for sample in response.json().get("data", {}).get("result", []):
-        version = sample.get("metric", {}).get("model_version")
-        if version:
-            value = float(sample["value"][1])
-            out[version] = value if math.isfinite(value) else math.nan
-    return out
-
-
-def views(measures: dict[str, dict[str, float]], weights: dict[str, int | None],
+def views(measures: Measures, weights: dict[str, int | None],
           stable: str | None, candidate: str | None) -> list[VersionView]:
-    """Join weights and measures into one view per version, stable first (pure)."""
-    names = sorted(set(weights) | set(measures.get("rps", {})),
+    """Join weights and measures (version -> rps, error_share, p99_ms) into one view per
+    version, stable first (pure)."""
+    names = sorted(set(weights) | set(measures),
                    key=lambda v: (v != stable, v != candidate, v))
     out = []
     for version in names:
-        rps = measures.get("rps", {}).get(version)
-        errors = measures.get("errors", {}).get(version, 0.0 if rps is not None else None)
-        rate = errors / rps if rps and errors is not None else (0.0 if rps == 0 else None)
-        p99 = measures.get("p99", {}).get(version)
+        m = measures.get(version, {})
+        rps = m.get("rps")
         role = "stable" if version == stable else "canary" if version == candidate else "other"
         if role == "other" and not weights.get(version) and not rps:
             continue  # a rolled-back version that has drained: not worth a column
-        out.append(VersionView(version, role, weights.get(version), rps, rate,
-                               p99 * 1000 if p99 is not None and math.isfinite(p99) else None))
+        out.append(VersionView(version, role, weights.get(version), rps,
+                               m.get("error_share", 0.0 if rps == 0 else None), m.get("p99_ms")))
     return out
 
 
@@ -87,15 +68,13 @@ def render(rows: list[VersionView]) -> str:
     return " | ".join(parts) if parts else "(no traffic yet)"
 
 
-def observe(prometheus: str, model: str) -> dict[str, dict[str, float]]:
-    """The current measures per version; empty measures when Prometheus cannot answer."""
-    out: dict[str, dict[str, float]] = {}
-    for name, promql in queries(model).items():
-        try:
-            out[name] = _query(prometheus, promql)
-        except (requests.RequestException, ValueError, KeyError):
-            out[name] = {}
-    return out
+def observe(prometheus: str, model: str, versions: Any, preset: str | None = None) -> Measures:
+    """The current measures of `versions`; empty when Prometheus cannot answer."""
+    try:
+        return LiveReader(prometheus, preset or DEFAULT_PRESET).now(model, sorted(versions),
+                                                                    WINDOW)
+    except MetricFault:
+        return {}
 
 
 def weights_of(status: dict[str, Any], model: str) -> dict[str, int | None]:

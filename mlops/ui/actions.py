@@ -1,11 +1,11 @@
-"""What each button does: exactly the function its CLI command calls.
+"""What each button does: exactly the domain function its CLI command calls.
 
-* Approve -> `mlops.commands.pr.approve_pr` (`mlops pr approve N`: the digest
-  check on the would-be merge, then the merge), then a comment on the PR saying
-  who approved it in the UI;
+* Approve -> `gitops.approver.approve_as` (`mlops pr approve N --by WHO`: the
+  digest check on the would-be merge, the merge authored by the person who
+  approved, a comment on the PR saying who and where);
 * pause, resume, abort, promote, approve a step ->
-  `mlops.commands.canary.canary_action` (`mlops canary ACTION MODEL --by WHO`);
-* rollback -> `mlops.commands.rollback.rollback_to` (`mlops rollback MODEL`).
+  `promotion.gitrepo.steering.canary_action` (`mlops canary ACTION MODEL --by WHO`);
+* rollback -> `promotion.gitrepo.steering.rollback_to` (`mlops rollback MODEL`).
 
 A refusal is the project's `MlopsError`; the route turns it into a 4xx whose body
 is the CLI's one-line message (:func:`http_status`).
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from contracts.errors import ExitCode, MlopsError
-
-CANARY_ACTIONS = ("pause", "resume", "abort", "promote", "approve")
+from gitops.approver import approve_as
+from promotion.gitrepo.steering import canary_action, rollback_to
 
 _STATUS = {
     ExitCode.BAD_INPUT: 400, ExitCode.CONFLICT: 409, ExitCode.PUSH_REJECTED: 409,
@@ -44,28 +44,11 @@ class Actions:
     models_root: pathlib.Path | None = None
 
     def approve(self, number: int, by: str) -> str:
-        from mlops.commands.pr import approve_pr
-
-        forge = self.forge()
-        message = approve_pr(self.gitops, number, forge)
-        try:
-            forge.comment(number, f"Approved by {by} in `mlops ui`: {message}")
-        except MlopsError as exc:  # merged is merged; the note is a courtesy
-            message += f" (note not added: {exc})"
-        return f"{message} (approved by {by})"
+        return approve_as(self.gitops, number, self.forge(), by, where="`mlops ui`")
 
     def canary(self, model: str, action: str, by: str) -> str:
-        from mlops.commands.canary import canary_action
-
-        if action not in CANARY_ACTIONS:
-            from mlops.errors import UserError
-
-            raise UserError(f"unknown canary action {action!r}; choose one of "
-                            f"{', '.join(CANARY_ACTIONS)}")
-        return canary_action(self.gitops, model, action, by, self.branch)  # type: ignore[arg-type]
+        return canary_action(self.gitops, model, action, by, self.branch)
 
     def rollback(self, model: str, by: str, to: str | None = None) -> str:
-        from mlops.commands.rollback import rollback_to
-
         return "\n".join(rollback_to(self.gitops, model, by, to=to, branch=self.branch,
                                      models_root=self.models_root))

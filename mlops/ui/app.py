@@ -21,6 +21,8 @@ import contextlib
 import hmac
 import logging
 import pathlib
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -30,13 +32,17 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from contracts.errors import MlopsError
+from contracts.errors import ExitCode, MlopsError
 from gitops.git import line_problem
+from mlops.errors import UserError
+from mlops.ui import live as live_charts
 from mlops.ui import models as model_pages
 from mlops.ui import proposals as proposal_pages
 from mlops.ui import runs as run_pages
 from mlops.ui.actions import Actions, http_status
+from mlops.ui.live import live_rates
 from mlops.ui.source import GitopsSource
+from mlops.ui.stream import page_events
 
 STATIC = pathlib.Path(__file__).with_name("static")
 log = logging.getLogger("mlops.ui")
@@ -81,6 +87,16 @@ class UiConfig:
     allowed_hosts: list[str] | None = None
     """`Host` headers answered (None: any). On loopback, `mlops ui` allows only loopback
     names, so a page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) gets 400."""
+
+
+class UiError(UserError):
+    """A request the UI cannot answer as asked (a 400 naming the parameter)."""
+
+
+class NotFound(UserError):
+    """A model, run or file the request names does not exist (a 404)."""
+
+    exit_code = ExitCode.NOT_FOUND
 
 
 def _fail(status: int, message: str) -> JSONResponse:
@@ -172,23 +188,48 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         except MlopsError as exc:
             return {}, str(exc)
 
-    def models(request: Request) -> dict[str, Any]:
+    #: The preset a policy that names none is read with: the runtime's router view.
+    default_preset = "haproxy" if config.workdir is not None else "model"
+
+    def models(request: Request | None = None) -> dict[str, Any]:
         snap = src.snapshot()
         served, problem = platform()
         views = []
         for name, current in sorted(snap.models.items()):
             live = None
             if config.prometheus:
-                from mlops.ui.live import live_rates
-
-                live = live_rates(config.prometheus, current, namespace=config.namespace)
+                live = live_rates(config.prometheus, current, namespace=config.namespace,
+                                  default=default_preset)
             versions = (served.get(name) or {}).get("versions") if config.workdir else None
             views.append(model_pages.model_view(current, src.history(name), live,
                                                 config.reports, versions or
                                                 ({} if config.workdir else None)))
         return {"tip": snap.tip, "models": views, "platform_error": problem}
 
-    def proposals(request: Request) -> dict[str, Any]:
+    def model_charts(name: str, minutes: float = 15.0, fetch: bool = True) -> dict[str, Any]:
+        current = src.snapshot(fetch=fetch).models.get(name)
+        if current is None:
+            raise NotFound(f"no model {name!r} in apps/ of {config.gitops}")
+        state, _ = model_pages.canary_state(current)
+        started = state.started_at.timestamp() if state and state.started_at else None
+        now = time.time()
+        history = src.weight_history(name, since=now - live_charts.MAX_SPAN)
+        return live_charts.charts(config.prometheus, current, history,
+                                  model_pages.timeline(src.history(name)), started, now,
+                                  minutes=minutes, namespace=config.namespace,
+                                  default=default_preset)
+
+    def charts(request: Request) -> dict[str, Any]:
+        text = request.query_params.get("minutes", "15")
+        try:
+            minutes = float(text)
+        except ValueError:
+            minutes = -1
+        if not 0 < minutes <= 360:
+            raise UiError(f"charts: minutes={text!r} must be a number of minutes, 1 to 360")
+        return model_charts(request.path_params["model"], minutes)
+
+    def proposals(request: Request | None) -> dict[str, Any]:
         return {"proposals": proposal_pages.proposals_view(forge())}
 
     argo = None
@@ -198,9 +239,12 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         argo = ArgoRuns(config.argo_server, config.argo_namespace, ca=config.argo_ca,
                         insecure=config.argo_insecure)
 
-    def runs(request: Request) -> dict[str, Any]:
+    def runs(request: Request | None) -> dict[str, Any]:
         found = run_pages.runs_view(config.runs)
         return {"runs": (argo.runs() if argo else []) + found}
+
+    def compare(request: Request) -> dict[str, Any]:
+        return run_pages.compare_view(config.runs, request.query_params.getlist("run"), argo)
 
     def run_log(request: Request) -> Response:
         path = request.query_params.get("path", "")
@@ -227,12 +271,31 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             return await action(request, lambda by: actions.rollback(model, by))
         return await action(request, lambda by: actions.canary(model, verb, by))
 
+    pages: dict[str, Callable[[], dict[str, Any]]] = {
+        "models": models, "proposals": lambda: proposals(None), "runs": lambda: runs(None)}
+
+    async def events(request: Request) -> Response:
+        """Server-sent events: the page's document when it changes (`event: page`), and on
+        the Models page each model's charts (`event: charts`); the page polls if this fails."""
+        name = request.query_params.get("page", "models")
+        if name not in pages:
+            return _fail(400, f"events: page={name!r}: choose one of {', '.join(pages)}")
+        charts_of = None
+        if name == "models":
+            def charts_of() -> list[dict[str, Any]]:
+                snap = src.snapshot(fetch=False)
+                return [model_charts(m, fetch=False) for m in sorted(snap.models)]
+        return page_events(request, pages[name], charts_of, stopping)
+
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
+
+    stopping = threading.Event()  # set on shutdown: open event streams end
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
+        stopping.set()
         src.close()
 
     app = Starlette(routes=[
@@ -242,11 +305,15 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         Route("/api/proposals", guarded(proposals)),
         Route("/api/runs", guarded(runs)),
         Route("/api/log", guarded(run_log)),
+        Route("/api/compare", guarded(compare)),
+        Route("/api/models/{model}/charts", guarded(charts)),
+        Route("/api/events", events),
         Route("/reports/{model}/{candidate}/{file}", guarded(report)),
         Route("/api/proposals/{number:int}/approve", approve, methods=["POST"]),
         Route("/api/models/{model}/{action}", canary, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ], lifespan=lifespan)
+    app.state.stopping = stopping
     if config.allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware
 

@@ -153,6 +153,27 @@ class ArgoRuns:
         now = time.time() if now is None else now
         return [run_view(wf, now) for wf in items]
 
+    def workflow(self, name: str) -> dict[str, Any]:
+        """One Workflow's JSON (for the Compare view)."""
+        if not name or "/" in name:
+            from mlops.errors import UserError
+
+            raise UserError(f"argo:{name}: not a workflow name")
+        doc = self._get(f"/{name}", {}).json()
+        return doc if isinstance(doc, dict) else {}
+
+    def train_log(self, wf: dict[str, Any]) -> str:
+        """The log of the Workflow's train step ('' when it has none, or when its pod's log
+        is gone: a comparison without the loss curve beats none)."""
+        name = str((wf.get("metadata") or {}).get("name", ""))
+        for node in ((wf.get("status") or {}).get("nodes") or {}).values():
+            if node.get("type") == "Pod" and node.get("displayName") == "train":
+                try:
+                    return self.log(f"argo:{name}/{pod_name(name, node)}")
+                except ArgoServerError:
+                    return ""
+        return ""
+
     def log(self, ref: str) -> str:
         """The log of `argo:<workflow>/<pod>` (the step's main container)."""
         workflow, _, pod = ref.removeprefix("argo:").partition("/")

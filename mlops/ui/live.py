@@ -1,51 +1,170 @@
-"""Live per-version rates from Prometheus, read by the controller's own metric source.
+"""Live numbers and charts of a model's versions, read through the controller's preset.
 
-`PrometheusSource.observe` over the last `window` seconds, with the preset the
-model's `canary-policy.yaml` names (as `mlops controller` picks it): requests
-per second, the share of errors and the p99 latency of each version. Prometheus
-down is a message on the page, never an error.
+`promotion.metrics.live` is the one home of the queries (the demo's status line
+reads it too); here its answers become what the Models page shows:
+
+* :func:`live_rates` -- each version's requests/s, error share and p99 now;
+* :func:`charts` -- the same measures over the rollout so far (Prometheus range
+  queries), the weights committed in git beside the router's live weight, the
+  decision commits as marks on the time axis and the policy's limits as lines.
+
+The preset is the one the model's `canary-policy.yaml` names, else the runtime's
+router view (`haproxy` on the local platform), else `model`. Prometheus down is a
+message on the page, never an error.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Mapping, Sequence
 
 from gitops import layout
-from promotion.decision.observations import VersionWindow, histogram_quantile
-from promotion.decision.policy import load_policy
+from promotion.decision.policy import CanaryPolicy, load_policy
 from promotion.gitrepo.apply import POLICY_FILE
-from promotion.metrics.prometheus import PrometheusSource
+from promotion.metrics.live import LiveReader, Series, preset_of
+from promotion.metrics.prometheus import MetricFault
+
+#: How many points a chart is drawn with (the step grows with the rollout's length).
+POINTS = 240
+#: The shortest trailing window of a rate: a few scrapes of a 1 s (local) Prometheus.
+MIN_WINDOW = 10.0
+#: The longest history a chart asks Prometheus for.
+MAX_SPAN = 6 * 3600.0
 
 
-def _rates(window: VersionWindow, seconds: float) -> dict[str, Any]:
-    p99 = histogram_quantile(0.99, window.latency) if window.latency else None
-    return {
-        "rate": round(window.requests / seconds, 3),
-        "error_rate": round(window.errors / window.requests, 4) if window.requests else None,
-        "p99_ms": None if p99 is None else round(p99 * 1000, 1),
-    }
+def policy_of(current: layout.ModelState) -> CanaryPolicy:
+    """The model's canary policy; the defaults when it is broken (the controller reports
+    a broken policy; a view only needs its limits and its preset)."""
+    raw = current.extra.get(POLICY_FILE)
+    try:
+        return load_policy(raw if isinstance(raw, dict) else {})
+    except Exception:
+        return load_policy({})
+
+
+def reader(url: str, current: layout.ModelState, namespace: str = "default",
+           default: str = "model", timeout: float = 2.0) -> LiveReader:
+    """A reader with the preset the controller uses for this model."""
+    policy = policy_of(current)
+    try:
+        preset = preset_of(policy, default)
+    except Exception:  # an unknown preset is the controller's to report; read with the default
+        preset = preset_of(load_policy({}), default)
+    return LiveReader(url, preset, namespace=policy.metrics.namespace or namespace,
+                      timeout=timeout)
 
 
 def live_rates(url: str, current: layout.ModelState, window: float = 60.0,
-               namespace: str = "default", timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+               namespace: str = "default", default: str = "model",
+               timeout: float = 2.0) -> dict[str, dict[str, Any]]:
     """version -> {rate, error_rate, p99_ms} (or {error} when Prometheus cannot answer)."""
     versions = sorted(current.deployments)
     if not versions:
         return {}
     try:
-        raw = current.extra.get(POLICY_FILE)
-        policy = load_policy(raw if isinstance(raw, dict) else {})
-        preset = policy.metrics.preset or "model"  # rates, not verdicts: any view will do
-    except Exception:  # a broken policy is the controller's to report; read with the default
-        preset = "model"
-    source = PrometheusSource(url, preset=preset, namespace=namespace, timeout=timeout)
-    out: dict[str, dict[str, Any]] = {}
-    for i in range(0, len(versions), 2):
-        pair = versions[i:i + 2]
-        obs = source.observe(current.model, pair[0], pair[-1], window)
-        if obs.fault:
-            return {v: {"error": f"Prometheus: {obs.fault}"} for v in versions}
-        assert obs.stable is not None and obs.canary is not None
-        out[pair[0]] = _rates(obs.stable, window)
-        out[pair[-1]] = _rates(obs.canary, window)
+        now = reader(url, current, namespace, default, timeout).now(current.model, versions,
+                                                                    window)
+    except MetricFault as exc:
+        return {v: {"error": f"Prometheus: {exc}"} for v in versions}
+    return {v: {"rate": _round(m.get("rps"), 3), "error_rate": _round(m.get("error_share"), 4),
+                "p99_ms": _round(m.get("p99_ms"), 1)} for v, m in now.items()}
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def span(started_at: float | None, now: float, minutes: float) -> tuple[float, float, float, float]:
+    """(start, end, step, rate window) of a chart: the rollout so far when one is under way
+    (from a minute before it started), else the last `minutes` (pure)."""
+    start = now - minutes * 60 if started_at is None else started_at - 60
+    start = max(start, now - MAX_SPAN)
+    step = max(1.0, math.ceil((now - start) / POINTS))
+    start = math.floor(start / step) * step  # steps on a fixed grid: points do not wander
+    return start, now, step, max(MIN_WINDOW, 2 * step)
+
+
+def git_weights(history: Sequence[tuple[str, float, Mapping[str, int]]], times: Sequence[float],
+                versions: Sequence[str]) -> dict[str, list[int | None]]:
+    """Each version's weight in git at each time: that of the last commit at or before it
+    (pure; None before the first commit known)."""
+    out: dict[str, list[int | None]] = {v: [] for v in versions}
+    i, current = 0, None
+    for t in times:
+        while i < len(history) and history[i][1] <= t:
+            current = history[i][2]
+            i += 1
+        for v in versions:
+            out[v].append(None if current is None else int(current.get(v, 0)))
     return out
+
+
+def marks(history: Sequence[tuple[str, float, Mapping[str, int]]],
+          timeline: Sequence[Mapping[str, Any]], start: float) -> list[dict[str, Any]]:
+    """The model folder's commits inside the chart as marks: time, kind, subject (pure)."""
+    kinds = {t["commit"]: t for t in timeline}
+    out = []
+    for sha, at, _ in history:
+        if at < start:
+            continue
+        entry = kinds.get(sha, {})
+        out.append({"at": at, "commit": sha, "decision": entry.get("decision", "edit"),
+                    "subject": entry.get("subject", ""), "step": entry.get("step", "")})
+    return out
+
+
+def panels(series: Series | None, git: Mapping[str, Sequence[int | None]],
+           policy: CanaryPolicy, versions: Sequence[str]) -> list[dict[str, Any]]:
+    """The charts: one panel per measure, one line per version (and per source of a
+    weight), the policy's hard limit where it has one (pure)."""
+    values = series.values if series is not None else {}
+
+    def lines(measure: str) -> list[dict[str, Any]]:
+        return [{"version": v, "label": v, "values": values[v][measure]}
+                for v in versions if measure in values.get(v, {})]
+
+    weight = [{"version": v, "label": f"{v} git", "source": "git", "values": list(git[v])}
+              for v in versions]
+    weight += [{**line, "label": f"{line['version']} router", "source": "router"}
+               for line in lines("weight")]
+    out: list[dict[str, Any]] = [
+           {"id": "weight", "title": "weight (%)", "lines": weight, "threshold": None},
+           {"id": "rps", "title": "requests/s", "lines": lines("rps"), "threshold": None},
+           {"id": "error_share", "title": "error share", "lines": lines("error_share"),
+            "threshold": policy.max_error_rate},
+           {"id": "p99_ms", "title": "p99 latency (ms)", "lines": lines("p99_ms"),
+            "threshold": policy.max_p99_ms}]
+    signals = sorted({m for v in versions for m in values.get(v, {}) if m.startswith("quality.")})
+    for measure in signals:
+        out.append({"id": measure, "title": f"median {measure.split('.', 1)[1]}",
+                    "lines": lines(measure), "threshold": None})
+    return out
+
+
+def charts(url: str | None, current: layout.ModelState,
+           history: Sequence[tuple[str, float, Mapping[str, int]]],
+           timeline: Sequence[Mapping[str, Any]], started_at: float | None, now: float,
+           minutes: float = 15.0, namespace: str = "default",
+           default: str = "model") -> dict[str, Any]:
+    """Everything the Models page draws for one model."""
+    start, end, step, window = span(started_at, now, minutes)
+    versions = sorted(set(current.deployments) | {v for _, _, w in history for v in w})
+    policy = policy_of(current)
+    series, problem = None, None
+    if url:
+        live = reader(url, current, namespace, default)
+        try:
+            series = live.series(current.model, versions, start, end, step, window)
+        except MetricFault as exc:
+            problem = f"Prometheus: {exc}"
+        preset = live.preset.name
+    else:
+        preset, problem = None, "no Prometheus given (start `mlops ui` with --prometheus)"
+    times = series.times if series is not None else \
+        [start + i * step for i in range(int((end - start) // step) + 1)]
+    return {
+        "model": current.model, "start": start, "end": end, "step": step, "window": window,
+        "preset": preset, "error": problem, "times": times, "versions": versions,
+        "panels": panels(series, git_weights(history, times, versions), policy, versions),
+        "marks": marks(history, timeline, start),
+    }

@@ -67,3 +67,30 @@ def read_log(roots: Sequence[pathlib.Path], path: str) -> str:
         size = fh.seek(0, 2)
         fh.seek(max(0, size - LOG_TAIL))
         return fh.read().decode(errors="replace")
+
+
+def compare_view(roots: Sequence[pathlib.Path], outs: Sequence[str],
+                 argo: Any = None) -> dict[str, Any]:
+    """Two or more of the listed runs side by side (`workflows.run_compare`, as
+    `mlops runs compare` prints them): local runs under the UI's run directories, and
+    `argo:NAME` Workflows from its Argo Server."""
+    from mlops.errors import UserError
+    from workflows.run_compare import compare, read_run, record_of_workflow
+
+    if len(outs) < 2:
+        raise UserError("compare: pick two or more runs (run=OUT&run=OUT)")
+    records = []
+    for out in outs:
+        if out.startswith("argo:"):
+            if argo is None:
+                raise UserError(f"compare: run={out}: no Argo Server (start `mlops ui` with "
+                                "--argo-server URL)")
+            wf = argo.workflow(out.removeprefix("argo:"))
+            records.append(record_of_workflow(wf, argo.train_log(wf)))
+            continue
+        target = pathlib.Path(out).resolve()
+        if not any(target.is_relative_to(pathlib.Path(r).resolve()) for r in roots):
+            raise UserError(f"compare: run={out}: not a run under "
+                            f"{', '.join(map(str, roots)) or '(no --runs)'}")
+        records.append(read_run(pathlib.Path(out)))
+    return compare(records)

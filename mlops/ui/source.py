@@ -16,6 +16,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
+from contracts.traffic import weights_by_version
 from gitops import layout
 from gitops.repo import CommitInfo, Mirror
 
@@ -39,6 +42,7 @@ class GitopsSource:
         self._lock = threading.Lock()
         self._mirror: Mirror | None = None
         self._snapshot: Snapshot | None = None
+        self._weights: dict[tuple[str, str], dict[str, int]] = {}
 
     def _open(self) -> Mirror:
         if self._mirror is None:
@@ -81,6 +85,42 @@ class GitopsSource:
                 return []
             commits = mirror.log(tip, paths=[f"{layout.APPS}/{model}/"], first_parent=True)
             return commits[:limit]
+
+    def weight_history(self, model: str, since: float,
+                       limit: int = 200) -> list[tuple[str, float, dict[str, int]]]:
+        """(commit, commit time, weight per version in git) for each commit of the model's
+        folder since `since` (unix time), oldest first, plus the last one before it (the
+        weights the window starts with). A commit never changes, so each is read once."""
+        with self._lock:
+            mirror = self._open()
+            tip = mirror.sha(self.branch)
+            if tip is None:
+                return []
+            out = mirror.git.run("log", "--first-parent", f"-{limit}", "--format=%H %ct", tip,
+                                 "--", f"{layout.APPS}/{model}/").stdout.split()
+            found = []
+            for sha, at in zip(out[0::2], out[1::2]):
+                key = (model, sha)
+                if key not in self._weights:
+                    self._weights[key] = self._weights_at(mirror, model, sha)
+                found.append((sha, float(at), self._weights[key]))
+                if float(at) < since:
+                    break
+            return list(reversed(found))
+
+    @staticmethod
+    def _weights_at(mirror: Mirror, model: str, sha: str) -> dict[str, int]:
+        docs = []
+        for name in ("destinationrule.yaml", "virtualservice.yaml"):
+            text = mirror.show(sha, f"{layout.APPS}/{model}/{name}")
+            try:
+                docs.append(yaml.safe_load(text) if text else None)
+            except yaml.YAMLError:
+                return {}
+        try:
+            return weights_by_version(docs[0], docs[1]) if docs[0] and docs[1] else {}
+        except (TypeError, ValueError, AttributeError):  # a hand edit this lenient read skips
+            return {}
 
 
 def evidence(trailers: dict[str, str]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ __all__ = ["PRESET_NAMES", "PresetError", "QueryPreset", "get_preset", "render_w
 PRESET_DIR = pathlib.Path(__file__).with_name("presets")
 PRESET_NAMES = frozenset(p.stem for p in PRESET_DIR.glob("*.yaml"))
 PLACEHOLDERS = ("model", "version", "workload", "namespace", "window")
-QueryKind = Literal["requests", "errors", "latency"]
+QueryKind = Literal["requests", "errors", "latency", "weight"]
 
 
 class PresetError(MlopsError, ValueError):
@@ -51,6 +51,9 @@ class QueryPreset(BaseModel):
     """Model-quality signals: name -> a `sum by (le)` histogram query of what the
     model answered (the model server's own metrics, whichever router counts
     the requests)."""
+    weight: str | None = None
+    """The router's live weight of one version (a gauge, for charts; None: the router
+    keeps no weight in Prometheus, e.g. Istio's weights live in the VirtualService)."""
     classes: str | None = None
     """Detections by class: a `sum by (class)` query of the model server's
     `model_class_detections_total` (the class-mix check); None: not measured."""
@@ -67,6 +70,7 @@ class QueryPreset(BaseModel):
         templates = {kind: getattr(preset, kind) for kind in ("requests", "errors", "latency")}
         templates.update({f"quality.{signal}": q for signal, q in preset.quality.items()})
         templates["classes"] = preset.classes
+        templates["weight"] = preset.weight
         for kind, template in templates.items():
             if template is None:
                 continue

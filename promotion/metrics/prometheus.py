@@ -72,9 +72,13 @@ class PrometheusSource:
         params: dict[str, str] = {"query": promql}
         if at is not None:
             params["time"] = f"{at.timestamp():.3f}"
+        return self.api("/api/v1/query", params, "vector")
+
+    def api(self, path: str, params: dict[str, str], kind: str) -> list[dict[str, Any]]:
+        """GET one query endpoint (`/api/v1/query`, `/api/v1/query_range`); its result of
+        type `kind` (`vector`, `matrix`), or MetricFault."""
         try:
-            resp = self.session.get(f"{self.url}/api/v1/query", params=params,
-                                    timeout=self.timeout)
+            resp = self.session.get(f"{self.url}{path}", params=params, timeout=self.timeout)
         except requests.RequestException as exc:
             raise MetricFault(f"prometheus at {self.url} unreachable: {exc}") from None
         try:
@@ -85,8 +89,9 @@ class PrometheusSource:
             raise MetricFault(f"prometheus query failed (HTTP {resp.status_code}): "
                               f"{body.get('errorType', '')} {body.get('error', '')}".strip())
         data = body.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise MetricFault(f"expected a vector, got {data.get('resultType')!r} for {promql}")
+        if data.get("resultType") != kind:
+            raise MetricFault(f"expected a {kind}, got {data.get('resultType')!r} for "
+                              f"{params.get('query')}")
         return list(data.get("result") or [])
 
     def _scalar(self, promql: str, at: dt.datetime | None) -> int:

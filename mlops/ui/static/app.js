@@ -1,9 +1,13 @@
-// mlops ui: hand-written, no build step, no CDN. Polls the page's JSON once a second and
-// re-renders only when it changed; every button POSTs to the same function the CLI calls.
+// mlops ui: hand-written, no build step, no CDN. The server pushes the page's JSON when it
+// changes (server-sent events, /api/events); when no push came for a while the page polls
+// once a second instead. It re-renders only when the JSON changed; every button POSTs to
+// the same function the CLI calls. Charts: static/charts.js (uPlot, vendored).
 "use strict";
 
 const POLL_MS = 1000;
-const state = { info: null, last: "", open: new Set(), logs: {} };
+const state = { info: null, last: "", open: new Set(), logs: {}, compare: new Set(),
+  pushedAt: 0, source: null, polls: 0, mode: "" };
+const STALE_MS = 3000; // no push for this long: poll
 
 const esc = (v) => String(v ?? "").replace(/[&<>"']/g,
   (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -167,6 +171,7 @@ function modelCard(m) {
       <th>req/s</th><th>errors</th><th>p99</th></tr>${rows}</table>
     ${notes.map((n) => `<div>${n}</div>`).join("")}
     ${canaryButtons(m)}
+    <div class="charts" data-charts-for="${esc(m.name)}"></div>
     ${reports ? `<div>canary reports: ${reports}</div>` : ""}
     ${details(`tl-${m.name}`, `decision timeline (${m.timeline.length} commits)`,
       `<table><tr><th>commit</th><th>verdict</th><th>step</th><th>reason</th><th>checks</th>` +
@@ -210,7 +215,10 @@ function renderRuns(doc) {
     return `<p class="muted">No runs directory: start <code>mlops ui --runs DIR</code>.</p>`;
   }
   if (!doc.runs.length) return `<p class="muted">No pipeline runs yet.</p>`;
-  return doc.runs.map((r) => {
+  const compare = `<p><button id="compare-runs" ${state.compare.size < 2 ? "disabled" : ""}>` +
+    `Compare selected (${state.compare.size})</button> ` +
+    `<span class="muted">tick two or more runs</span></p>`;
+  return compare + doc.runs.map((r) => {
     const dag = r.steps.map((s) => `<span class="step ${esc(s.state)}" data-log="${esc(s.log)}"` +
       ` data-task="${esc(s.task)}" title="${esc(s.message)}">${esc(s.task)} · ${esc(s.state)}` +
       `${s.seconds !== null ? " · " + num(s.seconds, 0) + "s" : ""}</span>`)
@@ -227,8 +235,10 @@ function renderRuns(doc) {
         (t.epoch === null ? "" : ` · epoch ${t.epoch}`) +
         (t.loss === null ? "" : ` · loss ${num(t.loss, 4)}`) + `</div>`;
     }).join("");
+    const picked = state.compare.has(r.out) ? " checked" : "";
     return `<section class="card">
-      <h2>${esc(r.name)} <span class="${esc(r.status)}">${esc(r.status)}</span></h2>
+      <h2><input type="checkbox" data-compare="${esc(r.out)}"${picked} title="compare"> ` +
+      `${esc(r.name)} <span class="${esc(r.status)}">${esc(r.status)}</span></h2>
       <div class="muted">${esc(r.out)} · ${r.seconds === null ? "" : num(r.seconds, 0) + " s"}
         ${r.version ? " · version " + esc(r.version) : ""}
         ${r.gate ? ` · gate <span class="${esc(r.gate)}">${esc(r.gate)}</span>` : ""}
@@ -242,32 +252,106 @@ function renderRuns(doc) {
   }).join("");
 }
 
+// -- Compare --------------------------------------------------------------------------------
+function cell(v) {
+  if (v === null || v === undefined) return `<td>–</td>`;
+  if (typeof v === "number") {
+    return `<td class="num">${Number.isInteger(v) ? v : v.toPrecision(4)}</td>`;
+  }
+  const text = String(v);
+  const shown = text.length > 36 ? text.slice(0, 16) + "…" + text.slice(-16) : text;
+  return `<td title="${esc(text)}">${esc(shown)}</td>`;
+}
+
+function renderCompare(doc) {
+  const head = doc.runs.map((r) => `<th title="${esc(r.out)}">${esc(r.name)}</th>`).join("");
+  let section = "";
+  const rows = doc.rows.map((row) => {
+    const title = row.section !== section ? `<tr class="section"><th colspan="` +
+      `${doc.runs.length + 1}">${esc(row.section)}</th></tr>` : "";
+    section = row.section;
+    return title + `<tr class="${row.differs ? "differs" : ""}" data-row="` +
+      `${esc(row.section)}.${esc(row.key)}"><td>${esc(row.key)}</td>` +
+      row.values.map(cell).join("") + `</tr>`;
+  }).join("");
+  const differ = doc.rows.filter((r) => r.differs).length;
+  return `<section class="card" id="compare"><h2>${doc.runs.length} runs compared ` +
+    `<span class="muted">${differ} rows differ (highlighted)</span></h2>
+    <table class="compare"><tr><th></th>${head}</tr>${rows}</table>
+    <h3>training loss</h3><div id="loss-chart"></div></section>`;
+}
+
 // -- the loop -------------------------------------------------------------------------------
 const PAGES = {
   models: ["api/models", renderModels],
   runs: ["api/runs", renderRuns],
   proposals: ["api/proposals", renderProposals],
+  compare: [() => "api/compare?" + (location.hash.split("?")[1] || ""), renderCompare],
 };
 
 function page() {
-  const name = (location.hash.replace(/^#\//, "") || "models").split("/")[0];
+  const name = (location.hash.replace(/^#\//, "") || "models").split(/[/?]/)[0];
   return PAGES[name] ? name : "models";
+}
+
+function show_(name, doc) {
+  const text = JSON.stringify(doc) + JSON.stringify(state.logs) + state.compare.size;
+  if (text !== state.last || name !== state.shown) {
+    state.last = text;
+    state.shown = name;
+    $("#page").innerHTML = PAGES[name][1](doc);
+    if (name === "compare") MlopsCharts.loss($("#loss-chart"), doc);
+    MlopsCharts.attach();
+  }
+  $("#updated").textContent = `${new Date().toLocaleTimeString()} (${state.mode})`;
+}
+
+// Pushed updates: one event stream per page; the poll takes over while it is silent.
+function listen() {
+  if (state.source) state.source.close();
+  state.source = null;
+  const name = page();
+  if (!window.EventSource || name === "compare") return;
+  const source = new EventSource(`api/events?page=${name}`);
+  source.addEventListener("page", (ev) => {
+    state.pushedAt = Date.now();
+    state.mode = "pushed";
+    if (page() === name) show_(name, JSON.parse(ev.data));
+  });
+  source.addEventListener("charts", (ev) => {
+    state.pushedAt = Date.now();
+    MlopsCharts.update(JSON.parse(ev.data));
+  });
+  source.addEventListener("problem", () => { // the poll shows the reason, and goes on
+    source.close();
+    state.pushedAt = 0;
+  });
+  state.source = source;
+}
+
+async function pollCharts() {
+  const models = [...document.querySelectorAll("[data-charts-for]")]
+    .map((el) => el.dataset.chartsFor);
+  for (const m of models) {
+    try { MlopsCharts.update(await getJSON(`api/models/${encodeURIComponent(m)}/charts`)); }
+    catch (err) { /* the page's own error line says why */ }
+  }
+}
+
+async function tick() {
+  if (Date.now() - state.pushedAt < STALE_MS) return;
+  state.mode = "polled";
+  await refresh();
+  if (page() === "models" && state.polls++ % 2 === 0) await pollCharts();
 }
 
 async function refresh() {
   const name = page();
-  const [url, render] = PAGES[name];
+  const url = PAGES[name][0];
   document.querySelectorAll("nav a").forEach((a) =>
     a.classList.toggle("active", a.id === `nav-${name}`));
   try {
-    const doc = await getJSON(url);
-    const text = JSON.stringify(doc) + JSON.stringify(state.logs);
-    if (text !== state.last || name !== state.shown) {
-      state.last = text;
-      state.shown = name;
-      $("#page").innerHTML = render(doc);
-    }
-    $("#updated").textContent = new Date().toLocaleTimeString();
+    show_(name, await getJSON(typeof url === "function" ? url() : url));
   } catch (err) {
     // the last good page stays; the reason is shown above it, in the server's words
     const note = `<p class="Failed" id="page-error">cannot read: ${esc(err.message)}</p>`;
@@ -281,7 +365,15 @@ async function refresh() {
 document.addEventListener("click", async (ev) => {
   const t = ev.target;
   if (!(t instanceof HTMLElement)) return;
-  if (t.dataset.approve) {
+  if (t.dataset.compare !== undefined) {
+    if (t.checked) state.compare.add(t.dataset.compare);
+    else state.compare.delete(t.dataset.compare);
+    state.last = "";
+    await refresh();
+  } else if (t.id === "compare-runs") {
+    location.hash = "#/compare?" + [...state.compare]
+      .map((o) => `run=${encodeURIComponent(o)}`).join("&");
+  } else if (t.dataset.approve) {
     await act(`api/proposals/${t.dataset.approve}/approve`, "approve");
   } else if (t.dataset.action) {
     await act(`api/models/${encodeURIComponent(t.dataset.model)}/${t.dataset.action}`,
@@ -308,6 +400,8 @@ document.addEventListener("toggle", (ev) => {
 window.addEventListener("hashchange", () => {
   $("#message").hidden = true; // a message belongs to the page its button was on
   state.last = "";
+  state.pushedAt = 0;
+  listen();
   refresh();
 });
 
@@ -318,8 +412,10 @@ async function start() {
   $("#token-box").hidden = !state.info.token;
   $("#source").textContent = `${state.info.gitops} (${state.info.branch})` +
     (state.info.actions ? "" : " · read-only");
+  state.mode = "polled";
   await refresh();
-  setInterval(refresh, POLL_MS);
+  listen();
+  setInterval(tick, POLL_MS);
 }
 
 start().catch((err) => show(`cannot load: ${err.message}`, false));

@@ -1,0 +1,66 @@
+"""A person steers a rollout: what `mlops canary ACTION`, `mlops rollback` and the UI's
+buttons call, so the command line and the web page make the same commits.
+
+* :func:`canary_action` -- pause, resume, abort, promote or approve a step: one
+  commit to `promotion.yaml` (`promotion.gitrepo.apply.human_commit`);
+* :func:`rollback_to` -- an earlier version stable at 100 % at once, one commit
+  (`promotion.gitrepo.rollback.rollback`).
+
+Each returns the lines a person reads (the CLI prints them, the UI shows them). An
+unknown action is a `SteeringError` that lists the choices.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+from typing import cast, get_args
+
+from contracts.errors import ExitCode, MlopsError
+from gitops.writeback import Backoff, WriteBack
+from promotion.gitrepo.apply import HumanAction, human_commit
+from promotion.gitrepo.rollback import rollback
+
+__all__ = ["CANARY_ACTIONS", "SteeringError", "canary_action", "rollback_to"]
+
+CANARY_ACTIONS: tuple[str, ...] = get_args(HumanAction)
+
+_DONE = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
+         "promote": "promotion requested", "approve": "next step approved"}
+
+
+class SteeringError(MlopsError, ValueError):
+    """A request to steer that names no known action."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+def canary_action(gitops: str, model: str, action: str, by: str, branch: str = "main",
+                  workdir: pathlib.Path | None = None) -> str:
+    """Commit one human action; the line `mlops canary ACTION` prints."""
+    if action not in CANARY_ACTIONS:
+        raise SteeringError(f"unknown canary action {action!r}; choose one of "
+                            f"{', '.join(CANARY_ACTIONS)}")
+    writer = WriteBack(gitops, workdir=workdir, backoff=Backoff(tries=5, first=0.5))
+    now = dt.datetime.now(dt.timezone.utc)
+    result, state = human_commit(writer, branch, model, cast(HumanAction, action), by, now)
+    commit = (result.commit or "")[:12]
+    return (f"{model}: {_DONE[action]} at {state.weight}% ({state.phase.value}); commit {commit}"
+            if result.status == "committed" else f"{model}: nothing to change")
+
+
+def rollback_to(gitops: str, model: str, by: str, to: str | None = None, branch: str = "main",
+                workdir: pathlib.Path | None = None,
+                models_root: pathlib.Path | None = None) -> list[str]:
+    """Commit the rollback; the lines `mlops rollback` prints."""
+    command = f"mlops rollback {model}" + (f" --to {to}" if to else "")
+    result = rollback(
+        gitops, model, to=to, by=by, branch=branch, workdir=workdir, models_root=models_root,
+        backoff=Backoff(tries=5, first=0.5), command=command,
+    )
+    if result.status != "committed":
+        return [result.message]
+    lines = [f"{result.message}; commit {(result.commit or '')[:12]}"]
+    if result.checked:
+        lines.append(f"  model files: {result.checked}")
+    return lines
