@@ -1,4 +1,5 @@
-"""HAProxy for the local platform: the config and the command line.
+"""HAProxy for the local platform: the config, the command line, the start (its
+runtime API client is :mod:`runtime`).
 
 HAProxy is our stand-in for Istio's VirtualService. One frontend per model on
 its own loopback port, one backend per model named after the model, one
@@ -31,7 +32,11 @@ from __future__ import annotations
 import pathlib
 from typing import Mapping
 
-from local.platform.workdir import Workdir
+from cogs.files import atomic_write_json, atomic_write_text, read_json
+from cogs.ports import free_port, port_free
+from local.platform import procs, services
+from local.platform.runtime import RuntimeApi
+from local.platform.workdir import PlatformConfig, Workdir
 
 #: Per-server response-time histograms (HAProxy 2.6's exporter has none): the Lua
 #: script, and the stats port's path that serves them to Prometheus.
@@ -111,3 +116,38 @@ def command(binary: str, workdir: Workdir) -> list[str]:
 
 def check_command(binary: str, workdir: Workdir) -> list[str]:
     return [binary, "-c", "-q", "-f", str(workdir.haproxy_cfg)]
+
+
+def start(workdir: Workdir, config: PlatformConfig, binary: str) -> services.Started:
+    """Start HAProxy with every known model frontend and empty backends.
+
+    The sync adds the servers through the runtime API on its next tick.
+    Frontend ports taken by someone else meanwhile are moved (and saved).
+    """
+    frontends: dict[str, int] = {
+        str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()
+    }
+    moved = [m for m, p in frontends.items() if not port_free(p)]
+    for model in moved:
+        frontends[model] = free_port()
+    if moved:
+        atomic_write_json(workdir.frontends, frontends)
+    atomic_write_text(workdir.haproxy_cfg, render_config(
+        workdir, stats_port=config.haproxy_stats_port, frontends=frontends))
+    socket_path = workdir.admin_socket()
+    socket_path.unlink(missing_ok=True)
+    log = workdir.logs / "haproxy.log"
+    popen, record = procs.spawn(
+        "haproxy", command(binary, workdir), log, env=procs.marked_env(str(workdir.root)),
+    )
+    procs.write_record(workdir.pidfile("haproxy"), record)
+    api = RuntimeApi(socket_path, timeout=1.0)
+
+    def ready() -> bool:
+        try:
+            return "Name: HAProxy" in api.info()
+        except OSError:
+            return False
+
+    services.wait_ready(ready, "haproxy", log, record, popen)
+    return popen, record

@@ -23,13 +23,11 @@ from typing import Any
 from cogs.files import read_json
 from cogs.ports import free_port, port_free
 from gitops.git import remote
-from local.platform import binaries, procs, prometheus
+from local.platform import binaries, haproxy, procs, prometheus
 from local.platform.runtime import RuntimeApi
 from local.platform.services import (
     PlatformError,
-    start_haproxy,
     start_lock,
-    start_prometheus,
     wait_ready,
 )
 from local.platform.workdir import PlatformConfig, Workdir, load_config, save_config
@@ -115,12 +113,12 @@ def up(
     started: list[str] = []
     with start_lock(workdir):  # a running sync may be restarting one of these right now
         if _alive(workdir, "prometheus") is None:
-            start_prometheus(workdir, config, found["prometheus"])
+            prometheus.start(workdir, config, found["prometheus"])
             started.append("prometheus")
         elif controller_port is not None:
             prometheus.write_controller_targets(workdir, config.controller_port)
         if _alive(workdir, "haproxy") is None:
-            start_haproxy(workdir, config, found["haproxy"])
+            haproxy.start(workdir, config, found["haproxy"])
             started.append("haproxy")
 
     if running["sync"] is None:

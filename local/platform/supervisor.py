@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from typing import Callable
 
-from local.platform import binaries, procs, services
+from local.platform import binaries, haproxy, procs, prometheus, services
 from local.platform.workdir import PlatformConfig, Workdir
 
 log = logging.getLogger("mlops.sync")
+
+#: The services the sync supervises, by the name of their pid file, and how each starts.
+STARTERS: dict[str, Callable[[Workdir, PlatformConfig, str], services.Started]] = {
+    "prometheus": prometheus.start,
+    "haproxy": haproxy.start,
+}
 
 #: The longest wait between two restarts of a crash loop (a service's or a model server's).
 MAX_BACKOFF = 30.0
@@ -35,15 +42,15 @@ class ServiceSupervisor:
         self.workdir = workdir
         self.config = config
         #: name -> restarts done by this sync (the status file's `service_restarts`).
-        self.restarts: dict[str, int] = {name: 0 for name in services.STARTERS}
-        self._failures: dict[str, int] = {name: 0 for name in services.STARTERS}
-        self._retry_at: dict[str, float] = {name: 0.0 for name in services.STARTERS}
+        self.restarts: dict[str, int] = {name: 0 for name in STARTERS}
+        self._failures: dict[str, int] = {name: 0 for name in STARTERS}
+        self._retry_at: dict[str, float] = {name: 0.0 for name in STARTERS}
         self._popen: dict[str, subprocess.Popen[bytes]] = {}
 
     def supervise(self, now: float) -> list[str]:
         """Restart a service whose process died; returns the names restarted."""
         restarted = []
-        for name in services.STARTERS:
+        for name in STARTERS:
             popen = self._popen.get(name)
             if popen is not None:
                 popen.poll()  # reap our own child
@@ -73,6 +80,6 @@ class ServiceSupervisor:
             binary = binaries.which(name)
             if binary is None:
                 raise services.PlatformError(f"{name} is no longer installed")
-            popen, _record = services.STARTERS[name](self.workdir, self.config, binary)
+            popen, _record = STARTERS[name](self.workdir, self.config, binary)
         self._popen[name] = popen
         return True
