@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from local.platform import binaries, haproxy, prometheus
-from local.platform.runtime import parse_servers_state
+from local.platform.haproxy import parse_servers_state
 from local.platform.workdir import PlatformConfig, Workdir
 
 STATE = """1

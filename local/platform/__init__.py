@@ -10,8 +10,8 @@ logs and state live in one work dir; `mlops down` stops them all;
 * ``binaries``    -- find prometheus/haproxy or say what to install
 * ``services``    -- what starting any service takes: the start lock, waiting until it answers
 * ``prometheus``  -- Prometheus: prometheus.yml, the file_sd target files, its start
-* ``haproxy``     -- HAProxy: haproxy.cfg (with ``router_latency.lua``), its start;
-  ``runtime`` -- its runtime-API client
+* ``haproxy``     -- HAProxy: haproxy.cfg (with ``router_latency.lua``), its start and
+  its runtime-API client (weights and servers, no reload)
 * ``desired``     -- parse ``apps/<model>/`` of the GitOps repo (pure)
 * ``podspec``     -- a version's Deployment as the process to start (pure; the container
   part is ``cogs.containers``)

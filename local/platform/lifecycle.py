@@ -24,7 +24,7 @@ from cogs.files import read_json
 from cogs.ports import free_port, port_free
 from gitops.git import remote
 from local.platform import binaries, haproxy, procs, prometheus
-from local.platform.runtime import RuntimeApi
+from local.platform.haproxy import RuntimeApi
 from local.platform.services import (
     PlatformError,
     start_lock,

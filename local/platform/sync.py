@@ -44,6 +44,7 @@ from cogs.files import atomic_write_json, atomic_write_text, read_json
 from cogs.ports import free_port, port_free
 from local.platform import haproxy as haproxy_cfg
 from local.platform import podspec, procs, prometheus
+from local.platform.haproxy import RuntimeApi, RuntimeApiError
 from local.platform.plan import (
     Action,
     Actual,
@@ -59,7 +60,6 @@ from local.platform.plan import (
     plan,
 )
 from local.platform.reposync import RepoSync
-from local.platform.runtime import RuntimeApi, RuntimeApiError
 from local.platform.supervisor import ServiceSupervisor, backoff
 from local.platform.workdir import PlatformConfig, Workdir, load_config
 
