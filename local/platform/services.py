@@ -19,15 +19,14 @@ import subprocess
 import time
 from typing import Callable, Iterator
 
-from local.errors import LocalError
+from local.errors import PlatformError
 from local.platform import procs
 from local.platform.workdir import Workdir
 
+__all__ = ["READY_TIMEOUT", "PlatformError", "Started", "http_ok", "start_lock", "tail",
+           "wait_ready"]
+
 READY_TIMEOUT = 30.0
-
-
-class PlatformError(LocalError):
-    """The platform could not be started or stopped as asked."""
 
 
 def http_ok(port: int, path: str, timeout: float = 0.5) -> bool:
