@@ -65,7 +65,7 @@ from contracts.artifact import read_record
 from gitops import layout
 from gitops.forges.local import LocalForge
 from gitops.writeback import Message, WriteBack
-from local.platform.runtime import (
+from local.platform.haproxy import (
     RuntimeApi,
     RuntimeApiError,
     ServerState,

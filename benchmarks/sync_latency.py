@@ -42,7 +42,7 @@ from _platform import (  # first: it puts the repo root on sys.path
 )
 
 from gitops import yamlio
-from local.platform.runtime import RuntimeApi
+from local.platform.haproxy import RuntimeApi
 from serving import manifests
 from tests.fixtures.platform import write_model
 

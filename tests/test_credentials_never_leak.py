@@ -12,8 +12,7 @@ import pytest
 
 from local.argo.hooks import install_hook
 from local.platform.gitsource import GitSource, GitSourceError
-from local.platform.lifecycle import _resolve_config
-from local.platform.workdir import Workdir
+from local.platform.workdir import Workdir, resolve_config
 from workflows.errors import ConfigError
 
 TOKEN = "s3cr3t-t0ken"
@@ -32,7 +31,7 @@ def test_the_sync_reads_with_the_token_in_its_env_not_in_argv(tmp_path):
 
 def test_the_platform_config_keeps_the_url_without_its_token(tmp_path):
     wd = Workdir(tmp_path / "platform")
-    config = _resolve_config(wd, URL, None, None, running=False)
+    config = resolve_config(wd, URL, None, None, running=False)
     assert config.gitops == "https://127.0.0.1:9/org/gitops.git"
     assert TOKEN not in repr(config)
 

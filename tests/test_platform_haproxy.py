@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from local.platform import binaries, haproxy, prometheus
-from local.platform.runtime import parse_servers_state
+from local.platform.haproxy import parse_servers_state
 from local.platform.workdir import PlatformConfig, Workdir
 
 STATE = """1
@@ -148,8 +148,8 @@ def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
     import time
 
     import requests
-
     from local.platform.runtime import RuntimeApi
+
     from tests.fixtures.common import free_port
 
     def named(name):

@@ -7,14 +7,19 @@ logs and state live in one work dir; `mlops down` stops them all;
 
 * ``workdir``     -- the layout of the work dir and the platform's config file
 * ``procs``       -- start/identify/stop supervised processes (pid files)
-* ``files``, ``ports`` -- atomic writes; free loopback ports
 * ``binaries``    -- find prometheus/haproxy or say what to install
-* ``services``    -- start Prometheus/HAProxy and wait until they answer
-* ``prometheus``  -- render prometheus.yml and the file_sd target files
-* ``haproxy``     -- render haproxy.cfg; ``runtime`` -- its runtime-API client
+* ``services``    -- what starting any service takes: the start lock, waiting until it answers
+* ``prometheus``  -- Prometheus: prometheus.yml, the file_sd target files, its start
+* ``haproxy``     -- HAProxy: haproxy.cfg (with ``router_latency.lua``), its start and
+  its runtime-API client (weights and servers, no reload)
 * ``desired``     -- parse ``apps/<model>/`` of the GitOps repo (pure)
+* ``podspec``     -- a version's Deployment as the process to start (pure; the container
+  part is ``cogs.containers``)
 * ``gitsource``   -- poll and read the GitOps repo with the git CLI
 * ``plan``        -- the pure reconcile decision ``plan(desired, actual)``
+* ``reposync``    -- the sync's repo half: follow the branch, keep the last good state
+* ``supervisor``  -- the sync's supervisor half: restart a dead Prometheus or HAProxy
 * ``sync``        -- the sync daemon: observe, plan, execute, record status
 * ``lifecycle``   -- up / down / status, used by ``mlops.commands.platform``
+* ``readiness``   -- what the controller asks before it sends a version traffic
 """

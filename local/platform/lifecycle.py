@@ -12,7 +12,6 @@ process still carrying the work dir's marker in its environment
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import os
 import pathlib
 import signal
@@ -21,18 +20,21 @@ import time
 from typing import Any
 
 from cogs.files import read_json
-from cogs.ports import free_port, port_free
 from gitops.git import remote
-from local.platform import binaries, procs, prometheus
-from local.platform.runtime import RuntimeApi
+from local.platform import binaries, haproxy, procs, prometheus
+from local.platform.haproxy import RuntimeApi
 from local.platform.services import (
     PlatformError,
-    start_haproxy,
     start_lock,
-    start_prometheus,
     wait_ready,
 )
-from local.platform.workdir import PlatformConfig, Workdir, load_config, save_config
+from local.platform.workdir import (
+    Workdir,
+    load_config,
+    resolve_config,
+    save_config,
+    with_free_ports,
+)
 
 SERVICES = ("prometheus", "haproxy", "sync")
 
@@ -40,44 +42,6 @@ SERVICES = ("prometheus", "haproxy", "sync")
 def _alive(workdir: Workdir, name: str) -> procs.ProcRecord | None:
     record = procs.read_record(workdir.pidfile(name))
     return record if record is not None and procs.record_alive(record) else None
-
-
-def _resolve_config(
-    workdir: Workdir, gitops: str | None, controller_port: int | None,
-    poll_interval: float | None, running: bool, *,
-    sync_delay: float | None = None, start_delay: float | None = None,
-) -> PlatformConfig:
-    old = load_config(workdir)
-    if old is None and not gitops:
-        raise PlatformError(
-            f"no platform in {workdir.root} yet: pass --gitops REPO (a bare repo path or URL); "
-            "create one with `mlops gitops init`"
-        )
-    if gitops and not ("://" in gitops or gitops.startswith("git@")):
-        gitops = str(pathlib.Path(gitops).expanduser().resolve())
-    elif gitops:
-        # `https://user:token@host/repo.git`: the token goes to the sync's environment
-        # (see `up`), never into platform.json, status.json or any output.
-        gitops = remote(gitops).url
-    config = old or PlatformConfig(gitops=gitops or "")
-    if gitops and gitops != config.gitops:
-        if running:
-            raise PlatformError(
-                f"the platform in {workdir.root} syncs {config.gitops}; run `mlops down` "
-                f"before pointing it at {gitops}, or use another --workdir"
-            )
-        config = dataclasses.replace(config, gitops=gitops)
-    if controller_port is not None:
-        config = dataclasses.replace(config, controller_port=controller_port)
-    for name, value in (("sync_delay", sync_delay), ("start_delay", start_delay)):
-        if value is not None:
-            if value < 0:
-                raise PlatformError(f"--{name.replace('_', '-')} must be >= 0 seconds, got {value}")
-            change: dict[str, Any] = {name: float(value)}
-            config = dataclasses.replace(config, **change)
-    if poll_interval is not None:
-        config = dataclasses.replace(config, poll_interval=poll_interval)
-    return config
 
 
 def up(
@@ -94,33 +58,24 @@ def up(
     found = binaries.require(path)
     credentials = remote(gitops).env if gitops else {}
     running = {name: _alive(workdir, name) for name in SERVICES}
-    config = _resolve_config(
+    config = resolve_config(
         workdir, gitops, controller_port, poll_interval,
         running=any(running.values()), sync_delay=sync_delay, start_delay=start_delay,
     )
-    for sub in (workdir.run, workdir.logs, workdir.targets, workdir.haproxy, workdir.status.parent):
-        sub.mkdir(parents=True, exist_ok=True)
-
-    # Ports: keep the chosen ones unless a stopped service's port was taken.
-    if not config.prometheus_port or (
-        running["prometheus"] is None and not port_free(config.prometheus_port)
-    ):
-        config = dataclasses.replace(config, prometheus_port=free_port())
-    if not config.haproxy_stats_port or (
-        running["haproxy"] is None and not port_free(config.haproxy_stats_port)
-    ):
-        config = dataclasses.replace(config, haproxy_stats_port=free_port())
+    workdir.create()
+    config = with_free_ports(config, running["prometheus"] is not None,
+                             running["haproxy"] is not None)
     save_config(workdir, config)
 
     started: list[str] = []
     with start_lock(workdir):  # a running sync may be restarting one of these right now
         if _alive(workdir, "prometheus") is None:
-            start_prometheus(workdir, config, found["prometheus"])
+            prometheus.start(workdir, config, found["prometheus"])
             started.append("prometheus")
         elif controller_port is not None:
             prometheus.write_controller_targets(workdir, config.controller_port)
         if _alive(workdir, "haproxy") is None:
-            start_haproxy(workdir, config, found["haproxy"])
+            haproxy.start(workdir, config, found["haproxy"])
             started.append("haproxy")
 
     if running["sync"] is None:

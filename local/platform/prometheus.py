@@ -1,4 +1,4 @@
-"""Prometheus for the local platform: config, target files, command line.
+"""Prometheus for the local platform: config, target files, command line, start.
 
 Model servers come and go as the sync starts them, so Prometheus discovers
 them through a ``file_sd`` targets file the sync rewrites (atomically;
@@ -17,7 +17,8 @@ from typing import Iterable
 
 import yaml
 
-from cogs.files import atomic_write_json
+from cogs.files import atomic_write_json, atomic_write_text
+from local.platform import procs, services
 from local.platform.workdir import PlatformConfig, Workdir
 
 SCRAPE_INTERVAL = "1s"
@@ -107,3 +108,22 @@ def command(binary: str, workdir: Workdir, config: PlatformConfig) -> list[str]:
         "--web.enable-lifecycle",
         "--log.level=warn",
     ]
+
+
+def start(workdir: Workdir, config: PlatformConfig, binary: str) -> services.Started:
+    """Render the config and the target files, start Prometheus, wait for ``/-/ready``."""
+    atomic_write_text(
+        workdir.prometheus / "prometheus.yml", render_config(workdir, config)
+    )
+    if not (workdir.targets / MODELS_TARGETS).exists():
+        write_model_targets(workdir, [])
+    write_controller_targets(workdir, config.controller_port)
+    log = workdir.logs / "prometheus.log"
+    popen, record = procs.spawn(
+        "prometheus", command(binary, workdir, config), log,
+        env=procs.marked_env(str(workdir.root)),
+    )
+    procs.write_record(workdir.pidfile("prometheus"), record)
+    services.wait_ready(lambda: services.http_ok(config.prometheus_port, "/-/ready"),
+                        "prometheus", log, record, popen)
+    return popen, record

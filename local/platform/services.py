@@ -1,12 +1,12 @@
-"""Start Prometheus and HAProxy for a work dir and wait until they answer.
+"""What starting a platform service takes, whichever it is: the start lock, the wait.
 
-Used by `mlops up` and by the sync, which restarts either one if it dies
-(the sync is the platform's supervisor while it runs; `mlops up` restarts a
-dead sync). Each start renders the config from the platform config, spawns
-the program in its own session with the work-dir marker, writes its pid
-file and waits for readiness (Prometheus ``/-/ready``, HAProxy ``show info``
-on the admin socket); a program that exits or stays unready raises
-:class:`PlatformError` with the end of its log.
+Each service's own file starts it (``prometheus.start``, ``haproxy.start``):
+it renders its config from the platform config, spawns the program in its
+own session with the work-dir marker, writes its pid file and waits here
+for readiness; a program that exits or stays unready raises
+:class:`PlatformError` with the end of its log. `mlops up` starts them under
+:func:`start_lock`, and so does the sync when it restarts one that died
+(:mod:`supervisor`).
 """
 
 from __future__ import annotations
@@ -17,20 +17,16 @@ import http.client
 import pathlib
 import subprocess
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
-from cogs.files import atomic_write_json, atomic_write_text, read_json
-from cogs.ports import free_port, port_free
-from local.errors import LocalError
-from local.platform import haproxy, procs, prometheus
-from local.platform.runtime import RuntimeApi
-from local.platform.workdir import PlatformConfig, Workdir
+from local.errors import PlatformError
+from local.platform import procs
+from local.platform.workdir import Workdir
+
+__all__ = ["READY_TIMEOUT", "PlatformError", "Started", "http_ok", "start_lock", "tail",
+           "wait_ready"]
 
 READY_TIMEOUT = 30.0
-
-
-class PlatformError(LocalError):
-    """The platform could not be started or stopped as asked."""
 
 
 def http_ok(port: int, path: str, timeout: float = 0.5) -> bool:
@@ -88,63 +84,3 @@ def start_lock(workdir: Workdir, wait: bool = True) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def start_prometheus(workdir: Workdir, config: PlatformConfig, binary: str) -> Started:
-    atomic_write_text(
-        workdir.prometheus / "prometheus.yml", prometheus.render_config(workdir, config)
-    )
-    if not (workdir.targets / prometheus.MODELS_TARGETS).exists():
-        prometheus.write_model_targets(workdir, [])
-    prometheus.write_controller_targets(workdir, config.controller_port)
-    log = workdir.logs / "prometheus.log"
-    popen, record = procs.spawn(
-        "prometheus", prometheus.command(binary, workdir, config), log,
-        env=procs.marked_env(str(workdir.root)),
-    )
-    procs.write_record(workdir.pidfile("prometheus"), record)
-    wait_ready(
-        lambda: http_ok(config.prometheus_port, "/-/ready"), "prometheus", log, record, popen
-    )
-    return popen, record
-
-
-def start_haproxy(workdir: Workdir, config: PlatformConfig, binary: str) -> Started:
-    """Start HAProxy with every known model frontend and empty backends.
-
-    The sync adds the servers through the runtime API on its next tick.
-    Frontend ports taken by someone else meanwhile are moved (and saved).
-    """
-    frontends: dict[str, int] = {
-        str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()
-    }
-    moved = [m for m, p in frontends.items() if not port_free(p)]
-    for model in moved:
-        frontends[model] = free_port()
-    if moved:
-        atomic_write_json(workdir.frontends, frontends)
-    atomic_write_text(workdir.haproxy_cfg, haproxy.render_config(
-        workdir, stats_port=config.haproxy_stats_port, frontends=frontends))
-    socket_path = workdir.admin_socket()
-    socket_path.unlink(missing_ok=True)
-    log = workdir.logs / "haproxy.log"
-    popen, record = procs.spawn(
-        "haproxy", haproxy.command(binary, workdir), log, env=procs.marked_env(str(workdir.root)),
-    )
-    procs.write_record(workdir.pidfile("haproxy"), record)
-    api = RuntimeApi(socket_path, timeout=1.0)
-
-    def ready() -> bool:
-        try:
-            return "Name: HAProxy" in api.info()
-        except OSError:
-            return False
-
-    wait_ready(ready, "haproxy", log, record, popen)
-    return popen, record
-
-
-STARTERS: dict[str, Callable[[Workdir, PlatformConfig, str], Any]] = {
-    "prometheus": start_prometheus,
-    "haproxy": start_haproxy,
-}

@@ -3,17 +3,17 @@
 Every tick (``poll_interval``, 0.5 s by default) it
 
 1. asks git for the GitOps repo's main sha; when it moved, reads
-   ``apps/`` at that commit and parses it (:mod:`desired`) -- a model whose
-   files are broken keeps its last good spec, and the error, naming the
-   file, goes to the log and the status file;
+   ``apps/`` at that commit and parses it (:mod:`reposync`, :mod:`desired`) --
+   a model whose files are broken keeps its last good spec, and the error,
+   naming the file, goes to the log and the status file;
 2. looks at its model-server processes (exited? ready yet?) and at HAProxy
    through the runtime API;
 3. calls the pure :func:`plan.plan` and executes the actions it returns;
 4. writes ``state/status.json`` atomically: the applied commit, errors,
    and per version its process, port, phase, restart count and weights.
 
-While it runs, the sync is also the supervisor of Prometheus and HAProxy:
-if one dies it is started again (a fresh HAProxy gets every route back on
+While it runs, the sync is also the supervisor of Prometheus and HAProxy
+(:mod:`supervisor`): if one dies it is started again (a fresh HAProxy gets every route back on
 the next tick); `mlops up` restarts a dead sync.
 
 Model servers are started in their own sessions with a pid file each
@@ -37,16 +37,14 @@ import pathlib
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
 from cogs.files import atomic_write_json, atomic_write_text, read_json
 from cogs.ports import free_port, port_free
-from local.platform import binaries, podspec, procs, prometheus, services
 from local.platform import haproxy as haproxy_cfg
-from local.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
-from local.platform.gitsource import GitSource, GitSourceError
+from local.platform import podspec, procs, prometheus
+from local.platform.haproxy import RuntimeApi, RuntimeApiError
 from local.platform.plan import (
     Action,
     Actual,
@@ -61,24 +59,17 @@ from local.platform.plan import (
     WriteTargets,
     plan,
 )
-from local.platform.runtime import RuntimeApi, RuntimeApiError
+from local.platform.reposync import RepoSync
+from local.platform.supervisor import ServiceSupervisor, backoff
 from local.platform.workdir import PlatformConfig, Workdir, load_config
 
 log = logging.getLogger("mlops.sync")
 
 #: A server that is not ready this long after start counts as crashed.
 START_TIMEOUT = 300.0
-MAX_BACKOFF = 30.0
 #: Defaults for model servers: one math thread each (several versions share
 #: the machine), quiet Paddle, unbuffered logs. The caller's environment wins.
 SERVER_ENV = {"OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2", "PYTHONUNBUFFERED": "1"}
-
-
-def backoff(failures: int) -> float:
-    """Delay before restart number ``failures`` of a crash loop: 0, 1, 2, 4 ... 30 s."""
-    if failures <= 1:
-        return 0.0
-    return min(MAX_BACKOFF, 2.0 ** (failures - 2))
 
 
 @dataclasses.dataclass
@@ -153,14 +144,9 @@ class Sync:
     def __init__(self, workdir: Workdir, config: PlatformConfig) -> None:
         self.workdir = workdir
         self.config = config
-        self.source = GitSource(config.gitops, config.branch, workdir.gitops_cache)
+        self.repo = RepoSync(workdir, config)
+        self.services = ServiceSupervisor(workdir, config)
         self.api = RuntimeApi(workdir.admin_socket(), timeout=2.0)
-        self.desired: dict[str, ModelSpec] = {}
-        self.errors: list[ModelError] = []
-        self.git_error: str | None = None
-        self.seen_commit: str | None = None
-        self.applied_commit: str | None = None
-        self.applied_at: float | None = None
         self.servers: dict[tuple[str, str], ServerProc] = {}
         self.frontends: dict[str, int] = {
             str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()
@@ -170,13 +156,6 @@ class Sync:
         self.haproxy_up: dict[tuple[str, str], bool] = {}
         self.stopping = False
         self.reload_grace_until = 0.0
-        #: Commits seen on main and when (cluster-latency mode, ``sync_delay``).
-        self.heads: list[tuple[str, float]] = []
-        #: Prometheus/HAProxy restarts by this sync: name -> count, failures, retry time.
-        self.service_restarts: dict[str, int] = {name: 0 for name in services.STARTERS}
-        self._service_failures: dict[str, int] = {name: 0 for name in services.STARTERS}
-        self._service_retry_at: dict[str, float] = {name: 0.0 for name in services.STARTERS}
-        self._service_popen: dict[str, subprocess.Popen[bytes]] = {}
         self._adopt()
 
     # -- start-up -------------------------------------------------------
@@ -211,97 +190,15 @@ class Sync:
 
     # -- supervise Prometheus and HAProxy ----------------------------------
     def supervise_services(self, now: float) -> None:
-        """Restart Prometheus or HAProxy if its process died (not if its pid file is gone)."""
-        for name in services.STARTERS:
-            popen = self._service_popen.get(name)
-            if popen is not None:
-                popen.poll()  # reap our own child
-            record = procs.read_record(self.workdir.pidfile(name))
-            if record is None or procs.record_alive(record) or now < self._service_retry_at[name]:
-                continue
-            try:
-                restarted = self._restart_service(name)
-            except services.PlatformError as exc:
-                self._service_failures[name] += 1
-                self._service_retry_at[name] = now + max(1.0, backoff(self._service_failures[name]))
-                log.error("could not restart %s: %s", name, exc)
-                continue
-            if restarted:
-                self._service_failures[name] = 0
-                self.service_restarts[name] += 1
-
-    def _restart_service(self, name: str) -> bool:
-        """Start ``name`` again unless `mlops up` holds the start lock or already did."""
-        with services.start_lock(self.workdir, wait=False) as mine:
-            record = procs.read_record(self.workdir.pidfile(name))
-            if not mine or record is None or procs.record_alive(record):
-                return False
-            log.error("%s (pid %d) is gone; restarting it", name, record.pid)
-            binary = binaries.which(name)
-            if binary is None:
-                raise services.PlatformError(f"{name} is no longer installed")
-            popen, _record = services.STARTERS[name](self.workdir, self.config, binary)
-        self._service_popen[name] = popen
-        if name == "haproxy":  # a fresh HAProxy: re-observe, the plan re-adds every server
+        """Restart a dead Prometheus or HAProxy (:mod:`supervisor`)."""
+        if "haproxy" in self.services.supervise(now):
+            # a fresh HAProxy: re-observe, the plan re-adds every server
             self.routes = None
             self.frontends = {
                 str(k): int(v) for k, v in (read_json(self.workdir.frontends, {}) or {}).items()
             }
-        return True
 
     # -- observe ----------------------------------------------------------
-    def _due_head(self, head: str | None, now: float) -> str | None:
-        """The newest commit that has been visible for `sync_delay` seconds (cluster mode).
-
-        Argo CD notices a commit at its next poll (every 3 minutes by default),
-        so in cluster-latency mode a commit is applied only once it has been
-        on main that long; commits that came after it wait their own turn.
-        """
-        if head is not None and (not self.heads or self.heads[-1][0] != head):
-            self.heads.append((head, now))
-        due = [sha for sha, seen in self.heads if now - seen >= self.config.sync_delay]
-        if not due:
-            return None
-        newest = due[-1]
-        self.heads = [(sha, seen) for sha, seen in self.heads
-                      if sha == newest or now - seen < self.config.sync_delay]
-        return newest
-
-    def poll_git(self) -> None:
-        try:
-            head = self.source.head()
-            if self.config.sync_delay > 0:
-                head = self._due_head(head, time.monotonic())
-            if head is None or head == self.seen_commit:
-                self.git_error = None
-                return
-            with tempfile.TemporaryDirectory(prefix="mlops-sync-") as tree:
-                self.source.export(head, pathlib.Path(tree))
-                specs, errors = read_checkout(pathlib.Path(tree))
-        except GitSourceError as exc:
-            if str(exc) != self.git_error:
-                log.error("cannot read the GitOps repo: %s", exc)
-            self.git_error = str(exc)
-            return
-        self.git_error = None
-        self.desired = merge_last_good(self.desired, specs, errors)
-        self.errors = errors
-        self.seen_commit = head
-        for error in errors:
-            log.error(
-                "commit %s: %s -- keeping the last good state of model %s",
-                head[:12], error.message, error.model,
-            )
-        if not errors:
-            self.applied_commit = head
-            self.applied_at = time.time()
-        log.info(
-            "commit %s read: %s",
-            head[:12],
-            ", ".join(f"{m}={dict(s.weights)}" for m, s in sorted(self.desired.items()))
-            or "no models",
-        )
-
     def refresh_processes(self, now: float) -> None:
         for server in self.servers.values():
             if server.phase == "exited":
@@ -468,7 +365,7 @@ class Sync:
         """Start the Deployment's container as a local process (``podspec``)."""
         key = (action.model, action.version)
         old = self.servers.get(key)
-        spec = self.desired[action.model].versions[action.version]
+        spec = self.repo.desired[action.model].versions[action.version]
         port = old.port if (old is not None and old.port and port_free(old.port)) else free_port()
         scratch = self.workdir.root / "scratch" / f"{action.model}-{action.version}"
         try:
@@ -528,8 +425,8 @@ class Sync:
     # -- record ----------------------------------------------------------
     def status(self) -> dict[str, Any]:
         models: dict[str, Any] = {}
-        for model in sorted(set(self.desired) | {m for m, _ in self.servers}):
-            spec = self.desired.get(model)
+        for model in sorted(set(self.repo.desired) | {m for m, _ in self.servers}):
+            spec = self.repo.desired.get(model)
             versions: dict[str, Any] = {}
             names = set(spec.versions if spec else ()) | {v for m, v in self.servers if m == model}
             for version in sorted(names):
@@ -567,20 +464,9 @@ class Sync:
         return {
             "sync_pid": os.getpid(),
             "updated_at": time.time(),
-            "gitops": self.config.gitops,
-            "branch": self.config.branch,
-            "seen_commit": self.seen_commit,
-            # main's tip as the sync last fetched it: ahead of `applied` while a sync
-            # delay holds it back, or while it is refused (errors)
-            "tip_commit": self.heads[-1][0] if self.heads else self.seen_commit,
-            "sync_delay": self.config.sync_delay,
-            "start_delay": self.config.start_delay,
-            "applied_commit": self.applied_commit,
-            "applied_at": self.applied_at,
-            "errors": [dataclasses.asdict(e) for e in self.errors],
-            "git_error": self.git_error,
+            **self.repo.status(),
             "haproxy_reachable": self.routes is not None,
-            "service_restarts": dict(self.service_restarts),
+            "service_restarts": dict(self.services.restarts),
             "models": models,
         }
 
@@ -588,10 +474,10 @@ class Sync:
     def tick(self) -> None:
         now = time.monotonic()
         self.supervise_services(now)
-        self.poll_git()
+        self.repo.poll()
         self.refresh_processes(now)
         self.observe_haproxy()
-        for action in plan(self.desired, self.actual(now), now):
+        for action in plan(self.repo.desired, self.actual(now), now):
             self.execute(action, now)
         if any(s.phase == "starting" for s in self.servers.values()):
             self.refresh_processes(time.monotonic())

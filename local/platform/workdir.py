@@ -1,4 +1,5 @@
-"""The work dir of the local platform: where every file lives, and its config.
+"""The work dir of the local platform: where every file lives, and its config (how
+`mlops up` resolves it from what was passed, and keeps or moves its ports).
 
 One directory holds everything the platform owns, so a second `mlops up`
 finds its state and `mlops down` finds every process::
@@ -29,6 +30,9 @@ import tempfile
 from typing import Any
 
 from cogs.files import atomic_write_json, read_json
+from cogs.ports import free_port, port_free
+from gitops.git import remote
+from local.errors import PlatformError
 
 # sun_path is 108 bytes on Linux, including the terminating NUL, and HAProxy
 # binds `<path>.<pid>.tmp` first and renames it, so it refuses a path longer than
@@ -52,6 +56,11 @@ class Workdir:
     """Paths inside one platform work dir."""
 
     root: pathlib.Path
+
+    def create(self) -> None:
+        """Make the directories every service writes into (`mlops up`)."""
+        for sub in (self.run, self.logs, self.targets, self.haproxy, self.status.parent):
+            sub.mkdir(parents=True, exist_ok=True)
 
     @property
     def config(self) -> pathlib.Path:
@@ -196,3 +205,56 @@ def load_config(workdir: Workdir) -> PlatformConfig | None:
 
 def save_config(workdir: Workdir, config: PlatformConfig) -> None:
     atomic_write_json(workdir.config, config.to_json())
+
+
+def resolve_config(
+    workdir: Workdir, gitops: str | None, controller_port: int | None,
+    poll_interval: float | None, running: bool, *,
+    sync_delay: float | None = None, start_delay: float | None = None,
+) -> PlatformConfig:
+    """The config `mlops up` runs with: the saved one, changed by what was passed."""
+    old = load_config(workdir)
+    if old is None and not gitops:
+        raise PlatformError(
+            f"no platform in {workdir.root} yet: pass --gitops REPO (a bare repo path or URL); "
+            "create one with `mlops gitops init`"
+        )
+    if gitops and not ("://" in gitops or gitops.startswith("git@")):
+        gitops = str(pathlib.Path(gitops).expanduser().resolve())
+    elif gitops:
+        # `https://user:token@host/repo.git`: the token goes to the sync's environment
+        # (see `up`), never into platform.json, status.json or any output.
+        gitops = remote(gitops).url
+    config = old or PlatformConfig(gitops=gitops or "")
+    if gitops and gitops != config.gitops:
+        if running:
+            raise PlatformError(
+                f"the platform in {workdir.root} syncs {config.gitops}; run `mlops down` "
+                f"before pointing it at {gitops}, or use another --workdir"
+            )
+        config = dataclasses.replace(config, gitops=gitops)
+    if controller_port is not None:
+        config = dataclasses.replace(config, controller_port=controller_port)
+    for name, value in (("sync_delay", sync_delay), ("start_delay", start_delay)):
+        if value is not None:
+            if value < 0:
+                raise PlatformError(f"--{name.replace('_', '-')} must be >= 0 seconds, got {value}")
+            change: dict[str, Any] = {name: float(value)}
+            config = dataclasses.replace(config, **change)
+    if poll_interval is not None:
+        config = dataclasses.replace(config, poll_interval=poll_interval)
+    return config
+
+
+def with_free_ports(config: PlatformConfig, prometheus_running: bool,
+                    haproxy_running: bool) -> PlatformConfig:
+    """Keep the chosen ports unless a stopped service's port was taken meanwhile."""
+    if not config.prometheus_port or (
+        not prometheus_running and not port_free(config.prometheus_port)
+    ):
+        config = dataclasses.replace(config, prometheus_port=free_port())
+    if not config.haproxy_stats_port or (
+        not haproxy_running and not port_free(config.haproxy_stats_port)
+    ):
+        config = dataclasses.replace(config, haproxy_stats_port=free_port())
+    return config

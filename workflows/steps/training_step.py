@@ -13,6 +13,7 @@ from contracts.artifact import ArtifactError, missing_files, read_record_data
 from workflows import paddlejob_local
 from workflows.config import load_config
 from workflows.errors import StepError
+from workflows.expressions import substitute
 from workflows.resources import ResourceTemplate
 from workflows.steps.common import lineage_env
 
@@ -69,13 +70,12 @@ def run_job(
     output_dir.mkdir(parents=True, exist_ok=True)
     lineage = lineage_env()
     manifest = paddlejob_manifest(loaded, job, which, PipelineSettings())
-    text = yaml.safe_dump(manifest)
-    for expr, value in {
-        "{{workflow.name}}": lineage.get("MLOPS_WORKFLOW_ID", "local"),
-        "{{workflow.parameters.revision}}": lineage.get("MLOPS_TRAINING_COMMIT", ""),
-        "{{inputs.parameters.image}}": "local",
-    }.items():
-        text = text.replace(expr, value)
+    # What Argo substitutes when it creates the job; any other `{{...}}` is an error, as there.
+    text = substitute(yaml.safe_dump(manifest), {
+        "workflow.name": lineage.get("MLOPS_WORKFLOW_ID", "local"),
+        "workflow.parameters.revision": lineage.get("MLOPS_TRAINING_COMMIT", ""),
+        "inputs.parameters.image": "local",
+    }, f"the {which} PaddleJob")
     local = {"MLOPS_REPO": str(loaded.repo_dir.resolve()), "MLOPS_OUT": str(root),
              "MLOPS_OUTPUTS": str(root / "outputs")}
 
