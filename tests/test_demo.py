@@ -24,7 +24,7 @@ def test_plan_all_plays_good_first_then_the_four_failures():
     names = [s.name for s in scenarios.plan("all")]
     assert names == ["good", "slow", "errors", "skew", "low-map"]
     assert [s.expect for s in scenarios.plan("all")] == [
-        "promoted", "rolled_back", "rolled_back", "rolled_back", "gate_refused"]
+        "promoted", "rolled_back", "rolled_back", "gate_refused", "gate_refused"]
 
 
 def test_plan_rejects_an_unknown_scenario_naming_the_choices():
@@ -78,7 +78,7 @@ def test_each_example_plays_the_skew_its_own_train_py_exports():
         assert skew.change == {"drill-skew": example.skew}
         assert example.skew in choices.group(1).split(",") and example.skew != "none"
         assert f"--drill-skew {example.skew}" in skew.message
-        assert skew.expect == "rolled_back" and skew.expect_cause == "quality"
+        assert skew.expect == "gate_refused" and skew.expect_cause == "worse"
         skews[name] = example.skew
     assert skews == {"shapes-detector": "no-scale", "products-yolov3": "mean-std"}
     assert scenarios.SCENARIOS["skew"] == scenarios.plan("skew")[0]

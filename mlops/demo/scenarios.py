@@ -28,7 +28,7 @@ class Scenario:
     change: dict[str, Any]  # merged into the production push's training args
     message: str
     expect: Outcome
-    expect_cause: str = ""  # a word the rollback reason contains (latency, error)
+    expect_cause: str = ""  # a word the rollback or gate reason contains (latency, error)
 
     def args(self, production_args: dict[str, Any]) -> dict[str, Any]:
         """The full job's args for this push: production's plus this change."""
@@ -70,8 +70,8 @@ class Example:
         """A mistake in the exported infer_cfg.yml this example's model visibly fails on."""
         return Scenario("skew", {"drill-skew": self.skew},
                         f"drill: export infer_cfg.yml {self.skew_what} (train.py --drill-skew "
-                        f"{self.skew}): the gate passes, the answers on live traffic do not",
-                        "rolled_back", "quality")
+                        f"{self.skew}): the gate runs the export as served, beside production "
+                        "on the same images, and stops it", "gate_refused", "worse")
 
 
 EXAMPLES = {e.name: e for e in (
