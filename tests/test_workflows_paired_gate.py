@@ -7,12 +7,16 @@ the same weights (so the paired difference is exactly zero), and the same
 weights with the serving-side mistake `train.py --drill-skew no-scale`
 writes into `infer_cfg.yml` (pixels not divided by 255), which the
 training code's own `bbox.json` cannot show and the served export does. No
-training runs here.
+training runs here, except in the last test (issue 30's `bad-labels`, at
+pipeline level: a short warm-started fine-tune).
 """
 
 import json
 import pathlib
+import random
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -23,7 +27,12 @@ from mlops.cli import main as cli
 from promotion.policy import load_policy
 from promotion.propose import propose
 from promotion.report import evaluation_report
-from tests.fixtures.training import copy_example
+from tests.fixtures.training import copy_example, example_module, training_env
+from tests.fixtures.workflows import git
+from workflows.config import load_config
+from workflows.pipeline import build_workflow_template
+from workflows.runner import run_workflow
+from workflows.settings import load_settings
 
 pytestmark = pytest.mark.usefixtures("trained_model")
 
@@ -134,3 +143,127 @@ def test_a_holdout_that_does_not_exist_is_named(production, trained_model, tmp_p
                 "--production-from-gitops", str(gitops), "--holdout", str(missing)])
     err = capsys.readouterr().err
     assert code == 2 and f"--holdout {missing}: not found" in err and "Traceback" not in err
+
+
+def _swapped_dataset(clean: pathlib.Path, root: pathlib.Path, share: float) -> pathlib.Path:
+    """The example's dataset with `share` of its circle and square train labels swapped
+    (the week whose new labels went wrong), its val set kept clean as `holdout.json`."""
+    shapes_data = example_module("shapes_data")
+    data = root / "week3"
+    data.mkdir(parents=True)
+    for split in ("train", "val"):
+        (data / split).symlink_to(clean / split)
+    train = json.loads((clean / "train.json").read_text())
+    rng = random.Random(3)
+    swap = {1: 2, 2: 1}  # circle <-> square
+    for ann in train["annotations"]:
+        if ann["category_id"] in swap and rng.random() < share:
+            ann["category_id"] = swap[ann["category_id"]]
+    (data / "train.json").write_text(json.dumps(train))
+    shutil.copyfile(clean / "val.json", data / "val.json")
+    shutil.copyfile(clean / "val.json", data / "holdout.json")
+    params = dict(shapes_data.DEFAULT_PARAMS)
+    (data / shapes_data.MARKER).write_text(json.dumps(
+        {"params": params, "digest": shapes_data.digest_of(data, params)}))
+    return data
+
+
+@pytest.mark.slow
+def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, trained_model,
+                                                                   tmp_path):
+    """The pipeline, run by the local runner on the example: a warm start from production
+    (`training.init_from: production`), fine-tuned on data where 70 % of the circle and
+    square labels are swapped. Training succeeds; on the clean holdout the gate finds the
+    candidate worse than production beyond noise on those two classes, and nothing is
+    proposed."""
+    gitops, version = production
+    data = _swapped_dataset(trained_model.data_dir, tmp_path, share=0.7)
+    repo = copy_example(tmp_path / "shapes-detector")
+    cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
+    cfg["training"]["init_from"] = "production"
+    cfg["training"]["smoke"]["overrides"] = {
+        "args": {"data-dir": str(data), "max-steps": 2, "subset": 32, "batch-size": 16}}
+    cfg["training"]["full"] = {"template": "training-small", "overrides": {"workers": 1, "args": {
+        "data-dir": str(data), "subset": 640, "epochs": 2, "batch-size": 16, "max-steps": 0}}}
+    cfg["evaluation"]["annotations"] = str(data / "holdout.json")
+    cfg["gate"]["min"] = 0.0
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "week 3: new labels")
+
+    wt = build_workflow_template(load_config(repo), load_settings())
+    result = run_workflow(wt, repo, tmp_path / "run", parameters={"gitops-repo": str(gitops)},
+                          echo=lambda _line: None)
+
+    train_log = pathlib.Path(result.task("train").log).read_text()
+    assert result.task("train").phase == "Succeeded", train_log[-3000:]
+    assert "init from /" in train_log  # started from production's weights
+    gate = result.task("gate")
+    assert gate.phase == "Succeeded" and gate.outputs["passed"] == "false", gate.outputs
+    verdict = json.loads((tmp_path / "run" / "full" / "gate.json").read_text())
+    assert verdict["production_version"] == version
+    assert {"circle", "square"} <= set(verdict["worse_classes"]), verdict["reason"]
+    assert "AP@0.5 significantly worse for circle -" in verdict["reason"]
+    assert "[" in verdict["reason"].split("circle", 1)[1]  # with its interval
+    assert result.task("propose").phase == "Skipped"
+    assert "mlops/propose/" not in git(gitops, "branch", "--list")
+
+
+def test_init_from_production_renders_a_find_production_step_feeding_the_full_job(tmp_path):
+    """Rendering only: the full PaddleJob gets `--init-from` before the template's args (so a
+    job's own `init-from: ""` wins) and the models volume read-only; smoke stays as it was."""
+    repo = copy_example(tmp_path / "repo")
+    cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
+    cfg["training"]["init_from"] = "production"
+    cfg["training"]["full"]["overrides"]["args"] = {"epochs": 2}
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
+    doc = build_workflow_template(load_config(repo), load_settings()).to_dict()
+    templates = {t["name"]: t for t in doc["spec"]["templates"]}
+    tasks = {t["name"]: t for t in templates["pipeline"]["dag"]["tasks"]}
+    assert tasks["train"]["depends"] == "smoke-train && find-production"
+    assert {"name": "init-from",
+            "value": "{{tasks.find-production.outputs.parameters.model-dir}}"} in tasks[
+        "train"]["arguments"]["parameters"]
+    assert templates["find-production"]["container"]["args"][:2] == ["step", "find-production"]
+
+    def worker(name):
+        job = yaml.safe_load(templates[name]["resource"]["manifest"])
+        return job["spec"]["worker"]["template"]["spec"]
+    full = worker("train")
+    args = full["containers"][0]["args"]
+    assert args[args.index("--init-from") + 1] == "{{inputs.parameters.init-from}}"
+    assert args.index("--init-from") < args.index("--epochs")
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in full[
+        "containers"][0]["volumeMounts"]
+    assert "--init-from" not in worker("smoke-train")["containers"][0]["args"]
+    cfg["training"].pop("init_from")
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
+    plain = build_workflow_template(load_config(repo), load_settings()).to_dict()
+    assert "find-production" not in {t["name"] for t in plain["spec"]["templates"]}
+
+
+def test_find_production_names_what_it_starts_from(production, tmp_path, capsys):
+    gitops, version = production
+    repo = copy_example(tmp_path / "repo")
+    out = tmp_path / "out"
+    assert cli(["step", "find-production", "--repo", str(repo), "--out", str(out),
+                "--production-from-gitops", str(gitops)]) == 0
+    model_dir = (out / "outputs" / "model-dir").read_text()
+    assert (pathlib.Path(model_dir) / "inference.pdiparams").is_file()
+    assert (out / "outputs" / "version").read_text() == version
+    assert cli(["step", "find-production", "--repo", str(repo), "--out", str(out)]) == 0
+    assert (out / "outputs" / "model-dir").read_text() == ""
+    assert "training from scratch" in capsys.readouterr().out
+
+
+def test_train_py_refuses_an_init_from_that_is_not_an_export(trained_model, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--output-dir", str(tmp_path / "o"), "--checkpoint-dir",
+         str(tmp_path / "c"), "--data-dir", str(trained_model.data_dir), "--subset", "32",
+         "--batch-size", "16", "--init-from", str(tmp_path)],
+        cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--init-from {tmp_path}: no inference.pdiparams (not an export)" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -254,7 +254,9 @@ def paddlejob_manifest(
     )
     warm = _warm_start(loaded, which)
     if warm:  # production's export, found by find-production, read from the models volume
-        args = [*args, "--init-from", "{{inputs.parameters.init-from}}"]
+        # Before the template's args, so a job's own `init-from: ""` (from scratch) wins.
+        at = args.index("--checkpoint-dir") + 2
+        args = [*args[:at], "--init-from", "{{inputs.parameters.init-from}}", *args[at:]]
     resources: dict[str, Any] = {
         "requests": {"cpu": job.cpu, "memory": job.memory},
         "limits": {"cpu": job.cpu, "memory": job.memory},
