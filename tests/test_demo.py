@@ -47,7 +47,12 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
         default = re.search(rf"^{default} = (\d+)$", train, re.M).group(1)
     assert int(default) == example.epochs
     good = scenarios.plan("good", name)[0]
-    assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
+    if example.fine_tune is None:
+        assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
+    else:  # a fine-tune of production, which the example's mlops.yaml asks for
+        assert good.change == example.fine_tune and good.expect == "promoted"
+        assert yaml.safe_load((ROOT / "examples" / name / "mlops.yaml").read_text())[
+            "training"]["init_from"] == "production"
     assert f"({example.epochs} epochs)" in example.bootstrap_message()
     assert [s.name for s in scenarios.plan("all", name)] == list(scenarios.NAMES)
 
@@ -88,7 +93,7 @@ def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
     slow = scenarios.SCENARIOS["slow"]
     assert slow.args({"epochs": 14}) == {"epochs": 14, "drill-delay-ms": 250}
     # low-map overrides the epochs production was trained with
-    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1}
+    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1, "init-from": ""}
 
 
 @pytest.mark.parametrize("run, final, expected", [

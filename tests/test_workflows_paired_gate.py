@@ -208,6 +208,8 @@ def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, t
     assert "[" in verdict["reason"].split("circle", 1)[1]  # with its interval
     assert result.task("propose").phase == "Skipped"
     assert "mlops/propose/" not in git(gitops, "branch", "--list")
+    report = (tmp_path / "run" / "report.md").read_text()  # the run's report says it too
+    assert "**circle**" in report and "**square**" in report and "disagreements-val.png" in report
 
 
 def test_init_from_production_renders_a_find_production_step_feeding_the_full_job(tmp_path):
