@@ -172,12 +172,12 @@ def _swapped_dataset(clean: pathlib.Path, root: pathlib.Path, share: float) -> p
 def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, trained_model,
                                                                    tmp_path):
     """The pipeline, run by the local runner on the example: a warm start from production
-    (`training.init_from: production`), fine-tuned on data where 70 % of the circle and
+    (`training.init_from: production`), fine-tuned on data where 90 % of the circle and
     square labels are swapped. Training succeeds; on the clean holdout the gate finds the
     candidate worse than production beyond noise on those two classes, and nothing is
     proposed."""
     gitops, version = production
-    data = _swapped_dataset(trained_model.data_dir, tmp_path, share=0.7)
+    data = _swapped_dataset(trained_model.data_dir, tmp_path, share=0.9)
     repo = copy_example(tmp_path / "shapes-detector")
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
     cfg["training"]["init_from"] = "production"
