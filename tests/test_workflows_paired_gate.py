@@ -7,8 +7,9 @@ the same weights (so the paired difference is exactly zero), and the same
 weights with the serving-side mistake `train.py --drill-skew no-scale`
 writes into `infer_cfg.yml` (pixels not divided by 255), which the
 training code's own `bbox.json` cannot show and the served export does. No
-training runs here, except in the last test (issue 30's `bad-labels`, at
-pipeline level: a short warm-started fine-tune).
+training runs here, except in the bad-labels test (issue 30's `bad-labels`,
+at pipeline level: production's small recipe on swapped labels, about a
+CPU-minute).
 """
 
 import json
@@ -27,7 +28,7 @@ from mlops.cli import main as cli
 from promotion.policy import load_policy
 from promotion.propose import propose
 from promotion.report import evaluation_report
-from tests.fixtures.training import copy_example, example_module, training_env
+from tests.fixtures.training import SMALL_CONFIG, copy_example, example_module, training_env
 from tests.fixtures.workflows import git
 from workflows.config import load_config
 from workflows.pipeline import build_workflow_template
@@ -171,22 +172,26 @@ def _swapped_dataset(clean: pathlib.Path, root: pathlib.Path, share: float) -> p
 @pytest.mark.slow
 def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, trained_model,
                                                                    tmp_path):
-    """The pipeline, run by the local runner on the example: a warm start from production
-    (`training.init_from: production`), fine-tuned for 4 epochs on 640 images whose circle
-    and square labels are all swapped (with 90 % swapped, 2 epochs of fine-tuning the
-    session's weak model taught it both labels for both shapes and raised every class's
-    AP: too little training to show the damage). Training succeeds; on the clean holdout the gate finds the
-    candidate worse than production beyond noise on those two classes, and nothing is
-    proposed."""
+    """The pipeline, run by the local runner on the example: production's own recipe
+    (tests/fixtures/training.py's SMALL_CONFIG, one worker) retrained on data whose
+    circle and square labels are swapped. Training succeeds; on the clean holdout the
+    gate finds the candidate worse than production beyond noise on exactly those two
+    classes, names them with their intervals, and nothing is proposed.
+
+    From scratch, not `init_from: production`: fine-tuning the session's weak model
+    (mAP@0.5 0.32) for 80-160 steps on swapped labels left both labels firing on both
+    shapes and raised every class's AP (tried with 90 % and 100 % swapped); the warm
+    start is measured at pipeline level by benchmarks/warm_start.py instead."""
     gitops, version = production
     data = _swapped_dataset(trained_model.data_dir, tmp_path, share=1.0)
     repo = copy_example(tmp_path / "shapes-detector")
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
-    cfg["training"]["init_from"] = "production"
+    cfg["training"].pop("init_from", None)
     cfg["training"]["smoke"]["overrides"] = {
         "args": {"data-dir": str(data), "max-steps": 2, "subset": 32, "batch-size": 16}}
+    recipe = dict(zip(SMALL_CONFIG[::2], SMALL_CONFIG[1::2]))  # production's hyperparameters
     cfg["training"]["full"] = {"template": "training-small", "overrides": {"workers": 1, "args": {
-        "data-dir": str(data), "subset": 640, "epochs": 4, "batch-size": 16, "max-steps": 0}}}
+        "data-dir": str(data), "max-steps": 0, **{k[2:]: v for k, v in recipe.items()}}}}
     cfg["evaluation"]["annotations"] = str(data / "holdout.json")
     cfg["gate"]["min"] = 0.0
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -200,7 +205,6 @@ def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, t
 
     train_log = pathlib.Path(result.task("train").log).read_text()
     assert result.task("train").phase == "Succeeded", train_log[-3000:]
-    assert "init from /" in train_log  # started from production's weights
     gate = result.task("gate")
     assert gate.phase == "Succeeded" and gate.outputs["passed"] == "false", gate.outputs
     verdict = json.loads((tmp_path / "run" / "full" / "gate.json").read_text())
