@@ -213,7 +213,8 @@ def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, t
     assert "AP@0.5 significantly worse for circle -" in verdict["reason"]
     assert "[" in verdict["reason"].split("circle", 1)[1]  # with its interval
     assert result.task("propose").phase == "Skipped"
-    assert "mlops/propose/" not in git(gitops, "branch", "--list")
+    candidate = yaml.safe_load((tmp_path / "run" / "full" / "model" / "model.yaml").read_text())
+    assert candidate["version"] not in git(gitops, "branch", "--list")  # no proposal branch
     report = (tmp_path / "run" / "report.md").read_text()  # the run's report says it too
     assert "**circle**" in report and "**square**" in report and "disagreements-val.png" in report
 
