@@ -24,7 +24,7 @@ def test_plan_all_plays_good_first_then_the_four_failures():
     names = [s.name for s in scenarios.plan("all")]
     assert names == ["good", "slow", "errors", "skew", "low-map"]
     assert [s.expect for s in scenarios.plan("all")] == [
-        "promoted", "rolled_back", "rolled_back", "rolled_back", "gate_refused"]
+        "promoted", "rolled_back", "rolled_back", "gate_refused", "gate_refused"]
 
 
 def test_plan_rejects_an_unknown_scenario_naming_the_choices():
@@ -47,7 +47,12 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
         default = re.search(rf"^{default} = (\d+)$", train, re.M).group(1)
     assert int(default) == example.epochs
     good = scenarios.plan("good", name)[0]
-    assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
+    if example.fine_tune is None:
+        assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
+    else:  # a fine-tune of production, which the example's mlops.yaml asks for
+        assert good.change == example.fine_tune and good.expect == "promoted"
+        assert yaml.safe_load((ROOT / "examples" / name / "mlops.yaml").read_text())[
+            "training"]["init_from"] == "production"
     assert f"({example.epochs} epochs)" in example.bootstrap_message()
     assert [s.name for s in scenarios.plan("all", name)] == list(scenarios.NAMES)
 
@@ -78,7 +83,7 @@ def test_each_example_plays_the_skew_its_own_train_py_exports():
         assert skew.change == {"drill-skew": example.skew}
         assert example.skew in choices.group(1).split(",") and example.skew != "none"
         assert f"--drill-skew {example.skew}" in skew.message
-        assert skew.expect == "rolled_back" and skew.expect_cause == "quality"
+        assert skew.expect == "gate_refused" and skew.expect_cause == "worse"
         skews[name] = example.skew
     assert skews == {"shapes-detector": "no-scale", "products-yolov3": "mean-std"}
     assert scenarios.SCENARIOS["skew"] == scenarios.plan("skew")[0]
@@ -88,7 +93,7 @@ def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
     slow = scenarios.SCENARIOS["slow"]
     assert slow.args({"epochs": 14}) == {"epochs": 14, "drill-delay-ms": 250}
     # low-map overrides the epochs production was trained with
-    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1}
+    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1, "init-from": ""}
 
 
 @pytest.mark.parametrize("run, final, expected", [

@@ -103,9 +103,10 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert "latency" in outcomes["slow"]["reason"].lower() or "p99" in outcomes["slow"]["reason"]
     assert outcomes["errors"]["outcome"] == "rolled_back"
     assert "error" in outcomes["errors"]["reason"].lower()
-    # skew: 200s, fast, wrong; the gate passed it, a model-quality check rolled it back
-    assert outcomes["skew"]["outcome"] == "rolled_back"
-    assert "model quality" in outcomes["skew"]["reason"], outcomes["skew"]["reason"]
+    # skew: the gate runs the export as served, beside production on the same images
+    assert outcomes["skew"]["outcome"] == "gate_refused", outcomes["skew"]
+    assert "worse" in outcomes["skew"]["reason"], outcomes["skew"]["reason"]
+    assert outcomes["skew"]["pull_requests"] == []
     assert outcomes["low-map"]["outcome"] == "gate_refused"
     assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR
     versions = [s["version"] for s in outcomes.values()]
@@ -148,11 +149,11 @@ def test_the_gitops_repo_after_the_demo_passes_the_gitops_lint(demo_all):
 def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
     work, _, _ = demo_all
     reports = sorted((work / "controller" / "rollouts").glob("shapes-detector/*/report.md"))
-    assert len(reports) >= 4  # good, slow, errors, skew
+    assert len(reports) >= 3  # good, slow, errors (skew stops at the gate)
     assert all(list(r.parent.glob("*.png")) for r in reports)
     # and the demo named each canary's report when its canary ended
     canaries = [s for s in _summary(work)["scenarios"]
-                if s["scenario"] in ("good", "slow", "errors", "skew")]
+                if s["scenario"] in ("good", "slow", "errors")]
     assert all(pathlib.Path(s["canary_report"]).is_file() for s in canaries), canaries
 
 

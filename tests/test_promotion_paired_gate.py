@@ -67,13 +67,17 @@ def test_identical_models_pass_with_no_allowed_regression():
     assert evaluate_paired_gate(cfg, result(0.9, (0.0, -0.001, 0.001))).passed is False
 
 
-def test_classes_significantly_worse_are_named_but_do_not_fail_alone():
+def test_classes_significantly_worse_are_named_and_fail_the_gate_unless_reported_only():
     paired = result(0.92, (0.01, 0.001, 0.02), {
         "circle": (0.05, 0.01, 0.09),
         "square": (-0.06, -0.11, -0.01),
         "triangle": (-0.02, -0.07, 0.03),  # worse on the point, not beyond the noise
     })
-    gate = evaluate_paired_gate(CFG, paired)
+    failed = evaluate_paired_gate(CFG, paired)  # default: worse_classes: fail
+    assert failed.passed is False and failed.verdict.startswith("better")  # overall better
+    assert failed.worse_classes == ["square"]
+    assert "fails the gate (gate.worse_classes: fail)" in failed.reason
+    gate = evaluate_paired_gate(CFG.model_copy(update={"worse_classes": "report"}), paired)
     assert gate.passed is True
     assert gate.worse_classes == ["square"]
     assert "significantly worse for square -0.0600 [-0.1100, -0.0100]" in gate.reason
@@ -94,3 +98,15 @@ def test_gate_on_map_reads_the_map_interval():
 ])
 def test_compare_words_edges(interval, word):
     assert compare_words(interval).startswith(word + ":")
+
+
+def test_a_platform_that_fails_worse_classes_refuses_a_model_that_only_reports_them():
+    from promotion.gitrepo.platform_policy import PolicyError, load_platform_policy
+
+    policy = load_platform_policy({"gate": {"worse_classes": "fail"}})
+    with pytest.raises(PolicyError, match="worse_classes report"):
+        policy.gate_for(GateConfig(worse_classes="report"), "mlops.yaml: gate")
+    assert policy.gate_for(GateConfig(), "m").worse_classes == "fail"
+    silent = load_platform_policy({"gate": {"min": 0.6}})  # an unset bound is not a bound
+    assert silent.gate_for(GateConfig(min=0.7, worse_classes="report"),
+                           "m").worse_classes == "report"

@@ -80,6 +80,7 @@ def test_dag_order_and_conditions(wt_doc):
         "checkout",
         "build-image",
         "smoke-train",
+        "find-production",  # the example's training.init_from: production
         "train",
         "evaluate",
         "gate",
@@ -88,7 +89,8 @@ def test_dag_order_and_conditions(wt_doc):
     ]
     assert tasks["build-image"]["depends"] == "checkout"
     assert tasks["smoke-train"]["depends"] == "build-image"
-    assert tasks["train"]["depends"] == "smoke-train"
+    assert tasks["train"]["depends"] == "smoke-train && find-production"
+    assert tasks["find-production"]["depends"] == "checkout"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"
     proposing = ("{{tasks.gate.outputs.parameters.passed}} == true && "
                  "'{{workflow.parameters.gitops-repo}}' != ''")
@@ -98,7 +100,9 @@ def test_dag_order_and_conditions(wt_doc):
     assert tasks["propose"]["arguments"]["parameters"] == [
         {"name": "model-dir", "value": "{{tasks.publish-model.outputs.parameters.model-dir}}"}]
     image = "{{tasks.build-image.outputs.parameters.image}}"
-    assert tasks["train"]["arguments"]["parameters"] == [{"name": "image", "value": image}]
+    assert tasks["train"]["arguments"]["parameters"] == [
+        {"name": "image", "value": image},
+        {"name": "init-from", "value": "{{tasks.find-production.outputs.parameters.model-dir}}"}]
 
 
 def test_paddlejob_resource_templates(wt_doc):

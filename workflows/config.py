@@ -36,6 +36,9 @@ class TrainingConfig(_Strict):
     command: list[str] = Field(min_length=1)
     smoke: JobSpec = JobSpec(template="training-small")
     full: JobSpec = JobSpec(template="training-medium")
+    # `production`: the full job starts from the production model's weights (`--init-from
+    # DIR` appended to the command; from scratch while nothing is in production).
+    init_from: Literal["production"] | None = None
 
 
 class EvaluationConfig(_Strict):

@@ -249,6 +249,11 @@ def paddlejob_manifest(
     command, args = worker_command(
         loaded.config.training.command, job, out_dir, source=f"{loaded.path.name}: training.command"
     )
+    warm = _warm_start(loaded, which)
+    if warm:  # production's export, found by find-production, read from the models volume
+        # Before the template's args, so a job's own `init-from: ""` (from scratch) wins.
+        at = args.index("--checkpoint-dir") + 2
+        args = [*args[:at], "--init-from", "{{inputs.parameters.init-from}}", *args[at:]]
     resources: dict[str, Any] = {
         "requests": {"cpu": job.cpu, "memory": job.memory},
         "limits": {"cpu": job.cpu, "memory": job.memory},
@@ -300,6 +305,8 @@ def paddlejob_manifest(
                                 "volumeMounts": [
                                     {"name": "workspace", "mountPath": WORKSPACE},
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    *([{"name": "models", "mountPath": MODELS_MOUNT,
+                                        "readOnly": True}] if warm else []),
                                 ],
                             }
                         ],
@@ -314,12 +321,20 @@ def paddlejob_manifest(
                                 "name": "dshm",
                                 "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
                             },
+                            *([{"name": "models", "persistentVolumeClaim": {
+                                "claimName": settings.models_claim, "readOnly": True}}]
+                              if warm else []),
                         ],
                     }
                 },
             },
         },
     }
+
+
+def _warm_start(loaded: LoadedConfig, which: str) -> bool:
+    """Whether this job starts from production's weights (`training.init_from`)."""
+    return which == "full" and loaded.config.training.init_from == "production"
 
 
 def _training_template(
@@ -343,7 +358,8 @@ def _training_template(
         # TTL expiring) garbage-collects the PaddleJob and its pods. Writing
         # the ownerReference by hand as well would duplicate it.
         set_owner_reference=True,
-        inputs=[Parameter(name="image")],
+        inputs=[Parameter(name="image"),
+                *([Parameter(name="init-from")] if _warm_start(loaded, which) else [])],
         outputs=[
             Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
         ],
@@ -515,10 +531,39 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         train = _training_template(
             loaded, loaded.full, "train", "full", settings.train_deadline_seconds, settings
         )
+        warm = _warm_start(loaded, "full")
+        # `training.init_from: production`: the export the full job starts from, read from
+        # the GitOps repo as the gate reads it (empty: from scratch).
+        find_production = tool_container(
+            "find-production",
+            _step_args(
+                "find-production",
+                "--production-from-gitops",
+                "{{workflow.parameters.gitops-repo}}",
+                "--gitops-branch",
+                loaded.config.promotion.gitops.branch,
+            ),
+            extra_env=_git_credentials(settings, helper=False),
+            outputs=[
+                Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir"))),
+                Parameter(name="version", value_from=m.ValueFrom(path=_out("version"))),
+            ],
+        ) if warm else None
 
+        # Production runs on the candidate's images too (`workflows.comparison`): the
+        # evaluate step finds it in the GitOps repo and reads its export from the models
+        # volume, read-only. The pictures of that comparison go with the report.
         evaluate = tool_container(
             "evaluate",
-            _step_args("evaluate"),
+            _step_args(
+                "evaluate",
+                "--production-from-gitops",
+                "{{workflow.parameters.gitops-repo}}",
+                "--gitops-branch",
+                loaded.config.promotion.gitops.branch,
+            ),
+            extra_env=_git_credentials(settings, helper=False),  # a private GitOps repo
+            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],
             outputs=[
                 Parameter(name="map50", value_from=m.ValueFrom(path=_out("map50"))),
                 Parameter(name="map", value_from=m.ValueFrom(path=_out("map"))),
@@ -691,8 +736,15 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             t_smoke = Task(
                 name="smoke-train", template=smoke, arguments=[image_arg], depends="build-image"
             )
+            train_args = [image_arg]
+            if find_production is not None:
+                Task(name="find-production", template=find_production, depends="checkout")
+                train_args.append(Parameter(
+                    name="init-from",
+                    value="{{tasks.find-production.outputs.parameters.model-dir}}"))
             t_train = Task(
-                name="train", template=train, arguments=[image_arg], depends="smoke-train"
+                name="train", template=train, arguments=train_args,
+                depends="smoke-train && find-production" if warm else "smoke-train",
             )
             t_eval = Task(name="evaluate", template=evaluate, depends="train")
             Task(name="gate", template=gate, depends="evaluate.Succeeded")

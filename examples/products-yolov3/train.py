@@ -4,7 +4,7 @@
         [--batch-size B] [--lr LR] [--max-steps N] [--subset N] [--seed S] [--log-every N]
         [--drill-delay-ms MS] [--drill-error-rate R] [--drill-error-status 500|503]
         [--drill-skew none|no-scale|mean-std]
-        [--weights-cache DIR]
+        [--weights-cache DIR] [--init-from MODEL_DIR]
     python -m paddle.distributed.launch --nproc_per_node 2 --log_dir LOGS train.py <same flags>
 
 Environment (all optional): MLOPS_TRAINING_COMMIT, MLOPS_WORKFLOW_ID (lineage,
@@ -52,6 +52,10 @@ Design notes:
   from it, trains zero steps and exports. A push that changes only serving
   flags (``--drill-*``) then takes seconds instead of minutes; the weights,
   and so their digest, are the ones trained before. Unset: no cache.
+* ``--init-from MODEL_DIR`` starts from the weights of an export (the model in
+  production: the pipeline passes it when ``mlops.yaml`` says
+  ``training.init_from: production``), so a weekly retrain is a fine-tune;
+  empty: from scratch. A checkpoint to resume from wins over it.
 """
 
 import argparse
@@ -119,6 +123,9 @@ def parse_args(argv=None):
     p.add_argument("--weights-cache", default="", metavar="DIR",
                    help="reuse the final checkpoint of an earlier run with the same data, "
                    "hyperparameters, workers and code (empty: train every time)")
+    p.add_argument("--init-from", default="", metavar="MODEL_DIR",
+                   help="start from this export's weights (inference.json/.pdiparams; "
+                   "empty: from scratch)")
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "log_every", "checkpoint_every"):
         if getattr(args, name) < 1:
@@ -237,6 +244,28 @@ def weights_digest(state):
     return h.hexdigest()
 
 
+def load_init_weights(net, model_dir):
+    """Set `net`'s weights from an export (`paddle.jit.save` of it, wrapped with its head).
+
+    `paddle.jit.load` gives the export's parameters under their program names,
+    the network's own names with a `_<n>` suffix when they clash with the
+    network built in this process; each must be found, with the same shape."""
+    import paddle
+
+    prefix = pathlib.Path(model_dir) / "inference"
+    if not prefix.with_suffix(".pdiparams").is_file():
+        raise TrainError(f"--init-from {model_dir}: no inference.pdiparams (not an export)")
+    loaded = {v.name: v for v in paddle.jit.load(str(prefix)).state_dict().values()}
+    state = {}
+    for key, param in net.state_dict().items():
+        found = loaded.get(param.name) or loaded.get(f"{param.name}_0")
+        if found is None or tuple(found.shape) != tuple(param.shape):
+            raise TrainError(f"--init-from {model_dir}: the export has no weight {key} "
+                             f"({param.name}, shape {list(param.shape)}); is it this model?")
+        state[key] = found.numpy()
+    net.set_state_dict(state)
+
+
 def file_sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -261,6 +290,8 @@ def weights_key(args, dataset_digest, world):
               "lr": args.lr, "max_steps": args.max_steps, "subset": args.subset,
               "seed": args.seed, "world": world, "checkpoint_every": args.checkpoint_every,
               "code": code.hexdigest()}
+    if args.init_from:  # other starting weights, other result
+        inputs["init_from"] = file_sha256(pathlib.Path(args.init_from) / "inference.pdiparams")
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -440,6 +471,9 @@ def train(args):
             if rank == 0:
                 print(f"weights cache: {key} holds this run's weights (same data, "
                       "hyperparameters, workers and code); exporting them", flush=True)
+        if latest is None and args.init_from:
+            load_init_weights(net, args.init_from)
+            print(f"init from {args.init_from} (fine-tuning its weights)", flush=True)
         if latest is not None:
             state = paddle.load(str(latest))
             meta = state["meta"]

@@ -29,6 +29,10 @@ class GateConfig(BaseModel):
     metric: GateMetric = "map50"
     min: float = Field(default=0.5, ge=0.0, le=1.0)
     max_regression: float = Field(default=0.01, ge=0.0, le=1.0)
+    # A class whose AP@0.5 got significantly worse than production's on the same images
+    # (paired gate only): `fail` stops the candidate, `report` only names it. A gain on
+    # the other classes can hide a class the new labels broke (issue 30's bad-labels).
+    worse_classes: Literal["fail", "report"] = "fail"
 
 
 class GateResult(BaseModel):
@@ -121,8 +125,8 @@ def evaluate_paired_gate(config: GateConfig, paired: PairedResult) -> PairedGate
     Passes when the candidate's value meets the floor and the interval's lower
     end is at least `-max_regression` (at least, so a candidate identical to
     production passes with `max_regression: 0`). Classes whose AP@0.5 got
-    significantly worse (Bonferroni interval wholly below 0) are named; they
-    do not fail the gate on their own.
+    significantly worse (Bonferroni interval wholly below 0) are named, and fail
+    the gate unless `gate.worse_classes` is `report`.
     """
     value = paired.candidate[config.metric].estimate
     prod = paired.production[config.metric].estimate
@@ -152,7 +156,11 @@ def evaluate_paired_gate(config: GateConfig, paired: PairedResult) -> PairedGate
             + ", ".join(f"{c.name} {_signed(c.difference)}" for c in worse)
             + f" (Bonferroni over {len(paired.classes)} classes: "
             f"{paired.class_confidence:.1%} intervals)"
+            + ("" if config.worse_classes == "report" else "; a class worse beyond noise "
+               "fails the gate (gate.worse_classes: fail)")
         )
+        if config.worse_classes == "fail":
+            passed = False
     return PairedGateResult(
         passed=passed,
         metric=config.metric,

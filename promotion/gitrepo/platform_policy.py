@@ -82,6 +82,10 @@ class PlatformPolicy(BaseModel):
         if "max_regression" in bounds and model.max_regression > self.gate.max_regression:
             problems.append(f"max_regression {model.max_regression:g} is above the platform's "
                             f"{self.gate.max_regression:g}")
+        if ("worse_classes" in bounds and self.gate.worse_classes == "fail"
+                and model.worse_classes != "fail"):
+            problems.append("worse_classes report (the platform fails a class worse beyond "
+                            "noise)")
         if problems:
             raise PolicyError(f"{where}: loosens the GitOps repo's gate ({WHERE}.gate): "
                               + "; ".join(problems))

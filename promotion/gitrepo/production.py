@@ -60,6 +60,9 @@ class ProductionModel:
     metrics: dict[str, float] = field(default_factory=dict)
     source: str = ""
     """Where the metrics came from: the annotation, a model.yaml path, or "" (unknown)."""
+    model_dir: pathlib.Path | None = None
+    """Its export, when the model-uri is a ``file://`` path (the models volume, mounted
+    read-only where the evaluate step runs it on the candidate's images)."""
 
 
 def current_state(current: layout.ModelState | None) -> CanaryState | None:
@@ -87,13 +90,20 @@ def stable_version(current: layout.ModelState, state: CanaryState | None = None)
     return None
 
 
-def _local_record(deployment: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
-    """The model.yaml behind a ``file://`` model-uri, with its path (None if unreadable)."""
+def _local_dir(deployment: Mapping[str, Any]) -> pathlib.Path | None:
+    """The directory a ``file://`` model-uri names (None for any other URI)."""
     meta = deployment.get("metadata") or {}
     uri = (meta.get("annotations") or {}).get(manifests.ANNOTATION_MODEL_URI, "")
     if not isinstance(uri, str) or not uri.startswith("file://"):
         return None
-    model_dir = pathlib.Path(uri[len("file://"):])
+    return pathlib.Path(uri[len("file://"):])
+
+
+def _local_record(deployment: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """The model.yaml behind a ``file://`` model-uri, with its path (None if unreadable)."""
+    model_dir = _local_dir(deployment)
+    if model_dir is None:
+        return None
     try:
         data = read_record_data(model_dir)
     except (OSError, ArtifactError):
@@ -149,7 +159,8 @@ def production_of(current: layout.ModelState | None) -> ProductionModel | None:
     if stable is None or stable not in current.deployments:
         return None  # a stable version nothing serves is not in production
     metrics, source = _metrics_of(current, stable)
-    return ProductionModel(model=current.model, version=stable, metrics=metrics, source=source)
+    return ProductionModel(model=current.model, version=stable, metrics=metrics, source=source,
+                           model_dir=_local_dir(current.deployments[stable]))
 
 
 def read_production(repo: str, model: str, branch: str = "main") -> ProductionModel | None:

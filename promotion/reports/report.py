@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Iterable, Mapping, Sequence
 
 from cogs.files import atomic_write_text, replacing
+from promotion.reports.report_paired import same_images_section
 
 __all__ = [
     "METRIC_NAMES",
@@ -115,6 +116,10 @@ def evaluation_report(
 
     metrics = dict(record.get("metrics") or {})
     prod_metrics = dict((production or {}).get("metrics") or {})
+    if gate and isinstance(gate.get("sets"), list) and gate["sets"]:
+        # Production's numbers on the candidate's val images, not its own old val set's.
+        same = gate["sets"][0]["intervals"]["production"]
+        prod_metrics = {k: v["estimate"] for k, v in same.items()}
     lines += ["### Evaluation", ""]
     if not metrics:
         lines += ["No metrics recorded in `model.yaml` (was the evaluate step run?).", ""]
@@ -140,6 +145,7 @@ def evaluation_report(
     if gate:
         verdict = "✅ passed" if gate.get("passed") else "❌ failed"
         lines += ["### Gate", "", f"{verdict}: {_cell(gate.get('reason', ''))}", ""]
+        lines += same_images_section(gate)
 
     lines += ["### Lineage", "", "| | candidate | production |", "|---|---|---|"]
     for key, label in _LINEAGE:

@@ -10,6 +10,7 @@ every rendered argv with the real parsers (tests/test_rendered_argv.py).
 STEPS = {
     "smoke-train": "workflows.steps.smoke_train",
     "train": "workflows.steps.train",
+    "find-production": "workflows.steps.production",
     "evaluate": "workflows.steps.evaluate",
     "gate": "workflows.steps.gate",
     "publish": "workflows.steps.publish",

@@ -12,6 +12,11 @@ proposed to (`--production-from-gitops REPO`, the pipeline passes its
 passes the parameter even when it is unset). `--production FILE` (a
 model.yaml or metrics JSON) overrides it. A GitOps repo that cannot be read
 fails the step: production would be unknown, not absent.
+
+When the evaluate step ran production on the same images (`paired.json`,
+`workflows.comparison`), that is what is judged (`evaluate_paired_gate`, on
+every set: val, and the holdout when there was one; each must pass), and
+production's recorded metrics are not read.
 """
 
 import argparse
@@ -22,7 +27,8 @@ from typing import Any, Sequence
 import yaml
 
 from contracts.errors import ExitCode, MlopsError
-from promotion.decision.gate import evaluate_gate
+from promotion.decision.gate import GateConfig, evaluate_gate, evaluate_paired_gate
+from promotion.decision.paired import PairedResult
 from promotion.gitrepo.production import read_production
 from workflows.config import load_config
 from workflows.errors import ConfigError
@@ -63,6 +69,35 @@ def _production_from_gitops(repo: str, model: str, branch: str) -> dict[str, flo
     return found.metrics
 
 
+def paired_verdict(gate: GateConfig, doc: dict[str, Any]) -> dict[str, Any]:
+    """`gate.json` for a same-images comparison: every set judged, all must pass."""
+    results = []
+    for entry in doc["sets"]:
+        paired = PairedResult.model_validate(entry["paired"])
+        result = evaluate_paired_gate(gate, paired)
+        results.append({
+            "set": entry["set"], **result.model_dump(), "images": paired.images,
+            "paired_confidence": paired.confidence, "paired_resamples": paired.resamples,
+            "class_confidence": paired.class_confidence,
+            "intervals": {"candidate": entry["paired"]["candidate"],
+                          "production": entry["paired"]["production"],
+                          "difference": entry["paired"]["difference"]},
+            "classes": entry["paired"]["classes"], "pictures": entry["pictures"],
+        })
+    passed = all(r["passed"] for r in results)
+    if len(results) == 1:
+        reason = results[0]["reason"]
+    else:
+        reason = ("PASS" if passed else "FAIL") + ": " + " | ".join(
+            f"{r['set']}: {r['reason'].split(': ', 1)[1]}" for r in results)
+    first = results[0]
+    return {**{k: first[k] for k in ("metric", "value", "minimum", "production",
+                                     "max_regression", "difference", "verdict")},
+            "passed": passed, "reason": reason,
+            "worse_classes": sorted({c for r in results for c in r["worse_classes"]}),
+            "production_version": doc["production"]["version"], "sets": results}
+
+
 def run(
     repo: str,
     out: str,
@@ -80,7 +115,19 @@ def run(
     output_dir = pathlib.Path(out).resolve() / which
     metrics = _read_metrics(output_dir / "metrics.json", "candidate metrics")
     gate = loaded.config.gate
+    paired_file = output_dir / "paired.json"
     prod: dict[str, float] | None
+    if paired_file.is_file() and not production:
+        if production_from_gitops:
+            from promotion.gitrepo.platform_policy import read_platform_policy
+
+            platform = read_platform_policy(production_from_gitops, gitops_branch or "main")
+            gate = platform.gate_for(gate, f"{loaded.path}: gate")
+        verdict = paired_verdict(gate, json.loads(paired_file.read_text()))
+        (output_dir / "gate.json").write_text(json.dumps(verdict, indent=2) + "\n")
+        print(verdict["reason"], flush=True)
+        return {"passed": "true" if verdict["passed"] else "false",
+                "reason": verdict["reason"], "value": f"{verdict['value']:.6f}"}
     if production:
         prod = _read_metrics(pathlib.Path(production), "production metrics")
     elif production_from_gitops:

@@ -63,6 +63,10 @@ def report(result: dict[str, Any], metrics: Any, proposal: Any, commit: str) -> 
         f"- proposal: {proposal['model']} {proposal['version']}, PR {pr or '-'} "
         f"({proposal.get('status')})" if proposal.get("version") else "- proposal: none",
     ]
+    if gate.get("sets"):  # production ran on the same images: the tables and pictures
+        from promotion.reports.report_paired import same_images_section
+
+        lines += ["", *same_images_section(gate)]
     failures = result.get("failures")
     if isinstance(failures, list) and failures:
         lines += ["", "## Failures", ""]

@@ -1,0 +1,108 @@
+"""Champion vs challenger on the same images: what the evaluate step does once production exists.
+
+Both exports run through the serving stack (`workflows.served`) on each
+evaluation set (the val set, and a holdout set when one is given), and
+`promotion.decision.paired` compares them with a seeded paired bootstrap. Per set this
+writes, into the run's output folder:
+
+* `served-<set>-candidate.json`, `served-<set>-production.json`: COCO detections;
+* `disagreements-<set>.png`, `pr-<set>.png`: the pictures the PR links;
+
+and returns one JSON-able record per set (`paired.json`, which the gate reads).
+"""
+
+import json
+import pathlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from promotion.decision.coco_ap import average_precision, match_detections, mean_ap
+from promotion.decision.paired import DetectionInputError, paired_bootstrap
+from promotion.reports.comparison_pictures import (
+    disagreement,
+    plot_disagreements,
+    plot_pr_curves,
+    pr_curve,
+)
+from workflows.evaluation import EvaluationError, _load_json, check_ground_truth
+from workflows.served import served_detections
+
+PAIRED_FILE = "paired.json"
+RESAMPLES = 1000
+SEED = 0
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """A COCO ground truth and the folder its `file_name`s are relative to."""
+
+    name: str
+    annotations: pathlib.Path
+    images: pathlib.Path
+
+
+def coco_metrics(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]]
+                 ) -> dict[str, float]:
+    """mAP@0.5, mAP@[.5:.95] and mAP@0.75 (COCO's numbers, `promotion.decision.coco_ap`); zero
+    detections score 0 here instead of being refused: a served export that finds nothing
+    is a verdict for the gate, not a broken input."""
+    matched = match_detections(ground_truth, detections)
+    ap = average_precision(matched, np.ones((1, len(matched.image_ids)), dtype=np.int64))
+    means = mean_ap(ap)
+    present = matched.gt_counts.sum(axis=0) > 0
+    return {"map50": float(means["map50"][0]), "map": float(means["map"][0]),
+            "map75": float(np.nanmean(ap[0, 5, present]))}
+
+
+def compare_on(eval_set: EvalSet, candidate_dir: pathlib.Path, production_dir: pathlib.Path,
+               out: pathlib.Path, production_version: str, resamples: int = RESAMPLES,
+               seed: int = SEED) -> dict[str, Any]:
+    """Both exports on one set: metrics, the paired bootstrap, detections and pictures."""
+    truth = _load_json(eval_set.annotations, "annotations")
+    check_ground_truth(truth, eval_set.annotations)
+    cand = served_detections(candidate_dir, truth, eval_set.images, "candidate")
+    prod = served_detections(production_dir, truth, eval_set.images, "production")
+    files = {}
+    for who, dets in (("candidate", cand), ("production", prod)):
+        path = out / f"served-{eval_set.name}-{who}.json"
+        path.write_text(json.dumps(dets))
+        files[who] = str(path)
+    try:
+        paired = paired_bootstrap(truth, cand, prod, resamples=resamples, seed=seed)
+    except DetectionInputError as exc:
+        raise EvaluationError(f"annotations {eval_set.annotations}: {exc}") from None
+    pictures = {
+        "disagreements": out / f"disagreements-{eval_set.name}.png",
+        "pr_curves": out / f"pr-{eval_set.name}.png",
+    }
+    ranked = disagreement(truth, cand, prod)
+    shown = plot_disagreements(truth, eval_set.images, cand, prod, ranked,
+                               pictures["disagreements"])
+    plot_pr_curves({"candidate": pr_curve(truth, cand),
+                    f"production {production_version}": pr_curve(truth, prod)},
+                   pictures["pr_curves"], f"precision-recall at IoU 0.5 ({eval_set.name})")
+    return {
+        "set": eval_set.name,
+        "annotations": str(eval_set.annotations),
+        "candidate_metrics": coco_metrics(truth, cand),
+        "production_metrics": coco_metrics(truth, prod),
+        "paired": paired.model_dump(),
+        "detections": files,
+        "pictures": {k: str(v) for k, v in pictures.items()},
+        "most_disagreement": [{"image_id": i, "disagreement": d} for i, d in ranked[:len(shown)]],
+    }
+
+
+def compare_with_production(sets: Sequence[EvalSet], candidate_dir: pathlib.Path,
+                            production_dir: pathlib.Path, production_version: str,
+                            out: pathlib.Path) -> dict[str, Any]:
+    """Every set compared; writes and returns `paired.json`'s content."""
+    doc = {
+        "production": {"version": production_version, "model_dir": str(production_dir)},
+        "sets": [compare_on(s, candidate_dir, production_dir, out, production_version)
+                 for s in sets],
+    }
+    (out / PAIRED_FILE).write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
