@@ -16,6 +16,7 @@ from contracts.artifact import read_record_data, write_record_data
 from workflows.config import load_config
 from workflows.evaluation import evaluate_detections
 from workflows.steps.common import base_parser, run_main
+from workflows.steps.data_lineage import pinned_lock, record_dataset
 from workflows.steps.training_step import check_artifact
 
 
@@ -25,6 +26,9 @@ def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
     output_dir = pathlib.Path(out).resolve() / which
     artifact = check_artifact(output_dir, loaded.config.evaluation.predictions)
     annotations = loaded.repo_dir / loaded.config.evaluation.annotations
+    pinned = pinned_lock(loaded, out)
+    if pinned is not None:  # the val split prepare-data verified, not the checkout's copy
+        annotations = pinned.parent / "annotations" / "val.json"
     predictions = output_dir / loaded.config.evaluation.predictions
     metrics = evaluate_detections(annotations, predictions)
     metrics_path = output_dir / "metrics.json"
@@ -32,6 +36,8 @@ def run(repo: str, out: str, which: str = "full") -> dict[str, Any]:
     model_dir = output_dir / "model"
     record = read_record_data(model_dir)  # check_artifact above made sure it is there
     record["metrics"] = {k: round(float(metrics[k]), 6) for k in ("map50", "map", "map75")}
+    if pinned is not None:
+        record_dataset(model_dir, record, pinned)
     write_record_data(model_dir, record)
     return {
         "map50": f"{metrics['map50']:.6f}",
