@@ -342,8 +342,9 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
                for p in pods if p.token_mounted}
     assert holders == {
         # argoexec of every step reports results; of the two training steps applies the job
-        **{step: "mlops-executor" for step in ("checkout", "build-image", "evaluate", "gate",
-                                               "publish-model", "propose", "record-outcome")},
+        **{step: "mlops-executor" for step in ("checkout", "build-image", "prepare-data",
+                                               "evaluate", "gate", "publish-model", "propose",
+                                               "record-outcome")},
         "smoke-train": "mlops-paddlejob", "train": "mlops-paddlejob",
         "Sensor mlops/shapes-detector-train": "mlops-sensor",
         "Deployment mlops/mlops-controller": "mlops-controller",

@@ -79,6 +79,7 @@ def test_dag_order_and_conditions(wt_doc):
     assert list(tasks) == [
         "checkout",
         "build-image",
+        "prepare-data",
         "smoke-train",
         "train",
         "evaluate",
@@ -87,7 +88,9 @@ def test_dag_order_and_conditions(wt_doc):
         "propose",
     ]
     assert tasks["build-image"]["depends"] == "checkout"
-    assert tasks["smoke-train"]["depends"] == "build-image"
+    # the example pins its data (mlops.yaml data:): no training before it is checked
+    assert tasks["prepare-data"]["depends"] == "checkout"
+    assert tasks["smoke-train"]["depends"] == "build-image && prepare-data"
     assert tasks["train"]["depends"] == "smoke-train"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"
     proposing = ("{{tasks.gate.outputs.parameters.passed}} == true && "

@@ -20,7 +20,7 @@ from workflows.settings import PipelineSettings
 # Sources of the script's variables: env only, so no value is spliced into shell text.
 SNAPSHOT_SCRIPT = (
     "set -eu\n"
-    'cd /tmp && rm -rf repo && git clone --depth 1 --branch "$BRANCH" "$REPO_URL" repo && cd repo\n'
+    'cd "$(mktemp -d)" && git clone -q --branch "$BRANCH" "$REPO_URL" repo && cd repo\n'
     'mlops data snapshot "$SOURCE" --name "$PIN_NAME-$(date -u +%G-w%V)" --out "$LOCK" '
     "--if-changed\n"
     'git add -- "$LOCK"\n'
@@ -39,7 +39,7 @@ SNAPSHOT_SCRIPT = (
 
 def _plain(model: Any) -> dict[str, Any]:
     """A Hera (pydantic) model as the manifest's mapping."""
-    return dict(model.dict(by_alias=True, exclude_none=True))
+    return dict(model.model_dump(by_alias=True, exclude_none=True))
 
 
 def repo_url(loaded: LoadedConfig, settings: PipelineSettings) -> str:

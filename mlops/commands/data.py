@@ -32,6 +32,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     if args.if_changed and out.is_file() and read_lock(out).digest == lock.digest:
         print(f"{out}: unchanged ({lock.digest}); not rewritten")
         return 0
+    out.parent.mkdir(parents=True, exist_ok=True)  # data/ of a fresh clone: git keeps no empty dir
     write_lock(lock, out)
     images = sum(len(s.images) for s in lock.splits.values())
     splits = ", ".join(f"{n} {len(s.images)}" for n, s in lock.splits.items())
