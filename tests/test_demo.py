@@ -47,7 +47,13 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
         default = re.search(rf"^{default} = (\d+)$", train, re.M).group(1)
     assert int(default) == example.epochs
     good = scenarios.plan("good", name)[0]
-    assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
+    assert good.expect == "promoted"
+    if example.generator:  # the weekly retrain is week 2's data, trained as production was
+        assert (root / example.generator).is_file()
+        assert good.change == {} and good.week == 2
+        assert yaml.safe_load((root / "mlops.yaml").read_text())["data"]["train"]
+    else:
+        assert good.change == {"epochs": example.epochs + 2} and good.week == 0
     assert f"({example.epochs} epochs)" in example.bootstrap_message()
     assert [s.name for s in scenarios.plan("all", name)] == list(scenarios.NAMES)
 
@@ -235,3 +241,33 @@ def test_progress_is_read_from_run_events_and_the_training_log(tmp_path):
     assert run_events.finished(events).phase == "Succeeded"
     assert [e.outputs for e in events if e.task == "train" and e.kind == "task_finished"] == \
         [{"version": "v-1"}]
+
+
+def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capfd):
+    """The demo's data steps as it plays them (`Demo.pin_week`): the example's generator
+    writes the week into the work dir's shared storage, `mlops data snapshot` pins it in
+    the model repo's lock, and week 2 shows the diff the PR will carry. The dataset is
+    shrunk (32 training images) to keep this in seconds; the platform is not started."""
+    import argparse
+
+    from mlops.demo.story import Demo
+
+    demo = Demo(argparse.Namespace(workdir=str(tmp_path / "w"), example="shapes-detector"))
+    demo.generator_args = ["--num-train", "32", "--num-val", "4"]
+    (demo.work / "tmp").mkdir(parents=True)
+    demo.clone.mkdir()
+    modelrepo.copy_example(demo.example_dir, demo.clone)
+    demo.pin_week(1)
+    lock = demo.clone / "data" / "shapes.lock"
+    first = yaml.safe_load(lock.read_text())
+    assert first["name"] == "shapes-detector-week-1"
+    assert first["source"] == (demo.work / "datasets" / "shapes-detector" / "week-1").as_uri()
+    assert [len(first["splits"][s]["images"]) for s in ("train", "val")] == [32, 4]
+    capfd.readouterr()
+    demo.pin_week(2)
+    out = capfd.readouterr().out
+    assert "**Data: shapes-detector-week-1 → shapes-detector-week-2**: +5 images, 1 removed" \
+        in out
+    assert "| train | 32 | 36 | +5 | -1 |" in out and "| val | 4 | 4 | +0 | -0 |" in out
+    second = yaml.safe_load(lock.read_text())
+    assert second["splits"]["val"] == first["splits"]["val"]  # val unchanged, byte for byte

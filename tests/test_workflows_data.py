@@ -5,7 +5,7 @@ dataset with the file and entry named.
 The model repo is the fake one (tests/fixtures/workflows.py): its train.py writes a stub
 export at once and "detects" the prepared val split's own boxes, so a map50 of 1.0 says
 training and evaluation read the pinned data. The data is real: the shapes example's
-generator writes week 1 and week 2 (shrunk to a dozen images), `mlops data snapshot`
+generator writes week 1 and week 2 (shrunk to 32 training images), `mlops data snapshot`
 pins them, and the real local runner walks the rendered DAG.
 """
 
@@ -27,8 +27,7 @@ from workflows.steps import prepare_data
 
 shapes_data = example_module("shapes_data")
 
-TINY = dict(shapes_data.DEFAULT_PARAMS, num_train=12, num_val=4)
-TINY_WEEKS = {1: {}, 2: dict(shapes_data.WEEKS[2], retire=2, add=4)}
+TINY = dict(shapes_data.DEFAULT_PARAMS, num_train=32, num_val=4)  # week 2: 1 retired, 5 new
 LABELS = ["circle", "square", "triangle"]
 LOCK = "data/shapes.lock"
 
@@ -37,13 +36,7 @@ LOCK = "data/shapes.lock"
 def store(tmp_path_factory):
     """The team's shared storage: week 1 and week 2 of the shapes data, tiny."""
     root = tmp_path_factory.mktemp("store")
-    saved = dict(shapes_data.WEEKS)
-    shapes_data.WEEKS.update(TINY_WEEKS)
-    try:
-        shapes_data.write_week(root, 2, TINY)  # writes week 1 first
-    finally:
-        shapes_data.WEEKS.clear()
-        shapes_data.WEEKS.update(saved)
+    shapes_data.write_week(root, 2, TINY)  # writes week 1 first
     return root
 
 
@@ -86,7 +79,7 @@ def test_week_1_then_week_2_through_the_pipeline(tmp_path, store, cache):
     lock = json.loads((repo / LOCK).read_text())
     prepared = first.task("prepare-data").outputs
     assert prepared["digest"] == lock["digest"]
-    assert (prepared["images"], prepared["fetched"], prepared["hits"]) == ("16", "18", "0")
+    assert (prepared["images"], prepared["fetched"], prepared["hits"]) == ("36", "38", "0")
     # training got the prepared data (its stub detects the pinned val boxes) ...
     smoke_log = pathlib.Path(first.task("smoke-train").log).read_text()
     assert f"4 val images from {tmp_path / 'run1' / 'data'}" in smoke_log
@@ -102,8 +95,9 @@ def test_week_1_then_week_2_through_the_pipeline(tmp_path, store, cache):
     second = _run(repo, tmp_path / "run2")
     assert second.status == "Succeeded", [(t.name, t.phase) for t in second.tasks]
     out = second.task("prepare-data").outputs
-    # 14 images (12 - 2 retired + 4 new) + 4 val; fetched: 4 new images + the new train.json
-    assert (out["images"], out["fetched"], out["hits"]) == ("18", "5", "15")
+    # 36 train images (32 - 1 retired + 5 new) + 4 val; fetched: 5 new images + the new
+    # train.json; the rest (35 kept images, 4 val images, val.json) from the cache
+    assert (out["images"], out["fetched"], out["hits"]) == ("40", "6", "36")
     record = yaml.safe_load((tmp_path / "run2" / "full" / "model" / "model.yaml").read_text())
     assert record["dataset_digest"] == json.loads((repo / LOCK).read_text())["digest"]
     assert record["dataset_digest"] != lock["digest"]

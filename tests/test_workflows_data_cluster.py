@@ -77,14 +77,8 @@ def test_rendered_cluster_documents_validate_and_keep_secrets_out_of_argv(tmp_pa
 @pytest.fixture
 def store(tmp_path):
     shapes_data = example_module("shapes_data")
-    saved = dict(shapes_data.WEEKS)
-    shapes_data.WEEKS[2] = dict(saved[2], retire=2, add=3)
-    try:
-        shapes_data.write_week(tmp_path / "store", 2,
-                               dict(shapes_data.DEFAULT_PARAMS, num_train=8, num_val=3))
-    finally:
-        shapes_data.WEEKS.clear()
-        shapes_data.WEEKS.update(saved)
+    shapes_data.write_week(tmp_path / "store", 2,
+                           dict(shapes_data.DEFAULT_PARAMS, num_train=32, num_val=3))
     return tmp_path / "store"
 
 

@@ -70,10 +70,11 @@ DEFAULT_PARAMS = {
 
 MARKER = "DATASET.json"
 
-# What each week changes, relative to the week before (see the module docstring).
+# What each week changes, relative to the week before (see the module docstring), in
+# 32nds of num_train: 1600 -> 50 retired, 250 added; a 32-image test set -> 1 and 5.
 WEEKS = {
     1: {},
-    2: {"retire": 50, "add": 250, "seed": 2026_02, "class_weights": [1, 1, 3]},
+    2: {"retire_32nds": 1, "add_32nds": 5, "seed": 2026_02, "class_weights": [1, 1, 3]},
 }
 WEEK_MARKER = "WEEK.json"
 
@@ -285,6 +286,8 @@ def write_week(store, week, params=None):
     else:
         before = write_week(store, week - 1, params)
         change = WEEKS[week]
+        retire = params["num_train"] * change["retire_32nds"] // 32
+        add = params["num_train"] * change["add_32nds"] // 32
         for split in ("train", "val"):
             coco = json.loads((before / "annotations" / f"{split}.json").read_text())
             if split == "val":  # unchanged, byte for byte: the same pinned file
@@ -294,15 +297,15 @@ def write_week(store, week, params=None):
                 _link(before / "annotations" / "val.json", root / "annotations" / "val.json")
                 continue
             if split == "train":
-                gone = {i["id"] for i in coco["images"][:change["retire"]]}
-                coco["images"] = coco["images"][change["retire"]:]
+                gone = {i["id"] for i in coco["images"][:retire]}
+                coco["images"] = coco["images"][retire:]
                 coco["annotations"] = [a for a in coco["annotations"]
                                        if a["image_id"] not in gone]
             for entry in coco["images"]:
                 _link(before / "images" / entry["file_name"], root / "images" / entry["file_name"])
             if split == "train":
                 new = _write_split(
-                    root / "images", split, change["add"], random.Random(change["seed"]),
+                    root / "images", split, add, random.Random(change["seed"]),
                     dict(params, class_weights=change["class_weights"]), prefix=f"w{week}-",
                     first_id=max(i["id"] for i in coco["images"]) + 1,
                     first_ann=max(a["id"] for a in coco["annotations"]) + 1)

@@ -1,7 +1,8 @@
 """What the demo pushes: one readable change to the model repo per scenario.
 
 Every scenario is an edit of `training.full.overrides.args` in the model
-repo's `mlops.yaml`, committed with a message that says what it does, so
+repo's `mlops.yaml`, or (the good one, for an example whose data is pinned) a
+new week's dataset pin, committed with a message that says what it does, so
 `git log -p` in the model repo shows exactly why a candidate is good or bad.
 The bad behaviours are the example's own flags (`train.py --drill-*`, which
 the exported model declares in `infer_cfg.yml`: a delay, errors, or a
@@ -29,6 +30,7 @@ class Scenario:
     message: str
     expect: Outcome
     expect_cause: str = ""  # a word the rollback reason contains (latency, error)
+    week: int = 0  # > 0: this push pins that week's data (`mlops data snapshot`)
 
     def args(self, production_args: dict[str, Any]) -> dict[str, Any]:
         """The full job's args for this push: production's plus this change."""
@@ -55,12 +57,18 @@ class Example:
     epochs: int
     skew: str
     skew_what: str
+    generator: str = ""  # its data generator (weeks of data to pin); "": train.py makes data
 
     def bootstrap_message(self) -> str:
         return f"{self.name}: first version ({self.epochs} epochs)"
 
     def good(self) -> "Scenario":
-        """The weekly retrain: two epochs more than the first version."""
+        """The weekly retrain: week 2's data pinned (an example with weeks of data), else
+        two epochs more than the first version."""
+        if self.generator:
+            return Scenario("good", {},
+                            "data: week 2 arrives (250 new images, more triangles; 50 retired)",
+                            "promoted", week=2)
         more = self.epochs + 2
         return Scenario("good", {"epochs": more},
                         f"train {more} epochs instead of {self.epochs} (the weekly retrain)",
@@ -75,7 +83,8 @@ class Example:
 
 
 EXAMPLES = {e.name: e for e in (
-    Example("shapes-detector", 12, "no-scale", "with pixels not divided by 255"),
+    Example("shapes-detector", 12, "no-scale", "with pixels not divided by 255",
+            generator="shapes_data.py"),
     Example("products-yolov3", 16, "mean-std", "with NormalizeImage's mean and std swapped"),
 )}
 DEFAULT_EXAMPLE = "shapes-detector"
@@ -92,9 +101,7 @@ def example(name: str) -> Example:
 BOOTSTRAP_MESSAGE = EXAMPLES[DEFAULT_EXAMPLE].bootstrap_message()
 
 SCENARIOS = {
-    "good": Scenario(
-        "good", {"epochs": 14},
-        "train 14 epochs instead of 12 (the weekly retrain)", "promoted"),
+    "good": EXAMPLES[DEFAULT_EXAMPLE].good(),
     "slow": Scenario(
         "slow", {"drill-delay-ms": 250},
         "drill: this version answers 250 ms late (train.py --drill-delay-ms)",
