@@ -271,3 +271,9 @@ def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capf
     assert "| train | 32 | 36 | +5 | -1 |" in out and "| val | 4 | 4 | +0 | -0 |" in out
     second = yaml.safe_load(lock.read_text())
     assert second["splits"]["val"] == first["splits"]["val"]  # val unchanged, byte for byte
+    # the push carries the pin (the example's .gitignore keeps generated data out, not it)
+    subprocess.run(["git", "init", "-q", str(demo.clone)], check=True)
+    subprocess.run(["git", "-C", str(demo.clone), "add", "-A"], check=True)
+    tracked = subprocess.run(["git", "-C", str(demo.clone), "ls-files"], check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert "data/shapes.lock" in tracked

@@ -191,3 +191,31 @@ def test_a_role_missing_from_its_lock_is_named(tmp_path, store, cache, capsys):
     assert cli(["step", "prepare-data", "--repo", str(repo), "--out", str(tmp_path / "o")]) == 2
     assert ("error: data/shapes.lock: no split 'holdout' (its splits: train, val); "
             "data.holdout names this lock") in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_example_trains_on_week_1_then_week_2_at_the_smoke_template(tmp_path, store, cache):
+    """The real shapes example (its train.py, Paddle, the export, COCO evaluation) on the
+    two pinned weeks, both jobs at the smoke template (20 steps): what its train.py reads
+    is the prepared data, and each model records the week it saw."""
+    from tests.fixtures.training import copy_example
+
+    repo = copy_example(tmp_path / "shapes-detector")
+    config = yaml.safe_load((repo / "mlops.yaml").read_text())
+    config["training"]["full"] = {"template": "training-small"}
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    digests = []
+    for week in (1, 2):
+        _pin(repo, store / f"week-{week}", f"shapes-w{week}")
+        result = _run(repo, tmp_path / f"run{week}")
+        assert result.status == "Succeeded", [(t.name, t.phase, t.message) for t in result.tasks]
+        log = pathlib.Path(result.task("train").log).read_text()
+        images = 36 if week == 2 else 32
+        assert f"images={images}" in log and "dataset=sha256:" in log, log[-2000:]
+        record = yaml.safe_load((tmp_path / f"run{week}" / "full" / "model" / "model.yaml")
+                                .read_text())
+        assert record["dataset"] == f"shapes-w{week}"
+        assert "dataset_digest_reported" not in record  # train.py read the verified pin
+        digests.append(record["dataset_digest"])
+    assert digests[0] != digests[1]
