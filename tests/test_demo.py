@@ -277,3 +277,15 @@ def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capf
     tracked = subprocess.run(["git", "-C", str(demo.clone), "ls-files"], check=True,
                              capture_output=True, text=True).stdout.split()
     assert "data/shapes.lock" in tracked
+
+
+def test_the_load_plays_the_val_images_prepare_data_laid_out(tmp_path):
+    """With pins the checkout holds no images: the demo's load reads the val split from
+    the run's prepared data (an example without pins: from its checkout's data/val)."""
+    from mlops.demo.story import _val_images
+
+    (tmp_path / "sha1" / "out" / "data" / "images" / "val").mkdir(parents=True)
+    assert _val_images(tmp_path) == tmp_path / "sha1" / "out" / "data" / "images" / "val"
+    other = tmp_path / "old"
+    (other / "sha2" / "repo" / "data" / "val").mkdir(parents=True)
+    assert _val_images(other) == other / "sha2" / "repo" / "data" / "val"

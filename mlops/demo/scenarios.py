@@ -58,6 +58,7 @@ class Example:
     skew: str
     skew_what: str
     generator: str = ""  # its data generator (weeks of data to pin); "": train.py makes data
+    week2: str = ""  # what week 2's data brings, for the good push's commit message
 
     def bootstrap_message(self) -> str:
         return f"{self.name}: first version ({self.epochs} epochs)"
@@ -66,9 +67,8 @@ class Example:
         """The weekly retrain: week 2's data pinned (an example with weeks of data), else
         two epochs more than the first version."""
         if self.generator:
-            return Scenario("good", {},
-                            "data: week 2 arrives (250 new images, more triangles; 50 retired)",
-                            "promoted", week=2)
+            return Scenario("good", {}, f"data: week 2 arrives ({self.week2})", "promoted",
+                            week=2)
         more = self.epochs + 2
         return Scenario("good", {"epochs": more},
                         f"train {more} epochs instead of {self.epochs} (the weekly retrain)",
@@ -84,8 +84,9 @@ class Example:
 
 EXAMPLES = {e.name: e for e in (
     Example("shapes-detector", 12, "no-scale", "with pixels not divided by 255",
-            generator="shapes_data.py"),
-    Example("products-yolov3", 16, "mean-std", "with NormalizeImage's mean and std swapped"),
+            generator="shapes_data.py", week2="250 new images, more triangles; 50 retired"),
+    Example("products-yolov3", 16, "mean-std", "with NormalizeImage's mean and std swapped",
+            generator="shelf_data.py", week2="312 new images, more bottles; 62 retired"),
 )}
 DEFAULT_EXAMPLE = "shapes-detector"
 

@@ -639,8 +639,11 @@ def _training_progress(log: pathlib.Path) -> tuple[int, int]:
 
 
 def _val_images(runs: pathlib.Path) -> pathlib.Path:
-    for candidate in sorted(runs.glob("*/repo/data/val")):
-        return candidate
+    # the val split prepare-data laid out from the pin, or (an example without pins) the
+    # one train.py generated in the checkout
+    for pattern in ("*/out/data/images/val", "*/repo/data/val"):
+        for candidate in sorted(runs.glob(pattern)):
+            return candidate
     raise DemoError(f"no validation images under {runs}")
 
 
