@@ -219,3 +219,20 @@ def test_the_example_trains_on_week_1_then_week_2_at_the_smoke_template(tmp_path
         assert "dataset_digest_reported" not in record  # train.py read the verified pin
         digests.append(record["dataset_digest"])
     assert digests[0] != digests[1]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.pop("data"), "evaluation.annotations: required without data pins"),
+    (lambda c: c["data"].update(lables=["x"]), "data.lables: unknown field"),
+    (lambda c: c["data"].pop("val"), "data.val: required field is missing"),
+])
+def test_a_bad_data_section_is_named_in_mlops_yaml(tmp_path, change, message):
+    from workflows.errors import ConfigError
+
+    config = yaml.safe_load((pathlib.Path(__file__).parents[1] / "examples" / "shapes-detector"
+                             / "mlops.yaml").read_text())
+    change(config)
+    (tmp_path / "mlops.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path)
+    assert str(tmp_path / "mlops.yaml") in str(err.value) and message in str(err.value)
