@@ -70,6 +70,12 @@ def test_rendered_cluster_documents_validate_and_keep_secrets_out_of_argv(tmp_pa
     assert "minio" not in argv and "AWS" not in argv
     volumes = {v["name"]: v for v in wt["spec"]["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["readOnly"] is True
+    # Its pod holds only the executor's token, allowed what argoexec does (identity check).
+    from workflows.identity import identity_problems
+    from workflows.render import render_documents
+
+    docs = [d for file_docs in render_documents(loaded, settings).values() for d in file_docs]
+    assert identity_problems(docs) == []
     # Only a model repo that asks for a scheduled snapshot gets one.
     assert SNAPSHOT_FILE not in render_texts(load_config(EXAMPLE), load_settings())
 
