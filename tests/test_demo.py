@@ -166,6 +166,7 @@ def test_a_config_without_a_full_job_is_refused():
 def test_breakdown_parts_add_up_to_push_to_canary_start():
     run = {"tasks": [
         {"name": "checkout", "seconds": 0.5}, {"name": "build-image", "seconds": 1.0},
+        {"name": "prepare-data", "seconds": 2.0},
         {"name": "smoke-train", "seconds": 20.0}, {"name": "train", "seconds": 150.0},
         {"name": "evaluate", "seconds": 3.0}, {"name": "gate", "seconds": 1.0},
         {"name": "propose", "seconds": 2.0}]}
@@ -176,7 +177,8 @@ def test_breakdown_parts_add_up_to_push_to_canary_start():
     assert parts["training_s"] == 170.0
     assert parts["evaluation_s"] == 3.0
     assert parts["proposal_s"] == 3.0
-    assert parts["pipeline_overhead_s"] == pytest.approx(4.0)
+    assert parts["data_s"] == 2.0  # the pinned data's fetch and checks: its own part
+    assert parts["pipeline_overhead_s"] == pytest.approx(2.0)
     assert parts["sync_s"] == 2.5
     assert sum(parts.values()) == pytest.approx(out["push_to_canary_start_s"]) == 184.5
     assert out["push_to_finished_s"] == 300.0 and out["canary_s"] == 115.5
