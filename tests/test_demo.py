@@ -47,12 +47,19 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
         default = re.search(rf"^{default} = (\d+)$", train, re.M).group(1)
     assert int(default) == example.epochs
     good = scenarios.plan("good", name)[0]
-    if example.fine_tune is None:
-        assert good.change == {"epochs": example.epochs + 2} and good.expect == "promoted"
-    else:  # a fine-tune of production, which the example's mlops.yaml asks for
-        assert good.change == example.fine_tune and good.expect == "promoted"
-        assert yaml.safe_load((ROOT / "examples" / name / "mlops.yaml").read_text())[
+    assert good.expect == "promoted"
+    if example.generator:  # the weekly retrain is week 2's data
+        assert (root / example.generator).is_file()
+        assert good.week == 2
+        assert yaml.safe_load((root / "mlops.yaml").read_text())["data"]["train"]
+    if example.fine_tune is not None:  # a fine-tune of production, as its mlops.yaml asks
+        assert good.change == example.fine_tune
+        assert yaml.safe_load((root / "mlops.yaml").read_text())[
             "training"]["init_from"] == "production"
+    elif example.generator:
+        assert good.change == {}
+    else:
+        assert good.change == {"epochs": example.epochs + 2} and good.week == 0
     assert f"({example.epochs} epochs)" in example.bootstrap_message()
     assert [s.name for s in scenarios.plan("all", name)] == list(scenarios.NAMES)
 
@@ -165,6 +172,7 @@ def test_a_config_without_a_full_job_is_refused():
 def test_breakdown_parts_add_up_to_push_to_canary_start():
     run = {"tasks": [
         {"name": "checkout", "seconds": 0.5}, {"name": "build-image", "seconds": 1.0},
+        {"name": "prepare-data", "seconds": 2.0},
         {"name": "smoke-train", "seconds": 20.0}, {"name": "train", "seconds": 150.0},
         {"name": "evaluate", "seconds": 3.0}, {"name": "gate", "seconds": 1.0},
         {"name": "propose", "seconds": 2.0}]}
@@ -175,7 +183,8 @@ def test_breakdown_parts_add_up_to_push_to_canary_start():
     assert parts["training_s"] == 170.0
     assert parts["evaluation_s"] == 3.0
     assert parts["proposal_s"] == 3.0
-    assert parts["pipeline_overhead_s"] == pytest.approx(4.0)
+    assert parts["data_s"] == 2.0  # the pinned data's fetch and checks: its own part
+    assert parts["pipeline_overhead_s"] == pytest.approx(2.0)
     assert parts["sync_s"] == 2.5
     assert sum(parts.values()) == pytest.approx(out["push_to_canary_start_s"]) == 184.5
     assert out["push_to_finished_s"] == 300.0 and out["canary_s"] == 115.5
@@ -241,3 +250,51 @@ def test_progress_is_read_from_run_events_and_the_training_log(tmp_path):
     assert run_events.finished(events).phase == "Succeeded"
     assert [e.outputs for e in events if e.task == "train" and e.kind == "task_finished"] == \
         [{"version": "v-1"}]
+
+
+def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capfd):
+    """The demo's data steps as it plays them (`Demo.pin_week`): the example's generator
+    writes the week into the work dir's shared storage, `mlops data snapshot` pins it in
+    the model repo's lock, and week 2 shows the diff the PR will carry. The dataset is
+    shrunk (32 training images) to keep this in seconds; the platform is not started."""
+    import argparse
+
+    from mlops.demo.story import Demo
+
+    demo = Demo(argparse.Namespace(workdir=str(tmp_path / "w"), example="shapes-detector"))
+    demo.generator_args = ["--num-train", "32", "--num-val", "4"]
+    (demo.work / "tmp").mkdir(parents=True)
+    demo.clone.mkdir()
+    modelrepo.copy_example(demo.example_dir, demo.clone)
+    demo.pin_week(1)
+    lock = demo.clone / "data" / "shapes.lock"
+    first = yaml.safe_load(lock.read_text())
+    assert first["name"] == "shapes-detector-week-1"
+    assert first["source"] == (demo.work / "datasets" / "shapes-detector" / "week-1").as_uri()
+    assert [len(first["splits"][s]["images"]) for s in ("train", "val")] == [32, 4]
+    capfd.readouterr()
+    demo.pin_week(2)
+    out = capfd.readouterr().out
+    assert "**Data: shapes-detector-week-1 → shapes-detector-week-2**: +5 images, 1 removed" \
+        in out
+    assert "| train | 32 | 36 | +5 | -1 |" in out and "| val | 4 | 4 | +0 | -0 |" in out
+    second = yaml.safe_load(lock.read_text())
+    assert second["splits"]["val"] == first["splits"]["val"]  # val unchanged, byte for byte
+    # the push carries the pin (the example's .gitignore keeps generated data out, not it)
+    subprocess.run(["git", "init", "-q", str(demo.clone)], check=True)
+    subprocess.run(["git", "-C", str(demo.clone), "add", "-A"], check=True)
+    tracked = subprocess.run(["git", "-C", str(demo.clone), "ls-files"], check=True,
+                             capture_output=True, text=True).stdout.split()
+    assert "data/shapes.lock" in tracked
+
+
+def test_the_load_plays_the_val_images_prepare_data_laid_out(tmp_path):
+    """With pins the checkout holds no images: the demo's load reads the val split from
+    the run's prepared data (an example without pins: from its checkout's data/val)."""
+    from mlops.demo.story import _val_images
+
+    (tmp_path / "sha1" / "out" / "data" / "images" / "val").mkdir(parents=True)
+    assert _val_images(tmp_path) == tmp_path / "sha1" / "out" / "data" / "images" / "val"
+    other = tmp_path / "old"
+    (other / "sha2" / "repo" / "data" / "val").mkdir(parents=True)
+    assert _val_images(other) == other / "sha2" / "repo" / "data" / "val"

@@ -4,7 +4,8 @@ the local forge's PRs, HAProxy, Prometheus, the sync loop and the promotion
 controller under a steady load. No mock anywhere.
 
 It took 12:03 on 2 cores in the 2026-11-25 evening CI run (three trainings: 12, 14
-and 1 epochs; the slow, errors and skew pushes change serving files only and
+and 1 epochs; since issue 29 the good push is week 2's data at 12 epochs, 1,800 images
+instead of 14 epochs of 1,600; the slow, errors and skew pushes change serving files only and
 reuse the good weights; four canaries), so it runs once per session and every
 test reads its results.
 """
@@ -111,6 +112,23 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR
     versions = [s["version"] for s in outcomes.values()]
     assert len(set(versions)) == len(versions)  # every push is its own version
+
+
+def test_the_good_push_is_week_2s_data_and_its_pr_shows_the_data_diff(demo_all):
+    """Issue 29: the weekly retrain is a new data pin; its PR says what changed in the data
+    against production's pin (week 1): images per split, classes, the label shift."""
+    from gitops.forges.local import LocalForge
+
+    work, _, _ = demo_all
+    good = next(s for s in _summary(work)["scenarios"] if s["scenario"] == "good")
+    assert good["message"].startswith("data: week 2 arrives")
+    body = next(pr.body for pr in LocalForge(work / "gitops.git").list_prs(None)
+                if good["version"] in pr.title)
+    assert ("**Data: shapes-detector-week-1 → shapes-detector-week-2**: +250 images, "
+            "50 removed, 'triangle' +") in body, body
+    assert "| train | 1,600 | 1,800 | +250 | -50 |" in body, body
+    assert "| val | 200 | 200 | +0 | -0 |" in body, body
+    assert "label shift (TVD)" in body
 
 
 def test_the_gitops_history_tells_the_good_story_in_order(demo_all):

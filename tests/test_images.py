@@ -112,8 +112,8 @@ def test_the_smoke_paddlejob_trains_and_exports_in_two_worker_containers(
         built_images, shapes_dataset, tmp_path):
     workspace = tmp_path / "workspace"  # the job's workspace claim
     repo = copy_example(workspace / "repo")
-    shutil.copytree(shapes_dataset, repo / "data")  # train.py's default --data-dir
-    (workspace / "out").mkdir()
+    # where prepare-data leaves the pinned dataset: the PaddleJob's --data-dir
+    shutil.copytree(shapes_dataset, workspace / "out" / "data")
     manifest = _smoke_paddlejob(repo, built_images.names["shapes-detector"])
     pod = manifest["spec"]["worker"]["template"]["spec"]
     runner.give_to_fs_group(workspace, pod["securityContext"]["fsGroup"])

@@ -201,6 +201,8 @@ def trained(tmp_path_factory):
     repo = base / "repo"
     shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
     out, data = base / "out", base / "data"
+    subprocess.run([sys.executable, "shelf_data.py", "--data-dir", str(data)], cwd=repo,
+                   env=training_env(), check=True, capture_output=True, timeout=600)
     proc = subprocess.run(
         [sys.executable, "train.py", "--output-dir", str(out), "--checkpoint-dir",
          str(base / "ckpt"), "--data-dir", str(data), "--subset", "64", "--batch-size", "16",

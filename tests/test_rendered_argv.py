@@ -80,12 +80,14 @@ def test_every_workflow_container_parses_with_the_cli():
         assert command == ["mlops"], \
             f"template {template['name']}: command {command} is neither `mlops` nor `sh -c`"
         parsed[template["name"]] = parse_mlops(container["args"], f"template {template['name']}")
-    assert sorted(parsed) == ["evaluate", "find-production", "gate", "propose", "publish-model",
-                              "record-outcome"]
+    assert sorted(parsed) == ["evaluate", "find-production", "gate", "prepare-data", "propose",
+                              "publish-model", "record-outcome"]
     # every pipeline container starts the same way: `mlops step NAME`
     assert {name: args.step for name, args in parsed.items()} == {
         "evaluate": "evaluate", "find-production": "find-production", "gate": "gate",
-        "publish-model": "publish", "propose": "propose", "record-outcome": "record-outcome"}
+        "prepare-data": "prepare-data", "publish-model": "publish", "propose": "propose",
+        "record-outcome": "record-outcome"}
+    assert parsed["prepare-data"].step_parsed.cache == "$(MLOPS_DATA_CACHE)"
     for name in ("evaluate", "find-production", "gate"):  # production, from the GitOps repo
         assert parsed[name].step_parsed.production_from_gitops == \
             "{{workflow.parameters.gitops-repo}}"

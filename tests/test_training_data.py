@@ -58,7 +58,7 @@ def test_coco_files_load_and_make_sense(tmp_path):
     assert marker["params"] == TINY
 
 
-def test_uncreatable_data_dir_is_one_line_error(tmp_path):
+def test_uncreatable_or_missing_data_dir_is_one_line_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(shapes_data.DatasetError, match="cannot create data dir"):
@@ -69,7 +69,8 @@ def test_uncreatable_data_dir_is_one_line_error(tmp_path):
                           capture_output=True, text=True, env=training_env(), timeout=120)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert lines and "cannot create data dir" in lines[0]
+    # train.py makes no data of its own (issue 29: the pipeline's prepare-data does)
+    assert lines and "no dataset in --data-dir" in lines[0] and "shapes_data.py" in lines[0]
     assert "Traceback" not in proc.stderr
 
 
@@ -86,3 +87,44 @@ def test_bad_flags_are_one_line_errors(tmp_path, flags, message):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}, got ")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("module", ["shapes_data", "shelf_data"])
+def test_week_2_keeps_week_1s_bytes_retires_adds_and_shifts_the_class_mix(tmp_path, module):
+    """Both examples' generators write weeks in the layout `mlops data snapshot` pins;
+    week 1 is the dataset ensure_dataset makes, image for image (issue 29)."""
+    import collections
+    import importlib.util
+
+    from tests.fixtures.training import ROOT
+
+    folder = "products-yolov3" if module == "shelf_data" else "shapes-detector"
+    spec = importlib.util.spec_from_file_location(
+        f"week_{module}", ROOT / "examples" / folder / f"{module}.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)  # by file: sys.path keeps no second example's folder
+    params = dict(gen.DEFAULT_PARAMS, num_train=64, num_val=4)
+    week2 = gen.write_week(tmp_path / "store", 2, params)
+    week1 = tmp_path / "store" / "week-1"
+    gen.ensure_dataset(tmp_path / "plain", params)
+    assert (week1 / "images" / "train" / "000005.png").read_bytes() == \
+        (tmp_path / "plain" / "train" / "000005.png").read_bytes()
+
+    def coco(root, split):
+        return json.loads((root / "annotations" / f"{split}.json").read_text())
+    one, two = coco(week1, "train"), coco(week2, "train")
+    names1 = {i["file_name"] for i in one["images"]}
+    names2 = {i["file_name"] for i in two["images"]}
+    assert len(names1 - names2) == 2 and len(names2 - names1) == 10  # 64/32 and 5 x 64/32
+    assert all(n.startswith("train/w2-") for n in names2 - names1)
+    for name in names1 & names2:  # kept images: the same bytes (linked)
+        assert (week1 / "images" / name).read_bytes() == (week2 / "images" / name).read_bytes()
+    assert (week1 / "annotations" / "val.json").read_bytes() == \
+        (week2 / "annotations" / "val.json").read_bytes()
+    favoured = gen.WEEKS[2]["class_weights"].index(3) + 1
+    new_ids = {i["id"] for i in two["images"] if i["file_name"] in names2 - names1}
+    counts = collections.Counter(a["category_id"] for a in two["annotations"]
+                                 if a["image_id"] in new_ids)
+    assert counts.most_common(1)[0][0] == favoured
+    assert gen.has_dataset(week2) and not gen.has_dataset(tmp_path / "nothing")
+    assert gen.write_week(tmp_path / "store", 2, params) == week2  # idempotent

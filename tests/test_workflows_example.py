@@ -2,8 +2,10 @@
 
 The pushed copy of examples/shapes-detector differs in one line of
 mlops.yaml: the full job runs 1 epoch instead of the example's default,
-so the test takes minutes, not half an hour. Everything else is real: the
-post-receive hook, a checkout of the pushed sha, the smoke PaddleJob and
+so the test takes minutes, not half an hour. Its data is the example's week 1,
+written by its generator into a store beside the repo and pinned with
+`mlops data snapshot` as a team would. Everything else is real: the
+post-receive hook, a checkout of the pushed sha, prepare-data, the smoke PaddleJob and
 the two-worker PaddleJob run from its rendered manifest (each worker a
 `paddle.distributed.launch` with paddle-operator's env), COCO evaluation and
 the gate. The run must end at the gate with a report.
@@ -11,6 +13,8 @@ the gate. The run must end at the gate with a report.
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -22,7 +26,7 @@ EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.slow
-def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup):
+def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup, monkeypatch):
     repo = tmp_path / "shapes-detector"
     shutil.copytree(
         EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out")
@@ -30,6 +34,12 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
     cfg["training"]["full"].setdefault("overrides", {}).setdefault("args", {})["epochs"] = 1
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    store = tmp_path / "datasets"
+    subprocess.run([sys.executable, str(EXAMPLE / "shapes_data.py"), "--store", str(store),
+                    "--week", "1"], check=True, capture_output=True)
+    assert cli(["data", "snapshot", str(store / "week-1"), "--name", "shapes-week-1",
+                "--out", str(repo / "data" / "shapes.lock")]) == 0
+    monkeypatch.setenv("MLOPS_DATA_CACHE", str(tmp_path / "data-cache"))  # the run inherits it
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "shapes detector")
@@ -43,7 +53,8 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
     home = bare / "mlops-runs" / sha
     run = wait_for_run(home, timeout=40 * 60)
     phases = {t["name"]: t["phase"] for t in run["tasks"]}
-    for name in ("checkout", "build-image", "smoke-train", "train", "evaluate", "gate"):
+    for name in ("checkout", "prepare-data", "build-image", "smoke-train", "train", "evaluate",
+                 "gate"):
         assert phases[name] == "Succeeded", (name, (home / "run.log").read_text()[-3000:])
     out = home / "out"
     metrics = json.loads((out / "full" / "metrics.json").read_text())
@@ -55,6 +66,8 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup)
     assert (out / "full" / "model" / "model.yaml").is_file()
     record = yaml.safe_load((out / "full" / "model" / "model.yaml").read_text())
     assert record.get("training_commit") == sha
+    pinned = json.loads((repo / "data" / "shapes.lock").read_text())["digest"]
+    assert record["dataset_digest"] == pinned and record["dataset"] == "shapes-week-1"
     # Two PaddleJob workers, each a launcher with the operator's env, made one collective.
     launched = sorted(p.name for p in (out / "full" / "launch-logs").iterdir())
     assert launched == ["worker-0", "worker-1"]

@@ -343,6 +343,7 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
     assert holders == {
         # argoexec of every step reports results; of the two training steps applies the job
         **{step: "mlops-executor" for step in ("checkout", "build-image", "find-production",
+                                                "prepare-data",
                                                "evaluate", "gate", "publish-model", "propose",
                                                "record-outcome")},
         "smoke-train": "mlops-paddlejob", "train": "mlops-paddlejob",

@@ -79,6 +79,7 @@ def test_dag_order_and_conditions(wt_doc):
     assert list(tasks) == [
         "checkout",
         "build-image",
+        "prepare-data",
         "smoke-train",
         "find-production",  # the example's training.init_from: production
         "train",
@@ -88,7 +89,9 @@ def test_dag_order_and_conditions(wt_doc):
         "propose",
     ]
     assert tasks["build-image"]["depends"] == "checkout"
-    assert tasks["smoke-train"]["depends"] == "build-image"
+    # the example pins its data (mlops.yaml data:): no training before it is checked
+    assert tasks["prepare-data"]["depends"] == "checkout"
+    assert tasks["smoke-train"]["depends"] == "build-image && prepare-data"
     assert tasks["train"]["depends"] == "smoke-train && find-production"
     assert tasks["find-production"]["depends"] == "checkout"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"

@@ -42,10 +42,45 @@ class TrainingConfig(_Strict):
 
 
 class EvaluationConfig(_Strict):
-    """Where the COCO ground truth (in the repo) and detections (in the output) are."""
+    """Where the COCO ground truth and the detections (in the output) are.
 
-    annotations: str
+    `annotations` is a file in the repo; with `data:` pins it may be left out, and the
+    evaluate step reads the val annotations prepared from the pin instead.
+    """
+
+    annotations: str = ""
     predictions: str = "bbox.json"
+
+
+class SnapshotConfig(_Strict):
+    """A scheduled `mlops data snapshot` of the team's storage (a rendered CronWorkflow):
+    a new pin commit only when the data changed, so git stays the one trigger."""
+
+    source: str = Field(min_length=1)  # a directory on the data PVC, or s3://BUCKET/PREFIX
+    schedule: str = "0 3 * * 1"  # cron, in the CronWorkflow's time zone (UTC by default)
+    name: str = ""  # the pin's name prefix (default: the model); the ISO week is appended
+
+
+class DataConfig(_Strict):
+    """The dataset pins (lock files in the repo, `mlops data snapshot`) each role reads.
+
+    Each role names a lock file and takes the split of the same name from it (`train`
+    the lock's `train` split, ...); one lock may serve several roles. `labels` is the
+    model's label list: a category outside it is refused at prepare-data.
+    """
+
+    train: str = Field(min_length=1)
+    val: str = Field(min_length=1)
+    holdout: str | None = None
+    labels: list[str] | None = None
+    snapshot: SnapshotConfig | None = None
+
+    def roles(self) -> dict[str, str]:
+        """{role: lock file} for the roles this repo uses."""
+        out = {"train": self.train, "val": self.val}
+        if self.holdout:
+            out["holdout"] = self.holdout
+        return out
 
 
 class ServingConfig(_Strict):
@@ -85,6 +120,7 @@ class ModelRepoConfig(_Strict):
         return valid_model_name(value)  # contracts.names: one rule for every room
     training: TrainingConfig
     evaluation: EvaluationConfig
+    data: DataConfig | None = None
     gate: GateConfig = GateConfig()
     serving: ServingConfig = ServingConfig()
     promotion: PromotionConfig = PromotionConfig()
@@ -136,6 +172,9 @@ def load_config(repo: str | pathlib.Path) -> LoadedConfig:
         config = ModelRepoConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from exc
+    if config.data is None and not config.evaluation.annotations:
+        raise ConfigError(f"{path}: invalid configuration\n  evaluation.annotations: required "
+                          "without data pins (name the COCO ground truth, or add a data: section)")
     try:
         smoke = apply_overrides(
             load_template(config.training.smoke.template),

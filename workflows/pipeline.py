@@ -1,7 +1,8 @@
 """The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
 
 checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
-(and the exit handler, record-outcome)
+(and the exit handler, record-outcome); with dataset pins (`mlops.yaml` data:),
+checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`)
 
 Argo runs this object once submitted; the local runner (`local.argo.runner`)
 walks the very same object. So every template carries what a machine
@@ -66,6 +67,13 @@ PATH_ENV = {
     "MLOPS_OUTPUTS": "/tmp/outputs",
 }
 LOCAL_ANNOTATION = "mlops.dev/local"
+# The prepared dataset (prepare-data's output, training's --data-dir) and its cache:
+# the cache env is mapped to a local directory by the runner, like the paths above.
+DATA_DIR = "$(MLOPS_OUT)/data"
+DATA_CACHE_ENV = "MLOPS_DATA_CACHE"
+DATA_CACHE_MOUNT = "/data-cache"
+# boto3 reads these (its environment credential provider); `datapins.sources` the endpoint.
+S3_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret-access-key"}
 # `mlops step propose --outputs`: on the workspace, so the exit handler's report reads it.
 PROPOSAL_OUTPUTS = "$(MLOPS_OUT)/full/proposal"
 PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
@@ -247,7 +255,9 @@ def paddlejob_manifest(
     model = loaded.config.model
     out_dir = f"$(MLOPS_OUT)/{which}"
     command, args = worker_command(
-        loaded.config.training.command, job, out_dir, source=f"{loaded.path.name}: training.command"
+        loaded.config.training.command, job, out_dir,
+        source=f"{loaded.path.name}: training.command",
+        data_dir=DATA_DIR if loaded.config.data else None,
     )
     warm = _warm_start(loaded, which)
     if warm:  # production's export, found by find-production, read from the models volume
@@ -375,6 +385,67 @@ def _training_template(
     )
 
 
+def _data_volumes(loaded: LoadedConfig, settings: PipelineSettings) -> list[m.Volume]:
+    """The datasets' PVC and the data cache's, when the repo has pins and settings name them."""
+    if loaded.config.data is None:
+        return []
+    out = []
+    if settings.data_claim:
+        out.append(m.Volume(name="data", persistent_volume_claim=(
+            m.PersistentVolumeClaimVolumeSource(claim_name=settings.data_claim, read_only=True))))
+    if settings.data_cache_claim:
+        out.append(m.Volume(name="data-cache", persistent_volume_claim=(
+            m.PersistentVolumeClaimVolumeSource(claim_name=settings.data_cache_claim))))
+    return out
+
+
+def data_source_env(settings: PipelineSettings) -> list[Env | SecretEnv]:
+    """S3 credentials from the data Secret (optional: a PVC source needs none) and the
+    endpoint, as env: boto3 reads them there, so no key is ever in argv."""
+    env: list[Env | SecretEnv] = [
+        SecretEnv(name=name, secret_name=settings.data_secret, secret_key=key, optional=True)
+        for name, key in S3_ENV.items()
+    ]
+    if settings.data_endpoint_url:
+        env.append(Env(name="MLOPS_DATA_ENDPOINT_URL", value=settings.data_endpoint_url))
+    return env
+
+
+def data_mounts(settings: PipelineSettings) -> list[m.VolumeMount]:
+    """The datasets' PVC, read-only, where the snapshots found it (`data_mount`)."""
+    if not settings.data_claim:
+        return []
+    return [m.VolumeMount(name="data", mount_path=settings.data_mount, read_only=True)]
+
+
+def _prepare_data_template(
+    loaded: LoadedConfig, settings: PipelineSettings, tool_container: Any
+) -> Container | None:
+    """`mlops step prepare-data`: the pins fetched, verified and validated into OUT/data.
+
+    Retried on infrastructure errors only: a bad dataset exits non-zero with the file
+    and entry named, and that is not retried.
+    """
+    if loaded.config.data is None:
+        return None
+    cache_mounts = [m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
+    return tool_container(
+        "prepare-data",
+        _step_args("prepare-data", "--cache", f"$({DATA_CACHE_ENV})"),
+        extra_env=[
+            Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT if settings.data_cache_claim
+                else f"{WORKSPACE}/data-cache"),
+            *data_source_env(settings),
+        ],
+        extra_mounts=[*data_mounts(settings),
+                      *(cache_mounts if settings.data_cache_claim else [])],
+        outputs=[
+            Parameter(name="digest", value_from=m.ValueFrom(path=_out("digest"))),
+            Parameter(name="images", value_from=m.ValueFrom(path=_out("images"))),
+        ],
+    )
+
+
 def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) -> WorkflowTemplate:
     """The model repo's pipeline as a WorkflowTemplate (named after the model)."""
     model = loaded.config.model
@@ -457,6 +528,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     claim_name=settings.models_claim
                 ),
             ),
+            *_data_volumes(loaded, settings),
         ],
         metrics=[
             Counter(
@@ -524,6 +596,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
             annotations={LOCAL_ANNOTATION: "environment-digest"},
         )
+
+        prepare = _prepare_data_template(loaded, settings, tool_container)
 
         smoke = _training_template(
             loaded, smoke_job, "smoke-train", "smoke", settings.smoke_deadline_seconds, settings
@@ -730,11 +804,14 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         with DAG(name=ENTRYPOINT, outputs=dag_outputs):
             t_checkout = Task(name="checkout", template=checkout)
             t_build = Task(name="build-image", template=build_image, depends="checkout")
+            if prepare is not None:
+                Task(name="prepare-data", template=prepare, depends="checkout")
             image_arg = Parameter(
                 name="image", value="{{tasks.build-image.outputs.parameters.image}}"
             )
             t_smoke = Task(
-                name="smoke-train", template=smoke, arguments=[image_arg], depends="build-image"
+                name="smoke-train", template=smoke, arguments=[image_arg],
+                depends="build-image && prepare-data" if prepare is not None else "build-image",
             )
             train_args = [image_arg]
             if find_production is not None:

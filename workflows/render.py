@@ -12,6 +12,7 @@ import yaml
 
 from cogs.files import atomic_write_text
 from workflows.config import LoadedConfig
+from workflows.data_snapshot import build_snapshot_cron
 from workflows.errors import ConfigError
 from workflows.events import build_eventsource, build_sensor
 from workflows.lint import validate_doc
@@ -20,6 +21,7 @@ from workflows.rbac import build_rbac
 from workflows.settings import PipelineSettings
 
 FILES = ("workflowtemplate.yaml", "eventsource.yaml", "sensor.yaml", "rbac.yaml")
+SNAPSHOT_FILE = "data-snapshot.yaml"
 
 
 class RenderError(ConfigError):
@@ -31,12 +33,16 @@ def render_documents(
 ) -> dict[str, list[dict[str, Any]]]:
     """File name -> documents, in a stable order."""
     wt = build_workflow_template(loaded, settings)
-    return {
+    docs = {
         "workflowtemplate.yaml": [wt.to_dict()],
         "eventsource.yaml": [build_eventsource(loaded, settings)],
         "sensor.yaml": [build_sensor(loaded, settings)],
         "rbac.yaml": build_rbac(settings),
     }
+    cron = build_snapshot_cron(loaded, settings)  # only with `data.snapshot` in mlops.yaml
+    if cron is not None:
+        docs[SNAPSHOT_FILE] = [cron]
+    return docs
 
 
 def dump_documents(docs: list[dict[str, Any]]) -> str:

@@ -53,6 +53,17 @@ class PipelineSettings(BaseModel):
     # The models volume serving reads from (`serving.manifests`, read-only
     # there); the pipeline's publish step writes `<model>/<version>` into it.
     models_claim: str = Field(default=DEFAULT_MODELS_CLAIM, pattern=_NAME)
+    # Dataset pins (`mlops.yaml` data:). prepare-data reads the pinned files from the
+    # lock's source: a directory on `data_claim` (a PVC holding the team's datasets,
+    # mounted read-only at `data_mount` in prepare-data and the snapshot CronWorkflow),
+    # or S3, with credentials from `data_secret` (keys `access-key-id`,
+    # `secret-access-key`) as boto3's env, never in argv. The content-addressed cache is
+    # on `data_cache_claim` when set (kept between runs), else in the run's workspace.
+    data_claim: str | None = Field(default=None, pattern=_NAME)
+    data_mount: str = Field(default="/data", pattern=r"^/")
+    data_cache_claim: str | None = Field(default=None, pattern=_NAME)
+    data_secret: str = Field(default="mlops-data", pattern=_NAME)
+    data_endpoint_url: str = ""  # a MinIO/OSS-style S3 endpoint; empty: AWS
     # Limits.
     workflow_deadline_seconds: int = Field(default=12 * 3600, ge=60)
     smoke_deadline_seconds: int = Field(default=30 * 60, ge=60)

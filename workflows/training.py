@@ -27,13 +27,18 @@ def arg_flags(args: dict[str, Any]) -> list[str]:
     return flags
 
 
-def training_args(job: ResourceTemplate, output_dir: str, checkpoint_dir: str) -> list[str]:
-    """The arguments the pipeline appends to the user's training command."""
-    return ["--output-dir", output_dir, "--checkpoint-dir", checkpoint_dir, *arg_flags(job.args)]
+def training_args(job: ResourceTemplate, output_dir: str, checkpoint_dir: str,
+                  data_dir: str | None = None) -> list[str]:
+    """The arguments the pipeline appends to the user's training command (`--data-dir`:
+    the dataset prepare-data laid out from the repo's pins, when it has pins)."""
+    data = ["--data-dir", data_dir] if data_dir else []
+    return ["--output-dir", output_dir, "--checkpoint-dir", checkpoint_dir, *data,
+            *arg_flags(job.args)]
 
 
 def worker_command(
-    command: list[str], job: ResourceTemplate, output_dir: str, *, source: str = "training.command"
+    command: list[str], job: ResourceTemplate, output_dir: str, *, source: str = "training.command",
+    data_dir: str | None = None,
 ) -> tuple[list[str], list[str]]:
     """A PaddleJob worker container's `command` and `args` for the user's training command.
 
@@ -49,7 +54,7 @@ def worker_command(
     the operator gave its pod (`$(PADDLE_TRAINER_ID)`, expanded by the
     kubelet from the container's env).
     """
-    args = training_args(job, output_dir, f"{output_dir}/checkpoints")
+    args = training_args(job, output_dir, f"{output_dir}/checkpoints", data_dir)
     if command[0] in ("python", "python3") and len(command) > 1:
         log_dir = f"{output_dir}/launch-logs/worker-$(PADDLE_TRAINER_ID)"
         launch = ["-m", "paddle.distributed.launch", "--log_dir", log_dir]

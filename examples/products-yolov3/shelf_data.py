@@ -30,6 +30,15 @@ and partial products cut by the image edge (annotated with their visible box
 only when at least 60 % is visible, otherwise not drawn).
 
 Run ``python shelf_data.py --data-dir data`` to generate by hand.
+
+**Weeks** (``--store DIR --week N``): the dataset as a team's shared storage holds it,
+one full COCO dataset per week in the layout ``mlops data snapshot`` pins
+(``DIR/week-N/annotations/{train,val}.json``, ``DIR/week-N/images/{train,val}/...``,
+``file_name`` relative to ``images/``). Week 1 is the default dataset above, image for
+image. Week 2 is a weekly batch: 62 week-1 training images retired, 312 new ones added
+whose shelves hold more bottles (class weights 1:3:1:1), the val split unchanged so the
+two weeks' models are compared on the same images. Week 2 links week 1's unchanged
+files (same bytes: the pins and the cache see the same content) and draws only the new.
 """
 
 import argparse
@@ -50,6 +59,14 @@ CATEGORIES = [
     {"id": 3, "name": "can", "supercategory": "product"},
     {"id": 4, "name": "jar", "supercategory": "product"},
 ]
+
+# What each week changes, relative to the week before, in 32nds of num_train:
+# 2000 -> 62 retired, 312 added.
+WEEKS = {
+    1: {},
+    2: {"retire_32nds": 1, "add_32nds": 5, "seed": 2026_02, "class_weights": [1, 3, 1, 1]},
+}
+WEEK_MARKER = "WEEK.json"
 
 # Part of the digest. Bump "generator" whenever the drawing code changes, so an old
 # dataset on disk is not mistaken for the new one.
@@ -162,7 +179,9 @@ def render_image(rng, params):
         top = int(round(s * row)) + 2
         x = rng.randint(-int(row * 0.3), int(row * 0.15))
         while x < size:
-            kind = CATEGORIES[rng.randint(0, len(CATEGORIES) - 1)]["name"]
+            weights = params.get("class_weights")
+            kind = CATEGORIES[rng.choices(range(len(CATEGORIES)), weights=weights)[0] if weights
+                              else rng.randint(0, len(CATEGORIES) - 1)]["name"]
             room = floor - top
             h = max(8, int(room * rng.uniform(*HEIGHT[kind])))
             w = max(5, int(h * rng.uniform(*ASPECT[kind])))
@@ -186,23 +205,23 @@ def render_image(rng, params):
     return image, objects
 
 
-def _write_split(root, split, count, rng, params):
+def _write_split(root, split, count, rng, params, prefix="", first_id=1, first_ann=1):
     """Write the PNGs of one split and return its COCO dict."""
     folder = root / split
     folder.mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
     for index in range(count):
         image, objects = render_image(rng, params)
-        name = f"{index:06d}.png"
+        name = f"{prefix}{index:06d}.png"
         tmp = folder / f".{name}.tmp"
         image.save(tmp, format="PNG", compress_level=1)
         os.replace(tmp, folder / name)
-        image_id = index + 1
+        image_id = first_id + index
         images.append({"id": image_id, "file_name": f"{split}/{name}",
                        "width": params["image_size"], "height": params["image_size"]})
         for cat, (x0, y0, x1, y1) in objects:
             w, h = x1 - x0, y1 - y0
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id,
+            annotations.append({"id": first_ann + len(annotations), "image_id": image_id,
                                 "category_id": cat, "bbox": [x0, y0, w, h],
                                 "area": w * h, "iscrowd": 0})
     return {"info": {"description": f"synthetic product shelves, {split}", "params": params},
@@ -270,12 +289,105 @@ def ensure_dataset(data_dir, params=None):
         return digest
 
 
+def _link(src, dest):
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        dest.unlink()
+    try:
+        os.link(src, dest)
+    except OSError:
+        import shutil
+        shutil.copyfile(src, dest)
+
+
+def write_week(store, week, params=None):
+    """Week ``week``'s full COCO dataset under ``store/week-<week>`` (idempotent); its path."""
+    if week not in WEEKS:
+        raise DatasetError(f"no week {week}: the generator knows weeks {sorted(WEEKS)}")
+    params = dict(DEFAULT_PARAMS if params is None else params)
+    root = pathlib.Path(store) / f"week-{week}"
+    wanted = {"week": week, "params": params, "change": WEEKS[week]}
+    try:
+        if json.loads((root / WEEK_MARKER).read_text()) == wanted:
+            return root
+    except (OSError, ValueError):
+        pass
+    try:
+        (root / "annotations").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatasetError(f"cannot create {root}: {exc.strerror}") from None
+    if week == 1:
+        rng = random.Random(params["seed"])
+        for split, key in (("train", "num_train"), ("val", "num_val")):
+            coco = _write_split(root / "images", split, params[key], rng, params)
+            _atomic_write(root / "annotations" / f"{split}.json", json.dumps(coco))
+    else:
+        before = write_week(store, week - 1, params)
+        change = WEEKS[week]
+        retire = params["num_train"] * change["retire_32nds"] // 32
+        add = params["num_train"] * change["add_32nds"] // 32
+        for split in ("train", "val"):
+            coco = json.loads((before / "annotations" / f"{split}.json").read_text())
+            if split == "val":  # unchanged, byte for byte: the same pinned file
+                for entry in coco["images"]:
+                    _link(before / "images" / entry["file_name"],
+                          root / "images" / entry["file_name"])
+                _link(before / "annotations" / "val.json", root / "annotations" / "val.json")
+                continue
+            if split == "train":
+                gone = {i["id"] for i in coco["images"][:retire]}
+                coco["images"] = coco["images"][retire:]
+                coco["annotations"] = [a for a in coco["annotations"]
+                                       if a["image_id"] not in gone]
+            for entry in coco["images"]:
+                _link(before / "images" / entry["file_name"], root / "images" / entry["file_name"])
+            if split == "train":
+                new = _write_split(
+                    root / "images", split, add, random.Random(change["seed"]),
+                    dict(params, class_weights=change["class_weights"]), prefix=f"w{week}-",
+                    first_id=max(i["id"] for i in coco["images"]) + 1,
+                    first_ann=max(a["id"] for a in coco["annotations"]) + 1)
+                coco["images"] += new["images"]
+                coco["annotations"] += new["annotations"]
+            coco["info"] = {"description": f"synthetic product shelves, {split}, week {week}"}
+            _atomic_write(root / "annotations" / f"{split}.json", json.dumps(coco))
+    _atomic_write(root / WEEK_MARKER, json.dumps(wanted, indent=2))
+    return root
+
+
+def _layout(data_dir, split):
+    """(annotation file, image root) of a split: the pinned COCO layout prepare-data lays out
+    (``annotations/<split>.json``, files under ``images/``) or the generated one."""
+    root = pathlib.Path(data_dir)
+    pinned = root / "annotations" / f"{split}.json"
+    if pinned.is_file():
+        return pinned, root / "images"
+    return root / f"{split}.json", root
+
+
+def has_dataset(data_dir):
+    """Is there a train and a val split in ``data_dir`` (either layout)?"""
+    return all(_layout(data_dir, split)[0].is_file() for split in ("train", "val"))
+
+
+def dataset_digest(data_dir):
+    """The digest of the data in ``data_dir``: the pin's (``datalock.json``, the dataset
+    the pipeline verified) or the generator's (``DATASET.json``); "" if neither says."""
+    root = pathlib.Path(data_dir)
+    for name in ("datalock.json", MARKER):
+        try:
+            return json.loads((root / name).read_text())["digest"]
+        except (OSError, ValueError, KeyError):
+            continue
+    return ""
+
+
 def load_split(data_dir, split, limit=None):
     """(images uint8 NxHxWx3, COCO dict, image entries) for one split; ``limit``: first N."""
-    root = pathlib.Path(data_dir)
-    coco = json.loads((root / f"{split}.json").read_text())
+    annotations, image_root = _layout(data_dir, split)
+    coco = json.loads(annotations.read_text())
     entries = coco["images"][:limit] if limit else coco["images"]
-    images = np.stack([np.asarray(Image.open(root / e["file_name"]).convert("RGB"))
+    images = np.stack([np.asarray(Image.open(image_root / e["file_name"]).convert("RGB"))
                        for e in entries])
     return images, coco, entries
 
@@ -286,9 +398,15 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=DEFAULT_PARAMS["seed"])
     parser.add_argument("--num-train", type=int, default=DEFAULT_PARAMS["num_train"])
     parser.add_argument("--num-val", type=int, default=DEFAULT_PARAMS["num_val"])
+    parser.add_argument("--store", default=None, metavar="DIR",
+                        help="write week --week's dataset into DIR/week-N (the pinned layout)")
+    parser.add_argument("--week", type=int, default=1, help="which week (with --store)")
     args = parser.parse_args(argv)
     params = dict(DEFAULT_PARAMS, seed=args.seed, num_train=args.num_train, num_val=args.num_val)
     try:
+        if args.store:
+            print(write_week(args.store, args.week, params))
+            return 0
         print(ensure_dataset(args.data_dir, params))
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -97,7 +97,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Train the product-shelf YOLOv3 detector.")
     p.add_argument("--output-dir", required=True, help="export + bbox.json go here")
     p.add_argument("--checkpoint-dir", required=True, help="checkpoints; resumed from")
-    p.add_argument("--data-dir", default="data", help="dataset (generated if missing)")
+    p.add_argument("--data-dir", default="data",
+                   help="the dataset: the pipeline passes the one prepare-data verified from "
+                   "the repo's pins (annotations/<split>.json, images/); by hand, make one with "
+                   "shelf_data.py")
     p.add_argument("--epochs", type=int, default=EPOCHS)
     p.add_argument("--batch-size", type=int, default=32, help="global batch, split over ranks")
     p.add_argument("--lr", type=float, default=LR, help="peak AdamW learning rate")
@@ -434,7 +437,12 @@ def train(args):
 
     metrics = Metrics(int(os.environ.get("MLOPS_METRICS_PORT", "0") or 0), rank)
     try:
-        digest = shelf_data.ensure_dataset(args.data_dir)
+        if not shelf_data.has_dataset(args.data_dir):
+            raise TrainError(
+                f"no dataset in --data-dir {args.data_dir} (annotations/train.json and "
+                "annotations/val.json with images/, as prepare-data lays out a pin); make one "
+                f"with `python shelf_data.py --data-dir {args.data_dir}`")
+        digest = shelf_data.dataset_digest(args.data_dir)
         images, coco, entries = shelf_data.load_split(args.data_dir, "train",
                                                        args.subset or None)
         boxes = boxes_by_image(coco, entries)

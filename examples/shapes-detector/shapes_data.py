@@ -21,6 +21,17 @@ overlap, but a new shape is rejected if it would hide more than ~35 % of an
 earlier one's box, so every annotated object stays visible.
 
 Run ``python shapes_data.py --data-dir data`` to generate by hand.
+
+**Weeks** (``--store DIR --week N``): the dataset as a team's shared storage holds it,
+one full COCO dataset per week in the layout ``mlops data snapshot`` pins
+(``DIR/week-N/annotations/{train,val}.json``, ``DIR/week-N/images/{train,val}/...``,
+``file_name`` relative to ``images/``). Week 1 is the default dataset above, image for
+image. Week 2 is what a weekly batch looks like: 50 week-1 training images retired,
+250 new ones added whose class mix leans to triangles (weights 1:1:3), the val split
+unchanged so the two weeks' models are compared on the same images; 1,800 training
+images, so 12 epochs of it are fewer image-steps than 14 epochs of week 1. Week 2
+links week 1's unchanged files (same bytes, so the pins and the cache see them as the
+same content) and draws only the new ones.
 """
 
 import argparse
@@ -58,6 +69,14 @@ DEFAULT_PARAMS = {
 }
 
 MARKER = "DATASET.json"
+
+# What each week changes, relative to the week before (see the module docstring), in
+# 32nds of num_train: 1600 -> 50 retired, 250 added; a 32-image test set -> 1 and 5.
+WEEKS = {
+    1: {},
+    2: {"retire_32nds": 1, "add_32nds": 5, "seed": 2026_02, "class_weights": [1, 1, 3]},
+}
+WEEK_MARKER = "WEEK.json"
 
 
 class DatasetError(Exception):
@@ -127,7 +146,9 @@ def render_image(rng, params):
     for _ in range(wanted * 8):
         if len(objects) == wanted:
             break
-        cat = rng.randint(1, len(CATEGORIES))
+        weights = params.get("class_weights")
+        cat = (rng.choices(range(1, len(CATEGORIES) + 1), weights=weights)[0] if weights
+               else rng.randint(1, len(CATEGORIES)))
         side = rng.randint(params["min_size"], params["max_size"])
         w = side
         h = side
@@ -145,23 +166,23 @@ def render_image(rng, params):
     return image, objects
 
 
-def _write_split(root, split, count, rng, params):
+def _write_split(root, split, count, rng, params, prefix="", first_id=1, first_ann=1):
     """Write the PNGs of one split and return its COCO dict."""
     folder = root / split
     folder.mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
     for index in range(count):
         image, objects = render_image(rng, params)
-        name = f"{index:06d}.png"
+        name = f"{prefix}{index:06d}.png"
         tmp = folder / f".{name}.tmp"
         image.save(tmp, format="PNG")
         os.replace(tmp, folder / name)
-        image_id = index + 1
+        image_id = first_id + index
         images.append({"id": image_id, "file_name": f"{split}/{name}",
                        "width": params["image_size"], "height": params["image_size"]})
         for cat, (x0, y0, x1, y1) in objects:
             w, h = x1 - x0, y1 - y0
-            annotations.append({"id": len(annotations) + 1, "image_id": image_id,
+            annotations.append({"id": first_ann + len(annotations), "image_id": image_id,
                                 "category_id": cat, "bbox": [x0, y0, w, h],
                                 "area": w * h, "iscrowd": 0})
     return {"info": {"description": f"synthetic shapes, {split}", "params": params},
@@ -230,12 +251,105 @@ def ensure_dataset(data_dir, params=None):
         return digest
 
 
+def _link(src, dest):
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        dest.unlink()
+    try:
+        os.link(src, dest)
+    except OSError:
+        import shutil
+        shutil.copyfile(src, dest)
+
+
+def write_week(store, week, params=None):
+    """Week ``week``'s full COCO dataset under ``store/week-<week>`` (idempotent); its path."""
+    if week not in WEEKS:
+        raise DatasetError(f"no week {week}: the generator knows weeks {sorted(WEEKS)}")
+    params = dict(DEFAULT_PARAMS if params is None else params)
+    root = pathlib.Path(store) / f"week-{week}"
+    wanted = {"week": week, "params": params, "change": WEEKS[week]}
+    try:
+        if json.loads((root / WEEK_MARKER).read_text()) == wanted:
+            return root
+    except (OSError, ValueError):
+        pass
+    try:
+        (root / "annotations").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatasetError(f"cannot create {root}: {exc.strerror}") from None
+    if week == 1:
+        rng = random.Random(params["seed"])
+        for split, key in (("train", "num_train"), ("val", "num_val")):
+            coco = _write_split(root / "images", split, params[key], rng, params)
+            _atomic_write(root / "annotations" / f"{split}.json", json.dumps(coco))
+    else:
+        before = write_week(store, week - 1, params)
+        change = WEEKS[week]
+        retire = params["num_train"] * change["retire_32nds"] // 32
+        add = params["num_train"] * change["add_32nds"] // 32
+        for split in ("train", "val"):
+            coco = json.loads((before / "annotations" / f"{split}.json").read_text())
+            if split == "val":  # unchanged, byte for byte: the same pinned file
+                for entry in coco["images"]:
+                    _link(before / "images" / entry["file_name"],
+                          root / "images" / entry["file_name"])
+                _link(before / "annotations" / "val.json", root / "annotations" / "val.json")
+                continue
+            if split == "train":
+                gone = {i["id"] for i in coco["images"][:retire]}
+                coco["images"] = coco["images"][retire:]
+                coco["annotations"] = [a for a in coco["annotations"]
+                                       if a["image_id"] not in gone]
+            for entry in coco["images"]:
+                _link(before / "images" / entry["file_name"], root / "images" / entry["file_name"])
+            if split == "train":
+                new = _write_split(
+                    root / "images", split, add, random.Random(change["seed"]),
+                    dict(params, class_weights=change["class_weights"]), prefix=f"w{week}-",
+                    first_id=max(i["id"] for i in coco["images"]) + 1,
+                    first_ann=max(a["id"] for a in coco["annotations"]) + 1)
+                coco["images"] += new["images"]
+                coco["annotations"] += new["annotations"]
+            coco["info"] = {"description": f"synthetic shapes, {split}, week {week}"}
+            _atomic_write(root / "annotations" / f"{split}.json", json.dumps(coco))
+    _atomic_write(root / WEEK_MARKER, json.dumps(wanted, indent=2))
+    return root
+
+
+def _layout(data_dir, split):
+    """(annotation file, image root) of a split: the pinned COCO layout prepare-data lays out
+    (``annotations/<split>.json``, files under ``images/``) or the generated one."""
+    root = pathlib.Path(data_dir)
+    pinned = root / "annotations" / f"{split}.json"
+    if pinned.is_file():
+        return pinned, root / "images"
+    return root / f"{split}.json", root
+
+
+def has_dataset(data_dir):
+    """Is there a train and a val split in ``data_dir`` (either layout)?"""
+    return all(_layout(data_dir, split)[0].is_file() for split in ("train", "val"))
+
+
+def dataset_digest(data_dir):
+    """The digest of the data in ``data_dir``: the pin's (``datalock.json``, the dataset
+    the pipeline verified) or the generator's (``DATASET.json``); "" if neither says."""
+    root = pathlib.Path(data_dir)
+    for name in ("datalock.json", MARKER):
+        try:
+            return json.loads((root / name).read_text())["digest"]
+        except (OSError, ValueError, KeyError):
+            continue
+    return ""
+
+
 def load_split(data_dir, split, limit=None):
     """(images uint8 NxHxWx3, COCO dict) for one split; ``limit`` keeps the first N images."""
-    root = pathlib.Path(data_dir)
-    coco = json.loads((root / f"{split}.json").read_text())
+    annotations, image_root = _layout(data_dir, split)
+    coco = json.loads(annotations.read_text())
     entries = coco["images"][:limit] if limit else coco["images"]
-    images = np.stack([np.asarray(Image.open(root / e["file_name"]).convert("RGB"))
+    images = np.stack([np.asarray(Image.open(image_root / e["file_name"]).convert("RGB"))
                        for e in entries])
     return images, coco, entries
 
@@ -246,9 +360,15 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=DEFAULT_PARAMS["seed"])
     parser.add_argument("--num-train", type=int, default=DEFAULT_PARAMS["num_train"])
     parser.add_argument("--num-val", type=int, default=DEFAULT_PARAMS["num_val"])
+    parser.add_argument("--store", default=None, metavar="DIR",
+                        help="write week --week's dataset into DIR/week-N (the pinned layout)")
+    parser.add_argument("--week", type=int, default=1, help="which week (with --store)")
     args = parser.parse_args(argv)
     params = dict(DEFAULT_PARAMS, seed=args.seed, num_train=args.num_train, num_val=args.num_val)
     try:
+        if args.store:
+            print(write_week(args.store, args.week, params))
+            return 0
         print(ensure_dataset(args.data_dir, params))
     except DatasetError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -94,7 +94,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Train the synthetic-shapes CenterNet detector.")
     p.add_argument("--output-dir", required=True, help="export + bbox.json go here")
     p.add_argument("--checkpoint-dir", required=True, help="checkpoints; resumed from")
-    p.add_argument("--data-dir", default="data", help="dataset (generated if missing)")
+    p.add_argument("--data-dir", default="data",
+                   help="the dataset: the pipeline passes the one prepare-data verified from "
+                   "the repo's pins (annotations/<split>.json, images/); by hand, make one with "
+                   "shapes_data.py")
     p.add_argument("--epochs", type=int, default=12)
     p.add_argument("--batch-size", type=int, default=32, help="global batch, split over ranks")
     p.add_argument("--lr", type=float, default=4e-3, help="peak AdamW learning rate")
@@ -417,7 +420,12 @@ def train(args):
 
     metrics = Metrics(int(os.environ.get("MLOPS_METRICS_PORT", "0") or 0), rank)
     try:
-        digest = shapes_data.ensure_dataset(args.data_dir)
+        if not shapes_data.has_dataset(args.data_dir):
+            raise TrainError(
+                f"no dataset in --data-dir {args.data_dir} (annotations/train.json and "
+                "annotations/val.json with images/, as prepare-data lays out a pin); make one "
+                f"with `python shapes_data.py --data-dir {args.data_dir}`")
+        digest = shapes_data.dataset_digest(args.data_dir)
         images, coco, entries = shapes_data.load_split(args.data_dir, "train",
                                                        args.subset or None)
         boxes = boxes_by_image(coco, entries)

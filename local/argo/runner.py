@@ -63,6 +63,7 @@ from workflows.expressions import (
 )
 from workflows.pipeline import (
     ARGO_METRIC_PREFIX,
+    DATA_CACHE_ENV,
     LOCAL_ANNOTATION,
     MODELS_ENV,
     PATH_ENV,
@@ -370,6 +371,10 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         # The models volume of the cluster: one folder per run here, where
         # the local platform serves the proposed version from.
         MODELS_ENV: str(ctx.out / "models"),
+        # prepare-data's cache: the user's (or $MLOPS_DATA_CACHE), kept between runs, so
+        # week 2's run fetches only the images week 1's did not have.
+        DATA_CACHE_ENV: os.environ.get(DATA_CACHE_ENV)
+        or str(pathlib.Path.home() / ".cache" / "mlops" / "data"),
     }
     container = tmpl.get("container") or {}
     container_env = {

@@ -29,6 +29,10 @@ def _default_cache() -> pathlib.Path:
 def _snapshot(args: argparse.Namespace) -> int:
     lock = snapshot(open_source(args.source, args.endpoint_url), args.name, workers=args.workers)
     out = pathlib.Path(args.out)
+    if args.if_changed and out.is_file() and read_lock(out).digest == lock.digest:
+        print(f"{out}: unchanged ({lock.digest}); not rewritten")
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)  # data/ of a fresh clone: git keeps no empty dir
     write_lock(lock, out)
     images = sum(len(s.images) for s in lock.splits.values())
     splits = ", ".join(f"{n} {len(s.images)}" for n, s in lock.splits.items())
@@ -72,6 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("source", metavar="SOURCE", help="a directory or s3://BUCKET/PREFIX")
     s.add_argument("--name", required=True, help="the pin's name, e.g. shapes-2026w48")
     s.add_argument("--out", required=True, metavar="FILE", help="the lock file to write")
+    s.add_argument("--if-changed", action="store_true",
+                   help="leave FILE as it is when it pins the same data (same digest), "
+                        "whatever the new name: a scheduled snapshot commits only real changes")
     s.set_defaults(func=_snapshot)
 
     r = sub.add_parser("prepare", parents=[endpoint],

@@ -81,6 +81,15 @@ def full_args_text(text: str, args: dict[str, Any], where: str = "mlops.yaml") -
     return result
 
 
+def data_lock(config: pathlib.Path) -> str:
+    """The lock file `mlops.yaml`'s `data.train` names, where the demo pins each week."""
+    data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
+    lock = data.get("train") if isinstance(data, dict) else None
+    if not isinstance(lock, str) or not lock:
+        raise ModelRepoEditError(f"{config}: no data.train lock file to pin the week's data in")
+    return lock
+
+
 def set_full_args(path: pathlib.Path, args: dict[str, Any]) -> None:
     """Set the full job's args in the model repo's `mlops.yaml`."""
     path.write_text(full_args_text(path.read_text(), args, str(path)))

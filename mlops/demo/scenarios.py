@@ -1,7 +1,8 @@
 """What the demo pushes: one readable change to the model repo per scenario.
 
 Every scenario is an edit of `training.full.overrides.args` in the model
-repo's `mlops.yaml`, committed with a message that says what it does, so
+repo's `mlops.yaml`, or (the good one, for an example whose data is pinned) a
+new week's dataset pin, committed with a message that says what it does, so
 `git log -p` in the model repo shows exactly why a candidate is good or bad.
 The bad behaviours are the example's own flags (`train.py --drill-*`, which
 the exported model declares in `infer_cfg.yml`: a delay, errors, or a
@@ -29,6 +30,7 @@ class Scenario:
     message: str
     expect: Outcome
     expect_cause: str = ""  # a word the rollback or gate reason contains (latency, error)
+    week: int = 0  # > 0: this push pins that week's data (`mlops data snapshot`)
 
     def args(self, production_args: dict[str, Any]) -> dict[str, Any]:
         """The full job's args for this push: production's plus this change."""
@@ -57,14 +59,23 @@ class Example:
     skew_what: str
     fine_tune: dict[str, Any] | None = None
     """The weekly retrain's args when the example's mlops.yaml says `training.init_from:
-    production` (a short fine-tune of production); None: two epochs more from scratch."""
+    production` (a short fine-tune of production); None: from scratch as the first version."""
+    generator: str = ""  # its data generator (weeks of data to pin); "": train.py makes data
+    week2: str = ""  # what week 2's data brings, for the good push's commit message
 
     def bootstrap_message(self) -> str:
         return f"{self.name}: first version ({self.epochs} epochs)"
 
     def good(self) -> "Scenario":
-        """The weekly retrain: a short fine-tune of production, or two epochs more than the
-        first version from scratch."""
+        """The weekly retrain: week 2's data pinned (an example with weeks of data), as a
+        short fine-tune of production when the example asks for one; else two epochs more
+        than the first version from scratch."""
+        if self.generator:
+            change = dict(self.fine_tune or {})
+            how = (f"; fine-tune production for {change['epochs']} epochs "
+                   f"(training.init_from: production)" if change else "")
+            return Scenario("good", change, f"data: week 2 arrives ({self.week2}){how}",
+                            "promoted", week=2)
         if self.fine_tune is not None:
             return Scenario("good", dict(self.fine_tune),
                             f"fine-tune production for {self.fine_tune['epochs']} epochs "
@@ -85,8 +96,10 @@ class Example:
 EXAMPLES = {e.name: e for e in (
     # The fine-tune: benchmarks/warm_start.py (README, "The gate").
     Example("shapes-detector", 12, "no-scale", "with pixels not divided by 255",
-            {"epochs": 2, "lr": 0.001}),
-    Example("products-yolov3", 16, "mean-std", "with NormalizeImage's mean and std swapped"),
+            {"epochs": 2, "lr": 0.001},
+            generator="shapes_data.py", week2="250 new images, more triangles; 50 retired"),
+    Example("products-yolov3", 16, "mean-std", "with NormalizeImage's mean and std swapped",
+            generator="shelf_data.py", week2="312 new images, more bottles; 62 retired"),
 )}
 DEFAULT_EXAMPLE = "shapes-detector"
 

@@ -7,7 +7,9 @@
    the user with `--wait-approval`); that version serves 100 %, and a
    steady load starts on its route (light while a pipeline trains, full
    while a canary is judged);
-3. per scenario, one more push that changes `mlops.yaml` (see `scenarios`);
+3. per scenario, one more push that changes `mlops.yaml`, or pins week 2's
+   data (`mlops data snapshot` of the team's storage, `datasets/` in the work
+   dir; see `scenarios`);
    a candidate that passes the gate goes through a canary under the live
    load, shown as it moves, until it is promoted or rolled back;
 4. a summary, `summary.json`, the GitOps history and where the reports are.
@@ -43,7 +45,7 @@ EXAMPLE = ROOT / "examples" / scenarios.DEFAULT_EXAMPLE  # `--example` picks ano
 MODEL = scenarios.DEFAULT_EXAMPLE
 #: What a demo creates in its work dir; a new run removes exactly these.
 OWNED = ("model.git", "model", "gitops.git", "platform", "runs", "controller", "logs",
-         "tmp", "cache", "summary.json")
+         "tmp", "cache", "datasets", "summary.json")
 
 
 class DemoError(UserError):
@@ -68,6 +70,9 @@ class Demo:
         self.runs = self.work / "runs"
         self.logs = self.work / "logs"
         self.controller_dir = self.work / "controller"
+        # The team's shared storage (a NAS or a bucket in real life): one dataset per week.
+        self.datasets = self.work / "datasets" / self.example.name
+        self.generator_args: list[str] = []  # e.g. ["--num-train", "32"]: a smaller dataset
         self.started = time.monotonic()
         self.results: list[dict[str, Any]] = []
         self.background: list[subprocess.Popen] = []
@@ -93,6 +98,7 @@ class Demo:
             "TMPDIR": str(self.work / "tmp"),
             "MPLCONFIGDIR": str(self.work / "cache" / "matplotlib"),
             "XDG_CACHE_HOME": str(self.work / "cache"),
+            "MLOPS_DATA_CACHE": str(self.work / "cache" / "data"),  # prepare-data's
             "PYTHONPYCACHEPREFIX": str(self.work / "cache" / "pycache"),
             "GIT_CONFIG_NOSYSTEM": "1",
         })
@@ -193,6 +199,27 @@ class Demo:
                        check=True, capture_output=True, env=self.env())
         for key, value in (("user.name", "Demo Developer"), ("user.email", "dev@example.com")):
             self.git("config", key, value, show=False)
+
+    def pin_week(self, week: int) -> None:
+        """Week `week`'s data lands on the shared storage; pin it in the model repo's lock."""
+        script = self.example_dir / self.example.generator
+        print(f"$ python examples/{self.example.name}/{script.name} --store "
+              f"{self.short(str(self.datasets))} --week {week}", flush=True)
+        proc = subprocess.run([sys.executable, str(script), "--store", str(self.datasets),
+                               "--week", str(week), *self.generator_args],
+                              env=self.env(), capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise DemoError(f"{script.name} --week {week} failed:\n{proc.stderr.strip()}")
+        lock = self.clone / modelrepo.data_lock(self.clone / "mlops.yaml")
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        before = self.work / "tmp" / "previous.lock"
+        if lock.is_file():
+            shutil.copyfile(lock, before)
+        self.mlops("data", "snapshot", str(self.datasets / f"week-{week}"),
+                   "--name", f"{self.model}-week-{week}", "--out", str(lock))
+        if lock.is_file() and before.is_file():
+            self.mlops("data", "diff", str(before), str(lock))  # what the PR will show
 
     # -- 2. a push and its pipeline run --------------------------------------------------------
 
@@ -376,6 +403,8 @@ class Demo:
         self.say("2. First push: the example becomes the stable version")
         modelrepo.copy_example(self.example_dir, self.clone)
         modelrepo.set_full_args(self.clone / "mlops.yaml", self.production_args)
+        if self.example.generator:
+            self.pin_week(1)
         print(f"(copied {self.short(str(self.example_dir))} into the model repo clone `model/`; "
               "it trains "
               "with --weights-cache, so a push that changes only serving flags reuses the "
@@ -400,7 +429,11 @@ class Demo:
         self.say(f"{index}. Scenario {scenario.name}: push \"{scenario.message}\"")
         args = scenario.args(self.production_args)
         modelrepo.set_full_args(self.clone / "mlops.yaml", args)
-        self.git("diff", "--", "mlops.yaml")
+        if scenario.week:
+            self.pin_week(scenario.week)
+            self.git("diff", "--stat")
+        else:
+            self.git("diff", "--", "mlops.yaml")
         sha, pushed = self.push(scenario.message)
         run, done = self.wait_run(sha)
         record = self.record(scenario.name, scenario.message, sha, run,
@@ -607,8 +640,11 @@ def _training_progress(log: pathlib.Path) -> tuple[int, int]:
 
 
 def _val_images(runs: pathlib.Path) -> pathlib.Path:
-    for candidate in sorted(runs.glob("*/repo/data/val")):
-        return candidate
+    # the val split prepare-data laid out from the pin, or (an example without pins) the
+    # one train.py generated in the checkout
+    for pattern in ("*/out/data/images/val", "*/repo/data/val"):
+        for candidate in sorted(runs.glob(pattern)):
+            return candidate
     raise DemoError(f"no validation images under {runs}")
 
 

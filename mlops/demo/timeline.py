@@ -3,7 +3,8 @@
     push ──pipeline──> run done ──approval──> merged ──sync──> canary at 10 % ──canary──> promoted
 
 The pipeline part is split further with the runner's own task timings
-(`run.json`): training (smoke + full PaddleJobs), evaluation, proposal
+(`run.json`): data (prepare-data: fetch, verify, validate the pinned dataset),
+training (smoke + full PaddleJobs), evaluation, proposal
 (gate + propose); what is left is overhead: the hook, the queue, checkout,
 the image build stand-in and the runner itself. The parts add up to the
 whole, so nothing is hidden in a gap.
@@ -11,6 +12,7 @@ whole, so nothing is hidden in a gap.
 
 from typing import Any
 
+DATA = ("prepare-data",)
 TRAINING = ("smoke-train", "train")
 EVALUATION = ("evaluate",)
 PROPOSAL = ("gate", "propose")
@@ -29,11 +31,13 @@ def breakdown(marks: dict[str, float], run: dict[str, Any]) -> dict[str, Any]:
     """
     tasks = task_seconds(run)
     pipeline = marks["run_done"] - marks["push"]
+    data = sum(tasks.get(name, 0.0) for name in DATA)
     training = sum(tasks.get(name, 0.0) for name in TRAINING)
     evaluation = sum(tasks.get(name, 0.0) for name in EVALUATION)
     proposal = sum(tasks.get(name, 0.0) for name in PROPOSAL)
     parts: dict[str, float] = {
-        "pipeline_overhead_s": pipeline - training - evaluation - proposal,
+        "pipeline_overhead_s": pipeline - data - training - evaluation - proposal,
+        "data_s": data,
         "training_s": training,
         "evaluation_s": evaluation,
         "proposal_s": proposal,

@@ -111,6 +111,20 @@ def _local_record(deployment: Mapping[str, Any]) -> tuple[dict[str, Any], str] |
     return data, str(model_dir / RECORD_FILE)
 
 
+def production_model_dir(
+    current: layout.ModelState | None, stable: str | None
+) -> pathlib.Path | None:
+    """The stable version's model directory behind a ``file://`` model-uri (None: another
+    scheme, or no live stable version): where its dataset lock is kept, for the data diff."""
+    if current is None or stable is None or stable not in current.deployments:
+        return None
+    meta = current.deployments[stable].get("metadata") or {}
+    uri = (meta.get("annotations") or {}).get(manifests.ANNOTATION_MODEL_URI, "")
+    if not isinstance(uri, str) or not uri.startswith("file://"):
+        return None
+    return pathlib.Path(uri[len("file://"):])
+
+
 def _annotated(current: layout.ModelState, version: str) -> dict[str, float] | None:
     try:
         return manifests.deployment_metrics(current.deployments[version])

@@ -54,7 +54,13 @@ from gitops import layout
 from promotion.decision.policy import CanaryPolicy
 from promotion.decision.state import CanaryState, Phase, dump_state_yaml
 from promotion.gitrepo import apply
-from promotion.gitrepo.production import current_state, production_record, stable_version
+from promotion.gitrepo.production import (
+    current_state,
+    production_model_dir,
+    production_record,
+    stable_version,
+)
+from promotion.reports.data_report import data_report
 from serving import manifests
 from serving.options import ServingOptions, read_serving_options
 
@@ -275,8 +281,12 @@ def propose(
                              serving=serving)
     if production is None and not the_plan.bootstrap:
         production = production_record(current, the_plan.stable)
+    data = data_report(pathlib.Path(model_dir),
+                       None if the_plan.bootstrap
+                       else production_model_dir(current, the_plan.stable))
     body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,
-                             approval=approval, model_uri=uri, bootstrap=the_plan.bootstrap)
+                             approval=approval, model_uri=uri, bootstrap=the_plan.bootstrap,
+                             data=data)
     files: dict[str, Any] = {}
     for doc in the_plan.documents:
         files[f"{layout.APPS}/{name}/{_file_name(doc)}"] = doc

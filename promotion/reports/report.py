@@ -89,12 +89,14 @@ def evaluation_report(
     approval: str = "pr",
     model_uri: str | None = None,
     bootstrap: bool = False,
+    data: str | None = None,
 ) -> str:
-    """The PR body: metrics vs production, gate verdict, lineage, rollout plan.
+    """The PR body: metrics vs production, gate verdict, data diff, lineage, rollout plan.
 
     `record` and `production` are `model.yaml` mappings (the production one may
     lack fields: it was perhaps written by hand). `gate` is the gate step's
-    `gate.json` when there is one.
+    `gate.json` when there is one; `data` the Markdown of the data diff against
+    production's pin (`promotion.reports.data_report`), when the candidate's data is pinned.
     """
     name = record.get("name", "model")
     version = record.get("version", "?")
@@ -146,6 +148,9 @@ def evaluation_report(
         verdict = "✅ passed" if gate.get("passed") else "❌ failed"
         lines += ["### Gate", "", f"{verdict}: {_cell(gate.get('reason', ''))}", ""]
         lines += same_images_section(gate)
+
+    if data:
+        lines += ["### Data", "", data.rstrip("\n"), ""]
 
     lines += ["### Lineage", "", "| | candidate | production |", "|---|---|---|"]
     for key, label in _LINEAGE:

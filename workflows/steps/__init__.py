@@ -8,6 +8,7 @@ every rendered argv with the real parsers (tests/test_rendered_argv.py).
 """
 
 STEPS = {
+    "prepare-data": "workflows.steps.prepare_data",
     "smoke-train": "workflows.steps.smoke_train",
     "train": "workflows.steps.train",
     "find-production": "workflows.steps.production",

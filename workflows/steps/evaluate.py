@@ -25,6 +25,7 @@ from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
 from workflows.steps.common import base_parser, run_main
+from workflows.steps.data_lineage import pinned_lock, record_dataset
 from workflows.steps.training_step import check_artifact
 
 
@@ -56,6 +57,9 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
     output_dir = pathlib.Path(out).resolve() / which
     artifact = check_artifact(output_dir, loaded.config.evaluation.predictions)
     annotations = loaded.repo_dir / loaded.config.evaluation.annotations
+    pinned = pinned_lock(loaded, out)
+    if pinned is not None:  # the val split prepare-data verified, not the checkout's copy
+        annotations = pinned.parent / "annotations" / "val.json"
     predictions = output_dir / loaded.config.evaluation.predictions
     (output_dir / PAIRED_FILE).unlink(missing_ok=True)  # a retried step judges afresh
     production = (_production_dir(production_from_gitops, loaded.config.model,
@@ -82,6 +86,8 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
     model_dir = output_dir / "model"
     record = read_record_data(model_dir)  # check_artifact above made sure it is there
     record["metrics"] = {k: round(float(metrics[k]), 6) for k in ("map50", "map", "map75")}
+    if pinned is not None:
+        record_dataset(model_dir, record, pinned)
     write_record_data(model_dir, record)
     return {
         "map50": f"{metrics['map50']:.6f}",

@@ -1,0 +1,44 @@
+"""The dataset a model saw, as the pipeline verified it: for evaluate and the model record.
+
+prepare-data leaves `OUT/data/datalock.json`, the combined lock of the pins it fetched
+and checked. Evaluation reads the val annotations beside it, and the model record takes
+its digest (not whatever `train.py` reported) and keeps a copy of it in the model
+directory, so the next candidate's PR can diff its data against this one's
+(`promotion.gitrepo.propose`).
+"""
+
+import pathlib
+import shutil
+from typing import Any
+
+from datapins.lock import read_lock
+from datapins.prepare import MARKER
+from promotion.reports.data_report import LOCK_FILE
+from workflows.config import LoadedConfig
+from workflows.errors import StepError
+from workflows.steps.prepare_data import DATA_DIR
+
+RECORD_LOCK = LOCK_FILE  # beside model.yaml; the PR diffs it against production's
+
+
+def pinned_lock(loaded: LoadedConfig, out: str | pathlib.Path) -> pathlib.Path | None:
+    """The prepared lock of a repo with pins (None without `data:`); StepError if missing."""
+    if loaded.config.data is None:
+        return None
+    path = pathlib.Path(out).resolve() / DATA_DIR / MARKER
+    if not path.is_file():
+        raise StepError(f"{path}: no prepared dataset; {loaded.path.name} has data pins, so "
+                        "prepare-data must run first (`mlops step prepare-data`)")
+    return path
+
+
+def record_dataset(model_dir: pathlib.Path, record: dict[str, Any],
+                   lock_path: pathlib.Path) -> None:
+    """Put the verified dataset's digest and name into `record`, and the lock beside it."""
+    lock = read_lock(lock_path)
+    reported = record.get("dataset_digest")
+    record["dataset_digest"] = lock.digest
+    record["dataset"] = lock.name
+    if reported and reported != lock.digest:
+        record["dataset_digest_reported"] = reported  # train.py's own, kept to compare
+    shutil.copyfile(lock_path, model_dir / RECORD_LOCK)
