@@ -242,6 +242,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="an Argo CD Application (named after its model) the controller may "
                           "refresh after each decision (repeatable); none: no refresh, and a "
                           "rollback waits for Argo CD's poll")
+    man.add_argument("--applications-from", metavar="REPO",
+                     help="add one --application per model folder under apps/ on main of this "
+                          "GitOps repo (path or URL as this machine sees it): re-render when "
+                          "models are added")
     man.set_defaults(func=_manifests)
 
 
@@ -259,6 +263,11 @@ def _manifests(args: argparse.Namespace) -> int:
 
     from promotion.deploy import controller_manifests
 
+    applications = list(args.application)
+    if args.applications_from:
+        from promotion.applications import applications_in
+
+        applications += applications_in(args.applications_from)
     pull = list(args.image_pull_secret)
     if args.settings:
         from workflows.settings import load_settings
@@ -271,8 +280,8 @@ def _manifests(args: argparse.Namespace) -> int:
         forge_repo=args.forge_repo, forge_url=args.forge_url, forge_secret=args.forge_secret,
         models_namespace=args.models_namespace, reports_claim=args.reports_claim or None,
         image_pull_secrets=list(dict.fromkeys(pull)), git_poll=args.git_poll,
-        applications=args.application)
-    if not args.application:
+        applications=list(dict.fromkeys(applications)))
+    if not applications:
         print("note: no --application given: the controller will not ask Argo CD to refresh, "
               "so a rollback waits for Argo CD's poll (3 min by default); pass "
               "--application MODEL for each model to grant exactly those", file=sys.stderr)
