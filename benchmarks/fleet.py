@@ -223,7 +223,8 @@ def verify(repo: pathlib.Path, failing: set[str]) -> dict[str, Any]:
             "duplicated": duplicated}
 
 
-def controller_run(n: int, windows: int, ticks_per_window: int) -> dict[str, Any]:
+def controller_run(n: int, windows: int, ticks_per_window: int,
+                   workers: int = 1) -> dict[str, Any]:
     k = max(1, n // 5)
     models = [model_name(i) for i in range(n)]
     base = pathlib.Path(tempfile.mkdtemp(prefix="mlops-fleet-"))
@@ -258,7 +259,8 @@ def controller_run(n: int, windows: int, ticks_per_window: int) -> dict[str, Any
 
         source = PrometheusSource(standin.url, "haproxy")
         rss_before = rss_mb()
-        controller = Controller(ControllerConfig(repo=str(repo), workdir=base / "work"),
+        controller = Controller(ControllerConfig(repo=str(repo), workdir=base / "work",
+                                                 workers=workers),
                                 lambda policy: source, clock=lambda: sim["now"],
                                 backoff=Backoff(tries=8, first=0.05, cap=0.5))
         pushed: dict[str, float] = {}
@@ -273,6 +275,18 @@ def controller_run(n: int, windows: int, ticks_per_window: int) -> dict[str, Any
             return result
 
         controller.writer.commit = timed_commit  # type: ignore[method-assign]
+        inner_batch = controller._write_batch
+
+        def timed_batch(items: Any) -> Any:
+            results = inner_batch(items)
+            now = time.monotonic()
+            for result in results:
+                if result.commit:
+                    pushed[result.commit] = now
+            attempts.extend(r.attempts for r in results[:1])  # one push per batch
+            return results
+
+        controller._write_batch = timed_batch  # type: ignore[method-assign]
 
         def router() -> dict[str, dict[str, Any]]:
             states = main_states(repo, models)
@@ -338,7 +352,8 @@ def controller_run(n: int, windows: int, ticks_per_window: int) -> dict[str, Any
         checked = verify(repo, set(failing))
         busy = [t for t in ticks if t not in idle]
         return {
-            "models": n, "canaries": k, "windows": windows, "ticks": len(ticks),
+            "models": n, "canaries": k, "workers": workers, "windows": windows,
+            "ticks": len(ticks),
             "simulated_s": simulated,
             "tick_s": summary(ticks), "busy_tick_s": summary(busy), "idle_tick_s": summary(idle),
             "decision_lag_s": summary(lags),
@@ -444,6 +459,8 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--ticks-per-window", type=int, default=4)
     parser.add_argument("--sync-changes", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=8,
+                        help="the controller's `workers` (1: the sequential pass)")
     parser.add_argument("--poll-interval", type=float, default=0.5)
     parser.add_argument("--skip-sync", action="store_true")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks/results/fleet.json")
@@ -454,7 +471,7 @@ def main() -> int:
             timespec="seconds"), "machine": machine(), "interval_s": INTERVAL,
         "controller": [], "sync": []}
     for n in [int(x) for x in args.models.split(",")]:
-        run = controller_run(n, args.windows, args.ticks_per_window)
+        run = controller_run(n, args.windows, args.ticks_per_window, args.workers)
         results["controller"].append(run)
         print(json.dumps(run), flush=True)
         if not args.skip_sync:
