@@ -100,16 +100,26 @@ class World:
         return dict(self._read("world").get("failing", {}))
 
     def series(self, name: str | None) -> list[tuple[dict[str, str], float]]:
-        """(labels, per-second rate) of every series of metric `name` (None: all names)."""
-        out: list[tuple[dict[str, str], float]] = []
-        rate, failing = self.rate, self.failing
-        for model, split in self.weights().items():
-            for version, weight in split.items():
-                rps = rate * weight / 100.0
-                err = failing.get(f"{model}/{version}", 0.0)
-                out += [(dict(lab, __name__=metric), value) for metric, lab, value in
-                        self._version(model, version, rps, err) if name in (None, metric)]
-        return out
+        """(labels, per-second rate) of every series of metric `name` (None: all names).
+
+        Indexed by metric name and rebuilt only when a file changed: like
+        Prometheus' own index, a query's cost must not grow with every other
+        model's series, or the benchmark would measure the stand-in."""
+        self._read("world"), self._read("weights")  # re-read changed files first
+        key = tuple(self._docs.get(w, (0, None))[0] for w in ("world", "weights"))
+        if getattr(self, "_key", None) != key:
+            index: dict[str, list[tuple[dict[str, str], float]]] = {}
+            rate, failing = self.rate, self.failing
+            for model, split in self.weights().items():
+                for version, weight in split.items():
+                    rps = rate * weight / 100.0
+                    err = failing.get(f"{model}/{version}", 0.0)
+                    for metric, lab, value in self._version(model, version, rps, err):
+                        index.setdefault(metric, []).append((dict(lab, __name__=metric), value))
+            self._index, self._key = index, key
+        if name is None:
+            return [row for rows in self._index.values() for row in rows]
+        return self._index.get(name, [])
 
     def _version(self, model: str, version: str, rps: float,
                  err: float) -> list[tuple[str, dict[str, str], float]]:

@@ -204,7 +204,7 @@ def verify(repo: pathlib.Path, failing: set[str]) -> dict[str, Any]:
         rec = rec.strip("\n")
         if not rec:
             continue
-        _sha, trailers = rec.split(sep)
+        _sha, _, trailers = rec.partition(sep)
         t = dict((k.strip(), v.strip()) for k, _, v in
                  (line.partition(":") for line in trailers.splitlines()) if v)
         if "Mlops-Window" not in t or t.get("Mlops-Decision") == "step/ready":
@@ -478,9 +478,9 @@ def main() -> int:
             srun = sync_run(n, args.sync_changes, args.poll_interval)
             results["sync"].append(srun)
             print(json.dumps(srun), flush=True)
-    results["wall_s"] = round(time.monotonic() - started, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+        results["wall_s"] = round(time.monotonic() - started, 1)
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # after each N: partial results
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"{results['wall_s']} s -> {args.out}")
     return 0
 
