@@ -314,10 +314,10 @@ class Controller:
             with concurrent.futures.ThreadPoolExecutor(self.config.workers) as pool:
                 for found in pool.map(lambda m: self._reconcile_guarded(root, m), models):
                     outcomes += found
-            outcomes = self._flush(outcomes)
         else:
             for model in models:
                 outcomes += self._reconcile_guarded(root, model)
+        outcomes = self._flush(outcomes)  # workers > 1: decisions waited for one push
         self.metrics.tick()
         return outcomes
 

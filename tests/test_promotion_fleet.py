@@ -27,9 +27,9 @@ from tests.fixtures.promotion_controller import TEST_POLICY, Clock, record
 MODELS = ("a", "b", "c")
 
 
-def _merge(repo: pathlib.Path, version: str) -> None:
+def _merge(repo: pathlib.Path, version: str, models: tuple[str, ...] = MODELS) -> None:
     def change(root: pathlib.Path) -> None:
-        for model in MODELS:
+        for model in models:
             folder = root / layout.APPS / model
             current = layout.read_model(root, model) if folder.is_dir() else None
             plan_proposal(record(version), current, load_policy(TEST_POLICY), model=model,
@@ -102,3 +102,17 @@ def test_a_pass_over_a_fleet_decides_each_model_once_and_pushes_together(guarded
     # A folder is parsed again only when it changed: b, done after the first window,
     # is read for its two commits, not for every move of main.
     assert parsed.count("b") == 3 and parsed.count("a") == 6
+
+
+def test_a_fleet_of_one_still_pushes_its_decisions(guarded_repo, tmp_path):
+    """With `workers` set and a single model the pass runs inline, and its decision
+    (held for the pass's one push) is still pushed."""
+    _merge(guarded_repo, "v1", ("a",))
+    _merge(guarded_repo, "v2", ("a",))
+    clock = Clock(float(git(guarded_repo, "log", "-1", "--format=%ct", "main")))
+    controller = Controller(ControllerConfig(repo=str(guarded_repo), workdir=tmp_path / "w",
+                                             workers=4), Fleet(guarded_repo), clock=clock)
+    outcomes = controller.tick()
+    controller.close()
+    assert [(o.model, o.cause) for o in outcomes] == [("a", "ready")]
+    assert outcomes[0].committed == git(guarded_repo, "rev-parse", "main")

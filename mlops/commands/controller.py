@@ -114,7 +114,7 @@ def build(args: argparse.Namespace) -> Controller:
         repo=args.gitops, workdir=pathlib.Path(args.workdir), branch=args.branch,
         interval=args.interval, settle=args.settle, on_rollback=args.on_rollback,
         checkpoint_every=args.checkpoint_every, report_url=args.report_url,
-        git_poll=args.git_poll,
+        git_poll=args.git_poll, workers=args.workers,
     )
     default = RUNTIME_PRESETS.get(_runtime(args), "model")
     logging.getLogger("mlops.controller").info(
@@ -177,6 +177,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "a remote forge: 15, no more than the canary interval)")
     run.add_argument("--settle", type=float, default=0.0,
                      help="seconds to wait after a window ends before reading it (scrape lag)")
+    run.add_argument("--workers", type=int, default=1, metavar="N",
+                     help="models analysed at once in a pass, their decisions pushed together "
+                          "(a fleet: 8; default 1, one model after the other)")
     run.add_argument("--once", action="store_true", help="one pass, then exit")
     run.add_argument("--workdir", default="mlops-controller",
                      help="caches, timelines and canary reports (default: ./mlops-controller)")
