@@ -231,13 +231,29 @@ class Controller:
             return None
         tree = self.workdir / "main"
         if sha != self._tree_sha:
-            tmp = self.workdir / "main.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.mirror.export(sha, tmp)
-            shutil.rmtree(tree, ignore_errors=True)
-            tmp.rename(tree)
+            before, config = dict(self._folder_trees), self._config_id
+            trees = self._trees(sha)
+            if self._tree_sha is None or config != self._config_id or not tree.is_dir():
+                tmp = self.workdir / "main.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                self.mirror.export(sha, tmp)
+                shutil.rmtree(tree, ignore_errors=True)
+                tmp.rename(tree)
+            else:
+                # Only the model folders that moved: with a fleet, a commit is one
+                # model's decision, and exporting every folder each time grew the
+                # pass with models x commits (issue 31). Until it is done the tree
+                # is no commit's: a failure below means a full export next time.
+                self._tree_sha = None
+                for model in set(before) - set(trees):
+                    shutil.rmtree(tree / layout.APPS / model, ignore_errors=True)
+                moved = sorted(m for m, t in trees.items() if before.get(m) != t)
+                for model in moved:
+                    shutil.rmtree(tree / layout.APPS / model, ignore_errors=True)
+                if moved:
+                    self.mirror.export(sha, tree, [f"{layout.APPS}/{m}" for m in moved])
             self._tree_sha = sha
-            self._folder_trees = self._trees(sha)
+            self._folder_trees = trees
         return tree
 
     def _trees(self, sha: str) -> dict[str, str]:
