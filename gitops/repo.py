@@ -211,8 +211,9 @@ class Mirror:
             raise GitError(f"git merge-tree failed: {proc.stderr.strip()}")
         return lines[0].strip()
 
-    def export(self, rev: str, dest: pathlib.Path) -> str:
-        """Write the files of ``rev`` into ``dest``; return the commit (or tree) sha.
+    def export(self, rev: str, dest: pathlib.Path, paths: Sequence[str] = ()) -> str:
+        """Write the files of ``rev`` (only under ``paths`` when given) into ``dest``; return
+        the commit (or tree) sha.
 
         Only regular files and directories are written. A symbolic link that
         someone committed (to ``/etc/passwd``, to another model's folder) is
@@ -223,7 +224,7 @@ class Mirror:
         """
         sha = self.sha(rev) or self.git.out("rev-parse", "--verify", rev)
         proc = subprocess.run(
-            ["git", "archive", "--format=tar", sha],
+            ["git", "archive", "--format=tar", sha, "--", *paths],
             cwd=self.path,
             env=self.git.env,
             capture_output=True,

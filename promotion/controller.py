@@ -47,6 +47,7 @@ after a rollback, the canary report and the PR comment at the end of a rollout
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
@@ -60,6 +61,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from contracts.traffic import TrafficError, read_routes
 from gitops import layout
+from gitops.batch import BatchItem, BatchResult, commit_batch
 from gitops.errors import GitOpsError
 from gitops.git import parse_trailers
 from gitops.repo import Mirror
@@ -114,6 +116,10 @@ class ControllerConfig:
     git_poll: float = 0.0
     """Fetch the GitOps repo at most this often (seconds; 0: every pass). A remote
     forge is not asked every second; our own commits update the mirror at once."""
+    workers: int = 1
+    """Models analysed at once in a pass (a fleet: their queries overlap). With more
+    than one, the pass's decisions are pushed together at its end, one commit each
+    (`gitops.batch`), and canary reports are written off the pass."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +145,18 @@ class _Track:
     uncommitted: int = 0
     routed: bool = False
     """The router has this commit's split (asked until it has; then not again)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    """A decision made in this pass, its commit not pushed yet."""
+
+    outcome: Outcome
+    kind: str
+    before: CanaryState
+    after: CanaryState
+    message: Any
+    item: BatchItem
 
 
 class Controller:
@@ -180,6 +198,12 @@ class Controller:
         self._tree_sha: str | None = None
         self._tracks: dict[str, _Track] = {}
         self._folders: dict[tuple[str, str], layout.ModelState] = {}
+        self._folder_trees: dict[str, str] = {}  # model -> its folder's git tree id at the tip
+        self._policies: dict[tuple[str, str], CanaryPolicy] = {}
+        self._config_id: str | None = None  # blob id of mlops-gitops.yaml at the tip
+        self._pending: list[_Pending] = []  # decisions of this pass not pushed yet (workers > 1)
+        self._effects: concurrent.futures.ThreadPoolExecutor | None = None
+        self._effects_mirror: Mirror | None = None
         self.last_error: str | None = None
         """Why the last pass could not read the GitOps repo (None: it could)."""
         self.refused: dict[str, str] = {}
@@ -194,10 +218,14 @@ class Controller:
         return self._mirror
 
     def close(self) -> None:
-        """Release the mirror (the work dir stays for the next run)."""
-        if self._mirror is not None:
-            self._mirror.close()
-            self._mirror = None
+        """Finish pending reports, release the mirrors (the work dir stays for the next run)."""
+        if self._effects is not None:
+            self._effects.shutdown(wait=True)
+            self._effects = None
+        for mirror in (self._mirror, self._effects_mirror):
+            if mirror is not None:
+                mirror.close()
+        self._mirror = self._effects_mirror = None
 
     def _checkout(self) -> pathlib.Path | None:
         """The tip of the branch as files in the work dir (re-exported when it moves)."""
@@ -210,13 +238,48 @@ class Controller:
             return None
         tree = self.workdir / "main"
         if sha != self._tree_sha:
-            tmp = self.workdir / "main.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.mirror.export(sha, tmp)
-            shutil.rmtree(tree, ignore_errors=True)
-            tmp.rename(tree)
+            before, config = dict(self._folder_trees), self._config_id
+            trees = self._trees(sha)
+            if self._tree_sha is None or config != self._config_id or not tree.is_dir():
+                tmp = self.workdir / "main.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                self.mirror.export(sha, tmp)
+                shutil.rmtree(tree, ignore_errors=True)
+                tmp.rename(tree)
+            else:
+                # Only the model folders that moved: with a fleet, a commit is one
+                # model's decision, and exporting every folder each time grew the
+                # pass with models x commits (issue 31). Until it is done the tree
+                # is no commit's: a failure below means a full export next time.
+                self._tree_sha = None
+                for model in set(before) - set(trees):
+                    shutil.rmtree(tree / layout.APPS / model, ignore_errors=True)
+                moved = sorted(m for m, t in trees.items() if before.get(m) != t)
+                for model in moved:
+                    shutil.rmtree(tree / layout.APPS / model, ignore_errors=True)
+                if moved:
+                    self.mirror.export(sha, tree, [f"{layout.APPS}/{m}" for m in moved])
             self._tree_sha = sha
+            self._folder_trees = trees
         return tree
+
+    def _trees(self, sha: str) -> dict[str, str]:
+        """model -> the git tree id of `apps/<model>/` at `sha` (one `ls-tree` for all).
+
+        A folder whose tree id did not change is not parsed again: at 100 models
+        every decision moves main, and re-reading every folder each time made a
+        pass grow with models x decisions (issue 31)."""
+        proc = self.mirror.git.run("ls-tree", sha, f"{layout.APPS}/", layout.CONFIG_FILE,
+                                   check=False)
+        out = {}
+        for line in proc.stdout.splitlines():
+            meta, _, path = line.partition("\t")
+            if path == layout.CONFIG_FILE:  # the policies read its namespace: re-read them
+                if meta.split()[-1] != self._config_id:
+                    self._config_id, self._policies = meta.split()[-1], {}
+            elif meta.split()[1] == "tree":
+                out[path.rpartition("/")[2]] = meta.split()[-1]
+        return out
 
     def _last_change(self, path: str) -> tuple[float, dict[str, str], str] | None:
         """(commit time, trailers, 'sha author') of the last first-parent commit touching path."""
@@ -264,32 +327,52 @@ class Controller:
         self.last_error = None
         if root is None:
             return outcomes
-        for model in layout.list_models(root):
-            try:
-                outcomes += self.reconcile(root, model)
-            except apply.StaleDecision as exc:
-                log.info("%s: %s", model, exc)
-                self._tracks.pop(model, None)
-            except TrafficError as exc:
-                # A human's split that Istio would reject: refused, said once per
-                # change (not every pass), and nothing moves until it is fixed.
-                if self.refused.get(model) != str(exc):
-                    log.error("%s: refused: %s; nothing changes until it is fixed", model, exc)
-                    self.metrics.error(model, type(exc).__name__)
-                self.refused[model] = str(exc)
-                self._tracks.pop(model, None)
-                continue
-            except (GitOpsError, StateError, PolicyError) as exc:
-                log.error("%s: %s", model, exc)
-                self.metrics.error(model, type(exc).__name__)
-                self._tracks.pop(model, None)
-            except Exception as exc:  # one broken model must not stop the others
-                log.exception("%s: unexpected error: %s", model, exc)
-                self.metrics.error(model, type(exc).__name__)
-                self._tracks.pop(model, None)
-            self.refused.pop(model, None)
+        models = layout.list_models(root)
+        live = {(self._folder_trees.get(m, self._tree_sha or ""), m) for m in models}
+        self._folders = {k: v for k, v in self._folders.items() if k in live}
+        self._policies = {k: v for k, v in self._policies.items() if k in live}
+        if self.config.workers > 1 and len(models) > 1:
+            # Models are independent: analyse them at once; their commits wait
+            # in `_pending` and go out in one push below.
+            with concurrent.futures.ThreadPoolExecutor(self.config.workers) as pool:
+                for found in pool.map(lambda m: self._reconcile_guarded(root, m), models):
+                    outcomes += found
+        else:
+            for model in models:
+                outcomes += self._reconcile_guarded(root, model)
+        outcomes = self._flush(outcomes)  # workers > 1: decisions waited for one push
         self.metrics.tick()
         return outcomes
+
+    def _reconcile_guarded(self, root: pathlib.Path, model: str) -> list[Outcome]:
+        """`reconcile`, with one model's failure logged and contained."""
+        try:
+            found = self.reconcile(root, model)
+        except apply.StaleDecision as exc:
+            log.info("%s: %s", model, exc)
+            self._tracks.pop(model, None)
+            found = []
+        except TrafficError as exc:
+            # A human's split that Istio would reject: refused, said once per
+            # change (not every pass), and nothing moves until it is fixed.
+            if self.refused.get(model) != str(exc):
+                log.error("%s: refused: %s; nothing changes until it is fixed", model, exc)
+                self.metrics.error(model, type(exc).__name__)
+            self.refused[model] = str(exc)
+            self._tracks.pop(model, None)
+            return []
+        except (GitOpsError, StateError, PolicyError) as exc:
+            log.error("%s: %s", model, exc)
+            self.metrics.error(model, type(exc).__name__)
+            self._tracks.pop(model, None)
+            found = []
+        except Exception as exc:  # one broken model must not stop the others
+            log.exception("%s: unexpected error: %s", model, exc)
+            self.metrics.error(model, type(exc).__name__)
+            self._tracks.pop(model, None)
+            found = []
+        self.refused.pop(model, None)
+        return found
 
     def run(self, stop: threading.Event, poll: float = 1.0) -> None:
         """Tick every `poll` seconds until `stop` is set."""
@@ -318,11 +401,10 @@ class Controller:
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
         """Bring one model forward by every window that is due."""
-        key = (self._tree_sha or "", model)
+        key = (self._folder_trees.get(model, self._tree_sha or ""), model)
         folder = self._folders.get(key)
-        if folder is None:  # parse each commit's folder once, not every pass
+        if folder is None:  # parse each version of a folder once, not every pass
             folder = layout.read_model(root, model)
-            self._folders = {k: v for k, v in self._folders.items() if k[0] == key[0]}
             self._folders[key] = folder
         committed = current_state(folder)
         if committed is None:
@@ -340,7 +422,9 @@ class Controller:
             return []
 
         now = _utc(self.clock())
-        policy = self._policy(root, folder)
+        policy = self._policies.get(key)
+        if policy is None:  # like the folder: validated once per version of it
+            policy = self._policies[key] = self._policy(root, folder)
         manual = self._manual_weight(folder, track, now, takeover=policy.mode != "shadow")
         if manual is not None:
             return [manual]
@@ -463,15 +547,52 @@ class Controller:
         the_plan = apply.plan(folder, before, after, self.config.on_rollback)
         msg = apply.message(kind, before, after, at=at, reason=reason, cause=cause,  # type: ignore[arg-type]
                             evidence=evidence)
-        result = apply.commit(self.writer, self.config.branch, the_plan, track.base, msg)
         self._tracks.pop(model, None)  # the next tick starts from what main says
         self._fetched_at = None  # ... fetched again at once, whatever `git_poll` says
-        if result.status == "committed":
-            self.metrics.committed(model, kind)
-            self.metrics.state(model, after.phase.value, after.weight)
-            log.info("%s: committed %s %s", model, (result.commit or "")[:12], msg.subject)
-            self._after_commit(model, kind, before, after, msg.subject, reason, result.commit)
-        return Outcome(model, kind, cause, reason, at, result.commit, msg.subject)
+        outcome = Outcome(model, kind, cause, reason, at, None, msg.subject)
+        pending = _Pending(outcome, kind, before, after, msg,
+                           BatchItem(apply.change_for(the_plan, track.base), msg))
+        if self.config.workers > 1:
+            self._pending.append(pending)  # pushed with the pass's others (`_flush`)
+            return outcome
+        result = apply.commit(self.writer, self.config.branch, the_plan, track.base, msg)
+        return self._committed(pending, result.commit if result.status == "committed" else None)
+
+    def _write_batch(self, items: list[BatchItem]) -> list[BatchResult]:
+        """Push a pass's decisions together (one writer, one push; `gitops.batch`)."""
+        return commit_batch(self.writer, self.config.branch, items)
+
+    def _flush(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Push the pass's pending decisions; `outcomes` with their commits filled in."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return outcomes
+        try:
+            results = self._write_batch([p.item for p in pending])
+        except GitOpsError as exc:  # nothing was pushed: every decision is made again
+            log.error("cannot push %d decisions: %s", len(pending), exc)
+            self.metrics.error("-", type(exc).__name__)
+            results = [BatchResult("error", error=exc)] * len(pending)
+        done: dict[int, Outcome] = {}
+        for p, result in zip(pending, results):
+            if isinstance(result.error, apply.StaleDecision):
+                log.info("%s: %s", p.outcome.model, result.error)
+            elif result.error is not None and not isinstance(result.error, GitOpsError):
+                log.error("%s: %s", p.outcome.model, result.error)
+                self.metrics.error(p.outcome.model, type(result.error).__name__)
+            done[id(p.outcome)] = self._committed(p, result.commit)
+        return [done.get(id(o), o) for o in outcomes]
+
+    def _committed(self, p: _Pending, commit: str | None) -> Outcome:
+        """After the push: count, log and run the side effects of a committed decision."""
+        model = p.outcome.model
+        if commit is not None:
+            self.metrics.committed(model, p.kind)
+            self.metrics.state(model, p.after.phase.value, p.after.weight)
+            log.info("%s: committed %s %s", model, commit[:12], p.message.subject)
+            self._after_commit(model, p.kind, p.before, p.after, p.message.subject,
+                               p.outcome.reason, commit)
+        return dataclasses.replace(p.outcome, committed=commit)
 
     # -- humans ----------------------------------------------------------------------------
 
@@ -564,6 +685,18 @@ class Controller:
                       subject: str, reason: str, commit: str | None) -> None:
         if kind == "rollback" and self.refresher is not None:
             self.refresher.refresh(model)  # first: every second counts on a rollback
+        if self.config.workers > 1:
+            # A report plots in a child process (seconds): off the pass, in order.
+            if self._effects is None:
+                self._effects = concurrent.futures.ThreadPoolExecutor(1, "mlops-reports")
+            self._effects.submit(self._effects_of, model, kind, before, after, subject, reason,
+                                 commit)
+            return
+        self._effects_of(model, kind, before, after, subject, reason, commit)
+
+    def _effects_of(self, model: str, kind: str, before: CanaryState, after: CanaryState,
+                    subject: str, reason: str, commit: str | None) -> None:
+        """The report, the PR comment and the notification of one committed decision."""
         report_link = None
         if after.phase in (Phase.PROMOTED, Phase.ROLLED_BACK) and before.candidate:
             report_link = self._write_report(model, before, after)
@@ -599,10 +732,16 @@ class Controller:
 
     def decisions(self, model: str, candidate: str) -> list[dict[str, Any]]:
         """The committed decisions of one rollout, oldest first, read from git trailers."""
-        self.mirror.fetch()
-        tip = self.mirror.sha(self.config.branch)
+        mirror = self.mirror
+        if self._effects is not None:  # reports run beside the pass: their own mirror
+            if self._effects_mirror is None:
+                self._effects_mirror = Mirror(self.config.repo,
+                                              path=self.workdir / "mirror-reports.git")
+            mirror = self._effects_mirror
+        mirror.fetch()
+        tip = mirror.sha(self.config.branch)
         out: list[dict[str, Any]] = []
-        for info in self.mirror.log(tip) if tip else []:
+        for info in mirror.log(tip) if tip else []:
             t = info.trailers
             if t.get("Mlops-Model") != model or t.get("Mlops-Candidate") != candidate:
                 continue

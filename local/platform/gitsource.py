@@ -74,8 +74,30 @@ class GitSource:
             self.cache.mkdir(parents=True, exist_ok=True)
             self._git("init", "--bare", "--quiet", str(self.cache))
 
-    def export(self, sha: str, dest: pathlib.Path) -> None:
-        """Write the tree of commit ``sha`` into ``dest`` (fetching it first if needed)."""
+    def folders(self, sha: str, parent: str = "apps") -> dict[str, str]:
+        """Folder name -> git tree id of each folder in ``parent`` at ``sha`` (fetched if needed).
+
+        Equal ids mean equal content: the sync re-reads only the models whose id moved.
+        """
+        self._fetch(sha)
+        out = self._git("ls-tree", sha, f"{parent}/", cwd=self.cache).decode()
+        trees = {}
+        for line in out.splitlines():
+            meta, _, path = line.partition("\t")
+            kind, obj = meta.split()[1:3]
+            if kind == "tree":
+                trees[path.rpartition("/")[2]] = obj
+        return trees
+
+    def export(self, sha: str, dest: pathlib.Path, paths: tuple[str, ...] = ()) -> None:
+        """Write the tree of commit ``sha`` (only ``paths`` when given) into ``dest``."""
+        self._fetch(sha)
+        archive = self._git("archive", "--format=tar", sha, "--", *paths, cwd=self.cache)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            extract(tar, dest)
+
+    def _fetch(self, sha: str) -> None:
+        """Have commit ``sha`` in the cache."""
         self._ensure_cache()
         have = subprocess.run(
             ["git", "cat-file", "-e", f"{sha}^{{commit}}"],
@@ -87,6 +109,3 @@ class GitSource:
                 f"+refs/heads/{self.branch}:refs/remotes/gitops/{self.branch}",
                 cwd=self.cache,
             )
-        archive = self._git("archive", "--format=tar", sha, cwd=self.cache)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            extract(tar, dest)

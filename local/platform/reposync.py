@@ -34,6 +34,8 @@ class RepoSync:
         self.errors: list[ModelError] = []
         self.git_error: str | None = None
         self.seen_commit: str | None = None
+        #: model -> git tree id of its folder at `seen_commit` (what was parsed).
+        self.folders: dict[str, str] = {}
         self.applied_commit: str | None = None
         self.applied_at: float | None = None
         #: Commits seen on main and when (cluster-latency mode, ``sync_delay``).
@@ -65,16 +67,27 @@ class RepoSync:
             if head is None or head == self.seen_commit:
                 self.git_error = None
                 return
-            with tempfile.TemporaryDirectory(prefix="mlops-sync-") as tree:
-                self.source.export(head, pathlib.Path(tree))
-                specs, errors = read_checkout(pathlib.Path(tree))
+            # Only the model folders whose git tree moved are exported and parsed:
+            # with a fleet in one repo, a commit is one model's decision (issue 31).
+            folders = self.source.folders(head)
+            changed = tuple(m for m, tree in folders.items() if self.folders.get(m) != tree)
+            specs: dict[str, ModelSpec] = {}
+            errors: list[ModelError] = []
+            if changed:
+                with tempfile.TemporaryDirectory(prefix="mlops-sync-") as tree:
+                    self.source.export(head, pathlib.Path(tree),
+                                       tuple(f"apps/{m}" for m in changed))
+                    specs, errors = read_checkout(pathlib.Path(tree))
         except GitSourceError as exc:
             if str(exc) != self.git_error:
                 log.error("cannot read the GitOps repo: %s", exc)
             self.git_error = str(exc)
             return
         self.git_error = None
-        self.desired = merge_last_good(self.desired, specs, errors)
+        kept = {m: s for m, s in self.desired.items() if m in folders and m not in changed}
+        self.desired = {**kept, **merge_last_good(self.desired, specs, errors)}
+        errors = [e for e in self.errors if e.model in folders and e.model not in changed] + errors
+        self.folders = folders
         self.errors = errors
         self.seen_commit = head
         for error in errors:
@@ -88,8 +101,9 @@ class RepoSync:
         log.info(
             "commit %s read: %s",
             head[:12],
-            ", ".join(f"{m}={dict(s.weights)}" for m, s in sorted(self.desired.items()))
-            or "no models",
+            ", ".join(f"{m}={dict(s.weights)}" for m, s in sorted(self.desired.items())
+                      if m in changed)
+            or "no model changed",
         )
 
     def status(self) -> dict[str, Any]:

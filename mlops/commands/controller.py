@@ -140,7 +140,7 @@ def build(args: argparse.Namespace) -> Controller:
         repo=args.gitops, workdir=pathlib.Path(args.workdir), branch=args.branch,
         interval=args.interval, settle=args.settle, on_rollback=args.on_rollback,
         checkpoint_every=args.checkpoint_every, report_url=args.report_url,
-        git_poll=args.git_poll,
+        git_poll=args.git_poll, workers=args.workers,
     )
     default = RUNTIME_PRESETS.get(_runtime(args), "model")
     logging.getLogger("mlops.controller").info(
@@ -204,6 +204,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "a remote forge: 15, no more than the canary interval)")
     run.add_argument("--settle", type=float, default=0.0,
                      help="seconds to wait after a window ends before reading it (scrape lag)")
+    run.add_argument("--workers", type=int, default=1, metavar="N",
+                     help="models analysed at once in a pass, their decisions pushed together "
+                          "(a fleet: 8; default 1, one model after the other)")
     run.add_argument("--once", action="store_true", help="one pass, then exit")
     run.add_argument("--workdir", default="mlops-controller",
                      help="caches, timelines and canary reports (default: ./mlops-controller)")
@@ -274,6 +277,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="an Argo CD Application (named after its model) the controller may "
                           "refresh after each decision (repeatable); none: no refresh, and a "
                           "rollback waits for Argo CD's poll")
+    man.add_argument("--applications-from", metavar="REPO",
+                     help="add one --application per model folder under apps/ on main of this "
+                          "GitOps repo (path or URL as this machine sees it): re-render when "
+                          "models are added")
     man.set_defaults(func=_manifests)
 
 
@@ -291,6 +298,11 @@ def _manifests(args: argparse.Namespace) -> int:
 
     from promotion.cluster.deploy import controller_manifests
 
+    applications = list(args.application)
+    if args.applications_from:
+        from promotion.cluster.applications import applications_in
+
+        applications += applications_in(args.applications_from)
     pull = list(args.image_pull_secret)
     if args.settings:
         from workflows.settings import load_settings
@@ -303,8 +315,8 @@ def _manifests(args: argparse.Namespace) -> int:
         forge_repo=args.forge_repo, forge_url=args.forge_url, forge_secret=args.forge_secret,
         models_namespace=args.models_namespace, reports_claim=args.reports_claim or None,
         image_pull_secrets=list(dict.fromkeys(pull)), git_poll=args.git_poll,
-        applications=args.application)
-    if not args.application:
+        applications=list(dict.fromkeys(applications)))
+    if not applications:
         print("note: no --application given: the controller will not ask Argo CD to refresh, "
               "so a rollback waits for Argo CD's poll (3 min by default); pass "
               "--application MODEL for each model to grant exactly those", file=sys.stderr)
