@@ -12,8 +12,8 @@ import pathlib
 
 from gitops import layout
 from gitops.writeback import Message, WriteBack
-from local.platform import sync as sync_mod
-from local.platform.sync import Sync
+from local.platform import reposync as sync_mod
+from local.platform.reposync import RepoSync
 from local.platform.workdir import PlatformConfig, Workdir
 from serving import manifests
 
@@ -44,8 +44,8 @@ def test_a_commit_to_one_model_parses_only_that_model(platform_gitops, tmp_path,
         return read(root)
 
     monkeypatch.setattr(sync_mod, "read_checkout", spy)
-    sync = Sync(Workdir(tmp_path / "platform"), PlatformConfig(gitops=str(repo)))
-    sync.poll_git()
+    sync = RepoSync(Workdir(tmp_path / "platform"), PlatformConfig(gitops=str(repo)))
+    sync.poll()
     assert parsed == [["a", "b", "c"]]
     assert {m: dict(s.weights) for m, s in sync.desired.items()} == {
         m: {"v1": 90, "v2": 10} for m in ("a", "b", "c")}
@@ -53,7 +53,7 @@ def test_a_commit_to_one_model_parses_only_that_model(platform_gitops, tmp_path,
 
     _commit(repo, lambda root: layout.write_model(root, "a", _docs("a", tmp_path / "a", 25)),
             "canary(a): 10% -> 25%")
-    sync.poll_git()
+    sync.poll()
     assert parsed[1:] == [["a"]]  # b and c are not read again
     assert dict(sync.desired["a"].weights) == {"v1": 75, "v2": 25}
     assert sync.desired["b"] is b_spec
@@ -61,14 +61,14 @@ def test_a_commit_to_one_model_parses_only_that_model(platform_gitops, tmp_path,
     # A broken folder keeps its last good spec and its error, until it is fixed.
     _commit(repo, lambda root: (root / "apps/b/virtualservice.yaml").write_text("kind: [\n"),
             "break b")
-    sync.poll_git()
+    sync.poll()
     assert sync.desired["b"] is b_spec and [e.model for e in sync.errors] == ["b"]
     _commit(repo, lambda root: layout.write_model(root, "c", _docs("c", tmp_path / "c", 50)),
             "canary(c): 10% -> 50%")
-    sync.poll_git()
+    sync.poll()
     assert parsed[-1] == ["c"] and [e.model for e in sync.errors] == ["b"]
 
     # A model folder removed from main is no longer desired.
     _commit(repo, lambda root: __import__("shutil").rmtree(root / "apps" / "a"), "remove a")
-    sync.poll_git()
+    sync.poll()
     assert sorted(sync.desired) == ["b", "c"] and sync.applied_commit != sync.seen_commit
