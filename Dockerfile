@@ -44,6 +44,7 @@ COPY promotion promotion
 COPY serving serving
 COPY gitops gitops
 COPY datapins datapins
+COPY modelkit modelkit
 COPY mlops mlops
 RUN pip install --no-cache-dir --no-deps --force-reinstall . && rm -rf /src
 WORKDIR /
