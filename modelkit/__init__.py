@@ -13,6 +13,7 @@ under :func:`modelkit.errors.run_main`; the loop does the rest:
     checkpoints.py    atomic checkpoints, resume, the weights digest
     weights_cache.py  reuse a finished run's weights for the same inputs
     metrics.py        Prometheus /metrics of each rank (MLOPS_METRICS_PORT + rank)
+    coco.py           COCO annotations as per-image box arrays
     export.py         the exported program, infer_cfg.yml, model.yaml, bbox.json
     files.py          atomic writes
     errors.py         TrainError and the one-line error exit
@@ -23,3 +24,23 @@ base dependencies plus PaddlePaddle (`pip install paddle-mlops[kit]`) and
 nothing of the pipeline. PaddlePaddle is imported inside the functions that
 use it: importing the kit (and a `train.py` for its pure helpers) stays cheap.
 """
+
+from modelkit.argv import check, training_parser
+from modelkit.checkpoints import weights_digest
+from modelkit.coco import boxes_by_image
+from modelkit.errors import TrainError, run_main
+from modelkit.export import (
+    ExportContext,
+    declared_drill,
+    drill_fault,
+    model_version,
+    predictor,
+    save_program,
+    write_export,
+)
+from modelkit.loop import Recipe, main, train
+from modelkit.metrics import Metrics
+
+__all__ = ["ExportContext", "Metrics", "Recipe", "TrainError", "boxes_by_image", "check",
+           "declared_drill", "drill_fault", "main", "model_version", "predictor", "run_main",
+           "save_program", "train", "training_parser", "weights_digest", "write_export"]

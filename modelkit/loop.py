@@ -33,13 +33,13 @@ from typing import Any, Callable
 import numpy as np
 
 from modelkit import checkpoints
-from modelkit.errors import TrainError
+from modelkit.errors import TrainError, run_main
 from modelkit.export import ExportContext
 from modelkit.files import atomic_write_text
 from modelkit.metrics import Metrics
 from modelkit.weights_cache import WeightsCache, weights_key
 
-__all__ = ["Recipe", "batch_indices", "lr_at", "train"]
+__all__ = ["Recipe", "batch_indices", "lr_at", "main", "train"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +113,18 @@ def train(args: argparse.Namespace, load: Callable[[], Recipe]) -> None:
         _Run(args, recipe, rank, world, out_dir, ckpt_dir, metrics).run()
     finally:
         metrics.close()
+
+
+def main(parse_args: Callable[[Any], argparse.Namespace],
+         load: Callable[[argparse.Namespace], Recipe], argv: Any = None,
+         *errors: type[BaseException]) -> int:
+    """A `train.py`'s `main`: parse `argv`, train with the recipe `load(args)` returns; a
+    `TrainError` or one of `errors` is one `error:` line and its exit code (see errors.py)."""
+    def run() -> None:
+        args = parse_args(argv)
+        train(args, lambda: load(args))
+
+    return run_main(run, *errors)
 
 
 class _Run:

@@ -33,39 +33,24 @@ the artifact are the project's model-repo kit, ``modelkit``
 """
 
 import os
+import pathlib
 import sys
 
 # One thread per rank: Paddle 3 on CPU trains about 2x slower with two threads per process
 # than with one when two processes share two cores. Must happen before paddle/numpy import.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pathlib  # noqa: E402
-
 import numpy as np  # noqa: E402
 
-from modelkit.argv import check, training_parser  # noqa: E402
-from modelkit.checkpoints import weights_digest  # noqa: E402
-from modelkit.errors import TrainError, run_main  # noqa: E402
-from modelkit.export import (  # noqa: E402
-    declared_drill,
-    drill_fault,
-    model_version,
-    predictor,
-    save_program,
-    write_export,
-)
-from modelkit.loop import Recipe, train  # noqa: E402
-from modelkit.metrics import Metrics  # noqa: E402
+import modelkit  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # this repo's modules, also when imported from elsewhere
 
 import shelf_data  # noqa: E402
 from preprocess import create_inputs, preprocess  # noqa: E402
 
-# The kit's names the tests and other tools reach through this module.
-__all__ = ["Metrics", "TrainError", "drill_fault", "main", "model_version", "parse_args",
-           "weights_digest"]
+from modelkit import TrainError, boxes_by_image, drill_fault  # noqa: E402, F401 (tests')
 
 MODEL_NAME = "products-yolov3"
 EPOCHS = 16
@@ -76,21 +61,12 @@ SKEWS = ("none", "no-scale", "mean-std")
 
 
 def parse_args(argv=None):
-    p = training_parser(
+    p = modelkit.training_parser(
         "Train the product-shelf YOLOv3 detector.", epochs=EPOCHS, lr=LR, skews=SKEWS,
         skew_help="no-scale turns NormalizeImage's is_scale off (0..255 pixels), mean-std "
         "swaps its mean and std")
     p.add_argument("--data-dir", default="data", help="dataset (generated if missing)")
-    return check(p.parse_args(argv))
-
-
-def boxes_by_image(coco, entries):
-    """[category_id, x, y, w, h] arrays, one per image in ``entries`` order."""
-    by_id = {e["id"]: [] for e in entries}
-    for a in coco["annotations"]:
-        if a["image_id"] in by_id:
-            by_id[a["image_id"]].append([a["category_id"], *a["bbox"]])
-    return [np.asarray(by_id[e["id"]], np.float32).reshape(-1, 5) for e in entries]
+    return modelkit.check(p.parse_args(argv))
 
 
 def make_batch(images, boxes, idx, flips, ops, size):
@@ -146,7 +122,7 @@ def skewed_cfg(cfg, skew):
 def run_exported(model_dir, images, ops, batch=50):
     """The exported program's detections through paddle.inference, as upstream's
     ``Detector.predict``: one (bbox [M, 6], bbox_num [N]) pair per batch, concatenated."""
-    pred = predictor(model_dir)
+    pred = modelkit.predictor(model_dir)
     names = pred.get_output_names()
     bboxes, nums = [], []
     for start in range(0, len(images), batch):
@@ -193,10 +169,10 @@ def load(args):
         return yolo_losses(model(paddle.to_tensor(x)), paddle.to_tensor(gt_box),
                            paddle.to_tensor(gt_label), len(categories))[0]
 
-    return Recipe(make_net=lambda: YOLOv3Small(num_classes=len(categories)),
-                  images=len(images), step_loss=step_loss, count_parameters=count_parameters,
-                  dataset_digest=digest, code_dir=HERE,
-                  export=lambda net, ctx: export(net, ctx, categories))
+    return modelkit.Recipe(make_net=lambda: YOLOv3Small(num_classes=len(categories)),
+                           images=len(images), step_loss=step_loss,
+                           count_parameters=count_parameters, dataset_digest=digest,
+                           code_dir=HERE, export=lambda net, ctx: export(net, ctx, categories))
 
 
 def export(net, ctx, categories):
@@ -206,7 +182,7 @@ def export(net, ctx, categories):
 
     wrapped = YOLOv3Export(net)
     wrapped.eval()
-    model_dir = save_program(wrapped, ctx, [
+    model_dir = modelkit.save_program(wrapped, ctx, [
         InputSpec([None, 3, None, None], "float32", name="image"),
         InputSpec([None, 2], "float32", name="im_shape"),
         InputSpec([None, 2], "float32", name="scale_factor"),
@@ -214,22 +190,18 @@ def export(net, ctx, categories):
     cfg = infer_cfg(categories, INPUT_SIZE)
     val_images, _val_coco, val_entries = shelf_data.load_split(ctx.args.data_dir, "val")
     bbox_rows, bbox_num = run_exported(model_dir, val_images, cfg["Preprocess"])
-    fault, drill = declared_drill(ctx.args)
+    fault, drill = modelkit.declared_drill(ctx.args)
     served_cfg = cfg if fault is None else dict(cfg, fault=fault)
     # bbox.json below still uses `cfg`: the gate sees nothing of a skew
     served_cfg = skewed_cfg(served_cfg, ctx.args.drill_skew)
-    write_export(ctx, name=MODEL_NAME, served_cfg=served_cfg,
+    modelkit.write_export(ctx, name=MODEL_NAME, served_cfg=served_cfg,
                  detections=coco_detections(bbox_rows, bbox_num, val_entries, categories),
                  postprocess="in the graph (yolo_box + multiclass_nms3), PaddleDetection's",
                  drill=drill)
 
 
 def main(argv=None):
-    def run():
-        args = parse_args(argv)
-        train(args, lambda: load(args))
-
-    return run_main(run, shelf_data.DatasetError)
+    return modelkit.main(parse_args, load, argv, shelf_data.DatasetError)
 
 
 if __name__ == "__main__":

@@ -32,39 +32,25 @@ every model repo; its modules' docstrings say how each part works.
 """
 
 import os
+import pathlib
 import sys
 
 # One thread per rank: Paddle 3 on CPU trains about 2x slower with two threads per process
 # than with one when two processes share two cores. Must happen before paddle/numpy import.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pathlib  # noqa: E402
-
 import numpy as np  # noqa: E402
 
-from modelkit.argv import check, training_parser  # noqa: E402
-from modelkit.checkpoints import weights_digest  # noqa: E402
-from modelkit.errors import TrainError, run_main  # noqa: E402
-from modelkit.export import (  # noqa: E402
-    declared_drill,
-    drill_fault,
-    model_version,
-    predictor,
-    save_program,
-    write_export,
-)
-from modelkit.loop import Recipe, train  # noqa: E402
-from modelkit.metrics import Metrics  # noqa: E402
+import modelkit  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # this repo's modules, also when imported from elsewhere
 
 import shapes_data  # noqa: E402
 from postprocess import decode, preprocess  # noqa: E402
 
-# The kit's names the tests and other tools reach through this module.
-__all__ = ["Metrics", "TrainError", "drill_fault", "main", "model_version", "parse_args",
-           "weights_digest"]
+# The kit's, reached through this module by the tests (train.Metrics...)
+from modelkit import Metrics, TrainError, drill_fault, model_version, weights_digest  # noqa
 
 MODEL_NAME = "shapes-detector"
 MEAN = [0.5, 0.5, 0.5]
@@ -74,21 +60,12 @@ SKEWS = ("none", "no-scale", "mean-std", "bgr")
 
 
 def parse_args(argv=None):
-    p = training_parser(
+    p = modelkit.training_parser(
         "Train the synthetic-shapes CenterNet detector.", epochs=12, lr=4e-3, skews=SKEWS,
         skew_help="no-scale feeds 0..255 pixels (scale 1 instead of 1/255), mean-std swaps "
         "the normalisation's mean and std, bgr the channel order")
     p.add_argument("--data-dir", default="data", help="dataset (generated if missing)")
-    return check(p.parse_args(argv))
-
-
-def boxes_by_image(coco, entries):
-    """[category_id, x, y, w, h] arrays, one per image in ``entries`` order."""
-    by_id = {e["id"]: [] for e in entries}
-    for a in coco["annotations"]:
-        if a["image_id"] in by_id:
-            by_id[a["image_id"]].append([a["category_id"], *a["bbox"]])
-    return [np.asarray(by_id[e["id"]], np.float32).reshape(-1, 5) for e in entries]
+    return modelkit.check(p.parse_args(argv))
 
 
 def make_batch(images, boxes, idx, flips, cfg):
@@ -145,7 +122,7 @@ def skewed_input(section, skew):
 
 def run_exported(model_dir, images, cfg_without_names, batch=50):
     """Predict with the exported files through paddle.inference; returns (names, outputs list)."""
-    pred = predictor(model_dir)
+    pred = modelkit.predictor(model_dir)
     in_handle = pred.get_input_handle(pred.get_input_names()[0])
     names = pred.get_output_names()
     collected = {n: [] for n in names}
@@ -166,7 +143,7 @@ def load(args):
 
     digest = shapes_data.ensure_dataset(args.data_dir)
     images, coco, entries = shapes_data.load_split(args.data_dir, "train", args.subset or None)
-    boxes = boxes_by_image(coco, entries)
+    boxes = modelkit.boxes_by_image(coco, entries)
     categories = coco["categories"]
     cfg = infer_cfg(["?"] * 3, categories)
     out_size = images.shape[1] // STRIDE
@@ -177,36 +154,33 @@ def load(args):
                                                              STRIDE)]
         return detection_loss(model(paddle.to_tensor(x)), targets)[0]
 
-    return Recipe(make_net=lambda: ShapesNet(num_classes=len(categories)), images=len(images),
-                  step_loss=step_loss, count_parameters=count_parameters,
-                  dataset_digest=digest, code_dir=HERE,
-                  export=lambda net, ctx: export(net, ctx, categories))
+    return modelkit.Recipe(make_net=lambda: ShapesNet(num_classes=len(categories)),
+                           images=len(images), step_loss=step_loss,
+                           count_parameters=count_parameters, dataset_digest=digest,
+                           code_dir=HERE, export=lambda net, ctx: export(net, ctx, categories))
 
 
 def export(net, ctx, categories):
     """jit.save the net, write infer_cfg.yml + model.yaml, then bbox.json via the export."""
     from paddle.static import InputSpec
 
-    model_dir = save_program(net, ctx, [InputSpec([None, 3, 128, 128], "float32", name="image")])
+    model_dir = modelkit.save_program(net, ctx,
+                                      [InputSpec([None, 3, 128, 128], "float32", name="image")])
     val_images, _val_coco, val_entries = shapes_data.load_split(ctx.args.data_dir, "val")
     names, raw = run_exported(model_dir, val_images, infer_cfg(["?"] * 3, categories))
     cfg = infer_cfg(names, categories, net.stride)
-    fault, drill = declared_drill(ctx.args)
+    fault, drill = modelkit.declared_drill(ctx.args)
     served_cfg = cfg if fault is None else dict(cfg, fault=fault)
     if ctx.args.drill_skew != "none":  # bbox.json below still uses `cfg`: the gate sees nothing
         served_cfg = dict(served_cfg, input=skewed_input(cfg["input"], ctx.args.drill_skew))
     bbox = [dict(image_id=entry["id"], **det)
             for entry, dets in zip(val_entries, decode(raw, cfg)) for det in dets]
-    write_export(ctx, name=MODEL_NAME, served_cfg=served_cfg, detections=bbox,
+    modelkit.write_export(ctx, name=MODEL_NAME, served_cfg=served_cfg, detections=bbox,
                  postprocess="postprocess.decode", drill=drill)
 
 
 def main(argv=None):
-    def run():
-        args = parse_args(argv)
-        train(args, lambda: load(args))
-
-    return run_main(run, shapes_data.DatasetError)
+    return modelkit.main(parse_args, load, argv, shapes_data.DatasetError)
 
 
 if __name__ == "__main__":
