@@ -36,13 +36,14 @@ import argparse
 import fcntl
 import hashlib
 import json
-import os
 import pathlib
 import random
 import sys
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from modelkit.files import atomic_write, atomic_write_text
 
 CATEGORIES = [
     {"id": 1, "name": "box", "supercategory": "product"},
@@ -194,9 +195,7 @@ def _write_split(root, split, count, rng, params):
     for index in range(count):
         image, objects = render_image(rng, params)
         name = f"{index:06d}.png"
-        tmp = folder / f".{name}.tmp"
-        image.save(tmp, format="PNG", compress_level=1)
-        os.replace(tmp, folder / name)
+        atomic_write(folder / name, lambda tmp: image.save(tmp, format="PNG", compress_level=1))
         image_id = index + 1
         images.append({"id": image_id, "file_name": f"{split}/{name}",
                        "width": params["image_size"], "height": params["image_size"]})
@@ -207,12 +206,6 @@ def _write_split(root, split, count, rng, params):
                                 "area": w * h, "iscrowd": 0})
     return {"info": {"description": f"synthetic product shelves, {split}", "params": params},
             "images": images, "annotations": annotations, "categories": CATEGORIES}
-
-
-def _atomic_write(path, text):
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def digest_of(root, params):
@@ -264,9 +257,9 @@ def ensure_dataset(data_dir, params=None):
         rng = random.Random(params["seed"])
         for split, key in (("train", "num_train"), ("val", "num_val")):
             coco = _write_split(root, split, params[key], rng, params)
-            _atomic_write(root / f"{split}.json", json.dumps(coco, indent=None))
+            atomic_write_text(root / f"{split}.json", json.dumps(coco, indent=None))
         digest = digest_of(root, params)
-        _atomic_write(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
+        atomic_write_text(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
         return digest
 
 

@@ -28,13 +28,14 @@ import fcntl
 import hashlib
 import json
 import math
-import os
 import pathlib
 import random
 import sys
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from modelkit.files import atomic_write, atomic_write_text
 
 CATEGORIES = [
     {"id": 1, "name": "circle", "supercategory": "shape"},
@@ -153,9 +154,7 @@ def _write_split(root, split, count, rng, params):
     for index in range(count):
         image, objects = render_image(rng, params)
         name = f"{index:06d}.png"
-        tmp = folder / f".{name}.tmp"
-        image.save(tmp, format="PNG")
-        os.replace(tmp, folder / name)
+        atomic_write(folder / name, lambda tmp: image.save(tmp, format="PNG"))
         image_id = index + 1
         images.append({"id": image_id, "file_name": f"{split}/{name}",
                        "width": params["image_size"], "height": params["image_size"]})
@@ -166,12 +165,6 @@ def _write_split(root, split, count, rng, params):
                                 "area": w * h, "iscrowd": 0})
     return {"info": {"description": f"synthetic shapes, {split}", "params": params},
             "images": images, "annotations": annotations, "categories": CATEGORIES}
-
-
-def _atomic_write(path, text):
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def digest_of(root, params):
@@ -224,9 +217,9 @@ def ensure_dataset(data_dir, params=None):
         rng = random.Random(params["seed"])
         for split, key in (("train", "num_train"), ("val", "num_val")):
             coco = _write_split(root, split, params[key], rng, params)
-            _atomic_write(root / f"{split}.json", json.dumps(coco, indent=None))
+            atomic_write_text(root / f"{split}.json", json.dumps(coco, indent=None))
         digest = digest_of(root, params)
-        _atomic_write(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
+        atomic_write_text(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
         return digest
 
 
