@@ -28,7 +28,7 @@ import dataclasses
 import os
 import pathlib
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -47,6 +47,8 @@ class Recipe:
     """What a model repo brings to a run; everything else is the kit's."""
 
     #: The net, built after ``paddle.seed(--seed)`` so the initial weights follow the seed.
+    #: A warm start (e.g. ``--init-from`` production's weights) loads its weights here; a
+    #: checkpoint to resume or a weights-cache entry then takes precedence over them.
     make_net: Callable[[], Any]
     #: Training images (after ``--subset``): the schedule is over these.
     images: int
@@ -61,6 +63,9 @@ class Recipe:
     export: Callable[[Any, ExportContext], object]
     #: The repo's directory: its ``*.py`` are part of the weights cache key.
     code_dir: pathlib.Path
+    #: More inputs that decide the weights, for the cache key: name -> digest (a warm
+    #: start's weights digest, say). Empty: data, hyperparameters, workers and code only.
+    weights_inputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def lr_at(step: int, total: int, peak: float) -> float:
@@ -152,7 +157,7 @@ class _Run:
             self.total = min(self.total, args.max_steps)
         self.cache = (WeightsCache(pathlib.Path(args.weights_cache),
                                    weights_key(args, recipe.dataset_digest, world,
-                                               recipe.code_dir))
+                                               recipe.code_dir, recipe.weights_inputs))
                       if args.weights_cache else None)
 
     def resume(self) -> tuple[int, bool]:

@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import pathlib
+from typing import Any, Mapping
 
 from modelkit.files import atomic_copy
 
@@ -32,13 +33,17 @@ def _code_digest(code_dir: pathlib.Path) -> str:
 
 
 def weights_key(args: argparse.Namespace, dataset_digest: str, world: int,
-                code_dir: pathlib.Path) -> str:
-    """16 hex digits over data, hyperparameters, workers and code (see the module docstring)."""
+                code_dir: pathlib.Path, extra: Mapping[str, str] | None = None) -> str:
+    """16 hex digits over data, hyperparameters, workers and code (see the module docstring),
+    and the repo's `extra` inputs (e.g. the digest of warm-start weights)."""
     # --checkpoint-every too: each checkpoint averages BatchNorm statistics across ranks.
-    inputs = {"dataset": dataset_digest, "epochs": args.epochs, "batch_size": args.batch_size,
-              "lr": args.lr, "max_steps": args.max_steps, "subset": args.subset,
-              "seed": args.seed, "world": world, "checkpoint_every": args.checkpoint_every,
-              "code": _code_digest(code_dir)}
+    inputs: dict[str, Any] = {
+        "dataset": dataset_digest, "epochs": args.epochs, "batch_size": args.batch_size,
+        "lr": args.lr, "max_steps": args.max_steps, "subset": args.subset, "seed": args.seed,
+        "world": world, "checkpoint_every": args.checkpoint_every,
+        "code": _code_digest(code_dir)}
+    if extra:  # only when given: the keys of runs without them stay as they were
+        inputs["extra"] = dict(extra)
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -70,6 +70,10 @@ def test_the_weights_key_follows_the_repo_code_and_the_kit_code(tmp_path, monkey
     assert weights_cache.weights_key(args, "sha256:d", 1, repo) != changed_kit
     assert weights_cache.weights_key(args, "sha256:d", 2, repo) != \
         weights_cache.weights_key(args, "sha256:d", 1, repo)
+    # a warm start's weights are an input too (Recipe.weights_inputs)
+    assert weights_cache.weights_key(args, "sha256:d", 1, repo, {"init": "sha256:a"}) not in (
+        weights_cache.weights_key(args, "sha256:d", 1, repo),
+        weights_cache.weights_key(args, "sha256:d", 1, repo, {"init": "sha256:b"}))
 
 
 def test_a_bad_metrics_port_variable_is_one_line_exit_2(monkeypatch, capsys):
