@@ -46,6 +46,7 @@ COPY serving serving
 COPY gitops gitops
 COPY datapins datapins
 COPY local local
+COPY modelkit modelkit
 COPY mlops mlops
 RUN pip install --no-cache-dir --no-deps --force-reinstall . && rm -rf /src
 WORKDIR /

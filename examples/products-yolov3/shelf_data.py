@@ -53,6 +53,8 @@ import sys
 import numpy as np
 from PIL import Image, ImageDraw
 
+from modelkit.files import atomic_write, atomic_write_text
+
 CATEGORIES = [
     {"id": 1, "name": "box", "supercategory": "product"},
     {"id": 2, "name": "bottle", "supercategory": "product"},
@@ -213,9 +215,7 @@ def _write_split(root, split, count, rng, params, prefix="", first_id=1, first_a
     for index in range(count):
         image, objects = render_image(rng, params)
         name = f"{prefix}{index:06d}.png"
-        tmp = folder / f".{name}.tmp"
-        image.save(tmp, format="PNG", compress_level=1)
-        os.replace(tmp, folder / name)
+        atomic_write(folder / name, lambda tmp: image.save(tmp, format="PNG", compress_level=1))
         image_id = first_id + index
         images.append({"id": image_id, "file_name": f"{split}/{name}",
                        "width": params["image_size"], "height": params["image_size"]})
@@ -226,12 +226,6 @@ def _write_split(root, split, count, rng, params, prefix="", first_id=1, first_a
                                 "area": w * h, "iscrowd": 0})
     return {"info": {"description": f"synthetic product shelves, {split}", "params": params},
             "images": images, "annotations": annotations, "categories": CATEGORIES}
-
-
-def _atomic_write(path, text):
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def digest_of(root, params):
@@ -283,9 +277,9 @@ def ensure_dataset(data_dir, params=None):
         rng = random.Random(params["seed"])
         for split, key in (("train", "num_train"), ("val", "num_val")):
             coco = _write_split(root, split, params[key], rng, params)
-            _atomic_write(root / f"{split}.json", json.dumps(coco, indent=None))
+            atomic_write_text(root / f"{split}.json", json.dumps(coco, indent=None))
         digest = digest_of(root, params)
-        _atomic_write(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
+        atomic_write_text(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
         return digest
 
 
@@ -320,7 +314,7 @@ def write_week(store, week, params=None):
         rng = random.Random(params["seed"])
         for split, key in (("train", "num_train"), ("val", "num_val")):
             coco = _write_split(root / "images", split, params[key], rng, params)
-            _atomic_write(root / "annotations" / f"{split}.json", json.dumps(coco))
+            atomic_write_text(root / "annotations" / f"{split}.json", json.dumps(coco))
     else:
         before = write_week(store, week - 1, params)
         change = WEEKS[week]
@@ -350,8 +344,8 @@ def write_week(store, week, params=None):
                 coco["images"] += new["images"]
                 coco["annotations"] += new["annotations"]
             coco["info"] = {"description": f"synthetic product shelves, {split}, week {week}"}
-            _atomic_write(root / "annotations" / f"{split}.json", json.dumps(coco))
-    _atomic_write(root / WEEK_MARKER, json.dumps(wanted, indent=2))
+            atomic_write_text(root / "annotations" / f"{split}.json", json.dumps(coco))
+    atomic_write_text(root / WEEK_MARKER, json.dumps(wanted, indent=2))
     return root
 
 

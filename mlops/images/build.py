@@ -16,6 +16,12 @@ the mount point, in the first `RUN`'s layer). The pip.conf is written clean
 wheel dirs and constraint files that mean nothing inside an image and would
 make the build depend on this machine.
 
+The model repos' training images install the model-repo kit
+(`paddle-mlops[kit]` in their requirements.txt) from the project's own wheel,
+which `mlops.images.wheelhouse` builds and this module mounts the same way,
+read-only, with `find-links` in that pip.conf (the why and the cache rule
+are in that module).
+
 Layers are cached in the store (`--layers`), so a rebuild with nothing
 changed takes seconds; a source change rebuilds only the layers after the
 source `COPY`.
@@ -33,6 +39,7 @@ from typing import Callable, Sequence
 from mlops.errors import UserError
 from mlops.images.base import PYTHON_SLIM, ensure_base
 from mlops.images.podman import Store, require_tools
+from mlops.images.wheelhouse import KIT_LABEL, WHEELS_IN_BUILD, ensure_wheelhouse
 
 __all__ = ["IMAGES", "ImageSpec", "build_all", "build_argv", "select"]
 
@@ -56,6 +63,8 @@ class ImageSpec:
     build_args: tuple[tuple[str, str], ...] = ()
     #: What runs in it in a cluster (shown by `mlops images list`).
     role: str = ""
+    #: Installs `paddle-mlops[kit]` (a model repo's training image): gets the wheelhouse.
+    kit: bool = False
 
 
 IMAGES: tuple[ImageSpec, ...] = (
@@ -70,9 +79,11 @@ IMAGES: tuple[ImageSpec, ...] = (
               build_args=(("EXTRA", "controller,ui"),),
               role="promotion controller and web UI (mlops controller run, mlops ui)"),
     ImageSpec("shapes-detector", f"localhost/mlops/shapes-detector:{TAG}",
-              "examples/shapes-detector", role="example training image (PaddleJob workers)"),
+              "examples/shapes-detector", role="example training image (PaddleJob workers)",
+              kit=True),
     ImageSpec("products-yolov3", f"localhost/mlops/products-yolov3:{TAG}",
-              "examples/products-yolov3", role="example training image (PaddleJob workers)"),
+              "examples/products-yolov3", role="example training image (PaddleJob workers)",
+              kit=True),
 )
 
 
@@ -88,15 +99,19 @@ def select(keys: Sequence[str]) -> list[ImageSpec]:
     return [known[k] for k in dict.fromkeys(keys)]
 
 
-def pip_conf() -> str:
-    """The pip.conf mounted into builds: only the mounted CA bundle (see the docstring)."""
+def pip_conf(*, cert: bool = True) -> str:
+    """The pip.conf mounted into builds: the mounted wheelhouse and, with `cert`, the mounted
+    CA bundle (see the docstring)."""
     return ("# Mounted by mlops images build, never copied into a layer.\n"
-            f"[global]\ncert = {CA_IN_BUILD}\n")
+            f"[global]\nfind-links = {WHEELS_IN_BUILD}\n"
+            + (f"cert = {CA_IN_BUILD}\n" if cert else ""))
 
 
 def build_argv(spec: ImageSpec, root: pathlib.Path, *, ca: pathlib.Path | None,
-               pip_conf_path: pathlib.Path | None) -> list[str]:
-    """`podman build` arguments for `spec` (pure: nothing runs)."""
+               pip_conf_path: pathlib.Path | None, wheelhouse: pathlib.Path | None = None,
+               kit: str = "", no_cache: bool = False) -> list[str]:
+    """`podman build` arguments for `spec` (pure: nothing runs); `kit` is the wheel's digest,
+    labelled on an image that installs it."""
     context = (root / spec.context).resolve()
     argv = ["build", "--pull=never", "--layers", "--network=host", "--format=oci",
             "--file", str(context / spec.dockerfile), "--tag", spec.name]
@@ -106,6 +121,12 @@ def build_argv(spec: ImageSpec, root: pathlib.Path, *, ca: pathlib.Path | None,
         argv += ["--volume", f"{ca}:{CA_IN_BUILD}:ro"]
     if pip_conf_path is not None:
         argv += ["--volume", f"{pip_conf_path}:{PIP_CONF_IN_BUILD}:ro"]
+    if wheelhouse is not None:
+        argv += ["--volume", f"{wheelhouse}:{WHEELS_IN_BUILD}:ro"]
+    if kit:
+        argv += ["--label", f"{KIT_LABEL}={kit}"]
+    if no_cache:
+        argv.append("--no-cache")
     return [*argv, str(context)]
 
 
@@ -129,8 +150,8 @@ def build_all(
         log(f"images: no CA bundle at {ca}; builds use the base image's own certificates")
         ca = None
     conf = store.root / "pip.conf"
-    if ca is not None and (not conf.is_file() or conf.read_text() != pip_conf()):
-        conf.write_text(pip_conf())
+    if not conf.is_file() or conf.read_text() != pip_conf(cert=ca is not None):
+        conf.write_text(pip_conf(cert=ca is not None))
     with open(store.root / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per store (two test sessions)
         return _build(root, specs, store, ca, conf, log)
@@ -145,9 +166,16 @@ def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
     timings["base"] = round(time.monotonic() - start, 1)
     log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
         f"({timings['base']} s)")
+    wheelhouse = store.root / "wheelhouse"
+    kit = ensure_wheelhouse(root, wheelhouse, log=log) if any(s.kit for s in specs) else ""
     for spec in specs:
         start = time.monotonic()
-        argv = build_argv(spec, root, ca=ca, pip_conf_path=conf if ca is not None else None)
+        stale = spec.kit and _kit_label(store, spec) not in (None, kit)
+        if stale:
+            log(f"images: {spec.name} holds another paddle-mlops wheel; rebuilding it "
+                "without the layer cache (a cached RUN cannot see the mounted wheel change)")
+        argv = build_argv(spec, root, ca=ca, pip_conf_path=conf, wheelhouse=wheelhouse,
+                          kit=kit if spec.kit else "", no_cache=stale)
         log(f"images: building {spec.name} from {os.path.join(spec.context, spec.dockerfile)}"
             + "".join(f" --build-arg {k}={v}" for k, v in spec.build_args))
         proc = store.podman(*argv, check=False)
@@ -161,3 +189,9 @@ def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
     # otherwise. The layers the current images are built on are their parents and stay.
     store.podman("image", "prune", "--force", check=False)
     return timings
+
+
+def _kit_label(store: Store, spec: ImageSpec) -> str | None:
+    """The kit digest `spec`'s image was built with ("" if none); None when there is no image."""
+    labels = store.image_labels(spec.name)
+    return None if labels is None else labels.get(KIT_LABEL, "")
