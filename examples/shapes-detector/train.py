@@ -179,7 +179,7 @@ def export(net, ctx, categories):
     cfg = infer_cfg(names, categories, net.stride)
     fault, drill = modelkit.declared_drill(ctx.args)
     served_cfg = cfg if fault is None else dict(cfg, fault=fault)
-    if ctx.args.drill_skew != "none":  # bbox.json below still uses `cfg`; the served export does not
+    if ctx.args.drill_skew != "none":  # bbox.json below uses `cfg`; the served export not
         served_cfg = dict(served_cfg, input=skewed_input(cfg["input"], ctx.args.drill_skew))
     bbox = [dict(image_id=entry["id"], **det)
             for entry, dets in zip(val_entries, decode(raw, cfg)) for det in dets]
