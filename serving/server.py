@@ -78,11 +78,11 @@ def _fast_io() -> dict[str, str]:
     (a missing wheel must not silently fall back to h11: ~0.5 ms more per request)."""
     options: dict[str, str] = {}
     with contextlib.suppress(ImportError):
-        import httptools  # noqa: F401
+        import httptools  # noqa: F401  optional wheel: probed here, not required
 
         options["http"] = "httptools"
     with contextlib.suppress(ImportError):
-        import uvloop  # noqa: F401
+        import uvloop  # noqa: F401  optional wheel, as above
 
         options["loop"] = "uvloop"
     return options
