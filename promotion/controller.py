@@ -78,6 +78,7 @@ from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
 from promotion.metrics.probe import AnswersProbe
 from promotion.reports import report
+from promotion.reports.notify import format_text
 
 __all__ = ["Controller", "ControllerConfig", "Outcome"]
 
@@ -703,8 +704,6 @@ class Controller:
         if after.phase is Phase.PAUSED and before.phase is not Phase.PAUSED:
             kind = "pause"  # a spent budget: someone has to look
         if self.notifier is not None and kind in ("step", "promote", "rollback", "manual", "pause"):
-            from promotion.reports.notify import format_text
-
             self.notifier.send(format_text(kind, subject, reason, commit, report_link))
 
     def _write_report(self, model: str, before: CanaryState, after: CanaryState) -> str | None:

@@ -35,6 +35,8 @@ import io
 from typing import Any
 
 import numpy as np
+import orjson
+from PIL import Image
 
 from serving import compat
 from serving.errors import BadRequest, InferenceFailed, ModelDirError
@@ -199,8 +201,6 @@ class ModelService:
 
     def compat_body(self, body: bytes) -> Result:
         """Paddle Serving `GeneralModelService/inference`: body -> body."""
-        import orjson
-
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -324,8 +324,6 @@ class ModelService:
         version whose `infer_cfg.yml` resizes to a size the graph cannot take (an
         input spec of 128x128, a resize to 32x32) warmed up fine and then failed every
         request; Triton's `model_warmup` sends a sample request for the same reason."""
-        from PIL import Image
-
         height, width = self._sample_size()
         buffer = io.BytesIO()
         Image.new("RGB", (width, height), (128, 128, 128)).save(buffer, format="PNG")

@@ -22,8 +22,8 @@ import requests
 import yaml
 
 from serving.errors import ModelDirError
+from serving.fault import FaultDrill
 from serving.modeldir import FaultConfig, load_model_dir
-from serving.server import FaultDrill
 
 
 def metric(text, name, **labels):

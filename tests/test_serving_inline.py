@@ -9,8 +9,8 @@ import pytest
 import requests
 
 from serving.client import decode_response, encode_request
+from serving.dataplane import ServerSettings, ServerState
 from serving.protocol import Tensor
-from serving.server import ServerSettings, ServerState
 from tests.test_serving_fault import metric
 
 

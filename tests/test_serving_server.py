@@ -460,7 +460,8 @@ def test_not_ready_until_loaded():
 
     import httpx
 
-    from serving.server import ServerSettings, ServerState, build_app
+    from serving.dataplane import ServerSettings, ServerState
+    from serving.server import build_app
 
     state = ServerState(ServerSettings("m", "1"), model=None)
 

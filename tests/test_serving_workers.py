@@ -325,7 +325,7 @@ def test_ppdet_split_sends_boxes_back_by_bbox_num():
 
 def test_ready_only_when_every_worker_is():
     """Each worker answers the probes; none says ready before all are, or once one stops."""
-    from serving.server import ServerSettings, ServerState
+    from serving.dataplane import ServerSettings, ServerState
 
     peers = [0, 0]  # the supervisor's shared flags, one per worker
     first = ServerState(ServerSettings("m", "1"), None, peers, 0)

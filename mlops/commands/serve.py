@@ -102,6 +102,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # Paddle's CPU kernels use OpenMP; left unset, every predictor thread may
     # start one OpenMP thread per core and they fight over the same cores.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, args.math_threads)))
+    from serving.dataplane import ServerSettings
     from serving.modeldir import load_model_dir
     from serving.options import (
         DEFAULT_BATCH_MAX_SIZE,
@@ -111,7 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     from serving.preprocess import MAX_REQUEST_PIXELS, ImageOptions
     from serving.runtime import default_threads
-    from serving.server import ServerSettings, serve
+    from serving.server import serve
 
     model = load_model_dir(args.model_dir)
     name = args.model_name or str(model.record.get("name") or model.path.resolve().name)

@@ -38,6 +38,8 @@ class ArgoRefresher:
 
     def __init__(self, namespace: str = "argocd", *, api_client: Any = None,
                  host: str | None = None) -> None:
+        # Here, not at the top: kubernetes is the controller extra's; API_CALLS are read
+        # (workflows.identity) where it is not installed.
         from kubernetes import client, config
 
         self.namespace = namespace

@@ -30,6 +30,7 @@ import json
 from typing import Any, Mapping, Protocol
 
 from contracts.kubeapi import ApiCall
+from contracts.traffic import weights_by_version
 from serving.manifests import ANNOTATION_WEIGHTS_SHA256, deployment_name
 
 __all__ = [
@@ -155,6 +156,8 @@ class KubernetesReadiness:
     """
 
     def __init__(self, namespace: str, api_client: Any = None) -> None:
+        # Here, not at the top: kubernetes is the controller extra's; API_CALLS are read
+        # (workflows.identity) where it is not installed.
         from kubernetes import client, config
 
         if api_client is None:
@@ -170,8 +173,6 @@ class KubernetesReadiness:
     def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
         """Reads the model's Istio DestinationRule and VirtualService (both named
         `<model>`); needs `get` on them in the namespace."""
-        from contracts.traffic import weights_by_version
-
         try:
             live = [self.custom.get_namespaced_custom_object(
                 "networking.istio.io", "v1", self.namespace, plural, model)
@@ -185,7 +186,7 @@ class KubernetesReadiness:
         return routing_applied(weights_by_version(live[0], live[1]), weights, model)
 
     def check(self, model: str, version: str, desired: Mapping[str, Any] | None) -> Readiness:
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # optional, as above
 
         name = deployment_name(model, version)
         try:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contracts.errors import ExitCode, MlopsError
+from promotion.metrics.presets import PRESET_NAMES, QueryPreset
 
 __all__ = ["AnswersCheck", "Budget", "CanaryPolicy", "ClassMixCheck", "MetricsSpec", "PolicyError",
            "QualityCheck", "QualitySpec", "load_policy", "parse_duration"]
@@ -111,8 +112,6 @@ class MetricsSpec(_Frozen):
 
     @model_validator(mode="after")
     def _known(self) -> MetricsSpec:
-        from promotion.metrics.presets import PRESET_NAMES, QueryPreset
-
         if self.preset == "custom":
             if not self.queries:
                 raise ValueError("preset 'custom' needs 'queries' (requests, errors, latency)")

@@ -43,6 +43,7 @@ from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.writeback import Message, WriteBack, WriteResult
+from promotion.decision import state as st
 from promotion.decision.state import (
     CanaryState,
     LastDecision,
@@ -242,8 +243,6 @@ def human_change(state: CanaryState, action: HumanAction, by: str,
     decision, because only a decision commit moves the weights; approve lets
     the next step up (`approval: step`) happen when the analysis passes it.
     """
-    from promotion.decision import state as st
-
     if action == "pause":
         new = st.pause(state, by)
         return new.with_(last_decision=LastDecision(kind="hold", reason=f"paused by {by}",

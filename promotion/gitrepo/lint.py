@@ -14,7 +14,7 @@ import pathlib
 from typing import Any
 
 from contracts.names import model_name_problem
-from gitops import layout
+from gitops import layout, yamlio
 from gitops.errors import GitOpsError
 from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
 from promotion.decision.state import StateError
@@ -140,8 +140,6 @@ def _model(root: pathlib.Path, model: str, config: layout.RepoConfig,
 
 
 def _application(root: pathlib.Path, path: pathlib.Path, config: layout.RepoConfig) -> list[str]:
-    from gitops import yamlio
-
     where = f"{layout.ARGOCD}/{path.name}"
     try:
         doc = yamlio.load_one(path, where)

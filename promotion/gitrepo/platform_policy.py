@@ -29,10 +29,17 @@ Pure: the callers read the section (`gitops.layout.RepoConfig.policy`).
 
 from __future__ import annotations
 
+import pathlib
+import tempfile
 from typing import Any, Literal, Mapping
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gitops import layout
+from gitops.errors import GitOpsError
+from gitops.git import remote
+from gitops.repo import Mirror
 from promotion.decision.gate import GateConfig
 from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
 
@@ -130,19 +137,10 @@ class PlatformPolicy(BaseModel):
 
 def read_platform_policy(repo: str, branch: str = "main") -> PlatformPolicy:
     """The policy on `branch` of the GitOps repo `repo` (path or URL)."""
-    import tempfile
-
-    import yaml
-
-    from gitops import layout
-    from gitops.errors import GitOpsError
-    from gitops.git import remote
-    from gitops.repo import Mirror
-
     where = f"GitOps repo {remote(repo).display}"
     try:
         with tempfile.TemporaryDirectory(prefix="mlops-policy-") as tmp:
-            with Mirror(repo, path=__import__("pathlib").Path(tmp) / "mirror.git") as mirror:
+            with Mirror(repo, path=pathlib.Path(tmp) / "mirror.git") as mirror:
                 tip = mirror.sha(branch)
                 text = mirror.show(tip, layout.CONFIG_FILE) if tip else None
     except GitOpsError as exc:

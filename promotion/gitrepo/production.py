@@ -31,6 +31,8 @@ from contracts.artifact import RECORD_FILE, ArtifactError, read_record_data
 from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from gitops.errors import GitOpsError
+from gitops.git import remote
+from gitops.repo import Mirror
 from promotion.decision.state import CanaryState, load_state
 from serving import manifests
 
@@ -179,9 +181,6 @@ def production_of(current: layout.ModelState | None) -> ProductionModel | None:
 
 def read_production(repo: str, model: str, branch: str = "main") -> ProductionModel | None:
     """The production model of ``model`` on ``branch`` of the GitOps ``repo`` (path or URL)."""
-    from gitops.git import remote
-    from gitops.repo import Mirror
-
     where = f"cannot read the production model from GitOps repo {remote(repo).display}"
     try:
         with tempfile.TemporaryDirectory(prefix="mlops-production-") as tmp:

@@ -42,6 +42,7 @@ can compare with it wherever the repo is read (`promotion.gitrepo.production`).
 from __future__ import annotations
 
 import pathlib
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
@@ -50,7 +51,9 @@ import yaml
 from contracts.artifact import ModelRecord, read_record
 from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
-from gitops import layout
+from gitops import approval as approvals
+from gitops import layout, proposal
+from gitops.repo import Mirror
 from promotion.decision.policy import CanaryPolicy
 from promotion.decision.state import CanaryState, Phase, dump_state_yaml
 from promotion.gitrepo import apply
@@ -61,6 +64,7 @@ from promotion.gitrepo.production import (
     stable_version,
 )
 from promotion.reports.data_report import data_report
+from promotion.reports.report import evaluation_report
 from serving import manifests
 from serving.options import ServingOptions, read_serving_options
 
@@ -238,13 +242,6 @@ def propose(
     image_pull_secrets: Sequence[str] = (),
 ) -> ProposeResult:
     """Write the proposal branch, open (or find) its PR, merge it with `approval="auto"`."""
-    import tempfile
-
-    from gitops import approval as approvals
-    from gitops import proposal
-    from gitops.repo import Mirror
-    from promotion.reports.report import evaluation_report
-
     record = read_record(pathlib.Path(model_dir))
     if metrics:
         record = record.model_copy(update={"metrics": {**record.metrics, **metrics}})

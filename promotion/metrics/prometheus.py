@@ -22,6 +22,7 @@ import requests
 
 from promotion.decision.observations import Histogram, Observations, VersionWindow
 from promotion.metrics.presets import QueryKind, QueryPreset, get_preset, render_window
+from serving.manifests import deployment_name
 
 __all__ = ["MetricFault", "PrometheusSource"]
 
@@ -32,8 +33,6 @@ class MetricFault(RuntimeError):
 
 def _workload(model: str, version: str) -> str:
     # The Deployment name is the serving room's to define; ask it.
-    from serving.manifests import deployment_name
-
     return deployment_name(model, version)
 
 

@@ -217,6 +217,8 @@ def _series(points: Sequence[Mapping[str, Any]], version: str, key: str) -> list
 def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title: str) -> None:
     """Panels over time: weight, request rate, error rate, p99 (stable vs canary), and
     the share of poor answers per model-quality check when the source measured them."""
+    # Here, not at the top: matplotlib is the controller extra's and costs ~1 s to import,
+    # and only a plot needs it; the Agg backend is chosen before pyplot loads.
     import matplotlib
 
     matplotlib.use("Agg")

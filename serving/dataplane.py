@@ -1,0 +1,203 @@
+"""One server process's data plane: its settings and the state the routes share.
+
+`ServerState` holds what every request reads or changes: the loaded
+`ModelService`, readiness (this process's and, with worker processes, every
+worker's shared flag), the in-flight count, the metrics and the fault drill.
+The HTTP handlers (`serving.endpoints`) are methods over it.
+
+* **Readiness.** The HTTP port opens first (live, not ready); the model is
+  loaded, every predictor warmed up and one sample request answered on a
+  background thread (`ServerState.load`), then ready. A version that cannot
+  answer its sample stays live and never ready; the ready routes say why
+  (`not_ready_reason`). On SIGTERM the server reports not-ready at once.
+* **Inline runs.** A short request runs on the event loop itself when
+  nothing else is in flight (`ServerSettings.inline_max_ms`).
+"""
+
+import asyncio
+import dataclasses
+import logging
+import time
+import traceback
+from typing import Callable, Sequence
+
+from contracts.artifact import sha256_file
+from serving.errors import ModelDirError, ServingError
+from serving.fault import FaultDrill
+from serving.metrics import ServerMetrics
+from serving.modeldir import ModelDir
+from serving.preprocess import ImageOptions
+from serving.runtime import PredictorPool, default_threads
+from serving.service import ModelService, Result
+
+log = logging.getLogger("serving.server")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    """How one server process is configured (the `mlops serve` flags)."""
+
+    model_name: str
+    model_version: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_in_flight: int = 16
+    #: Seconds a client may take to send its body. Bodies are read before a request takes
+    #: an in-flight slot, so slow senders cannot hold the slots; this bounds them anyway.
+    body_timeout: float = 10.0
+    #: The digest the manifest says these weights have (the Deployment passes its
+    #: annotation): the server hashes what it loads and refuses to serve anything else.
+    weights_sha256: str | None = None
+    threads: int = dataclasses.field(default_factory=default_threads)
+    math_threads: int = 1
+    graceful_timeout: float = 30.0
+    #: Server processes behind the one port (1: this process alone, no supervisor).
+    workers: int = 1
+    #: Adaptive batching (`runtime.Batcher`): at most this many images per predictor
+    #: run; 1 turns batching off (the default).
+    batch_max_size: int = 1
+    #: The longest a request waits for others to join its batch.
+    batch_timeout_ms: float = 0.0
+    #: A request runs on the event loop itself, not handed to a predictor thread, when
+    #: nothing else is in flight, batching is off and recent requests took at most this
+    #: long (0: never). The hand-off there and back cost ~0.2 ms a request: the shapes
+    #: example's JSON request at concurrency 1 went from 0.84 to 0.94 of the bare loop
+    #: in an A/B on this 2-core machine (serving/README.md, Performance). Longer work
+    #: goes to the threads, so probes, /metrics and hang-up detection never wait behind
+    #: more than this.
+    inline_max_ms: float = 20.0
+    #: How encoded images are decoded: pixel budget, deadline, reduced JPEG decoding.
+    images: ImageOptions = ImageOptions()
+
+
+class ServerState:
+    """Mutable state shared by the routes; touched only from the event loop
+    except `service`/`ready`, which the loader thread sets once."""
+
+    def __init__(self, settings: ServerSettings, model: ModelDir,
+                 peers: Sequence[int] | None = None, index: int = 0) -> None:
+        """`peers`: one ready flag per worker process, shared by all (None: one process);
+        `index`: this worker's flag."""
+        self.settings = settings
+        self.model = model
+        self.peers = peers
+        self.index = index
+        classes = model.infer_cfg.class_names() if model is not None else []
+        self.metrics = ServerMetrics(settings.model_name, settings.model_version, classes)
+        fault = model.infer_cfg.fault if model is not None else None  # None: tests' bare state
+        seed = f"{settings.model_name}/{settings.model_version}"
+        if peers is not None:  # each worker draws its own errors (the same rate)
+            seed += f"/worker-{index}"
+        self.drill = FaultDrill(fault, seed=seed)
+        if self.drill.config is not None:  # a drill is on: say so loudly, once
+            self.metrics.set_fault(self.drill.delay_seconds, self.drill.error_rate)
+            log.warning(
+                "FAULT DRILL ACTIVE: model %s version %s misbehaves on purpose (%s, "
+                "from %s/infer_cfg.yml fault:); inference requests will be slowed or failed",
+                settings.model_name, settings.model_version, self.drill.config.describe(),
+                model.path,
+            )
+        self.service: ModelService | None = None
+        self.ready = False
+        self.shutting_down = False
+        self.load_error: str | None = None
+        self.not_ready_reason: str | None = None  # why it cannot answer (warm-up failed)
+        self.in_flight = 0
+        self.on_load_failure: Callable[[], None] = lambda: None
+        #: The event loop (set by the app's lifespan): the loader warms its predictor.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.inline_warm = False  # the loop's own predictor is warmed up
+        #: Recent requests' work (parse, run, answer), seconds: a moving average,
+        #: None until one was timed (the first requests go to the threads).
+        self.work_seconds: float | None = None
+
+    def note_work(self, seconds: float) -> None:
+        """Fold one request's work time into the moving average (any thread)."""
+        last = self.work_seconds
+        self.work_seconds = seconds if last is None else 0.8 * last + 0.2 * seconds
+
+    def timed(self, job: Callable[[], Result]) -> Result:
+        """`job()`, its time (also when it fails) folded into the moving average."""
+        start = time.perf_counter()
+        try:
+            return job()
+        finally:
+            self.note_work(time.perf_counter() - start)
+
+    def inline_ok(self, service: "ModelService") -> bool:
+        """Run the next request on the event loop: idle, no batching, recent work short."""
+        limit = self.settings.inline_max_ms / 1000.0
+        recent = self.work_seconds
+        return (self.inline_warm and self.in_flight == 0 and service.pool.batcher is None
+                and recent is not None and recent <= limit)
+
+    def set_ready(self, value: bool) -> None:
+        self.ready = value
+        self.metrics.ready.set(1 if value else 0)
+        if self.peers is not None:
+            self.peers[self.index] = 1 if value else 0  # type: ignore[index]
+
+    def serving_ready(self) -> bool:
+        """Ready to serve: this process, and every other worker behind the port."""
+        if not self.ready or self.shutting_down:
+            return False
+        return self.peers is None or all(self.peers)
+
+    def _warm_inline(self, service: "ModelService") -> None:
+        """Warm the event loop's own predictor (a first run is slow) on the loop itself,
+        from the loader thread, before ready; inline runs stay off if it cannot be."""
+        loop = self.loop
+        if loop is None or self.settings.inline_max_ms <= 0 or service.pool.batcher is not None:
+            return
+
+        async def warm() -> None:
+            service.warm_up_here()
+
+        asyncio.run_coroutine_threadsafe(warm(), loop).result(timeout=300)
+        self.inline_warm = True
+
+    def load(self) -> None:
+        """Create the predictors, warm every one up, then report ready."""
+        try:
+            # Here, not at the top: paddle costs seconds to import, and only a process that
+            # loads a model needs it (tests build a bare state; `_serve_one` imports it first).
+            import paddle
+
+            settings = self.settings
+            loaded = sha256_file(self.model.params_file)
+            if settings.weights_sha256 and loaded != settings.weights_sha256:
+                raise ModelDirError(
+                    f"{self.model.params_file} has sha256 {loaded[:12]}…, the manifest says "
+                    f"{settings.weights_sha256[:12]}…: refusing to serve other weights")
+            claimed = self.model.record.get("weights_sha256")
+            if claimed and claimed != loaded:
+                log.warning("model.yaml claims weights sha256 %.12s…, the file has %.12s…",
+                            claimed, loaded)
+            pool = PredictorPool(self.model, settings.threads, settings.math_threads,
+                                 batch_max_size=settings.batch_max_size,
+                                 batch_timeout=settings.batch_timeout_ms / 1000.0)
+            service = ModelService(self.model, settings.model_name, settings.model_version, pool,
+                                   settings.images)
+            try:  # ready means it answered: a sample request, as a client sends it
+                service.warm_up()
+                service.answer_sample()
+            except ServingError as exc:  # live, never ready, and the probe says why
+                self.not_ready_reason = f"warm-up inference failed: {exc}"
+                log.error("model %s version %s is not ready: %s", settings.model_name,
+                          settings.model_version, self.not_ready_reason)
+                return
+            self._warm_inline(service)
+            self.metrics.set_info(loaded, paddle.__version__)  # what runs, not a claim
+            self.service = service
+            if not self.shutting_down:
+                self.set_ready(True)
+            log.info(
+                "model %s version %s ready (%d predictor threads)",
+                settings.model_name, settings.model_version, settings.threads,
+            )
+        except Exception as exc:  # any load failure ends the process with a clear line
+            self.load_error = str(exc)
+            log.error("model load failed: %s", exc)
+            log.debug("%s", traceback.format_exc())
+            self.on_load_failure()
