@@ -42,7 +42,8 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
     example = scenarios.example(name)
     assert yaml.safe_load((root / "mlops.yaml").read_text())["model"] == name
     train = (root / "train.py").read_text()
-    default = re.search(r'"--epochs", type=int, default=(\w+)', train).group(1)
+    # the kit's parser takes the repo's default epochs (modelkit.training_parser(epochs=N))
+    default = re.search(r"training_parser\([^)]*\bepochs=(\w+)", train, re.S).group(1)
     if not default.isdigit():  # a module constant
         default = re.search(rf"^{default} = (\d+)$", train, re.M).group(1)
     assert int(default) == example.epochs

@@ -57,6 +57,9 @@ def _candidate(tmp_path, trained_model, skew: bool = False) -> tuple[pathlib.Pat
     (repo / "data").symlink_to(trained_model.data_dir)
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
     cfg["gate"]["min"] = 0.2
+    # the session's generated dataset stands in for a prepared pin (no prepare-data here)
+    cfg.pop("data", None)
+    cfg.setdefault("evaluation", {})["annotations"] = "data/val.json"
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
     shutil.copytree(trained_model.output_dir, out / "full",
@@ -187,6 +190,7 @@ def test_bad_labels_are_stopped_at_the_gate_with_the_classes_named(production, t
     repo = copy_example(tmp_path / "shapes-detector")
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
     cfg["training"].pop("init_from", None)
+    cfg.pop("data", None)  # the swapped dataset is passed as --data-dir, not pinned
     cfg["training"]["smoke"]["overrides"] = {
         "args": {"data-dir": str(data), "max-steps": 2, "subset": 32, "batch-size": 16}}
     recipe = dict(zip(SMALL_CONFIG[::2], SMALL_CONFIG[1::2]))  # production's hyperparameters
