@@ -27,11 +27,14 @@ from contracts.errors import ExitCode, MlopsError
 __all__ = [
     "CANARY",
     "STABLE",
+    "SUBSET_HEADER",
+    "UNPINNED",
     "VERSION_HEADER",
     "Route",
     "TrafficError",
     "build_route",
     "check_split",
+    "pinned_routes",
     "read_routes",
     "set_subsets",
     "set_weights",
@@ -45,6 +48,14 @@ CANARY = "canary"
 #: canary the same images this way, through the router clients use (HAProxy's
 #: `use-server` locally, a VirtualService header `match` in a cluster).
 VERSION_HEADER = "x-mlops-version"
+#: Istio's twin of `VERSION_HEADER` (value: `stable` or `canary`): a VirtualService routes
+#: by subset, not by version, so the probe sends both. The weighted route `spec.http[0]`
+#: matches only requests without it (`UNPINNED`), and one route per subset after it
+#: (`pinned_routes`) sends the pinned ones; `spec.http[0]` stays the weighted route every
+#: reader here indexes. Istio turns `withoutHeaders: {h: {}}` into Envoy's inverted
+#: `present_match` (pilot/pkg/networking/core/route/route.go, `TranslateRouteMatch`).
+SUBSET_HEADER = "x-mlops-subset"
+UNPINNED: list[dict[str, Any]] = [{"withoutHeaders": {SUBSET_HEADER: {}}}]
 
 
 class TrafficError(MlopsError, ValueError):
@@ -102,6 +113,40 @@ def build_route(destination: Callable[[str], dict[str, Any]], stable_weight: int
     if canary:
         route.append({"destination": destination(CANARY), "weight": canary_weight})
     return route
+
+
+def pinned_routes(destination: Callable[[str], dict[str, Any]],
+                  subsets: list[str]) -> list[dict[str, Any]]:
+    """The routes after `spec.http[0]` sending `SUBSET_HEADER: <subset>` to that subset."""
+    return [{"name": f"pinned-{subset}",
+             "match": [{"headers": {SUBSET_HEADER: {"exact": subset}}}],
+             "route": [{"destination": destination(subset)}]} for subset in subsets]
+
+
+def _pinned_subset(http_route: Any) -> str | None:
+    """The subset a route after `spec.http[0]` pins (`pinned_routes`'s shape), else None."""
+    match = nested(http_route, "match")
+    if not isinstance(match, list) or len(match) != 1:
+        return None
+    value = nested(match[0], "headers", SUBSET_HEADER, "exact")
+    return value if isinstance(value, str) else None
+
+
+def _sync_pinned(vs: dict[str, Any], with_canary: bool) -> None:
+    """Keep the canary's pinned route iff there is a canary, in a VirtualService that pins
+    (its `spec.http[0]` has the `UNPINNED` match); one written without pinning stays so."""
+    http = vs["spec"]["http"]
+    if http[0].get("match") != UNPINNED:
+        return
+    route = http[0]["route"]
+    by_subset = {nested(r, "destination", "subset"): r for r in route}
+    pinned = {_pinned_subset(r) for r in http[1:]}
+    kept = [r for r in http[1:] if with_canary or _pinned_subset(r) != CANARY]
+    for subset in (STABLE, CANARY):
+        if subset not in pinned and subset in by_subset:
+            destination = copy.deepcopy(by_subset[subset]["destination"])
+            kept += pinned_routes(lambda _s: destination, [subset])
+    http[1:] = kept
 
 
 def _subsets(destination_rule: Any, *, strict: bool, path: str) -> dict[str, str]:
@@ -187,6 +232,7 @@ def set_weights(vs: dict[str, Any], canary_weight: int, *, with_canary: bool) ->
         new_route.append(canary)
     new_route += [r for r in route if nested(r, "destination", "subset") not in (STABLE, CANARY)]
     route[:] = new_route
+    _sync_pinned(out, with_canary)
     return out
 
 

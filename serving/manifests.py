@@ -74,7 +74,7 @@ from typing import Any, Mapping, Sequence
 from cogs.pods import container_security, pod_security
 from contracts.errors import ExitCode, MlopsError
 from contracts.names import model_name_problem, version_problem
-from contracts.traffic import CANARY, STABLE, TrafficError, build_route
+from contracts.traffic import CANARY, STABLE, UNPINNED, TrafficError, build_route, pinned_routes
 from serving.options import ServingOptions
 
 __all__ = [
@@ -442,7 +442,11 @@ def virtual_service(
     spec: dict[str, Any] = {"hosts": list(hosts) if hosts else [host]}
     if gateways:
         spec["gateways"] = list(gateways)
-    spec["http"] = [{"name": "primary", "route": route}]
+    # http[0] is the weighted route (contracts.traffic reads it); requests pinned to a
+    # subset by the canary's answers probe take the routes after it.
+    pinned = pinned_routes(destination, [STABLE, CANARY] if canary else [STABLE])
+    spec["http"] = [{"name": "primary", "match": copy.deepcopy(UNPINNED), "route": route},
+                    *pinned]
     return {
         "apiVersion": ISTIO_API,
         "kind": "VirtualService",

@@ -4,6 +4,7 @@ These run the example's own train.py for real (one process, 20 steps on a
 subset), reusing the session's generated dataset through a symlink.
 """
 
+import base64
 import json
 import os
 import pathlib
@@ -13,9 +14,12 @@ import textwrap
 import time
 
 import pytest
+import requests
 import yaml
 
+from contracts.artifact import PROBE_DIR, PROBE_MAX_BYTES, PROBE_MAX_IMAGES, read_record
 from mlops.cli import main as cli
+from tests.fixtures.serving import start_server, stop_server
 from tests.fixtures.training import copy_example
 from workflows.errors import StepError
 from workflows.steps import gate, publish, smoke_train
@@ -137,16 +141,17 @@ def _tree(root: pathlib.Path) -> dict[str, bytes]:
 
 
 def test_publish_copies_the_export_under_model_and_version(smoke_run, tmp_path, capsys):
-    _, out, params = smoke_run
+    repo, out, params = smoke_run
     models = tmp_path / "models"
     models.mkdir()
     outputs = tmp_path / "outputs"
-    code = cli(["step", "publish", "--out", str(out), "--outputs", str(outputs), "--which", "smoke",
-                "--models-root", str(models)])
+    code = cli(["step", "publish", "--repo", str(repo), "--out", str(out), "--outputs",
+                str(outputs), "--which", "smoke", "--models-root", str(models)])
     assert code == 0, capsys.readouterr()
     target = models / "shapes-detector" / params["version"]
     assert (outputs / "model-dir").read_text() == str(target)
-    assert _tree(target) == _tree(out / "smoke" / "model")  # the whole export, byte for byte
+    published = {k: v for k, v in _tree(target).items() if not k.startswith(f"{PROBE_DIR}/")}
+    assert published == _tree(out / "smoke" / "model")  # the whole export, byte for byte
     assert sorted(p.name for p in target.parent.iterdir()) == [
         params["version"]
     ]  # no temp dir left
@@ -155,6 +160,67 @@ def test_publish_copies_the_export_under_model_and_version(smoke_run, tmp_path, 
     assert publish.run(str(out), str(models), "smoke") == {"model-dir": str(target)}
     assert "already published" in capsys.readouterr().out
     assert (target / "model.yaml").stat().st_mtime_ns == before
+
+
+def test_publish_ships_the_first_val_images_as_the_probe_set_served_at_the_probe_route(
+        smoke_run, tmp_path):
+    """Every published version gets `probe/` (workflows/probe_set.py): the first 32 val images
+    by file name, decodable, within the caps, outside the weights' digest; its server hands
+    them out at `GET .../probe` (serving/probe.py), what the paired answers check asks."""
+    from PIL import Image
+
+    repo, out, params = smoke_run
+    models = tmp_path / "models"
+    models.mkdir()
+    target = pathlib.Path(publish.run(str(out), str(models), "smoke", str(repo))["model-dir"])
+    assert not (out / "smoke" / "model" / PROBE_DIR).exists()  # the export is left as written
+    shipped = sorted((target / PROBE_DIR).iterdir())
+    val = json.loads((repo / "data" / "val.json").read_text())
+    first = sorted(i["file_name"] for i in val["images"])[:PROBE_MAX_IMAGES]
+    assert len(val["images"]) > PROBE_MAX_IMAGES  # so the cap, not the set's size, chose 32
+    assert [p.name for p in shipped] == [f"{i:02d}-{pathlib.Path(n).name}"
+                                         for i, n in enumerate(first)]
+    assert [p.read_bytes() for p in shipped] == [(repo / "data" / n).read_bytes() for n in first]
+    assert sum(p.stat().st_size for p in shipped) <= PROBE_MAX_BYTES
+    for path in shipped:
+        with Image.open(path) as image:
+            image.load()  # decodes: a real image, not a name
+    read_record(target, check_weights=True)  # probe/ is not weights: the digest still holds
+
+    server = start_server(target, log_dir=tmp_path)
+    try:
+        response = requests.get(f"{server.url}/v2/models/{server.model_name}/versions/"
+                                f"{params['version']}/probe", timeout=30)
+    finally:
+        stop_server(server)
+    assert response.status_code == 200, response.text
+    images = response.json()["images"]
+    assert [i["name"] for i in images] == [p.name for p in shipped]
+    assert base64.b64decode(images[0]["data"]) == shipped[0].read_bytes()
+
+
+def test_publish_without_val_images_at_hand_ships_no_probe_set_and_says_why(tmp_path, capsys):
+    """A repo may keep its images elsewhere than next to the annotations: the version is
+    still published, without `probe/` (the answers check then has no verdict, never a pass),
+    and the log names the file and the folder looked in."""
+    repo = copy_example(tmp_path / "repo")
+    (repo / "data").mkdir()
+    (repo / "data" / "val.json").write_text(json.dumps(
+        {"images": [{"id": 1, "file_name": "val/gone.png"},
+                    {"id": 2, "file_name": "../../outside.png"}]}))
+    (tmp_path / "outside.png").write_bytes(b"not of the set")
+    out = tmp_path / "out"
+    _fake_export(out)
+    models = tmp_path / "models"
+    models.mkdir()
+    code = cli(["step", "publish", "--repo", str(repo), "--out", str(out),
+                "--models-root", str(models)])
+    printed = capsys.readouterr()
+    assert code == 0, printed
+    assert re.search(r"warning: no probe set shipped: .*val\.json: none of its 2 images .* "
+                     r"under .*data", printed.out), printed
+    assert (models / "m" / "v-1" / "model.yaml").is_file()
+    assert not (models / "m" / "v-1" / PROBE_DIR).exists()
 
 
 def test_publish_refuses_other_weights_under_a_published_version(smoke_run, tmp_path):

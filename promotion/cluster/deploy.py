@@ -46,6 +46,11 @@ FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": 
 CLUSTER_GIT_POLL = 15.0
 
 
+#: Istio's per-pod injection label: "true" injects the sidecar even where the namespace has
+#: no `istio-injection` label (Istio's "Installing the Sidecar", injection policy).
+MESH_LABEL = "sidecar.istio.io/inject"
+
+
 def git_token_env(git_secret: str) -> dict[str, Any]:
     """The GitOps repo's token as `MLOPS_GIT_TOKEN` from key `token` of `git_secret`.
 
@@ -178,7 +183,9 @@ def controller_manifests(
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
             "template": {
-                "metadata": {"labels": dict(labels), "annotations": {
+                # In the mesh: the answers probe reaches each version through the model's
+                # VirtualService, which only a sidecar applies (contracts.traffic.SUBSET_HEADER).
+                "metadata": {"labels": {**labels, MESH_LABEL: "true"}, "annotations": {
                     "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
                     "prometheus.io/path": "/metrics"}},
                 "spec": {

@@ -1,8 +1,10 @@
 """The paired answers probe: the stable's probe images, answered by stable and canary. Thin I/O.
 
 One pass (`HttpProbe.answers`), through the router clients use and pinned to a
-version by the `x-mlops-version` header (`contracts.traffic.VERSION_HEADER`;
-HAProxy's `use-server` locally, a VirtualService header `match` in a cluster --
+version by the `x-mlops-version` header (`contracts.traffic.VERSION_HEADER`,
+HAProxy's `use-server` locally) and to its subset by `x-mlops-subset`
+(`contracts.traffic.SUBSET_HEADER`, the VirtualService's header `match` routes
+in a cluster, which route by subset, not version --
 Flagger's A/B testing routes by a header match the same way):
 
 1. `GET /v2/models/<m>/versions/<stable>/probe`: the images the stable version
@@ -29,7 +31,7 @@ from typing import Any, Callable, Mapping, Protocol
 import requests
 
 from contracts.errors import MlopsError
-from contracts.traffic import VERSION_HEADER
+from contracts.traffic import CANARY, STABLE, SUBSET_HEADER, VERSION_HEADER
 from promotion.decision.answers import Box
 
 __all__ = ["AnswersProbe", "HttpProbe", "ProbeError", "boxes_from_response"]
@@ -84,8 +86,8 @@ class HttpProbe:
     router_url: Callable[[str], str | None]
     timeout: float = 30.0
 
-    def _get(self, url: str, version: str, **kwargs: Any) -> Mapping[str, Any]:
-        headers = {VERSION_HEADER: version}
+    def _get(self, url: str, version: str, subset: str, **kwargs: Any) -> Mapping[str, Any]:
+        headers = {VERSION_HEADER: version, SUBSET_HEADER: subset}
         try:
             if "json" in kwargs:
                 response = requests.post(url, headers=headers, timeout=self.timeout, **kwargs)
@@ -110,15 +112,15 @@ class HttpProbe:
         if not base:
             raise ProbeError(f"{model} has no router address yet")
         root = f"{base.rstrip('/')}/v2/models/{model}/versions"
-        images = self._get(f"{root}/{stable}/probe", stable).get("images") or []
+        images = self._get(f"{root}/{stable}/probe", stable, STABLE).get("images") or []
         data = [i.get("data") for i in images if isinstance(i, Mapping)]
         if not data or not all(isinstance(d, str) for d in data):
             raise ProbeError(f"{stable}: its probe set is empty")
         body = {"inputs": [{"name": "image_bytes", "datatype": "BYTES",
                             "shape": [len(data)], "data": data}]}
         out = []
-        for version in (stable, canary):
-            doc = self._get(f"{root}/{version}/infer", version, json=body)
+        for version, subset in ((stable, STABLE), (canary, CANARY)):
+            doc = self._get(f"{root}/{version}/infer", version, subset, json=body)
             try:
                 out.append(boxes_from_response(doc, len(data)))
             except ProbeError as exc:

@@ -18,6 +18,10 @@ token) would otherwise be followed and its target published on the volume
 that every serving pod reads. A publish killed mid-copy leaves a hidden
 temporary directory; the next publish of the same model removes those that
 have not been written to for :data:`STALE_TMP_SECONDS`.
+
+The copy also gets the probe set (`workflows/probe_set.py`): the first val
+images of the repo's evaluation set, which the canary's paired answers check
+asks stable and canary. The export itself is left as training wrote it.
 """
 
 import argparse
@@ -31,7 +35,9 @@ import uuid
 from typing import Any, Sequence
 
 from contracts.artifact import RECORD_FILE, ArtifactError, ModelRecord, read_record
+from workflows.config import load_config
 from workflows.errors import ConfigError, StepError
+from workflows.probe_set import write_probe_set
 from workflows.steps.common import base_parser, run_main
 
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
@@ -82,14 +88,20 @@ def _record(model_dir: pathlib.Path) -> ModelRecord:
     return record
 
 
-def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
-    """Copy `out/<which>/model` to `models_root/<name>/<version>`; returns output parameters."""
+def run(out: str, models_root: str, which: str = "full",
+        repo: str | None = None) -> dict[str, Any]:
+    """Copy `out/<which>/model` to `models_root/<name>/<version>`, with the probe set of
+    `repo`'s evaluation set (none without `repo`); returns output parameters."""
     source = pathlib.Path(out).resolve() / which / "model"
     record = _record(source)
     check_regular_tree(source)
     root = pathlib.Path(models_root)
     if not root.is_dir():
         raise StepError(f"models volume {root}: not a directory (is the claim mounted?)")
+    annotations = None
+    if repo is not None:
+        loaded = load_config(pathlib.Path(repo))
+        annotations = loaded.repo_dir / loaded.config.evaluation.annotations
     target = root / record.name / record.version
     if target.exists():
         there = _record(target)
@@ -105,11 +117,13 @@ def run(out: str, models_root: str, which: str = "full") -> dict[str, Any]:
     tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         shutil.copytree(source, tmp, symlinks=True)  # links were refused above; never follow
+        if annotations is not None:
+            print(write_probe_set(annotations, tmp), flush=True)
         os.rename(tmp, target)  # one step: a server sees no model or the whole model
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):  # a concurrent publish won the race
-            return run(out, models_root, which)
+            return run(out, models_root, which, repo)
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Container / CLI entry."""
     parser = build_parser()
-    return run_main(lambda a: run(a.out, a.models_root, a.which), parser, argv)
+    return run_main(lambda a: run(a.out, a.models_root, a.which, a.repo), parser, argv)
 
 
 if __name__ == "__main__":
