@@ -20,7 +20,7 @@ import yaml
 from contracts.artifact import PROBE_DIR, PROBE_MAX_BYTES, PROBE_MAX_IMAGES, read_record
 from mlops.cli import main as cli
 from tests.fixtures.serving import start_server, stop_server
-from tests.fixtures.training import copy_example
+from tests.fixtures.training import copy_example, unpin
 from workflows.errors import StepError
 from workflows.steps import gate, publish, smoke_train
 
@@ -29,7 +29,7 @@ from workflows.steps import gate, publish, smoke_train
 def smoke_run(tmp_path_factory, shapes_dataset):
     """One smoke-train run of a copy of the example (shared by this module)."""
     base = tmp_path_factory.mktemp("steps")
-    repo = copy_example(base / "repo")
+    repo = unpin(copy_example(base / "repo"))
     (repo / "data").symlink_to(shapes_dataset, target_is_directory=True)
     out = base / "out"
     params = smoke_train.run(str(repo), str(out))
@@ -203,7 +203,7 @@ def test_publish_without_val_images_at_hand_ships_no_probe_set_and_says_why(tmp_
     """A repo may keep its images elsewhere than next to the annotations: the version is
     still published, without `probe/` (the answers check then has no verdict, never a pass),
     and the log names the file and the folder looked in."""
-    repo = copy_example(tmp_path / "repo")
+    repo = unpin(copy_example(tmp_path / "repo"))
     (repo / "data").mkdir()
     (repo / "data" / "val.json").write_text(json.dumps(
         {"images": [{"id": 1, "file_name": "val/gone.png"},

@@ -29,7 +29,13 @@ from mlops.cli import main as cli
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import propose
 from promotion.reports.report import evaluation_report
-from tests.fixtures.training import SMALL_CONFIG, copy_example, example_module, training_env
+from tests.fixtures.training import (
+    SMALL_CONFIG,
+    copy_example,
+    example_module,
+    training_env,
+    unpin,
+)
 from tests.fixtures.workflows import git
 from workflows.config import load_config
 from workflows.pipeline import build_workflow_template
@@ -55,11 +61,8 @@ def _candidate(tmp_path, trained_model, skew: bool = False) -> tuple[pathlib.Pat
     """A model repo (floor 0.2: the small model scores ~0.3) and a run's output folder."""
     repo = copy_example(tmp_path / "repo")
     (repo / "data").symlink_to(trained_model.data_dir)
-    cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
+    cfg = yaml.safe_load((unpin(repo) / "mlops.yaml").read_text())
     cfg["gate"]["min"] = 0.2
-    # the session's generated dataset stands in for a prepared pin (no prepare-data here)
-    cfg.pop("data", None)
-    cfg.setdefault("evaluation", {})["annotations"] = "data/val.json"
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
     shutil.copytree(trained_model.output_dir, out / "full",

@@ -29,7 +29,8 @@ class NoProbeSet(Exception):
     """No probe image could be taken from the annotations (the message says why)."""
 
 
-def choose_probe_images(annotations: pathlib.Path) -> list[pathlib.Path]:
+def choose_probe_images(annotations: pathlib.Path,
+                        image_root: pathlib.Path | None = None) -> list[pathlib.Path]:
     """The val images to ship, in the order shipped: the first by `file_name` that exist
     next to the annotations and fit the caps. `NoProbeSet` when there is none."""
     try:
@@ -41,7 +42,7 @@ def choose_probe_images(annotations: pathlib.Path) -> list[pathlib.Path]:
         raise NoProbeSet(f"{annotations}: field 'images' is not a list (COCO format)")
     names: list[str] = sorted({name for i in images if isinstance(i, dict)
                                for name in [i.get("file_name")] if isinstance(name, str)})
-    root = annotations.parent.resolve()
+    root = (image_root or annotations.parent).resolve()
     chosen: list[pathlib.Path] = []
     total = 0
     for name in names:
@@ -64,7 +65,8 @@ def choose_probe_images(annotations: pathlib.Path) -> list[pathlib.Path]:
     return chosen
 
 
-def write_probe_set(annotations: pathlib.Path, model_dir: pathlib.Path) -> str:
+def write_probe_set(annotations: pathlib.Path, model_dir: pathlib.Path,
+                    image_root: pathlib.Path | None = None) -> str:
     """`<model_dir>/probe/NN-<name>` from `choose_probe_images`; says what it did. An
     export that already holds a probe set keeps it (its training code chose it). No
     usable image is not an error: the version is published without a probe set, and
@@ -73,7 +75,7 @@ def write_probe_set(annotations: pathlib.Path, model_dir: pathlib.Path) -> str:
     if target.exists():
         return "probe set: kept the one the export holds"
     try:
-        chosen = choose_probe_images(annotations)
+        chosen = choose_probe_images(annotations, image_root)
     except NoProbeSet as exc:
         return (f"warning: no probe set shipped: {exc}; the canary's paired answers check "
                 "will have no verdict on this version")

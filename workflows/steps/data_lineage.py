@@ -32,6 +32,12 @@ def pinned_lock(loaded: LoadedConfig, out: str | pathlib.Path) -> pathlib.Path |
     return path
 
 
+def prepared_val(lock_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """(val annotations, the folder their file_names are under) of a prepared dataset:
+    prepare-data lays a pin out as `annotations/<split>.json` and `images/<file_name>`."""
+    return lock_path.parent / "annotations" / "val.json", lock_path.parent / "images"
+
+
 def record_dataset(model_dir: pathlib.Path, record: dict[str, Any],
                    lock_path: pathlib.Path) -> None:
     """Put the verified dataset's digest and name into `record`, and the lock beside it."""

@@ -25,7 +25,7 @@ from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
 from workflows.steps.common import base_parser, run_main
-from workflows.steps.data_lineage import pinned_lock, record_dataset
+from workflows.steps.data_lineage import pinned_lock, prepared_val, record_dataset
 from workflows.steps.training_step import check_artifact
 
 
@@ -57,16 +57,17 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
     output_dir = pathlib.Path(out).resolve() / which
     artifact = check_artifact(output_dir, loaded.config.evaluation.predictions)
     annotations = loaded.repo_dir / loaded.config.evaluation.annotations
+    image_root = annotations.parent  # COCO file_names relative to the annotations' folder
     pinned = pinned_lock(loaded, out)
     if pinned is not None:  # the val split prepare-data verified, not the checkout's copy
-        annotations = pinned.parent / "annotations" / "val.json"
+        annotations, image_root = prepared_val(pinned)
     predictions = output_dir / loaded.config.evaluation.predictions
     (output_dir / PAIRED_FILE).unlink(missing_ok=True)  # a retried step judges afresh
     production = (_production_dir(production_from_gitops, loaded.config.model,
                                   gitops_branch or "main") if production_from_gitops else None)
     if production is not None:
         version, prod_dir = production
-        sets = [EvalSet("val", annotations, annotations.parent)]
+        sets = [EvalSet("val", annotations, image_root)]
         if holdout:
             path = pathlib.Path(holdout)
             if not path.is_file():

@@ -39,6 +39,7 @@ from workflows.config import load_config
 from workflows.errors import ConfigError, StepError
 from workflows.probe_set import write_probe_set
 from workflows.steps.common import base_parser, run_main
+from workflows.steps.data_lineage import pinned_lock, prepared_val
 
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 #: A temporary copy untouched this long belongs to a publish that was killed.
@@ -88,6 +89,23 @@ def _record(model_dir: pathlib.Path) -> ModelRecord:
     return record
 
 
+def _val_set(repo: str | None, out: str) -> tuple[pathlib.Path | None, pathlib.Path | None]:
+    """(annotations, image folder) of the val set evaluate read, for the probe set: the
+    pinned one when the repo has pins; (None, None) without a repo or a prepared pin (no
+    probe set is a weaker canary, not a failed publish)."""
+    if repo is None:
+        return None, None
+    loaded = load_config(pathlib.Path(repo))
+    try:
+        pinned = pinned_lock(loaded, out)
+    except StepError as exc:
+        print(f"warning: no probe set shipped: {exc}", flush=True)
+        return None, None
+    if pinned is not None:
+        return prepared_val(pinned)
+    return loaded.repo_dir / loaded.config.evaluation.annotations, None
+
+
 def run(out: str, models_root: str, which: str = "full",
         repo: str | None = None) -> dict[str, Any]:
     """Copy `out/<which>/model` to `models_root/<name>/<version>`, with the probe set of
@@ -98,10 +116,7 @@ def run(out: str, models_root: str, which: str = "full",
     root = pathlib.Path(models_root)
     if not root.is_dir():
         raise StepError(f"models volume {root}: not a directory (is the claim mounted?)")
-    annotations = None
-    if repo is not None:
-        loaded = load_config(pathlib.Path(repo))
-        annotations = loaded.repo_dir / loaded.config.evaluation.annotations
+    annotations, image_root = _val_set(repo, out)
     target = root / record.name / record.version
     if target.exists():
         there = _record(target)
@@ -118,7 +133,7 @@ def run(out: str, models_root: str, which: str = "full",
     try:
         shutil.copytree(source, tmp, symlinks=True)  # links were refused above; never follow
         if annotations is not None:
-            print(write_probe_set(annotations, tmp), flush=True)
+            print(write_probe_set(annotations, tmp, image_root), flush=True)
         os.rename(tmp, target)  # one step: a server sees no model or the whole model
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
