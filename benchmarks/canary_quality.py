@@ -38,7 +38,7 @@ Scenarios:
   of 16 or 32 images drawn from the shapes mix, with the stable's confident
   boxes per image as the full example model finds them (2.3) or as the
   suite's small model does (0.56: 18 boxes on 32 val images, measured by
-  tests/test_platform_e2e.py); the canary's answers are the stable's moved
+  tests/local/test_platform_e2e.py); the canary's answers are the stable's moved
   by a few pixels, 10 % of boxes found by one version only, and a share of
   matched boxes renamed: 5 %, 10 % and 15 % (harmless retrains, below the
   20 % margin), every box (`answers-rotated`) or the first two classes

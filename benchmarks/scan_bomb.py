@@ -3,7 +3,7 @@
     python benchmarks/scan_bomb.py [--repeats 200000] [--out benchmarks/results/scan_bomb.json]
 
 The bomb: a 2048x2048 progressive JPEG whose smallest AC scan (12 bytes) is repeated
-`--repeats` times (`tests/test_serving_input_limits.py` `scan_bomb`). Before: what the
+`--repeats` times (`tests/serving/test_serving_input_limits.py` `scan_bomb`). Before: what the
 server used to spend on it, its decode by Pillow (the example's path) and by OpenCV
 (a PaddleDetection export's), measured here in-process on `--decode-repeats` repeats
 (fewer, the cost is linear in scans) and the same image with its 10 scans. After: a
@@ -31,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.fixtures.serving import build_tiny_export, start_server, stop_server  # noqa: E402
-from tests.test_serving_input_limits import scan_bomb  # noqa: E402
+from tests.serving.test_serving_input_limits import scan_bomb  # noqa: E402
 
 
 def _decode_seconds(data: bytes) -> dict[str, float]:

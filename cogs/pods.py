@@ -5,7 +5,7 @@ Kubernetes' Pod Security Standards, profile "restricted"
 non-root, the RuntimeDefault seccomp profile, no privilege escalation, every
 capability dropped. The step pods, the PaddleJob workers, the model server,
 the controller and the UI take it from here, so widening it is one visible
-edit (tests/test_pod_security.py lists the exceptions and why).
+edit (tests/workflows/test_pod_security.py lists the exceptions and why).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ image corrupted (bytes flipped, cut short, a scan repeated), the serialised body
 or spliced, the headers changed (the binary header length, the content type, a
 chunked body), the model name or version in the path changed. Every answer must be
 200 or 4xx: what a client sends is never the server's error (the canary counts 5xx as
-the model's). `tests/test_serving_fuzz.py` runs a short budget in the suite,
+the model's). `tests/serving/test_serving_fuzz.py` runs a short budget in the suite,
 `benchmarks/fuzz.py` a long one.
 """
 

@@ -1,7 +1,7 @@
 """A rendered pod's container as a `podman run` command line (pure: nothing runs).
 
 The kubelet starts container `c` of a pod spec with, among the rest, what
-this module translates; the image tier (`tests/test_images.py`) and
+this module translates; the image tier (`tests/images/test_images.py`) and
 `mlops.images.runner` run the result for real:
 
 * `command` / `args` -> `--entrypoint` (the JSON form, so no shell splits it)

@@ -26,7 +26,7 @@ log = logging.getLogger("mlops.controller.argocd")
 
 REFRESH_ANNOTATION = "argocd.argoproj.io/refresh"
 #: Every Kubernetes API call this module makes (`workflows.identity` holds it against the
-#: controller's Role; tests/test_promotion_api_calls.py records what `refresh` sends).
+#: controller's Role; tests/promotion/test_promotion_api_calls.py records what `refresh` sends).
 API_CALLS = (
     ApiCall("patch", "applications", "argoproj.io", name="{model}",
             namespace="{argocd_namespace}"),

@@ -45,7 +45,7 @@ __all__ = [
 
 
 #: Every Kubernetes API call :class:`KubernetesReadiness` makes (`workflows.identity` holds
-#: them against the controller's Role; tests/test_promotion_api_calls.py records them).
+#: them against the controller's Role; tests/promotion/test_promotion_api_calls.py records them).
 API_CALLS = (
     ApiCall("get", "deployments", "apps", name="{model}-{version}",
             namespace="{models_namespace}"),
