@@ -122,8 +122,9 @@ def test_the_good_push_is_week_2s_data_and_its_pr_shows_the_data_diff(demo_all):
     work, _, _ = demo_all
     good = next(s for s in _summary(work)["scenarios"] if s["scenario"] == "good")
     assert good["message"].startswith("data: week 2 arrives")
+    # the good version's own PR (later PRs name it too, as their stable)
     body = next(pr.body for pr in LocalForge(work / "gitops.git").list_prs(None)
-                if good["version"] in pr.title)
+                if pr.body.startswith(f"## Promote `shapes-detector` `{good['version']}`"))
     assert ("**Data: shapes-detector-week-1 → shapes-detector-week-2**: +250 images, "
             "50 removed, 'triangle' +") in body, body
     assert "| train | 1,600 | 1,800 | +250 | -50 |" in body, body

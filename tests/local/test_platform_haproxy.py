@@ -148,7 +148,7 @@ def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
     import time
 
     import requests
-    from local.platform.runtime import RuntimeApi
+    from local.platform.haproxy import RuntimeApi
 
     from tests.fixtures.common import free_port
 
