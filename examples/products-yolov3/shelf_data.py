@@ -41,19 +41,13 @@ two weeks' models are compared on the same images. Week 2 links week 1's unchang
 files (same bytes: the pins and the cache see the same content) and draws only the new.
 """
 
-import argparse
-import fcntl
-import hashlib
-import json
-import os
-import pathlib
-import random
 import sys
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from modelkit.files import atomic_write, atomic_write_text
+from modelkit import datasets, synthetic
+from modelkit.synthetic import SyntheticCoco
 
 CATEGORIES = [
     {"id": 1, "name": "box", "supercategory": "product"},
@@ -68,7 +62,7 @@ WEEKS = {
     1: {},
     2: {"retire_32nds": 1, "add_32nds": 5, "seed": 2026_02, "class_weights": [1, 3, 1, 1]},
 }
-WEEK_MARKER = "WEEK.json"
+WEEK_MARKER = synthetic.WEEK_MARKER
 
 # Part of the digest. Bump "generator" whenever the drawing code changes, so an old
 # dataset on disk is not mistaken for the new one.
@@ -86,7 +80,7 @@ DEFAULT_PARAMS = {
 ASPECT = {"box": (0.55, 0.85), "bottle": (0.28, 0.4), "can": (0.55, 0.75), "jar": (0.95, 1.3)}
 HEIGHT = {"box": (0.6, 0.9), "bottle": (0.65, 0.92), "can": (0.4, 0.6), "jar": (0.4, 0.6)}
 
-MARKER = "DATASET.json"
+MARKER = datasets.MARKER
 
 
 class DatasetError(Exception):
@@ -207,205 +201,24 @@ def render_image(rng, params):
     return image, objects
 
 
-def _write_split(root, split, count, rng, params, prefix="", first_id=1, first_ann=1):
-    """Write the PNGs of one split and return its COCO dict."""
-    folder = root / split
-    folder.mkdir(parents=True, exist_ok=True)
-    images, annotations = [], []
-    for index in range(count):
-        image, objects = render_image(rng, params)
-        name = f"{prefix}{index:06d}.png"
-        atomic_write(folder / name, lambda tmp: image.save(tmp, format="PNG", compress_level=1))
-        image_id = first_id + index
-        images.append({"id": image_id, "file_name": f"{split}/{name}",
-                       "width": params["image_size"], "height": params["image_size"]})
-        for cat, (x0, y0, x1, y1) in objects:
-            w, h = x1 - x0, y1 - y0
-            annotations.append({"id": first_ann + len(annotations), "image_id": image_id,
-                                "category_id": cat, "bbox": [x0, y0, w, h],
-                                "area": w * h, "iscrowd": 0})
-    return {"info": {"description": f"synthetic product shelves, {split}", "params": params},
-            "images": images, "annotations": annotations, "categories": CATEGORIES}
+GENERATOR = SyntheticCoco(describe="synthetic product shelves", categories=CATEGORIES,
+                          defaults=DEFAULT_PARAMS, weeks=WEEKS, render_image=render_image,
+                          error=DatasetError, png={"compress_level": 1})
 
-
-def digest_of(root, params):
-    """sha256 over the canonical params and the bytes of train.json and val.json."""
-    h = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
-    for name in ("train.json", "val.json"):
-        h.update(name.encode())
-        h.update((root / name).read_bytes())
-    return "sha256:" + h.hexdigest()
-
-
-def existing_digest(root, params):
-    """The digest of a complete dataset with these params in ``root``, else None."""
-    marker = root / MARKER
-    try:
-        meta = json.loads(marker.read_text())
-        if meta.get("params") != params:
-            return None
-        digest = digest_of(root, params)
-    except (OSError, ValueError):
-        return None
-    if digest != meta.get("digest"):
-        return None
-    for split, key in (("train", "num_train"), ("val", "num_val")):
-        if not (root / split / f"{params[key] - 1:06d}.png").is_file():
-            return None
-    return digest
-
-
-def ensure_dataset(data_dir, params=None):
-    """Generate the dataset into ``data_dir`` unless it is already there; return its digest.
-
-    Safe to call from every rank at once: an exclusive ``flock`` on
-    ``<data-dir>/.lock`` lets one process generate while the others wait, then
-    they find the marker and return.
-    """
-    params = dict(DEFAULT_PARAMS if params is None else params)
-    root = pathlib.Path(data_dir)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / ".lock", "a")
-    except OSError as exc:
-        raise DatasetError(f"cannot create data dir {root}: {exc.strerror}") from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        digest = existing_digest(root, params)
-        if digest is not None:
-            return digest
-        rng = random.Random(params["seed"])
-        for split, key in (("train", "num_train"), ("val", "num_val")):
-            coco = _write_split(root, split, params[key], rng, params)
-            atomic_write_text(root / f"{split}.json", json.dumps(coco, indent=None))
-        digest = digest_of(root, params)
-        atomic_write_text(root / MARKER, json.dumps({"params": params, "digest": digest}, indent=2))
-        return digest
-
-
-def _link(src, dest):
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists():
-        dest.unlink()
-    try:
-        os.link(src, dest)
-    except OSError:
-        import shutil
-        shutil.copyfile(src, dest)
-
-
-def write_week(store, week, params=None):
-    """Week ``week``'s full COCO dataset under ``store/week-<week>`` (idempotent); its path."""
-    if week not in WEEKS:
-        raise DatasetError(f"no week {week}: the generator knows weeks {sorted(WEEKS)}")
-    params = dict(DEFAULT_PARAMS if params is None else params)
-    root = pathlib.Path(store) / f"week-{week}"
-    wanted = {"week": week, "params": params, "change": WEEKS[week]}
-    try:
-        if json.loads((root / WEEK_MARKER).read_text()) == wanted:
-            return root
-    except (OSError, ValueError):
-        pass
-    try:
-        (root / "annotations").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DatasetError(f"cannot create {root}: {exc.strerror}") from None
-    if week == 1:
-        rng = random.Random(params["seed"])
-        for split, key in (("train", "num_train"), ("val", "num_val")):
-            coco = _write_split(root / "images", split, params[key], rng, params)
-            atomic_write_text(root / "annotations" / f"{split}.json", json.dumps(coco))
-    else:
-        before = write_week(store, week - 1, params)
-        change = WEEKS[week]
-        retire = params["num_train"] * change["retire_32nds"] // 32
-        add = params["num_train"] * change["add_32nds"] // 32
-        for split in ("train", "val"):
-            coco = json.loads((before / "annotations" / f"{split}.json").read_text())
-            if split == "val":  # unchanged, byte for byte: the same pinned file
-                for entry in coco["images"]:
-                    _link(before / "images" / entry["file_name"],
-                          root / "images" / entry["file_name"])
-                _link(before / "annotations" / "val.json", root / "annotations" / "val.json")
-                continue
-            if split == "train":
-                gone = {i["id"] for i in coco["images"][:retire]}
-                coco["images"] = coco["images"][retire:]
-                coco["annotations"] = [a for a in coco["annotations"]
-                                       if a["image_id"] not in gone]
-            for entry in coco["images"]:
-                _link(before / "images" / entry["file_name"], root / "images" / entry["file_name"])
-            if split == "train":
-                new = _write_split(
-                    root / "images", split, add, random.Random(change["seed"]),
-                    dict(params, class_weights=change["class_weights"]), prefix=f"w{week}-",
-                    first_id=max(i["id"] for i in coco["images"]) + 1,
-                    first_ann=max(a["id"] for a in coco["annotations"]) + 1)
-                coco["images"] += new["images"]
-                coco["annotations"] += new["annotations"]
-            coco["info"] = {"description": f"synthetic product shelves, {split}, week {week}"}
-            atomic_write_text(root / "annotations" / f"{split}.json", json.dumps(coco))
-    atomic_write_text(root / WEEK_MARKER, json.dumps(wanted, indent=2))
-    return root
-
-
-def _layout(data_dir, split):
-    """(annotation file, image root) of a split: the pinned COCO layout prepare-data lays out
-    (``annotations/<split>.json``, files under ``images/``) or the generated one."""
-    root = pathlib.Path(data_dir)
-    pinned = root / "annotations" / f"{split}.json"
-    if pinned.is_file():
-        return pinned, root / "images"
-    return root / f"{split}.json", root
-
-
-def has_dataset(data_dir):
-    """Is there a train and a val split in ``data_dir`` (either layout)?"""
-    return all(_layout(data_dir, split)[0].is_file() for split in ("train", "val"))
-
-
-def dataset_digest(data_dir):
-    """The digest of the data in ``data_dir``: the pin's (``datalock.json``, the dataset
-    the pipeline verified) or the generator's (``DATASET.json``); "" if neither says."""
-    root = pathlib.Path(data_dir)
-    for name in ("datalock.json", MARKER):
-        try:
-            return json.loads((root / name).read_text())["digest"]
-        except (OSError, ValueError, KeyError):
-            continue
-    return ""
-
-
-def load_split(data_dir, split, limit=None):
-    """(images uint8 NxHxWx3, COCO dict, image entries) for one split; ``limit``: first N."""
-    annotations, image_root = _layout(data_dir, split)
-    coco = json.loads(annotations.read_text())
-    entries = coco["images"][:limit] if limit else coco["images"]
-    images = np.stack([np.asarray(Image.open(image_root / e["file_name"]).convert("RGB"))
-                       for e in entries])
-    return images, coco, entries
+# The names train.py and the tests use; the kit does the writing and the reading
+# (modelkit/synthetic.py, modelkit/datasets.py).
+_write_split = GENERATOR.write_split
+digest_of = GENERATOR.digest_of
+existing_digest = GENERATOR.existing_digest
+ensure_dataset = GENERATOR.ensure_dataset
+write_week = GENERATOR.write_week
+has_dataset = datasets.has_dataset
+dataset_digest = datasets.dataset_digest
+load_split = datasets.load_split
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default="data")
-    parser.add_argument("--seed", type=int, default=DEFAULT_PARAMS["seed"])
-    parser.add_argument("--num-train", type=int, default=DEFAULT_PARAMS["num_train"])
-    parser.add_argument("--num-val", type=int, default=DEFAULT_PARAMS["num_val"])
-    parser.add_argument("--store", default=None, metavar="DIR",
-                        help="write week --week's dataset into DIR/week-N (the pinned layout)")
-    parser.add_argument("--week", type=int, default=1, help="which week (with --store)")
-    args = parser.parse_args(argv)
-    params = dict(DEFAULT_PARAMS, seed=args.seed, num_train=args.num_train, num_val=args.num_val)
-    try:
-        if args.store:
-            print(write_week(args.store, args.week, params))
-            return 0
-        print(ensure_dataset(args.data_dir, params))
-    except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return GENERATOR.main(argv, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":
