@@ -115,7 +115,7 @@ def validate_doc(doc: Any) -> list[str]:
         return _errors(_validator(_ROOTED[(group, kind)]), doc, where)
     if "." in group and not group.endswith(".k8s.io"):
         return [f"{where}: no schema for {doc['apiVersion']} {kind}"]
-    try:
+    try:  # lazy: optional (the train extra); without it core kinds go unchecked, said so
         import kubernetes_validate
     except ImportError:
         return [f"{where}: not checked (install kubernetes-validate to check core kinds)"]

@@ -165,8 +165,6 @@ def _run(args: argparse.Namespace) -> int:
         if args.once:
             outcomes = controller.tick()
             if controller.last_error is not None:
-                from mlops.errors import UserError
-
                 raise UserError(f"cannot read the GitOps repo: {controller.last_error}")
             for outcome in outcomes:
                 print(f"{outcome.model}: {outcome.kind}/{outcome.cause}: {outcome.reason}"
