@@ -10,6 +10,7 @@ cores the load explains much of the spread).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pathlib
 import platform
@@ -30,6 +31,7 @@ from gitops.repo import init_repo  # noqa: E402
 from local.platform import lifecycle  # noqa: E402
 from local.platform.workdir import Workdir  # noqa: E402
 from tests.fixtures.platform import converged  # noqa: E402
+from tests.fixtures.serving import _TINY_EXPORT, TINY_INFER_CFG, server_env  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -63,7 +65,6 @@ def tiny_model(dest: pathlib.Path) -> pathlib.Path:
 
     Only real, ready servers matter on the paths these benchmarks time, not the model.
     """
-    from tests.fixtures.serving import _TINY_EXPORT, TINY_INFER_CFG, server_env
 
     dest.mkdir(parents=True)
     script = dest.parent / "export_tiny.py"  # paddle.jit.save reads the source: not `-c`
@@ -76,7 +77,6 @@ def tiny_model(dest: pathlib.Path) -> pathlib.Path:
 
 def model_version(src: pathlib.Path, dest: pathlib.Path, model: str, version: str) -> pathlib.Path:
     """A copy of the tiny export at `dest` with its own `model.yaml` (name, version, digest)."""
-    import hashlib
 
     shutil.copytree(src, dest)
     sha = hashlib.sha256((dest / "inference.pdiparams").read_bytes()).hexdigest()

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import pathlib
@@ -63,10 +64,14 @@ from contracts.artifact import ModelRecord
 from gitops import layout
 from gitops.repo import init_repo
 from gitops.writeback import Backoff, Message, WriteBack, WriteResult
+from local.platform import lifecycle
+from local.platform.workdir import Workdir
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import plan_proposal
 from promotion.metrics.prometheus import PrometheusSource
+from serving import manifests
+from tests.fixtures.platform import status_doc
 
 INTERVAL = 60.0
 POLICY = {"steps": [10, 25, 50, 100], "interval": "60s", "min_requests": 100,
@@ -91,8 +96,6 @@ def model_name(i: int) -> str:
 
 
 def record(model: str, version: str) -> ModelRecord:
-    import hashlib
-
     return ModelRecord(name=model, version=version,
                        weights_sha256=hashlib.sha256(f"{model}/{version}".encode()).hexdigest(),
                        metrics={"map50": 0.9})
@@ -375,12 +378,7 @@ def controller_run(n: int, windows: int, ticks_per_window: int,
 
 def sync_run(n: int, changes: int, poll: float) -> dict[str, Any]:
     """Commit -> router weight through the real local sync with N models (stand-in pods)."""
-    from local.platform.runtime import RuntimeApi
-
-    from local.platform import lifecycle
-    from local.platform.workdir import Workdir
-    from serving import manifests
-    from tests.fixtures.platform import status_doc
+    from local.platform.haproxy import RuntimeApi
 
     k = max(1, n // 5)
     models = [model_name(i) for i in range(n)]

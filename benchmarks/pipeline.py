@@ -25,12 +25,15 @@ import os
 import pathlib
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
 
 from local.argo.runner import run_workflow  # noqa: E402 (after the sys.path line above)
 from workflows.config import load_config  # noqa: E402 (after the sys.path line above)
@@ -42,8 +45,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "pipeline.json"
 
 
 def _copy_with_epochs(repo: pathlib.Path, epochs: int, into: pathlib.Path) -> pathlib.Path:
-    import yaml
-
     dest = into / repo.name
     shutil.copytree(repo, dest, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out"))
     cfg = yaml.safe_load((dest / "mlops.yaml").read_text())
@@ -55,7 +56,6 @@ def _copy_with_epochs(repo: pathlib.Path, epochs: int, into: pathlib.Path) -> pa
 def _pin_week_1(repo: pathlib.Path, into: pathlib.Path) -> pathlib.Path:
     """The repo (copied into `into` if it is not there yet) with its generator's week 1
     pinned where `data.train` says; the repo itself when its pins are there."""
-    import subprocess
 
     cfg = load_config(repo).config
     if cfg.data is None or (repo / cfg.data.train).is_file():

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "shapes-detector"))
 
 import shapes_data  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from serving.modeldir import load_model_dir  # noqa: E402
 from serving.preprocess import ImageOptions  # noqa: E402
@@ -58,7 +59,6 @@ def photo(rng: random.Random) -> tuple[bytes, list[tuple[int, tuple[float, ...]]
                   min_size=int(shapes_data.DEFAULT_PARAMS["min_size"] * scale),
                   max_size=int(shapes_data.DEFAULT_PARAMS["max_size"] * scale))
     image, objects = shapes_data.render_image(rng, params)
-    from PIL import Image
 
     image = image.resize((WIDTH, SIDE), Image.Resampling.BICUBIC)
     out = io.BytesIO()
@@ -71,7 +71,6 @@ def photo(rng: random.Random) -> tuple[bytes, list[tuple[int, tuple[float, ...]]
 def upscaled(image: np.ndarray, boxes: list[tuple[int, tuple[float, ...]]]
              ) -> tuple[bytes, list[tuple[int, tuple[float, ...]]]]:
     """A validation image at 4000x3000 as a JPEG, its boxes scaled with it."""
-    from PIL import Image
 
     height, width = image.shape[:2]
     out = io.BytesIO()

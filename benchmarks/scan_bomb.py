@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import io
 import json
 import os
 import pathlib
@@ -30,15 +31,13 @@ import requests
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from PIL import Image  # noqa: E402
+
 from tests.fixtures.serving import build_tiny_export, start_server, stop_server  # noqa: E402
 from tests.serving.test_serving_input_limits import scan_bomb  # noqa: E402
 
 
 def _decode_seconds(data: bytes) -> dict[str, float]:
-    import io
-
-    from PIL import Image
-
     start = time.perf_counter()
     Image.open(io.BytesIO(data)).load()
     pil = time.perf_counter() - start

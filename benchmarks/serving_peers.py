@@ -105,6 +105,7 @@ from serving.modeldir import load_model_dir  # noqa: E402
 from serving.protocol import Tensor  # noqa: E402
 from serving.runtime import PredictorPool  # noqa: E402
 from serving.service import ModelService, _concrete_shape  # noqa: E402
+from tests.ppdet_export import build_ppdet_export  # noqa: E402
 
 # benchmarks/serving.py's helpers (one-thread env, free port, the keep-alive HTTP client,
 # the brief training): the same as there, loaded from its file (benchmarks is no package).
@@ -208,7 +209,6 @@ def default_models(work, yolov3_epochs=YOLOV3_EPOCHS):
     shapes, _ = bench.train_small(work / "shapes")
     print(f"shapes-detector: trained in {time.monotonic() - start:.0f} s", flush=True)
     yolov3 = products_yolov3(work, yolov3_epochs)
-    from tests.ppdet_export import build_ppdet_export
 
     print("tiny-yolo: building the tiny PaddleDetection export", flush=True)
     return [shapes, yolov3, build_ppdet_export(work / "ppdet" / "model")]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import shutil
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -396,7 +397,6 @@ def write_model(
 
 def remove_model(root: pathlib.Path, model: str) -> None:
     """Delete a model's folder and its Application (Argo CD prunes the rest)."""
-    import shutil
 
     _check_model(model)
     shutil.rmtree(pathlib.Path(root) / APPS / model, ignore_errors=True)

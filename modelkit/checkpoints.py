@@ -45,6 +45,7 @@ def save(ckpt_dir: pathlib.Path, step: int, state: Mapping[str, Any]) -> pathlib
 
 def load(path: pathlib.Path, *, global_batch: int, images: int) -> dict[str, Any]:
     """The checkpoint at `path`, refused (`TrainError`) when written for another schedule."""
+    # lazy (import cost): paddle loads only when a run calls this
     import paddle
 
     state: dict[str, Any] = paddle.load(str(path))

@@ -101,7 +101,7 @@ def train(args: argparse.Namespace, load: Callable[[], Recipe]) -> None:
     """Run the training `args` describe; `load` reads the data and returns the recipe
     (called once the ranks are up and the metrics are served)."""
     import paddle  # import cost: only a run that trains pays it
-    import paddle.distributed as dist
+    import paddle.distributed as dist  # the same
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
@@ -137,6 +137,7 @@ class _Run:
 
     def __init__(self, args: argparse.Namespace, recipe: Recipe, rank: int, world: int,
                  out_dir: pathlib.Path, ckpt_dir: pathlib.Path, metrics: Metrics) -> None:
+        # lazy (import cost): paddle loads only when a run calls this
         import paddle
 
         self.args, self.recipe, self.rank, self.world = args, recipe, rank, world
@@ -189,6 +190,7 @@ class _Run:
         """Average the BatchNorm statistics over the ranks (no-op on one)."""
         if self.world == 1:
             return
+        # lazy (import cost): paddle loads only when a run calls this
         import paddle.distributed as dist
 
         # Paddle keeps BN running statistics as non-trainable *parameters*
@@ -212,6 +214,7 @@ class _Run:
 
     def run(self) -> None:
         """Resume, train to the last step, export on rank 0."""
+        # lazy (import cost): paddle loads only when a run calls this
         import paddle.distributed as dist
 
         args, world, total, spe = self.args, self.world, self.total, self.spe

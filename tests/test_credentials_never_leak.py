@@ -8,9 +8,11 @@ against an unreachable loopback URL; real files are read back.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from local.argo.hooks import install_hook
+from local.argo.hooks import install_hook, run_queued
 from local.platform.gitsource import GitSource, GitSourceError
 from local.platform.workdir import Workdir, resolve_config
 from workflows.errors import ConfigError
@@ -37,8 +39,6 @@ def test_the_platform_config_keeps_the_url_without_its_token(tmp_path):
 
 
 def test_a_hook_refuses_to_store_a_url_with_credentials(tmp_path, capsys):
-    import subprocess
-
     bare = tmp_path / "models.git"
     subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
     with pytest.raises(ConfigError) as err:
@@ -48,8 +48,6 @@ def test_a_hook_refuses_to_store_a_url_with_credentials(tmp_path, capsys):
 
 
 def test_a_queued_run_prints_its_command_without_the_token(tmp_path, capsys):
-    from local.argo.hooks import run_queued
-
     assert run_queued(tmp_path / "lock", ["true", "--gitops", URL]) == 0
     printed = capsys.readouterr().out
     assert "starting: true --gitops" in printed and TOKEN not in printed

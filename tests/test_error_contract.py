@@ -12,6 +12,7 @@ import pkgutil
 import re
 
 from contracts.errors import ExitCode, MlopsError
+from mlops.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
@@ -50,8 +51,6 @@ def test_every_error_with_an_exit_code_is_an_mlops_error():
 
 
 def test_step_and_cli_errors_go_to_stderr_with_their_code(tmp_path, capsys):
-    from mlops.cli import main
-
     code = main(["step", "gate", "--repo", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == ExitCode.BAD_INPUT and err.startswith("error: ") and "error:" not in out

@@ -15,11 +15,15 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.fixtures.common import free_port
+from tests.fixtures.promotion_controller import merge_to_main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
@@ -132,11 +136,6 @@ def _cli_without(image: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 def test_the_controller_image_needs_no_paddle(promotion_repo, tmp_path):
-    import time
-
-    from tests.fixtures.common import free_port
-    from tests.fixtures.promotion_controller import merge_to_main
-
     merge_to_main(promotion_repo, "v2")  # a canary to judge: the whole decision path runs
     time.sleep(1.2)  # one 1 s window is due
 

@@ -79,6 +79,7 @@ def check_predictions(
 
 def evaluate_detections(annotations: pathlib.Path, predictions: pathlib.Path) -> dict[str, Any]:
     """Return `{map, map50, map75, images, detections}` for bbox detections."""
+    # lazy: optional, faster-coco-eval
     from faster_coco_eval import COCO, COCOeval_faster
 
     gt_data = _load_json(annotations, "annotations")

@@ -115,7 +115,7 @@ def validate_doc(doc: Any) -> list[str]:
         return _errors(_validator(_ROOTED[(group, kind)]), doc, where)
     if "." in group and not group.endswith(".k8s.io"):
         return [f"{where}: no schema for {doc['apiVersion']} {kind}"]
-    try:
+    try:  # lazy: optional (the train extra); without it core kinds go unchecked, said so
         import kubernetes_validate
     except ImportError:
         return [f"{where}: not checked (install kubernetes-validate to check core kinds)"]
@@ -145,6 +145,7 @@ def lint_paths(paths: Iterable[pathlib.Path]) -> tuple[int, list[str]]:
 
 def identity_problems(paths: Iterable[pathlib.Path]) -> list[str]:
     """Every pod's API calls against the Roles, over all the files (`workflows.identity`)."""
+    # lazy (import cost): it pulls hera
     from workflows.identity import identity_problems as problems
 
     docs = [d for path in paths for d in yaml.safe_load_all(path.read_text())

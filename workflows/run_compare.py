@@ -13,6 +13,7 @@ MLflow. Reading is thin; everything after it is pure.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import pathlib
@@ -186,8 +187,6 @@ def _value(text: str) -> Any:
 
 
 def _seconds(node: dict[str, Any]) -> float | None:
-    import datetime as dt
-
     try:
         start, end = (dt.datetime.fromisoformat(str(node[k]).replace("Z", "+00:00"))
                       for k in ("startedAt", "finishedAt"))

@@ -22,6 +22,7 @@ are lists (Go's `http.Header`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any, Mapping
@@ -73,7 +74,6 @@ def _get(current: Any, parts: list[str]) -> Any:
 
 def _as_string(value: Any) -> str:
     """gjson's `Result.String()`: JSON text for objects/arrays, '' for null."""
-    import json
 
     if value is None:
         return ""

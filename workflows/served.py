@@ -18,6 +18,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from serving.errors import ServingError
+from serving.modeldir import load_model_dir
+from serving.runtime import PredictorPool
 from workflows.evaluation import EvaluationError
 
 BATCH = 16
@@ -32,10 +35,10 @@ def served_detections(model_dir: pathlib.Path, ground_truth: Mapping[str, Any],
                       image_root: pathlib.Path, what: str = "model") -> list[dict[str, Any]]:
     """Run the export in `model_dir` on every image of `ground_truth` (files under
     `image_root`); returns a COCO results list. Errors name the directory or file."""
-    from serving.errors import ServingError
-    from serving.modeldir import load_model_dir
+    # lazy (import cost): it pulls pysimdjson
     from serving.protocol import Tensor
-    from serving.runtime import PredictorPool
+
+    # lazy (import cost): it pulls pillow, opencv, pysimdjson
     from serving.service import ModelService
 
     try:

@@ -16,6 +16,7 @@ import numpy as np
 
 def resize(im, op):
     """``Resize``: to ``target_size`` (h, w), or keeping the aspect ratio within it."""
+    # lazy: optional, opencv
     import cv2
 
     h, w = im.shape[:2]

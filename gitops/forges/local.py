@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import pathlib
 import time
+from dataclasses import asdict
 from typing import Any, Callable
 
 from gitops.errors import ConflictError, ForgeError, PullRequestNotFound
@@ -275,7 +276,6 @@ class LocalForge:
 
 def list_open(repo: str | pathlib.Path) -> list[dict[str, Any]]:
     """Open PRs of the GitOps repo at ``repo`` as plain dicts (for ``mlops status``)."""
-    from dataclasses import asdict
 
     forge = LocalForge(repo)
     try:

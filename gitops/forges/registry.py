@@ -9,7 +9,9 @@ is refused.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from gitops.errors import ForgeSetupError, UnknownForgeError
 from gitops.forges.base import Forge
@@ -66,7 +68,6 @@ def forge_api_url(name: str, gitops: str) -> str | None:
     The pipeline's `propose` step and the controller get only the GitOps
     repo's URL, so a self-hosted Gitea or GitLab must be found from it.
     """
-    from urllib.parse import urlsplit
 
     parts = urlsplit(gitops)
     if parts.scheme not in ("http", "https") or not parts.hostname or name not in _API_PATH:
@@ -82,7 +83,6 @@ _PULLS_PAGE = {"github": "/pulls", "gitea": "/pulls", "gitlab": "/-/merge_reques
 def repo_page(url: str) -> str | None:
     """The web page of a repository from its http(s) clone URL (no `.git`, no
     credentials), or None for anything else (ssh, a local path, empty)."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     path = parts.path.rstrip("/")
@@ -107,8 +107,6 @@ def for_gitops(name: str, gitops: str, api_url: str | None = None,
     Without `api_url` the API root comes from `$MLOPS_FORGE_API`, else from
     the GitOps repo's URL (`forge_api_url`).
     """
-    import os
-    from urllib.parse import urlsplit
 
     if name == "local":
         return create("local", gitops)

@@ -22,6 +22,7 @@ Settings live in the bare repo's git config (`mlops.branch`,
 `mlops.botIdentity`, `mlops.runsDir`), written at install time.
 """
 
+import fcntl
 import json
 import os
 import pathlib
@@ -236,7 +237,6 @@ def run_queued(lock: pathlib.Path, argv: list[str]) -> int:
     time on the same cores; the lock is released when the run ends, even if
     it is killed (the kernel drops a dead process's flock).
     """
-    import fcntl
 
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -23,6 +23,7 @@ import yaml
 from contracts.traffic import TrafficError, read_routes
 from gitops.people import current_user
 from gitops.repo import Mirror
+from mlops.errors import UserError
 from promotion.decision.state import CanaryState, dump_state, load_state
 from promotion.gitrepo.steering import canary_action
 
@@ -42,8 +43,6 @@ def _status(args: argparse.Namespace) -> int:
             split = {name: mirror.show(tip, f"apps/{args.model}/{name}") if tip else None
                      for name in ("destinationrule.yaml", "virtualservice.yaml")}
     if text is None:
-        from mlops.errors import UserError
-
         raise UserError(f"apps/{args.model}/promotion.yaml not found on {args.branch!r} of "
                         f"{args.gitops}")
     state = load_state(text, f"apps/{args.model}/promotion.yaml")

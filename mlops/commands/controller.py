@@ -19,10 +19,22 @@ import sys
 import threading
 from typing import Any
 
+import yaml
+
+from contracts.names import model_name_problem
+from gitops.forges.registry import for_gitops
+from local.platform.workdir import Workdir
+from mlops.errors import UserError
+from promotion.cluster.readiness import KubernetesReadiness
 from promotion.controller import Controller, ControllerConfig
 from promotion.controller_metrics import ControllerMetrics
 from promotion.decision.policy import CanaryPolicy
+from promotion.gitrepo.propose import branch_name
+from promotion.metrics.presets import QueryPreset, get_preset
+from promotion.metrics.probe import HttpProbe
 from promotion.metrics.prometheus import PrometheusSource
+from promotion.reports.notify import Notifier
+from workflows.settings import load_settings
 
 #: The preset a policy gets when it names none: the router's view of the runtime
 #: the controller reads readiness from (what clients see), `model` without one.
@@ -37,8 +49,6 @@ def _sources(url: str, preset: str | None, default: str = "model") -> Any:
         key = (name, policy.metrics.namespace)
         if key not in cache:
             if name == "custom":
-                from promotion.metrics.presets import QueryPreset
-
                 chosen: Any = QueryPreset.from_mapping("custom", policy.metrics.queries or {})
             else:
                 chosen = name
@@ -53,8 +63,6 @@ def _sources(url: str, preset: str | None, default: str = "model") -> Any:
 def _commenter(args: argparse.Namespace) -> Any:
     if not args.forge:
         return None
-    from gitops.forges.registry import for_gitops
-    from promotion.gitrepo.propose import branch_name
 
     forge = for_gitops(args.forge, args.gitops, args.forge_url, args.forge_repo)
 
@@ -80,16 +88,12 @@ def _readiness(args: argparse.Namespace) -> Any:
     if choice == "none":
         return None
     if choice == "kubernetes":
-        from promotion.cluster.readiness import KubernetesReadiness
-
         return KubernetesReadiness(args.readiness_namespace)
     if not workdir:
-        from mlops.errors import UserError
-
         raise UserError("--readiness local needs the platform's work dir "
                         "(--platform-workdir DIR or $MLOPS_WORKDIR)")
+    # lazy (import cost): `mlops --help` does not load it
     from local.platform.readiness import PlatformReadiness
-    from local.platform.workdir import Workdir
 
     return PlatformReadiness(Workdir(pathlib.Path(workdir)))
 
@@ -98,15 +102,12 @@ def _prober(args: argparse.Namespace, readiness: Any) -> Any:
     """Who asks stable and canary the same probe images (`promotion/metrics/probe.py`): through
     the local platform's HAProxy, or the model's Service in the cluster (the header
     match of its VirtualService needs the controller's pod in the mesh), or a template."""
-    from promotion.metrics.probe import HttpProbe
 
     template = args.probe_url
     if template == "off":
         return None
     if template:
         if "{model}" not in template:
-            from mlops.errors import UserError
-
             raise UserError(f"--probe-url {template!r}: write the router's address with "
                             "{model}, e.g. http://{model}.models.svc.cluster.local:8080")
         return HttpProbe(lambda model: template.format(model=model))
@@ -122,17 +123,14 @@ def _prober(args: argparse.Namespace, readiness: Any) -> Any:
 def build(args: argparse.Namespace) -> Controller:
     """The controller the arguments describe (tests build it the same way)."""
     if args.preset:
-        from promotion.metrics.presets import get_preset
-
         get_preset(args.preset)  # an unknown name fails here, listing the choices
     notifier = None
     webhook = args.webhook or os.environ.get("MLOPS_WEBHOOK_URL")  # a secret: env, not argv
     if webhook:
-        from promotion.reports.notify import Notifier
-
         notifier = Notifier(webhook)
     refresher = None
     if args.argocd_namespace:
+        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.argocd import ArgoRefresher
 
         refresher = ArgoRefresher(args.argocd_namespace, host=args.kube_api)
@@ -167,8 +165,6 @@ def _run(args: argparse.Namespace) -> int:
         if args.once:
             outcomes = controller.tick()
             if controller.last_error is not None:
-                from mlops.errors import UserError
-
                 raise UserError(f"cannot read the GitOps repo: {controller.last_error}")
             for outcome in outcomes:
                 print(f"{outcome.model}: {outcome.kind}/{outcome.cause}: {outcome.reason}"
@@ -285,8 +281,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _application_name(value: str) -> str:
-    from contracts.names import model_name_problem
-
     problem = model_name_problem(value)
     if problem:
         raise argparse.ArgumentTypeError(problem)
@@ -294,19 +288,17 @@ def _application_name(value: str) -> str:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    import yaml
-
+    # lazy (import cost): `mlops --help` does not load it
     from promotion.cluster.deploy import controller_manifests
 
     applications = list(args.application)
     if args.applications_from:
+        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.applications import applications_in
 
         applications += applications_in(args.applications_from)
     pull = list(args.image_pull_secret)
     if args.settings:
-        from workflows.settings import load_settings
-
         pull = [*load_settings(args.settings).image_pull_secrets, *pull]
     docs = controller_manifests(
         gitops_url=args.gitops, prometheus_url=args.prometheus, image=args.image,

@@ -10,6 +10,7 @@ from mlops.demo import scenarios
 
 
 def _demo(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
     from mlops.demo.story import play
 
     return play(args)

@@ -10,10 +10,11 @@ import argparse
 import pathlib
 import sys
 
+from mlops.errors import UserError
+
 
 def _root(value: str | None) -> pathlib.Path:
     """The project checkout: `--root`, else the one this package was installed from."""
-    from mlops.errors import UserError
 
     root = pathlib.Path(value).resolve() if value else \
         pathlib.Path(__file__).resolve().parents[2]
@@ -24,6 +25,7 @@ def _root(value: str | None) -> pathlib.Path:
 
 
 def _build(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
     from mlops.images.build import build_all, select
     from mlops.images.podman import Store
 
@@ -37,6 +39,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
     from mlops.images.build import IMAGES
 
     for spec in IMAGES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 from typing import Any
@@ -95,8 +96,7 @@ def _fmt_weight(value: Any) -> str:
 
 
 def _runs(dirs: list[str]) -> list[dict[str, Any]]:
-    import dataclasses
-
+    # lazy (import cost): `mlops --help` does not load it
     from workflows import run_events
 
     runs = []

@@ -6,16 +6,15 @@ one parser, one code path, whether a person or the WorkflowTemplate calls it.
 
 import argparse
 
+from workflows.steps.propose import add_arguments, run_args
+
 
 def _propose(args: argparse.Namespace) -> int:
-    from workflows.steps.propose import run_args
-
     return run_args(args)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `mlops promote propose`."""
-    from workflows.steps.propose import add_arguments
 
     parser = subparsers.add_parser("promote", help="propose a trained model for serving")
     sub = parser.add_subparsers(dest="promote_command", metavar="ACTION", required=True)

@@ -4,15 +4,17 @@ import argparse
 import pathlib
 
 from mlops.errors import UserError
+from workflows.config import load_config
+from workflows.settings import load_settings
 
 
 def _run(args: argparse.Namespace) -> int:
     # Imported here: Hera's models take seconds to import, and every other
     # `mlops` command should not pay for them.
     from local.argo.runner import run_workflow, workflow_parameters
-    from workflows.config import load_config
+
+    # lazy (import cost): `mlops --help` does not load it; it pulls hera
     from workflows.pipeline import build_workflow_template
-    from workflows.settings import load_settings
 
     loaded = load_config(args.path)
     settings = load_settings(args.settings)

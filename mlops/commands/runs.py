@@ -15,13 +15,14 @@ import argparse
 import json
 import pathlib
 
+from mlops.errors import UserError
+
 
 def _compare(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
     from workflows.run_compare import compare, find_run, read_run, render_table
 
     if len(args.run) < 2:
-        from mlops.errors import UserError
-
         raise UserError("mlops runs compare: name two or more runs (paths, or names under "
                         "--runs DIR)")
     roots = [pathlib.Path(r).expanduser() for r in args.runs]

@@ -8,6 +8,12 @@ import signal
 import sys
 
 from mlops.errors import UserError
+from serving.options import (
+    DEFAULT_BATCH_MAX_SIZE,
+    DEFAULT_BATCH_TIMEOUT_MS,
+    DEFAULT_WORKERS,
+    ServingOptions,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -102,16 +108,20 @@ def run_serve(args: argparse.Namespace) -> int:
     # Paddle's CPU kernels use OpenMP; left unset, every predictor thread may
     # start one OpenMP thread per core and they fight over the same cores.
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, args.math_threads)))
+    # lazy (import cost): `mlops --help` does not load it; it pulls pillow, opencv, pysimdjson
     from serving.dataplane import ServerSettings
+
+    # lazy (import cost): `mlops --help` does not load it
     from serving.modeldir import load_model_dir
-    from serving.options import (
-        DEFAULT_BATCH_MAX_SIZE,
-        DEFAULT_BATCH_TIMEOUT_MS,
-        DEFAULT_WORKERS,
-        ServingOptions,
-    )
+
+    # lazy (import cost): `mlops --help` does not load it; it pulls pillow, pysimdjson
     from serving.preprocess import MAX_REQUEST_PIXELS, ImageOptions
+
+    # lazy (import cost): `mlops --help` does not load it
     from serving.runtime import default_threads
+
+    # lazy (import cost): `mlops --help` does not load it;
+    # it pulls pillow, opencv, pysimdjson, starlette, uvicorn
     from serving.server import serve
 
     model = load_model_dir(args.model_dir)
@@ -185,6 +195,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def run_load_command(args: argparse.Namespace) -> int:
     """Run the load generator and print its report."""
+    # lazy (import cost): `mlops --help` does not load it; it pulls pysimdjson
     from serving.loadgen import LoadError, default_images_dir, load_images, run_load
 
     images_dir = args.images or default_images_dir()

@@ -16,12 +16,18 @@ import pathlib
 import sys
 from typing import Any
 
+import yaml
+
+from gitops.people import current_user
+from local.platform.workdir import Workdir, default_workdir, load_config
+from mlops.commands.pr import forge_from_args
+from mlops.errors import UserError
+from workflows.settings import load_settings
+
 
 def ui_config(args: argparse.Namespace) -> Any:
     """The UI's settings from the options, completed from the platform's work dir."""
-    from gitops.people import current_user
-    from local.platform.workdir import Workdir, default_workdir, load_config
-    from mlops.errors import UserError
+    # lazy (import cost): `mlops --help` does not load it; it pulls starlette
     from mlops.ui.app import UiConfig
 
     root = pathlib.Path(args.workdir).expanduser().resolve() if args.workdir else \
@@ -39,8 +45,6 @@ def ui_config(args: argparse.Namespace) -> Any:
                                     forge_api=args.forge_api, repo=gitops)
 
     def forge() -> Any:
-        from mlops.commands.pr import forge_from_args
-
         return forge_from_args(forge_args)
 
     runs = [pathlib.Path(r).expanduser() for r in args.runs]
@@ -64,15 +68,15 @@ def ui_config(args: argparse.Namespace) -> Any:
 def _settings(args: argparse.Namespace) -> Any:
     """The pipeline's settings (`--settings FILE`, else the defaults): the namespace its
     Workflows run in, the pods' image pull secrets."""
-    from workflows.settings import load_settings
 
     return load_settings(args.settings)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
     import uvicorn
 
-    from mlops.errors import UserError
+    # lazy (import cost): `mlops --help` does not load it; it pulls starlette
     from mlops.ui.app import create_app
 
     config = ui_config(args)
@@ -97,8 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    import yaml
-
+    # lazy (import cost): `mlops --help` does not load it
     from mlops.ui.manifests import ui_manifests
 
     settings = _settings(args)

@@ -27,6 +27,7 @@ def _settings(args: argparse.Namespace) -> Any:
 def _render(args: argparse.Namespace) -> int:
     loaded = load_config(args.path)  # a broken config stops here, before any write
     settings = _settings(args)
+    # lazy (import cost): `mlops --help` does not load it; it pulls hera, jsonschema
     from workflows.render import write_manifests
 
     for path in write_manifests(loaded, settings, pathlib.Path(args.out)):
@@ -37,6 +38,7 @@ def _render(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     loaded = load_config(args.path)
     settings = _settings(args)
+    # lazy (import cost): `mlops --help` does not load it; it pulls hera
     from workflows.submit import commit_parameters, submit
 
     params = commit_parameters(loaded.repo_dir, args.repo_url, args.revision, args.ref)
@@ -58,6 +60,7 @@ def _lint(args: argparse.Namespace) -> int:
     target = pathlib.Path(args.dir)
     if not target.exists():
         raise LintFailed(f"{target}: no such file or directory")
+    # lazy (import cost): `mlops --help` does not load it; it pulls jsonschema
     from workflows.lint import identity_problems, lint_paths, yaml_files
 
     files = yaml_files(target)

@@ -33,6 +33,7 @@ from typing import Any
 from cogs.ports import free_port
 from contracts.artifact import ArtifactError, read_record_data
 from contracts.errors import ExitCode
+from gitops.forges.local import list_open
 from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops.demo import modelrepo, scenarios, timeline, watch
@@ -281,8 +282,6 @@ class Demo:
         return time.time()
 
     def wait_pr(self, version: str) -> int:
-        from gitops.forges.local import list_open
-
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for pr in list_open(self.gitops):
@@ -441,7 +440,6 @@ class Demo:
         version = record["version"]
         if record["outcome"] == "gate_refused":
             print(f"the gate refused {version}: {run['gate']['reason']}")
-            from gitops.forges.local import list_open
             record["pull_requests"] = [pr["number"] for pr in list_open(self.gitops)
                                        if version and version in (pr.get("title") or "")]
             return

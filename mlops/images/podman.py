@@ -30,6 +30,7 @@ No registry is reachable: every image is local and every call passes
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -146,7 +147,6 @@ class Store:
         proc = self.podman("image", "inspect", "--format", "{{json .Labels}}", name, check=False)
         if proc.returncode != 0:
             return None
-        import json
 
         return dict(json.loads(proc.stdout.strip() or "{}") or {})
 

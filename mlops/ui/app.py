@@ -27,19 +27,25 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from contracts.errors import ExitCode, MlopsError
+from gitops.forges import registry
 from gitops.git import line_problem
+from local.platform import lifecycle
+from local.platform.workdir import Workdir
 from mlops.errors import UserError
 from mlops.ui import live as live_charts
 from mlops.ui import models as model_pages
 from mlops.ui import proposals as proposal_pages
 from mlops.ui import runs as run_pages
 from mlops.ui.actions import Actions, http_status
+from mlops.ui.argo import ArgoRuns
 from mlops.ui.live import live_rates
 from mlops.ui.source import GitopsSource
 from mlops.ui.stream import page_events
@@ -110,7 +116,6 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     def forge() -> Any:
         if config.forge is not None:
             return config.forge()
-        from gitops.forges import registry
 
         return registry.create("local", config.gitops)
 
@@ -119,8 +124,6 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         """Errors meant for a person as their message; the rest logged, one line out."""
         async def endpoint(request: Request) -> Response:
-            from starlette.concurrency import run_in_threadpool
-
             try:
                 result = await run_in_threadpool(fn, request)
             except MlopsError as exc:
@@ -180,8 +183,6 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     def platform() -> tuple[dict[str, Any], str | None]:
         if config.workdir is None:
             return {}, None
-        from local.platform import lifecycle
-        from local.platform.workdir import Workdir
 
         try:
             return lifecycle.status(Workdir(config.workdir)).get("models", {}), None
@@ -234,8 +235,6 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
 
     argo = None
     if config.argo_server:
-        from mlops.ui.argo import ArgoRuns
-
         argo = ArgoRuns(config.argo_server, config.argo_namespace, ca=config.argo_ca,
                         insecure=config.argo_insecure)
 
@@ -315,7 +314,5 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     ], lifespan=lifespan)
     app.state.stopping = stopping
     if config.allowed_hosts:
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
-
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
     return app

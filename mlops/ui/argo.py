@@ -20,11 +20,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 from typing import Any
 
 import requests
+import urllib3
 
 from contracts.errors import ExitCode, MlopsError
+from mlops.errors import UserError
 
 TOKEN_ENV = "ARGO_TOKEN"  # = workflows.submit.TOKEN_ENV (that module needs Hera)
 
@@ -96,18 +99,12 @@ class ArgoRuns:
             self.session.headers["Authorization"] = \
                 token if token.startswith("Bearer ") else f"Bearer {token}"
         if ca and insecure:
-            from mlops.errors import UserError
-
             raise UserError("--argo-ca and --argo-insecure: choose one")
         if ca:
             if not os.path.isfile(ca):
-                from mlops.errors import UserError
-
                 raise UserError(f"--argo-ca {ca}: no such file (a PEM CA bundle)")
             self.verify: bool | str = ca
         elif insecure:
-            import urllib3
-
             # Asked for by name (`--argo-insecure`); the warning would repeat per request.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
             self.verify = False
@@ -144,7 +141,6 @@ class ArgoRuns:
 
     def runs(self, limit: int = 20, now: float | None = None) -> list[dict[str, Any]]:
         """The newest `limit` Workflows, newest first."""
-        import time
 
         body = self._get("", {"listOptions.limit": str(limit)}).json()
         items = body.get("items") or []
@@ -156,8 +152,6 @@ class ArgoRuns:
     def workflow(self, name: str) -> dict[str, Any]:
         """One Workflow's JSON (for the Compare view)."""
         if not name or "/" in name:
-            from mlops.errors import UserError
-
             raise UserError(f"argo:{name}: not a workflow name")
         doc = self._get(f"/{name}", {}).json()
         return doc if isinstance(doc, dict) else {}
@@ -178,8 +172,6 @@ class ArgoRuns:
         """The log of `argo:<workflow>/<pod>` (the step's main container)."""
         workflow, _, pod = ref.removeprefix("argo:").partition("/")
         if not workflow or not pod or "/" in pod:
-            from mlops.errors import UserError
-
             raise UserError(f"{ref}: not a step of a workflow")
         res = self._get(f"/{workflow}/log", {"podName": pod, "logOptions.container": "main"})
         lines = []

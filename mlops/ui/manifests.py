@@ -33,6 +33,7 @@ import copy
 from typing import Any, Sequence
 
 from cogs.pods import container_security, pod_security
+from mlops.errors import UserError
 from promotion.cluster.deploy import forge_token_env, git_token_env
 
 NAME = "mlops-ui"
@@ -108,7 +109,6 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  forge_secret: str = "mlops-forge",
                  image_pull_secrets: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Deployment and Service, plus the Argo Server reader when there is no `argo_secret`."""
-    from mlops.errors import UserError
 
     if actions and not (token_secret or proxy_user):
         raise UserError("actions in a cluster need --token-secret or --proxy-user (who may "

@@ -13,7 +13,9 @@ import pathlib
 import time
 from typing import Any, Sequence
 
+from mlops.errors import UserError
 from workflows import run_events
+from workflows.run_compare import compare, read_run, record_of_workflow
 
 LOG_TAIL = 64 * 1024
 
@@ -58,8 +60,6 @@ def read_log(roots: Sequence[pathlib.Path], path: str) -> str:
     """The tail of a step's log, if `path` is inside one of the runs' directories."""
     target = pathlib.Path(path).resolve()
     if not any(target.is_relative_to(pathlib.Path(r).resolve()) for r in roots):
-        from mlops.errors import UserError
-
         raise UserError(f"{path}: not a log of a run under {', '.join(map(str, roots))}")
     if not target.is_file():
         return ""
@@ -74,8 +74,6 @@ def compare_view(roots: Sequence[pathlib.Path], outs: Sequence[str],
     """Two or more of the listed runs side by side (`workflows.run_compare`, as
     `mlops runs compare` prints them): local runs under the UI's run directories, and
     `argo:NAME` Workflows from its Argo Server."""
-    from mlops.errors import UserError
-    from workflows.run_compare import compare, read_run, record_of_workflow
 
     if len(outs) < 2:
         raise UserError("compare: pick two or more runs (run=OUT&run=OUT)")

@@ -57,6 +57,7 @@ def disagreement(ground_truth: Mapping[str, Any], candidate: Detections,
 def pr_curve(ground_truth: Mapping[str, Any], detections: Detections
              ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(recall thresholds, precision) at IoU 0.5, all areas, 100 detections, class mean."""
+    # lazy: optional, faster-coco-eval
     from faster_coco_eval import COCO, COCOeval_faster
 
     if not detections:  # nothing found: precision 0 at every recall
@@ -75,9 +76,11 @@ def pr_curve(ground_truth: Mapping[str, Any], detections: Detections
 
 
 def _pyplot() -> Any:
+    # lazy: optional, matplotlib (controller extra)
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: optional, matplotlib (controller extra)
     import matplotlib.pyplot as plt
 
     return plt
@@ -100,6 +103,7 @@ def plot_pr_curves(curves: Mapping[str, tuple[NDArray[np.float64], NDArray[np.fl
 
 def _draw(ax: Any, image: Any, boxes: Detections, truth: Sequence[Mapping[str, Any]],
           names: Mapping[int, str], threshold: float, colour: str, title: str) -> None:
+    # lazy: optional, matplotlib (controller extra)
     from matplotlib.patches import Rectangle
 
     ax.imshow(image)
@@ -123,6 +127,7 @@ def plot_disagreements(ground_truth: Mapping[str, Any], image_root: pathlib.Path
                        count: int = 6, threshold: float = 0.5) -> list[int]:
     """A grid: one row per image (the `count` first of `ranked`), candidate left, production
     right; dashed white boxes are the ground truth. Returns the image ids drawn."""
+    # lazy: optional, pillow
     from PIL import Image
 
     plt = _pyplot()

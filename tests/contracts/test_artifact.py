@@ -19,6 +19,8 @@ from contracts.artifact import (
     write_record_data,
 )
 from contracts.errors import ExitCode
+from promotion.gitrepo import propose
+from workflows.steps import publish
 
 WEIGHTS = b"weights"
 
@@ -81,7 +83,5 @@ def test_weights_other_than_the_evaluated_ones_are_a_digest_mismatch(tmp_path):
 
 def test_the_record_model_is_the_one_every_room_imports():
     """One home: propose, publish and the controller fixtures use this class, not a twin."""
-    from promotion.gitrepo import propose
-    from workflows.steps import publish
 
     assert propose.ModelRecord is ModelRecord and publish.ModelRecord is ModelRecord

@@ -30,6 +30,7 @@ from contracts.traffic import (
     set_weights,
     weights_by_version,
 )
+from promotion.cluster.deploy import MESH_LABEL, controller_manifests
 from promotion.metrics.probe import HttpProbe
 from serving import manifests
 from tests.manifest_validation import validate_manifest
@@ -145,7 +146,6 @@ def test_the_controllers_pod_is_in_the_mesh():
     asks for one: Istio's pod label `sidecar.istio.io/inject: "true"` injects it whatever
     the namespace's label (istio.io, "Installing the Sidecar", controlling the injection
     policy); the selector stays as it was, so an upgrade does not orphan the old pod."""
-    from promotion.cluster.deploy import MESH_LABEL, controller_manifests
 
     docs = controller_manifests(gitops_url="https://git.example.com/gitops.git",
                                 prometheus_url="http://prometheus.monitoring:9090")

@@ -18,7 +18,7 @@ from datapins.prepare import prepare
 from datapins.snapshot import snapshot
 from datapins.sources import open_source
 from mlops.cli import main
-from tests.fixtures.data import edit_annotations
+from tests.fixtures.data import edit_annotations, write_coco_dataset
 
 
 def _pin(source):
@@ -152,7 +152,6 @@ def test_cli_prepare_exit_codes_and_one_line_errors(coco_dataset, tmp_path, caps
 def test_a_truncated_jpeg_passes_verify_and_is_refused_by_full_decode(tmp_path):
     """Pillow's `Image.verify()` checks a JPEG's header only (a PNG's chunk CRCs, above);
     `--full-decode` decodes every pixel and finds the missing half."""
-    from tests.fixtures.data import write_coco_dataset
 
     source = write_coco_dataset(tmp_path / "jpeg", {"train": 2, "val": 1}, side=64, fmt="JPEG")
     cut = source / "images" / "train" / "000002.jpg"

@@ -1,13 +1,15 @@
 """`mlops data snapshot` (issue 29): a COCO dataset pinned by content in a lock file."""
 
+import hashlib
 import json
 import shutil
 
+import orjson
 import pytest
 
 from contracts.errors import ExitCode
 from datapins.errors import DataError
-from datapins.lock import dumps, read_lock, write_lock
+from datapins.lock import dataset_digest, dumps, read_lock, write_lock
 from datapins.snapshot import snapshot
 from datapins.sources import open_source
 from mlops.cli import main
@@ -24,7 +26,6 @@ def test_snapshot_pins_every_split_image_and_class(coco_dataset):
     first = train.images[0]
     data = (coco_dataset / first.path).read_bytes()
     assert first.size == len(data)
-    import hashlib
     assert first.sha256 == hashlib.sha256(data).hexdigest()
     assert lock.source == coco_dataset.resolve().as_uri()
 
@@ -95,11 +96,6 @@ def test_cli_snapshot_writes_the_lock_and_refuses_a_non_dataset(coco_dataset, tm
 
 def test_the_digest_is_sha256_of_the_sorted_key_json_of_the_splits(coco_dataset):
     """The streamed serialisation is the plain one, byte for byte: the format's definition."""
-    import hashlib
-
-    import orjson
-
-    from datapins.lock import dataset_digest
 
     lock = snapshot(open_source(str(coco_dataset)), "w48")
     plain = {name: split.model_dump() for name, split in lock.splits.items()}

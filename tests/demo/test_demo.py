@@ -3,6 +3,7 @@
 The whole demo, with real parts, is played in tests/demo/test_demo_e2e.py.
 """
 
+import argparse
 import pathlib
 import re
 import subprocess
@@ -11,9 +12,11 @@ import sys
 import pytest
 import yaml
 
+from mlops.cli import main
 from mlops.demo import modelrepo, scenarios, timeline, watch
-from mlops.demo.story import _training_progress
+from mlops.demo.story import Demo, _training_progress, _val_images
 from promotion.decision.state import load_state
+from tests.fixtures.common import free_port
 from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -36,7 +39,6 @@ def test_plan_rejects_an_unknown_scenario_naming_the_choices():
 def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(name):
     """The demo's example table matches the repos: directory = mlops.yaml's model, and
     the first push's epochs are train.py's default (the good push trains two more)."""
-    import re
 
     root = pathlib.Path(__file__).resolve().parents[2] / "examples" / name
     example = scenarios.example(name)
@@ -68,7 +70,6 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
 def test_an_unknown_example_is_refused_naming_the_known_ones(capsys):
     with pytest.raises(ValueError, match="shapes-detector, products-yolov3"):
         scenarios.example("cats")
-    from mlops.cli import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--example", "cats"])
@@ -218,7 +219,6 @@ def test_views_drop_a_drained_rolled_back_version_and_show_missing_numbers_as_da
 def test_the_demo_reads_live_rates_where_the_ui_does():
     """One home for the live rates (issue 28): the status line asks `promotion.metrics.live`
     with the controller's preset; an unreachable Prometheus is no numbers, not a crash."""
-    from tests.fixtures.common import free_port
 
     assert watch.observe(f"http://127.0.0.1:{free_port()}", "m", ["v1"]) == {}
     assert not hasattr(watch, "queries")  # no hand-written PromQL beside the presets
@@ -258,9 +258,6 @@ def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capf
     writes the week into the work dir's shared storage, `mlops data snapshot` pins it in
     the model repo's lock, and week 2 shows the diff the PR will carry. The dataset is
     shrunk (32 training images) to keep this in seconds; the platform is not started."""
-    import argparse
-
-    from mlops.demo.story import Demo
 
     demo = Demo(argparse.Namespace(workdir=str(tmp_path / "w"), example="shapes-detector"))
     demo.generator_args = ["--num-train", "32", "--num-val", "4"]
@@ -292,7 +289,6 @@ def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capf
 def test_the_load_plays_the_val_images_prepare_data_laid_out(tmp_path):
     """With pins the checkout holds no images: the demo's load reads the val split from
     the run's prepared data (an example without pins: from its checkout's data/val)."""
-    from mlops.demo.story import _val_images
 
     (tmp_path / "sha1" / "out" / "data" / "images" / "val").mkdir(parents=True)
     assert _val_images(tmp_path) == tmp_path / "sha1" / "out" / "data" / "images" / "val"

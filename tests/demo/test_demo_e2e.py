@@ -10,6 +10,7 @@ reuse the good weights; four canaries), so it runs once per session and every
 test reads its results.
 """
 
+import argparse
 import fnmatch
 import json
 import os
@@ -21,7 +22,10 @@ import tempfile
 
 import pytest
 
-from local.platform import procs
+from gitops.forges.local import LocalForge
+from local.platform import lifecycle, procs
+from local.platform.workdir import Workdir
+from mlops.demo.story import Demo
 from tests.fixtures.images import store_root
 
 pytestmark = pytest.mark.slow
@@ -117,7 +121,6 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
 def test_the_good_push_is_week_2s_data_and_its_pr_shows_the_data_diff(demo_all):
     """Issue 29: the weekly retrain is a new data pin; its PR says what changed in the data
     against production's pin (week 1): images per split, classes, the label shift."""
-    from gitops.forges.local import LocalForge
 
     work, _, _ = demo_all
     good = next(s for s in _summary(work)["scenarios"] if s["scenario"] == "good")
@@ -215,11 +218,6 @@ def _another_live_paddle(path: str, alive: set[str]) -> bool:
 def test_a_second_run_on_the_same_work_dir_replaces_the_first(demo_all):
     """Set-up only (the repos and the platform come back fresh); the full replay
     would take another 8 minutes and runs the same code as the first."""
-    import argparse
-
-    from local.platform import lifecycle
-    from local.platform.workdir import Workdir
-    from mlops.demo.story import Demo
 
     work, _, _ = demo_all
     args = argparse.Namespace(workdir=str(work), scenario="good", wait_approval=False,

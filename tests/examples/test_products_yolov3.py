@@ -27,8 +27,10 @@ import yaml
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from serving.ppdet_config import PPDetConfig
 from tests.fixtures.serving import start_server, stop_server
 from tests.fixtures.training import training_env
+from workflows.evaluation import evaluate_detections
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "products-yolov3"
@@ -124,6 +126,7 @@ def test_the_annotations_are_valid_coco_with_every_class_at_several_scales(small
 # ---- training ---------------------------------------------------------------------------------
 
 def test_a_few_training_steps_reduce_the_yolo_loss(small_data):
+    # lazy (collection cost): paddle loads only when this runs
     import paddle
 
     model = example_module("model")
@@ -172,8 +175,8 @@ def test_a_flip_mirrors_the_targets(small_data):
 
 def test_the_preprocessing_is_the_servers(small_data):
     """The example's own copy of PaddleDetection's preprocessing equals serving.ppdet's."""
+    # lazy (collection cost): it pulls pillow, pysimdjson
     from serving.ppdet import apply_ops
-    from serving.ppdet_config import PPDetConfig
 
     model = example_module("model")
     train = example_module("train")
@@ -214,6 +217,7 @@ def trained(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_export_is_paddledetections(trained):
+    # lazy (collection cost): paddle loads only when this runs
     from paddle import inference
 
     out, _ = trained
@@ -236,8 +240,6 @@ def test_the_export_is_paddledetections(trained):
 
 @pytest.mark.slow
 def test_the_pipelines_map_equals_pycocotools_on_the_examples_files(trained, tmp_path):
-    from workflows.evaluation import evaluate_detections
-
     out, data = trained
     val = data / "val.json"
     gt = json.loads(val.read_text())
@@ -263,6 +265,7 @@ def test_the_pipelines_map_equals_pycocotools_on_the_examples_files(trained, tmp
 
 @pytest.mark.slow
 def test_mlops_serve_answers_encoded_images_as_the_export_does(trained, tmp_path):
+    # lazy (collection cost): paddle loads only when this runs
     from paddle import inference
 
     out, data = trained
@@ -313,7 +316,6 @@ def test_mlops_serve_answers_encoded_images_as_the_export_does(trained, tmp_path
 def test_drills_are_written_in_the_shape_the_server_accepts():
     """--drill-* become infer_cfg.yml's `fault:` (PPDetConfig takes it) and --drill-skew
     swaps NormalizeImage's mean and std, or turns its is_scale off, in the served file only."""
-    from serving.ppdet_config import PPDetConfig
 
     model = example_module("model")
     train = example_module("train")

@@ -1,5 +1,7 @@
 """The example's dataset generator: deterministic, idempotent, valid COCO, clear errors."""
 
+import collections
+import importlib.util
 import json
 import subprocess
 import sys
@@ -7,7 +9,7 @@ import sys
 import pytest
 from pycocotools.coco import COCO
 
-from tests.fixtures.training import EXAMPLE, example_module, training_env
+from tests.fixtures.training import EXAMPLE, ROOT, example_module, training_env
 
 shapes_data = example_module("shapes_data")
 
@@ -93,10 +95,6 @@ def test_bad_flags_are_one_line_errors(tmp_path, flags, message):
 def test_week_2_keeps_week_1s_bytes_retires_adds_and_shifts_the_class_mix(tmp_path, module):
     """Both examples' generators write weeks in the layout `mlops data snapshot` pins;
     week 1 is the dataset ensure_dataset makes, image for image (issue 29)."""
-    import collections
-    import importlib.util
-
-    from tests.fixtures.training import ROOT
 
     folder = "products-yolov3" if module == "shelf_data" else "shapes-detector"
     spec = importlib.util.spec_from_file_location(

@@ -9,10 +9,13 @@ real: the end-to-end test pushes to a real bare repo and only the PR API is fake
 
 import pytest
 
+from gitops import layout
 from gitops.approval import approve
 from gitops.errors import DigestMismatchError, ForgeError, PullRequestNotFound, UnknownForgeError
 from gitops.forges import registry
+from gitops.forges._http import check_api_url
 from gitops.forges.base import Forge
+from gitops.forges.registry import create
 from gitops.proposal import parse_record, propose
 from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
@@ -182,7 +185,6 @@ def github_fake(guarded_repo):
 
 def test_propose_and_approve_through_github_api_with_real_git(guarded_repo, github_fake, tmp_path):
     """Branch and digest check are real git; only the PR API is the fake GitHub."""
-    from gitops import layout
 
     WriteBack(guarded_repo, backoff=FAST).commit(
         "main",
@@ -293,8 +295,6 @@ def test_forge_api_url_comes_from_the_gitops_url():
 
 @pytest.mark.parametrize("flavour", ["gitlab", "gitea"])
 def test_cli_finds_a_self_hosted_forge_from_the_repo_url(flavour, monkeypatch, capsys):
-    from tests.fixtures.gitops import FakeForge
-
     fake = FakeForge(flavour).start()
     try:
         monkeypatch.delenv("MLOPS_FORGE_API", raising=False)
@@ -313,8 +313,6 @@ def test_cli_finds_a_self_hosted_forge_from_the_repo_url(flavour, monkeypatch, c
 def test_forge_token_is_never_sent_in_the_clear(forge, api, monkeypatch):
     """Hardening finding 9: the API root came from the GitOps URL, and an http:// URL
     sent the token in a header in the clear. Refused before any request is made."""
-    from gitops.errors import ForgeError
-    from gitops.forges.registry import create
 
     monkeypatch.setenv({"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN",
                         "gitea": "GITEA_TOKEN"}[forge], "tok")
@@ -325,6 +323,4 @@ def test_forge_token_is_never_sent_in_the_clear(forge, api, monkeypatch):
 @pytest.mark.parametrize("api", ["https://forge.example.com/api/v1", "http://127.0.0.1:3000/api",
                                  "http://localhost:3000/api/v4"])
 def test_https_and_loopback_api_roots_are_accepted(api):
-    from gitops.forges._http import check_api_url
-
     check_api_url(api, "gitea")  # no error

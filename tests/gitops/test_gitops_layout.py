@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from contracts.traffic import weights_by_version
-from gitops import layout, yamlio
+from gitops import layout, proposal, yamlio
 from gitops.errors import BrokenManifestError, GitOpsError
 from gitops.repo import Mirror, init_repo
 from gitops.writeback import Message, WriteBack
@@ -282,6 +282,4 @@ def test_mirror_export_roundtrip(tmp_path):
 
 
 def test_annotation_constant_matches_serving():
-    from gitops import proposal
-
     assert proposal.ANNOTATION_WEIGHTS_SHA256 == manifests.ANNOTATION_WEIGHTS_SHA256

@@ -8,17 +8,25 @@ git repos; the schemas are the upstream ones in workflows/schemas/.
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
 import subprocess
 
 import pytest
 import yaml
 
 from contracts.names import MAX_MODEL_NAME, MAX_WORKERS, derived_names, model_name_problem
+from gitops import layout
+from gitops.errors import GitOpsError
 from mlops import cli
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.lint import lint_tree, policy_problems
+from serving import manifests
 from tests.fixtures.production import put_in_production
+from workflows.config import load_config
+from workflows.errors import ConfigError
+from workflows.resources import ResourceTemplate
 
 MODEL = "shapes"
 
@@ -43,7 +51,6 @@ def _edit(repo: pathlib.Path, tmp_path: pathlib.Path, change) -> None:
     change(work)
     env = {"GIT_AUTHOR_NAME": "Human", "GIT_AUTHOR_EMAIL": "human@example.com",
            "GIT_COMMITTER_NAME": "Human", "GIT_COMMITTER_EMAIL": "human@example.com"}
-    import os
     subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(work), "commit", "-qm", "hand edit"], check=True,
                    env={**os.environ, **env})
@@ -137,8 +144,6 @@ DNS_1035 = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 def test_every_name_derived_from_the_longest_model_name_is_a_dns_label():
-    import re
-
     model = "m" * MAX_MODEL_NAME
     names = derived_names(model, "f" * 40, MAX_WORKERS)
     assert f"{model}-ffffffffffff-full-worker-{MAX_WORKERS - 1}" in names
@@ -149,12 +154,6 @@ def test_every_name_derived_from_the_longest_model_name_is_a_dns_label():
 
 @pytest.mark.parametrize("name", ["m" * (MAX_MODEL_NAME + 1), "9lives", "Shapes", "a-"])
 def test_one_rule_refuses_the_same_names_in_every_room(name, tmp_path):
-    from gitops import layout
-    from gitops.errors import GitOpsError
-    from serving import manifests
-    from workflows.config import load_config
-    from workflows.errors import ConfigError
-
     problem = model_name_problem(name)
     assert problem is not None
     repo = tmp_path / "repo"
@@ -173,8 +172,6 @@ def test_one_rule_refuses_the_same_names_in_every_room(name, tmp_path):
 
 
 def test_more_workers_than_the_names_allow_are_refused():
-    from workflows.resources import ResourceTemplate
-
     with pytest.raises(ValueError):
         ResourceTemplate(name="t", workers=MAX_WORKERS + 1, gpus=0, cpu="1", memory="1Gi",
                          image="i")

@@ -5,6 +5,8 @@ branch. The repo carries the no-force guard (tests/fixtures/gitops.py).
 """
 
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -121,8 +123,6 @@ def test_propose_opens_one_pr_and_is_idempotent(repo, forge):
 
 
 def test_kustomization_of_the_proposal_builds(repo, forge, tmp_path):
-    import subprocess
-
     do_propose(repo, forge)
     with Mirror(repo) as mirror:
         mirror.export(BRANCH, tmp_path / "tree")
@@ -331,9 +331,6 @@ forge.close()
 
 
 def test_two_processes_opening_prs_get_distinct_numbers(repo):
-    import subprocess
-    import sys
-
     root = pathlib.Path(__file__).resolve().parents[2]
     procs = [
         subprocess.Popen(

@@ -4,11 +4,13 @@ Real git and real hooks: a human clones the repo `mlops gitops init` (or
 `mlops hooks init-bare`) made and tries what would rewrite the audit trail.
 """
 
+import os
 import pathlib
 import subprocess
 
 import pytest
 
+from gitops.protect import protect_branch
 from mlops.cli import main as cli
 from tests.fixtures.gitops import HUMAN_ENV, git
 
@@ -16,8 +18,6 @@ ZERO = "0" * 40
 
 
 def _push(clone: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
-    import os
-
     return subprocess.run(["git", "push", *args], cwd=clone, capture_output=True, text=True,
                           env={**os.environ, **HUMAN_ENV})
 
@@ -86,8 +86,6 @@ def test_model_repo_made_by_init_bare_protects_main(tmp_path, capsys):
 
 
 def test_a_foreign_pre_receive_hook_is_not_replaced(tmp_path):
-    from gitops.protect import protect_branch
-
     hook = tmp_path / "hooks" / "pre-receive"
     hook.parent.mkdir()
     hook.write_text("#!/bin/sh\nexit 0\n")

@@ -5,14 +5,17 @@ Every repo here carries the server-side guard from tests/fixtures/gitops.py:
 updates and deletions. A forced push anywhere would fail these tests.
 """
 
+import ast
 import pathlib
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from gitops import layout
 from gitops.errors import BrokenManifestError, ConflictError, GitError, PushRejectedError
-from gitops.git import Identity, redact, remote
+from gitops.git import Git, Identity, redact, remote
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, Message, WriteBack
 from serving import manifests
@@ -234,8 +237,6 @@ print(attempts)
 
 def test_two_processes_racing_all_commits_land(gitops_repo, tmp_path):
     """Two processes (separate work clones, no shared lock) write five commits each."""
-    import subprocess
-    import sys
 
     root = pathlib.Path(__file__).resolve().parents[2]
     procs = [
@@ -267,7 +268,6 @@ def test_guard_refuses_a_forced_push(gitops_repo, human):
 
 def test_no_force_push_code_path_exists():
     """No string in our code can make git force: --force, -f, lease, or a '+' refspec."""
-    import ast
 
     src = pathlib.Path(__file__).resolve().parents[2] / "gitops"
     forbidden = {
@@ -413,8 +413,6 @@ def test_token_reaches_git_only_through_the_credential_helper(tmp_path):
 
 
 def test_a_hung_git_is_stopped_with_a_clear_error(tmp_path):
-    from gitops.git import Git
-
     g = Git(tmp_path, timeout=0.3)
     with pytest.raises(GitError, match="did not finish within"):
         g.run("-c", "alias.hang=!sleep 1", "hang")  # a stand-in for a hung fetch

@@ -43,10 +43,14 @@ import yaml
 
 from local.platform.podspec import probe_of
 from mlops.images import runner
+from mlops.images.build import IMAGES, build_all
 from mlops.images.podrun import podman_run_argv
+from mlops.ui.manifests import ui_manifests
 from promotion.cluster.deploy import controller_manifests
 from tests.fixtures.common import free_port
 from tests.fixtures.training import copy_example
+from workflows.config import load_config
+from workflows.settings import PipelineSettings
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +85,6 @@ def test_the_controller_image_carries_no_paddle_and_no_build_secret(built_images
 
 def test_an_unchanged_rebuild_reuses_every_layer(built_images):
     """A second build of an image with nothing changed gives the same image ID."""
-    from mlops.images.build import IMAGES, build_all
 
     name = built_images.names["serve"]
     before = _podman(built_images, "image", "inspect", "--format", "{{.Id}}", name).stdout
@@ -94,9 +97,8 @@ def test_an_unchanged_rebuild_reuses_every_layer(built_images):
 
 def _smoke_paddlejob(repo: pathlib.Path, image: str) -> dict:
     """The example's smoke PaddleJob with two workers, as Argo would create it."""
-    from workflows.config import load_config
+    # lazy (collection cost): it pulls hera
     from workflows.pipeline import paddlejob_manifest
-    from workflows.settings import PipelineSettings
 
     loaded = load_config(repo)
     job = loaded.smoke.model_copy(update={"workers": 2})
@@ -230,8 +232,6 @@ def test_the_controller_runs_once_on_the_gitops_repo(built_images, gitops_with_m
 
 def test_the_ui_serves_its_page_and_the_models_from_the_gitops_repo(
         built_images, gitops_with_model, tmp_path):
-    from mlops.ui.manifests import ui_manifests
-
     port = free_port()
     deployment = ui_manifests(gitops_url=GITOPS_IN_POD, image=built_images.names["controller"],
                               port=port)[0]

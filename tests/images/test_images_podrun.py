@@ -7,13 +7,18 @@ tier (tests/images/test_images.py) runs the same argv for real.
 
 import json
 import pathlib
+import shutil
 
 import pytest
+import yaml
 
+from mlops.images.podman import PodmanMissing, Store, require_tools
 from mlops.images.podrun import PodRunError, podman_run_argv, tmpfs_size
 from mlops.images.runner import paddlejob_workers
 from promotion.cluster.deploy import controller_manifests
 from serving import manifests
+from workflows.config import load_config
+from workflows.settings import PipelineSettings
 
 SHA = "a" * 64
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -83,12 +88,9 @@ def test_the_paddlejob_workers_get_the_operators_env_and_the_shm_emptydir(tmp_pa
     """Two workers of the example's smoke job (two replicas): one `podman run` each, on the
     host network, with the container's env plus paddle-operator's and nothing of this
     machine's."""
-    import yaml
 
-    from mlops.images.podman import Store
-    from workflows.config import load_config
+    # lazy (collection cost): it pulls hera
     from workflows.pipeline import paddlejob_manifest
-    from workflows.settings import PipelineSettings
 
     loaded = load_config(ROOT / "examples" / "shapes-detector")
     job = loaded.smoke.model_copy(update={"workers": 2})
@@ -153,8 +155,6 @@ def test_tmpfs_size(quantity, size):
 
 
 def test_a_machine_without_podman_gets_the_apt_command(tmp_path):
-    from mlops.images.podman import PodmanMissing, require_tools
-
     with pytest.raises(PodmanMissing, match="podman, runc, mmdebstrap not found.*apt-get "
                                             "install podman runc mmdebstrap"):
         require_tools("podman", "runc", "mmdebstrap", path=str(tmp_path))
@@ -164,9 +164,6 @@ def test_a_machine_without_podman_gets_the_apt_command(tmp_path):
 def test_the_runroot_stays_short_whatever_the_store_path(tmp_path):
     """podman's container clean-up refuses a --runroot over 50 characters (every run then
     hangs 20 s): the runroot lives under /run, named after the store, not inside it."""
-    import shutil
-
-    from mlops.images.podman import Store
 
     store = Store(tmp_path / ("a-long-store-directory-name-" * 3))
     try:

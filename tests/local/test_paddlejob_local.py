@@ -19,6 +19,7 @@ from cogs.containers import Mounts
 from cogs.ports import free_port
 from workflows import paddlejob_local
 from workflows.config import load_config
+from workflows.errors import StepError
 from workflows.pipeline import paddlejob_manifest
 from workflows.settings import PipelineSettings
 
@@ -83,8 +84,6 @@ def test_rendered_worker_runs_the_command_under_the_launcher():
 
 
 def test_a_non_python_command_cannot_be_a_multi_worker_job(tmp_path):
-    from workflows.errors import StepError
-
     loaded = load_config(EXAMPLE)
     loaded.config.training.command[:] = ["./train.sh"]
     with pytest.raises(StepError, match="cannot run as a 2-worker PaddleJob"):

@@ -12,12 +12,15 @@ each test passes alone and in any order.
 """
 
 import collections
+import datetime as dt
 import os
 import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import threading
+import time
 
 import orjson
 import pytest
@@ -26,15 +29,20 @@ import yaml
 
 from cogs.files import read_json
 from contracts.artifact import PROBE_DIR
-from gitops import yamlio
+from gitops import layout, yamlio
 from gitops.repo import init_repo
+from gitops.writeback import Message, WriteBack
 from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops import cli
+from promotion.decision.state import dump_state_yaml, start_canary
+from promotion.gitrepo import apply
 from serving import manifests
 from tests.fixtures.gitops import Human, guard, head
 from tests.fixtures.platform import (
+    FAST,
     converged,
+    model_documents,
     status_doc,
     teardown,
     versions_of,
@@ -311,12 +319,6 @@ def test_a_frozen_canary_is_rolled_back_at_its_first_step_by_the_default_preset(
     so cannot see the wait. The controller without `--preset` on the local platform
     judges HAProxy's view (the `haproxy` preset and its response-time histogram,
     local/platform/router_latency.lua) and rolls it back at 10 %."""
-    import datetime as dt
-    import sys
-    import time
-
-    from gitops.writeback import WriteBack
-    from promotion.gitrepo import apply
 
     env = at_ten_percent
     wd, repo, v2 = env["wd"], env["repo"], env["v2"]
@@ -402,6 +404,7 @@ def test_the_ui_shows_the_platform_live(at_ten_percent, chromium, tmp_path):
     """`mlops ui` over this platform in headless Chromium: HAProxy's weights, each version's
     live rate from Prometheus, and a committed split change followed on the page and in
     its live charts (the router's weight and each version's req/s)."""
+    # lazy (collection cost): it pulls starlette
     from mlops.ui.app import UiConfig
     from tests.fixtures.ui import Served, all_loopback, requested, shot, text, wait
 
@@ -472,13 +475,6 @@ def test_a_rotated_label_map_is_rolled_back_by_the_paired_answers_at_its_first_s
     platform, no client load) asks stable and canary the stable's 32 probe images through
     HAProxy, pinned by `x-mlops-version` (promotion/metrics/probe.py), and rolls the canary back
     at 10 % on the paired answers: the same boxes, other names (promotion/decision/answers.py)."""
-    import sys
-    import time
-
-    from gitops import layout
-    from gitops.writeback import Message, WriteBack
-    from promotion.decision.state import dump_state_yaml, start_canary
-    from tests.fixtures.platform import FAST, model_documents
 
     env = at_ten_percent
     wd, repo, v1, v2 = env["wd"], env["repo"], env["v1"], env["v2"]

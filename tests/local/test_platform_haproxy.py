@@ -1,13 +1,22 @@
 """HAProxy config rendering (checked by the real `haproxy -c`) and runtime-API parsing."""
 
+import hashlib
+import http.server
+import os
 import pathlib
+import stat
 import subprocess
+import tempfile
+import threading
+import time
 
 import pytest
+import requests
 
 from local.platform import binaries, haproxy, prometheus
-from local.platform.haproxy import parse_servers_state
+from local.platform.haproxy import RuntimeApi, parse_servers_state
 from local.platform.workdir import PlatformConfig, Workdir
+from tests.fixtures.common import free_port
 
 STATE = """1
 # be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port
@@ -79,10 +88,6 @@ def test_haproxy_accepts_the_admin_socket_at_and_just_past_its_length_limit(tmp_
 def test_long_work_dir_socket_is_in_a_private_unguessable_dir(tmp_path):
     """Hardening finding 13: the short path was /tmp/mlops-haproxy-<digest of the work dir>.sock,
     which another user could compute and create first."""
-    import hashlib
-    import os
-    import stat
-    import tempfile
 
     root = tmp_path / ("y" * 120)
     old_guess = pathlib.Path(tempfile.gettempdir()) / (
@@ -143,14 +148,7 @@ def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
     run-time one too: `use-server` with a log-format name is resolved per request, HAProxy
     2.6 configuration.txt, "use-server"); an unknown name falls back to the weights; and
     pinned requests stay out of the router's latency histogram (what clients see)."""
-    import http.server
-    import threading
-    import time
 
-    import requests
-    from local.platform.haproxy import RuntimeApi
-
-    from tests.fixtures.common import free_port
 
     def named(name):
         class Handler(http.server.BaseHTTPRequestHandler):

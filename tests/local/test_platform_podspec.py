@@ -10,6 +10,7 @@ import copy
 
 import pytest
 
+from gitops.layout import ModelState
 from local.platform import podspec
 from local.platform.desired import _Broken, spec_from_state
 from serving import manifests
@@ -75,8 +76,6 @@ def test_a_changed_pod_template_is_a_new_pod():
 
 
 def test_the_reader_refuses_a_deployment_that_cannot_run_and_names_it():
-    from gitops.layout import ModelState
-
     doc = _deployment()
     doc["spec"]["template"]["spec"]["containers"][0].pop("args")
     doc["spec"]["template"]["spec"]["containers"][0].pop("command")

@@ -7,6 +7,7 @@ the gate that follow are the real steps.
 
 import json
 import pathlib
+import subprocess
 
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from mlops.cli import main as cli
 from tests.fixtures.workflows import make_fake_model_repo
 from workflows import run_events
 from workflows.config import load_config
+from workflows.errors import StepError
 from workflows.expressions import (
     ExpressionError,
     depends_on,
@@ -97,7 +99,6 @@ def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_pa
     assert pr_url and run["global_outputs"] == {"pr-url": pr_url}
     log = (out / "logs" / "propose.log").read_text()
     assert "fake-detector" in log
-    import subprocess
 
     branches = subprocess.run(["git", "--git-dir", str(gitops), "branch", "--list"],
                               capture_output=True, text=True, check=True).stdout
@@ -227,8 +228,6 @@ def test_dag_order_follows_depends_not_definition_order(fake_model_repo):
 
 
 def test_cycles_and_unknown_dependencies_are_errors(fake_model_repo):
-    from workflows.errors import StepError
-
     doc = _wt(fake_model_repo).to_dict()
     dag = next(t for t in doc["spec"]["templates"] if t["name"] == "pipeline")
     dag["dag"]["tasks"][0]["depends"] = "propose"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import math
 
 import pytest
@@ -39,8 +40,6 @@ def test_round_trip_through_yaml_text_and_dict() -> None:
 
 
 def test_every_phase_documents_its_meaning() -> None:
-    import inspect
-
     source = inspect.getsource(Phase)
     for phase in Phase:
         assert f'{phase.name} = "{phase.value}"\n    """' in source

@@ -23,6 +23,7 @@ from promotion.decision.answers import Box
 from promotion.decision.observations import Observations, PairedAnswers, VersionWindow
 from promotion.decision.policy import AnswersCheck, CanaryPolicy, load_policy
 from promotion.decision.state import start_canary
+from promotion.metrics.probe import ProbeError, boxes_from_response
 
 T0 = dt.datetime(2026, 11, 26, 9, 0, tzinfo=dt.timezone.utc)
 CLASSES = ("circle", "square", "triangle")
@@ -221,7 +222,6 @@ def test_the_check_can_be_switched_off_and_is_named_in_policy_errors():
 def test_boxes_from_an_oip_detection_answer():
     """The probe reads the server's JSON answer (serving/protocol.py encode_infer_response):
     `bbox` rows (class id, score, x1, y1, x2, y2), `bbox_num` per image, `labels`."""
-    from promotion.metrics.probe import ProbeError, boxes_from_response
 
     doc = {"model_name": "m", "model_version": "v1", "outputs": [
         {"name": "bbox", "datatype": "FP32", "shape": [3, 6],

@@ -11,6 +11,8 @@ must be in the list, and every listed call must have been sent.
 
 import http.server
 import json
+import pathlib
+import re
 import threading
 
 import pytest
@@ -67,6 +69,7 @@ def test_the_argo_cd_refresher_sends_exactly_its_declared_calls(api_server):
 
 
 def test_the_readiness_check_sends_exactly_its_declared_calls(api_server):
+    # lazy (collection cost): kubernetes loads only when this runs
     from kubernetes import client
 
     url, seen = api_server
@@ -79,8 +82,6 @@ def test_the_readiness_check_sends_exactly_its_declared_calls(api_server):
 
 def test_no_other_module_talks_to_the_kubernetes_api():
     """The two lists above are all the controller asks: only these modules use the client."""
-    import pathlib
-    import re
 
     root = pathlib.Path(__file__).resolve().parents[2]
     users = {str(p.relative_to(root)) for pkg in ("mlops", "local", "promotion", "serving",

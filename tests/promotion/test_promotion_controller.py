@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from contracts import traffic
+from gitops import layout
 from gitops.writeback import Message, WriteBack
+from mlops.cli import main as cli
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.state import load_state
 from promotion.gitrepo import apply
@@ -291,7 +293,6 @@ def test_a_weight_of_150_is_refused_once_naming_the_file_and_no_traceback(
         canary_repo, tmp_path, caplog, capsys):
     """Issue 27: a human weight of 150 during a canary crashed every pass with a
     pydantic traceback naming no file; it is one refusal naming file and field."""
-    from mlops.cli import main as cli
 
     clock = Clock(merged_at(canary_repo))
     controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo, rate=10),
@@ -330,7 +331,6 @@ def test_a_stale_decision_is_not_written(canary_repo, tmp_path):
     controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo), clock)
     _run(controller, clock, 4)  # the first step is committed
     assert len(decision_log(canary_repo)) == 1
-    from gitops import layout
 
     root = tmp_path / "tree"
     root.mkdir()

@@ -13,31 +13,47 @@ elsewhere.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
 import http.server
+import io
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import requests
 import yaml
 
+from contracts.traffic import set_subsets, set_weights
 from gitops.forges.local import LocalForge
+from gitops.repo import init_repo
+from mlops.cli import build_parser
+from mlops.cli import main as cli
+from mlops.commands.controller import _manifests
+from promotion.cluster.argocd import ArgoRefresher
 from promotion.cluster.deploy import controller_manifests
-from promotion.controller import Controller, ControllerConfig
+from promotion.controller import Controller, ControllerConfig, _dedupe
 from promotion.controller_metrics import ControllerMetrics
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import branch_name, propose
 from promotion.reports.notify import Notifier
+from promotion.reports.report import canary_summary, read_timeline
+from serving import manifests
+from tests.fixtures.common import free_port
 from tests.fixtures.promotion_controller import (
     TEST_POLICY,
     Clock,
     RouterStub,
     decision_log,
+    git,
+    main_state,
     merge_to_main,
     merged_at,
 )
@@ -105,8 +121,6 @@ def _model_dir(root: pathlib.Path, version: str) -> pathlib.Path:
 
 def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_recorder):
     """Propose v1 and v2 for real (auto approval), let a failing v2 roll back."""
-    from gitops.repo import init_repo
-    from promotion.cluster.argocd import ArgoRefresher
 
     url, hook = http_recorder
     hook.reply = RECORDED_APPLICATION
@@ -179,10 +193,7 @@ def test_controller_metrics_show_weight_phase_and_checks(promotion_repo, tmp_pat
 
 
 def test_cli_once_with_prometheus_down_holds_without_committing(promotion_repo, tmp_path):
-    from tests.fixtures.common import free_port
-
     merge_to_main(promotion_repo, "v2")
-    import time
 
     time.sleep(1.2)  # one 1 s window is due
     proc = subprocess.run(
@@ -249,14 +260,9 @@ def test_without_applications_the_controller_gets_no_argo_cd_grant():
 def test_controller_manifests_in_a_cluster_parse_with_the_real_cli(tmp_path):
     """Forge comments, readiness from the API, a forge-friendly git poll, pull secrets from
     the pipeline's settings file: every rendered arg is one `mlops controller run` accepts."""
-    from mlops.cli import build_parser
-    from mlops.commands.controller import _manifests
 
     settings = tmp_path / "settings.yaml"
     settings.write_text("image_pull_secrets: [registry-a]\n")
-    import argparse
-    import contextlib
-    import io
 
     out = io.StringIO()
     args = build_parser().parse_args([
@@ -311,7 +317,6 @@ def test_canary_cli_pause_and_errors(promotion_repo):
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "shapes: paused at 10% (paused)" in ok.stdout
-    from tests.fixtures.promotion_controller import git, main_state
 
     assert git(promotion_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[
         :3
@@ -324,8 +329,6 @@ def test_canary_cli_pause_and_errors(promotion_repo):
 
 
 def test_canary_status_says_who_serves_what(promotion_repo, capsys, monkeypatch):
-    from mlops.cli import main as cli
-
     merge_to_main(promotion_repo, "v2")
     assert cli(["canary", "pause", "shapes", "--gitops", str(promotion_repo), "--by", "alice"]) == 0
     capsys.readouterr()
@@ -344,9 +347,6 @@ def test_canary_status_says_who_serves_what(promotion_repo, capsys, monkeypatch)
 
 
 def test_weight_and_subset_edits_keep_what_humans_added():
-    from contracts.traffic import set_subsets, set_weights
-    from serving import manifests
-
     vs = manifests.virtual_service("m", 90, 10, gateways=["mesh", "public"], hosts=["m.example"])
     vs["spec"]["http"][0]["timeout"] = "5s"
     out = set_weights(vs, 25, with_canary=True)
@@ -370,9 +370,6 @@ def test_weight_and_subset_edits_keep_what_humans_added():
 
 
 def test_timeline_survives_a_torn_line_and_replayed_windows(tmp_path):
-    from promotion.controller import _dedupe
-    from promotion.reports.report import canary_summary, read_timeline
-
     point = {"t": 10.0, "weight": 10, "decision": "hold",
              "stable": {"requests": 90, "errors": 0, "p99_ms": 40.0},
              "canary": {"requests": 10, "errors": 1, "p99_ms": 55.0}}
@@ -397,9 +394,6 @@ def test_timeline_survives_a_torn_line_and_replayed_windows(tmp_path):
 def test_a_failing_webhook_is_logged_without_its_secret_url(caplog):
     """Hardening finding 9: a Slack webhook URL's path is its secret, and requests'
     exception text repeats the URL. Real sockets: one refused, one answering 500."""
-    import http.server
-    import socket
-    import threading
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,26 +9,24 @@ against a real Prometheus elsewhere; this test is about the process dying.
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+from promotion.controller import Controller, ControllerConfig
 from tests.fixtures.common import ROOT
-from tests.fixtures.promotion_controller import decision_log, main_state, merge_to_main
+from tests.fixtures.promotion_controller import RouterStub, decision_log, main_state, merge_to_main
 
 POLICY = {"steps": [10, 25, 50, 100], "interval": "1s", "min_requests": 40}
 
 
 def child(repo: str, workdir: str) -> None:
     """The controller process: real loop, scripted metric source (40 requests/s)."""
-    import logging
-    import threading
-
-    from promotion.controller import Controller, ControllerConfig
-    from tests.fixtures.promotion_controller import RouterStub
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     source = RouterStub(pathlib.Path(repo), rate=40.0)

@@ -8,6 +8,8 @@ real Prometheus.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from promotion.decision.analysis import decide
@@ -131,7 +133,6 @@ def test_unreachable_prometheus_is_a_fault_not_no_data() -> None:
     assert not source.is_online()
     obs = source.observe("m", "v1", "v2", 30)
     assert obs.fault is not None and "unreachable" in obs.fault
-    import datetime as dt
     now = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     decision = decide(CanaryPolicy(), start_canary("m", "v1", "v2", 10, now), obs, now)
     assert (decision.kind, decision.cause) == ("hold", "fault")

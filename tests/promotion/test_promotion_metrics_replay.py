@@ -22,11 +22,12 @@ import time
 import pytest
 
 from promotion.decision.analysis import decide
+from promotion.decision.observations import histogram_quantile
 from promotion.decision.policy import CanaryPolicy
 from promotion.decision.state import dump_state_yaml, load_state, start_canary
 from promotion.metrics.presets import QueryPreset
 from promotion.metrics.prometheus import PrometheusSource
-from tests.fixtures.prometheus import OpenMetrics
+from tests.fixtures.prometheus import OpenMetrics, replay_prometheus
 
 WINDOW = 30
 TICK = 5
@@ -152,7 +153,6 @@ SCENARIOS = {
 @pytest.fixture(scope="module")
 def replay_url(tmp_path_factory: pytest.TempPathFactory):
     """One Prometheus with every scenario's series (one start-up for the module)."""
-    from tests.fixtures.prometheus import replay_prometheus
 
     om = OpenMetrics()
     for name, (shape, windows, _) in SCENARIOS.items():
@@ -191,7 +191,6 @@ def test_observed_counts_match_what_was_recorded(replay_url: str) -> None:
     assert 1500 * 0.95 <= obs.total_requests <= 1500 * 1.25
     assert obs.observed_share == pytest.approx(0.25, abs=0.01)
     assert obs.canary.latency is not None and obs.canary.latency[math.inf] > 0
-    from promotion.decision.observations import histogram_quantile
 
     assert 0.025 < histogram_quantile(0.99, obs.canary.latency) <= 0.1
     istio = PrometheusSource(replay_url, "istio", namespace="serving")

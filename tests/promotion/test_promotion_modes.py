@@ -15,8 +15,10 @@ import json
 import pathlib
 
 import pytest
+import yaml
 
-from gitops.writeback import WriteBack
+from contracts import traffic
+from gitops.writeback import Message, WriteBack
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.analysis import Hold, decide, shadowed
 from promotion.decision.observations import Observations, VersionWindow
@@ -170,11 +172,6 @@ def test_shadow_mode_records_a_rollback_verdict_and_moves_no_weight(promotion_re
 
 
 def test_shadow_mode_adopts_a_persons_weight_without_pausing(promotion_repo, tmp_path):
-    import yaml
-
-    from contracts import traffic
-    from gitops.writeback import Message
-
     merge_to_main(promotion_repo, "v2", policy={**TEST_POLICY, "mode": "shadow"})
     clock = Clock(merged_at(promotion_repo))
     controller = _controller(promotion_repo, tmp_path / "work", RouterStub(promotion_repo),

@@ -4,6 +4,7 @@ import pytest
 
 from promotion.decision.gate import GateConfig, compare_words, evaluate_paired_gate
 from promotion.decision.paired import ClassDifference, Interval, PairedResult
+from promotion.gitrepo.platform_policy import PolicyError, load_platform_policy
 
 CFG = GateConfig(metric="map50", min=0.85, max_regression=0.01)
 
@@ -101,8 +102,6 @@ def test_compare_words_edges(interval, word):
 
 
 def test_a_platform_that_fails_worse_classes_refuses_a_model_that_only_reports_them():
-    from promotion.gitrepo.platform_policy import PolicyError, load_platform_policy
-
     policy = load_platform_policy({"gate": {"worse_classes": "fail"}})
     with pytest.raises(PolicyError, match="worse_classes report"):
         policy.gate_for(GateConfig(worse_classes="report"), "mlops.yaml: gate")

@@ -20,6 +20,7 @@ from promotion.decision.policy import CanaryPolicy, PolicyError, QualityCheck, l
 from promotion.decision.state import dump_state_yaml, load_state, start_canary
 from promotion.metrics.presets import get_preset
 from promotion.metrics.prometheus import PrometheusSource
+from promotion.reports.report import write_canary_report
 
 T0 = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.timezone.utc)
 DETECTION_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100)
@@ -251,9 +252,8 @@ def test_every_preset_reads_the_model_servers_quality_histograms():
 
 
 def test_the_canary_plot_gets_a_panel_of_poor_answers_when_they_were_measured(tmp_path):
+    # lazy (collection cost): pillow loads only when this runs
     from PIL import Image
-
-    from promotion.reports.report import write_canary_report
 
     def point(t: float, poor: dict | None) -> dict:
         versions = {v: {"requests": 100, "errors": 0, "rps": 10.0, "error_rate": 0.0,

@@ -16,6 +16,9 @@ import threading
 
 import pytest
 
+from cogs.files import atomic_write_json
+from local.platform.readiness import PlatformReadiness
+from local.platform.workdir import Workdir
 from promotion.cluster.readiness import (
     KubernetesReadiness,
     Readiness,
@@ -27,6 +30,7 @@ from promotion.decision.analysis import decide, decide_ready
 from promotion.decision.observations import Observations, VersionWindow
 from promotion.decision.policy import load_policy
 from promotion.decision.state import CanaryState, Phase
+from serving import manifests
 from tests.fixtures.promotion_controller import (
     MODEL,
     TEST_POLICY,
@@ -247,6 +251,7 @@ def api_server():
 
 
 def test_kubernetes_backend_reads_the_deployment_through_the_official_client(api_server):
+    # lazy (collection cost): kubernetes loads only when this runs
     from kubernetes import client
 
     url, served, seen = api_server
@@ -264,9 +269,8 @@ def test_kubernetes_backend_reads_the_live_istio_split(api_server):
     """The Istio objects as Argo CD applied them (networking.istio.io/v1), through the
     official client's CustomObjectsApi; git's split is per version, the live one per
     subset, so the DestinationRule maps one to the other."""
+    # lazy (collection cost): kubernetes loads only when this runs
     from kubernetes import client
-
-    from serving import manifests
 
     url, served, seen = api_server
     readiness = KubernetesReadiness("models", api_client=client.ApiClient(
@@ -286,10 +290,6 @@ def test_kubernetes_backend_reads_the_live_istio_split(api_server):
 
 
 def test_platform_backend_reads_the_sync_status(tmp_path):
-    from cogs.files import atomic_write_json
-    from local.platform.readiness import PlatformReadiness
-    from local.platform.workdir import Workdir
-
     wd = Workdir(tmp_path)
     readiness = PlatformReadiness(wd)
     assert "no platform status" in readiness.check(MODEL, "v2", None).reason

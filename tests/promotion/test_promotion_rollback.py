@@ -22,12 +22,14 @@ import yaml
 
 from gitops import layout
 from gitops.forges.local import LocalForge
+from gitops.repo import init_repo
 from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.policy import load_policy
 from promotion.decision.state import CanaryState, Phase, dump_state
 from promotion.gitrepo import apply
+from promotion.gitrepo import rollback as rollback_module
 from promotion.gitrepo.propose import propose
 from promotion.gitrepo.rollback import (
     PastVersion,
@@ -240,7 +242,6 @@ def _promote_candidate(repo: pathlib.Path, work: pathlib.Path) -> None:
 def promoted_once(tmp_path_factory) -> tuple[pathlib.Path, dict[str, pathlib.Path], bytes]:
     """v1 was stable (via PR #1), v2 was proposed (PR #2), merged and promoted.
     Built once for the module (a minute of git on a busy machine); each test gets a copy."""
-    from gitops.repo import init_repo
 
     base = tmp_path_factory.mktemp("rollback")
     repo = base / "gitops.git"
@@ -418,7 +419,6 @@ def test_rollback_ends_a_canary_in_flight_and_the_candidate_stays_a_no_op(promot
 def test_a_concurrent_push_is_rebased_over_and_not_lost(promoted, monkeypatch, tmp_path):
     """Someone pushes to main between the rollback's checkout and its push: the write-back
     rebases the rollback on top and retries; both commits are on main, nothing forced."""
-    from promotion.gitrepo import rollback as rollback_module
 
     repo, _, v1_manifest = promoted
     before = _git(repo, "rev-parse", "main").strip()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from promotion.decision import stats
-from promotion.decision.observations import histogram_quantile, merge_histograms
+from promotion.decision.observations import count_above, histogram_quantile, merge_histograms
 
 
 def binom_logpmf(x: int, n: int, p: float) -> float:
@@ -127,8 +127,6 @@ def test_merge_histograms_adds_bucketwise() -> None:
 
 
 def test_count_above_rounds_the_bound_up_to_a_bucket_edge() -> None:
-    from promotion.decision.observations import count_above
-
     hist = {0.1: 90.0, 0.25: 97.0, 0.5: 99.0, math.inf: 100.0}
     assert count_above(hist, 0.25) == (3, 100)
     assert count_above(hist, 0.2) == (3, 100)  # edge 0.25: slow undercounted, conservative

@@ -8,8 +8,10 @@ import pathlib
 import pytest
 import yaml
 
+from mlops.cli import build_parser
 from serving import manifests
 from serving.manifests import ManifestError
+from serving.options import ServingOptions, read_serving_options
 from tests.manifest_validation import assert_golden, validate_manifest
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "serving"
@@ -219,9 +221,6 @@ def test_validator_catches_a_broken_manifest():
 
 
 def test_serving_options_become_flags_and_size_the_resources():
-    from mlops.cli import build_parser
-    from serving.options import ServingOptions
-
     options = ServingOptions(workers=3, batch_max_size=8, batch_timeout_ms=2.5)
     doc = _deployment(serving=options)
     validate_manifest(doc)
@@ -238,8 +237,6 @@ def test_serving_options_become_flags_and_size_the_resources():
 
 
 def test_serving_section_is_read_from_infer_cfg(tmp_path):
-    from serving.options import ServingOptions, read_serving_options
-
     assert read_serving_options(tmp_path) is None
     (tmp_path / "infer_cfg.yml").write_text(yaml.safe_dump({"model": "m"}))
     assert read_serving_options(tmp_path) is None

@@ -11,6 +11,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+import yaml
 
 from serving.client import ModelClient
 from serving.modeldir import load_model_dir
@@ -77,7 +78,6 @@ def test_reference_decode_agrees_with_the_trainers(reference, trained_model):
     spec = importlib.util.spec_from_file_location("example_pp", EXAMPLE / "postprocess.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    import yaml
 
     raw_cfg = yaml.safe_load((trained_model.model_dir / "infer_cfg.yml").read_text())
     images = [p.read_bytes() for p in sorted((trained_model.data_dir / "val").glob("*.png"))[:4]]

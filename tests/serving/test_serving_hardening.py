@@ -10,14 +10,20 @@ detector; raw sockets where a well-behaved client library would not misbehave.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import io
 import json
 import re
 import socket
+import subprocess
+import sys
 import time
 
 import requests
 from PIL import Image
+
+from contracts.artifact import sha256_file
+from tests.fixtures.serving import server_env
 
 MAX_IMAGES = 32  # serving.preprocess.MAX_IMAGES (a literal: the test must run against old code too)
 
@@ -150,10 +156,6 @@ def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(model_server, tin
 def test_the_server_refuses_weights_other_than_the_manifests(tiny_model_dir, tmp_path):
     """Finding 6: the server reported model.yaml's claim; now it hashes what it loads and
     refuses to serve weights the Deployment's digest does not name."""
-    import subprocess
-    import sys
-
-    from tests.fixtures.serving import server_env
 
     done = subprocess.run(
         [sys.executable, "-m", "mlops", "serve", str(tiny_model_dir), "--port", "0",
@@ -164,8 +166,6 @@ def test_the_server_refuses_weights_other_than_the_manifests(tiny_model_dir, tmp
 
 
 def test_the_server_reports_the_digest_of_what_it_loaded(model_server, tiny_model_dir):
-    from contracts.artifact import sha256_file
-
     real = sha256_file(tiny_model_dir / "inference.pdiparams")
     server = model_server(tiny_model_dir, "--weights-sha256", real)
     text = requests.get(f"{server.url}/metrics", timeout=5).text
@@ -200,7 +200,6 @@ def test_abandoned_requests_do_not_run_on(model_server, tiny_model_dir):
     waited 6.2 s behind two abandoned ones). One predictor thread: a heavy request
     holds it while two more heavy ones are sent and abandoned; those two must end
     as 499 without reaching the predictor, and the server must serve on."""
-    import concurrent.futures
 
     server = model_server(tiny_model_dir, "--threads", "1", "--max-body-bytes", str(64 << 20))
     heavy = _heavy_images()

@@ -29,8 +29,12 @@ from PIL import Image
 
 from serving.errors import BadRequest
 from serving.modeldir import InputConfig
+from serving.options import ServingOptions
+from serving.ppdet_config import PPDetConfig, ResizeOp
 from serving.preprocess import MAX_JPEG_SCANS, Deadline, jpeg_scans, prepare_images
 from serving.protocol import parse_infer_request
+from tests.fixtures.serving import start_server, stop_server
+from tests.ppdet_export import infer_cfg
 
 MODEL = "tiny-detector"
 
@@ -104,8 +108,6 @@ def test_scans_are_counted_without_decoding():
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_model_dir, tmp_path_factory):
-    from tests.fixtures.serving import start_server, stop_server
-
     running = start_server(tiny_model_dir, "--threads", "1",
                            log_dir=tmp_path_factory.mktemp("limits-tiny"))
     try:
@@ -116,8 +118,6 @@ def tiny_server(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ppdet_server(ppdet_model_dir, tmp_path_factory):
-    from tests.fixtures.serving import start_server, stop_server
-
     running = start_server(ppdet_model_dir, "--threads", "1",
                            log_dir=tmp_path_factory.mktemp("limits-ppdet"))
     try:
@@ -261,9 +261,8 @@ def test_reduced_decode_of_a_paddledetection_export_keeps_upstreams_inputs(photo
     """The PaddleDetection path (`cv2.IMREAD_REDUCED_COLOR_*`): the largest DCT scale that
     leaves the image at least the first Resize's output; `im_shape` and `scale_factor`
     (what moves the boxes) exactly as from the full decode."""
+    # lazy (collection cost): it pulls opencv
     from serving.ppdet import PPDetImages, reduction
-    from serving.ppdet_config import PPDetConfig, ResizeOp
-    from tests.ppdet_export import infer_cfg
 
     op = ResizeOp(type="Resize", target_size=[96, 128], keep_ratio=False, interp=2)
     assert reduction(op, 3000, 4000) == 8
@@ -300,7 +299,6 @@ def test_fields_of_the_wrong_json_type_are_the_clients_error(tiny_server):
 
 def test_the_image_options_travel_in_infer_cfg_to_the_deployments_flags():
     """`serving:` in infer_cfg.yml -> the `mlops serve` flags the Deployment passes."""
-    from serving.options import ServingOptions
 
     options = ServingOptions.model_validate({"max_request_pixels": 4000 * 3000,
                                              "reduced_decode": True})

@@ -1,10 +1,13 @@
 """The open-loop load generator and the `mlops serve` / `mlops load` command lines."""
 
+import hashlib
+import http.server
 import json
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -161,9 +164,6 @@ def test_each_request_draws_its_image_at_random_so_a_periodic_router_splits_them
     for a whole step, and its quality check compared other inputs, not another model.
     A stdlib server records the bodies in arrival order; every 10th request plays the
     canary. No model is needed to see which image a request carried."""
-    import hashlib
-    import http.server
-    import threading
 
     arrivals: list[str] = []
     lock = threading.Lock()

@@ -25,10 +25,11 @@ import requests
 import yaml
 from PIL import Image
 
-from serving.errors import ModelDirError
+from serving.errors import BadRequest, ModelDirError
 from serving.modeldir import InferConfig, load_model_dir
 from serving.ppdet import (
     ImInfo,
+    PPDetImages,
     apply_ops,
     create_inputs,
     decode_image,
@@ -197,8 +198,6 @@ def test_decode_is_opencv_bgr_turned_rgb(images):
 
 
 def test_decode_refuses_what_is_not_a_png_or_jpeg():
-    from serving.errors import BadRequest
-
     with pytest.raises(BadRequest, match="element 3: not a decodable PNG or JPEG"):
         decode_image(b"GIF89a....", "element 3")
     bmp = io.BytesIO()
@@ -288,7 +287,6 @@ CONFIGS = {
 @pytest.mark.parametrize("name", CONFIGS)
 def test_the_whole_preprocessing_equals_paddledetections(name, images):
     """Every image alone and all of them as one batch: exactly the reference's arrays."""
-    from serving.ppdet import PPDetImages
 
     cfg = CONFIGS[name]
     typed = PPDetConfig.model_validate(cfg)
@@ -396,6 +394,7 @@ def test_serve_refuses_an_unknown_op_naming_it(ppdet_model_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def predictor(ppdet_model_dir):
+    # lazy (collection cost): paddle loads only when this runs
     import paddle.inference as paddle_infer
 
     config = paddle_infer.Config(str(ppdet_model_dir / "inference.json"),
@@ -504,8 +503,6 @@ def test_metadata_describes_the_three_inputs_and_the_preprocessing(server):
 
 
 def test_warm_up_feeds_a_preprocessed_black_image(ppdet_model_dir):
-    from serving.ppdet import PPDetImages
-
     cfg = load_model_dir(ppdet_model_dir).infer_cfg
     assert isinstance(cfg, PPDetConfig)
     feeds = PPDetImages(cfg, "t", ["image", "im_shape", "scale_factor"], ["b"]).warm_up_feeds()

@@ -6,6 +6,7 @@ that need other limits, or stop their server, start their own. Every server
 is a `mlops serve` subprocess on a free loopback port.
 """
 
+import asyncio
 import base64
 import concurrent.futures
 import io
@@ -456,11 +457,14 @@ def test_sigterm_finishes_in_flight_requests(model_server, trained_model):
 def test_not_ready_until_loaded():
     """In-process app whose model is never loaded (the ASGI lifespan, which starts the
     loader, is not run): live, but 503 on readiness, metadata and inference."""
-    import asyncio
 
+    # lazy (collection cost): httpx loads only when this runs
     import httpx
 
+    # lazy (collection cost): it pulls opencv
     from serving.dataplane import ServerSettings, ServerState
+
+    # lazy (collection cost): it pulls opencv, starlette, uvicorn
     from serving.server import build_app
 
     state = ServerState(ServerSettings("m", "1"), model=None)

@@ -12,6 +12,9 @@ import concurrent.futures
 import pathlib
 import shutil
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import numpy as np
@@ -20,6 +23,8 @@ import pytest
 import requests
 import yaml
 
+from serving.runtime import Batcher
+from tests.fixtures.serving import ROOT, server_env
 from tests.serving.test_serving_fault import metric
 
 
@@ -207,6 +212,7 @@ def test_batching_answers_equal_unbatched_answers(model_server, shapes_server, t
 
 def test_batching_on_a_paddledetection_export(model_server, ppdet_model_dir):
     """Boxes of a batched run go back to their requests by bbox_num."""
+    # lazy (collection cost): it pulls pillow, opencv, pysimdjson
     from tests.serving.test_serving_ppdet import SHAPES, encode, scene
 
     pngs = [encode(scene(h, w, seed), fmt) for seed, (h, w, fmt) in enumerate(SHAPES)]
@@ -218,11 +224,6 @@ def test_batching_on_a_paddledetection_export(model_server, ppdet_model_dir):
 
 
 def test_bad_flags_are_user_errors(trained_model, tmp_path):
-    import subprocess
-    import sys
-
-    from tests.fixtures.serving import ROOT, server_env
-
     for flags, words in ((["--workers", "0"], "--workers must be at least 1"),
                          (["--batch-max-size", "0"], "--batch-max-size must be at least 1"),
                          (["--inline-max-ms", "-1"], "--inline-max-ms must be between 0")):
@@ -255,7 +256,6 @@ class FakePredictor:
 
 def _batched(batcher, inputs):
     """Submit every input from its own thread while the predictor is held, then release it."""
-    import threading
 
     results = [None] * len(inputs)
 
@@ -276,8 +276,6 @@ def _batched(batcher, inputs):
 
 
 def test_batcher_stacks_fitting_requests_and_splits_the_answers():
-    from serving.runtime import Batcher
-
     fake = FakePredictor()
     batcher = Batcher(fake, max_size=4, timeout=0.0)
     try:
@@ -296,8 +294,6 @@ def test_batcher_stacks_fitting_requests_and_splits_the_answers():
 
 
 def test_batcher_runs_a_failed_batch_one_by_one():
-    from serving.runtime import Batcher
-
     fake = FakePredictor()
     batcher = Batcher(fake, max_size=8, timeout=0.0)
     try:
@@ -311,6 +307,7 @@ def test_batcher_runs_a_failed_batch_one_by_one():
 
 
 def test_ppdet_split_sends_boxes_back_by_bbox_num():
+    # lazy (collection cost): it pulls pillow, opencv, pysimdjson
     from serving.ppdet import split_ppdet_batch
 
     bbox = np.arange(6 * 6, dtype=np.float32).reshape(6, 6)
@@ -325,6 +322,7 @@ def test_ppdet_split_sends_boxes_back_by_bbox_num():
 
 def test_ready_only_when_every_worker_is():
     """Each worker answers the probes; none says ready before all are, or once one stops."""
+    # lazy (collection cost): it pulls pillow, opencv, pysimdjson
     from serving.dataplane import ServerSettings, ServerState
 
     peers = [0, 0]  # the supervisor's shared flags, one per worker

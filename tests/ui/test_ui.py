@@ -8,17 +8,25 @@ command, so the commits and refusals checked here are the CLI's.
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 import yaml
 from starlette.testclient import TestClient
 
+from cogs.files import atomic_write_json
 from contracts.errors import MlopsError
+from gitops import layout
 from gitops.repo import Mirror
+from local.platform.workdir import PlatformConfig, Workdir, save_config
 from mlops.ui.app import UiConfig, create_app
 from mlops.ui.manifests import ui_manifests
+from mlops.ui.models import model_view
 from mlops.ui.runs import runs_view
 from mlops.ui.source import GitopsSource
+from serving import manifests
+from tests.fixtures.common import free_port
+from tests.fixtures.prometheus import OpenMetrics
 from workflows import run_events
 
 HEADERS = {"X-Mlops-UI": "1"}
@@ -37,8 +45,6 @@ def _det(client) -> dict:
 
 
 def test_models_page_reads_weights_phase_and_timeline(ui_repo):
-    from mlops.ui.models import model_view
-
     src = GitopsSource(str(ui_repo.gitops))
     try:
         snap = src.snapshot()
@@ -173,7 +179,6 @@ def test_manifests_are_read_only_unless_actions_are_enabled():
 def _model_series(now: float) -> str:
     """The model server's own series for the last two minutes, 10 req/s per version:
     v1 all fast, v2 1 % errors and every answer slower than 0.05 s (up to 0.5 s)."""
-    from tests.fixtures.prometheus import OpenMetrics
 
     om = OpenMetrics()
     for i, tick in enumerate(range(-120, 1, 5)):
@@ -193,7 +198,6 @@ def _model_series(now: float) -> str:
 def test_live_rates_per_version_come_from_prometheus(ui_repo, prometheus_replay):
     """A real Prometheus holding the last two minutes (backfilled), read through the
     controller's preset (`promotion.metrics.live`, the one home of the live rates)."""
-    import time
 
     url = prometheus_replay(_model_series(time.time()))
     app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=url))
@@ -206,7 +210,6 @@ def test_live_rates_per_version_come_from_prometheus(ui_repo, prometheus_replay)
     assert live["v2"]["rate"] == pytest.approx(10.0, rel=0.15)
     assert live["v2"]["error_rate"] == pytest.approx(0.01, rel=0.05)
     assert live["v2"]["p99_ms"] > 400
-    from tests.fixtures.common import free_port
 
     gone = f"http://127.0.0.1:{free_port()}"
     app = create_app(UiConfig(gitops=str(ui_repo.gitops), prometheus=gone))
@@ -216,9 +219,6 @@ def test_live_rates_per_version_come_from_prometheus(ui_repo, prometheus_replay)
 
 
 def test_models_page_shows_what_the_local_platform_serves(ui_repo, tmp_path):
-    from cogs.files import atomic_write_json
-    from local.platform.workdir import PlatformConfig, Workdir, save_config
-
     wd = Workdir(tmp_path / "platform")
     save_config(wd, PlatformConfig(gitops=str(ui_repo.gitops), prometheus_port=1))
     atomic_write_json(wd.status, {"models": {"det": {"versions": {"v1": {
@@ -269,9 +269,6 @@ def test_rollback_is_the_cli_rollback_and_its_refusal_is_a_message(client, ui_re
 def test_a_split_the_controller_refuses_is_shown_on_the_models_page():
     """Issue 27: a hand-edited weight of 150 is named (file and field) on the page, as
     `mlops canary status` and the controller's log name it."""
-    from gitops import layout
-    from mlops.ui.models import model_view
-    from serving import manifests
 
     vs = manifests.virtual_service("det", 90, 10, canary=True)
     good = layout.ModelState(model="det", destination_rule=manifests.destination_rule(

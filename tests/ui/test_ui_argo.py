@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import http.server
 import json
 import threading
@@ -10,6 +11,7 @@ import urllib.parse
 import pytest
 from starlette.testclient import TestClient
 
+from mlops.commands.ui import register, ui_config
 from mlops.ui.app import UiConfig, create_app
 from mlops.ui.argo import ArgoRuns, pod_name
 
@@ -177,9 +179,6 @@ def test_each_refusal_of_the_argo_server_says_what_to_give(argo_tls, tmp_path, m
 def test_the_workflows_namespace_is_the_pipelines(tmp_path):
     """`mlops ui` looks where the pipeline's Workflows run: the settings' namespace
     (docs/cluster.md section 6 renders them into `mlops`), not Argo's own `argo`."""
-    import argparse
-
-    from mlops.commands.ui import register, ui_config
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

@@ -11,9 +11,12 @@ there (how docs/ui/*.png are made).
 from __future__ import annotations
 
 import pathlib
+import subprocess
 
 import pytest
+import yaml
 
+from gitops.repo import Mirror
 from mlops.ui.app import UiConfig
 from tests.fixtures.ui import (
     Served,
@@ -62,8 +65,6 @@ def test_approve_by_click_starts_a_canary_whose_weights_move_on_the_page(chromiu
 
 
 def test_pause_by_click_is_a_commit_and_a_bad_step_is_a_message(chromium, repo, tmp_path):
-    from gitops.repo import Mirror
-
     with Served(UiConfig(gitops=str(repo.gitops), user="ada")) as app:
         chromium.get(app.url + "#/proposals")
         click(chromium, f'button[data-approve="{repo.pr}"]')
@@ -93,10 +94,6 @@ def test_pause_by_click_is_a_commit_and_a_bad_step_is_a_message(chromium, repo, 
 
 
 def test_approving_changed_weights_is_refused_in_the_page(chromium, repo, tmp_path):
-    import subprocess
-
-    import yaml
-
     work = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "-b", "mlops/propose/det/v2", str(repo.gitops),
                     str(work)], check=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import urllib.request
 import yaml
 
 from mlops.cli import main
+from mlops.commands.ui import register, ui_config
+from promotion.cluster.deploy import controller_manifests
 from tests.fixtures.common import free_port
 from tests.manifest_validation import validate_all
 
@@ -39,7 +42,6 @@ def test_manifests_validate_and_are_read_only_by_default(capsys):
 def test_a_read_only_ui_gets_the_git_token_the_way_the_controller_does(capsys):
     """Issue 25, defect 4: the read-only UI reads the (private) GitOps repo too, so it
     gets the controller's own `MLOPS_GIT_TOKEN` entry, from the same Secret."""
-    from promotion.cluster.deploy import controller_manifests
 
     controller = _pod(controller_manifests(gitops_url="https://g/r.git",
                                            prometheus_url="http://p:9090"))["containers"][0]
@@ -147,10 +149,6 @@ def test_manifests_name_the_forge_and_argo_with_their_secrets(capsys):
 
 
 def test_ui_reads_prs_from_the_forge_mlops_pr_uses(ui_repo, tmp_path):
-    import argparse
-
-    from mlops.commands.ui import register, ui_config
-
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     args = parser.parse_args(["ui", "--gitops", str(ui_repo.gitops),

@@ -24,6 +24,8 @@ from mlops.ui.app import UiConfig
 from promotion.decision.policy import load_policy
 from promotion.metrics.live import LiveReader, live_queries
 from promotion.metrics.presets import get_preset
+from promotion.metrics.prometheus import MetricFault
+from tests.fixtures.common import free_port
 from tests.fixtures.prometheus import OpenMetrics
 from tests.fixtures.ui import Served
 
@@ -98,9 +100,6 @@ def test_range_and_instant_reads_follow_the_canary_in_a_real_prometheus(promethe
 
 
 def test_a_dead_prometheus_is_a_fault_the_page_shows():
-    from promotion.metrics.prometheus import MetricFault
-    from tests.fixtures.common import free_port
-
     with pytest.raises(MetricFault, match="unreachable"):
         LiveReader(f"http://127.0.0.1:{free_port()}", "haproxy").series(
             "det", ["v1"], 0, 10, 5, 10)

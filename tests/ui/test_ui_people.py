@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from gitops.git import BOT_IDENTITY
+from gitops.git import BOT_IDENTITY, Identity
 from gitops.people import identity_of
 from gitops.repo import Mirror
 from mlops.ui.app import UiConfig, create_app
+from tests.fixtures.gitops import make_forge
 
 
 def _main_head(gitops):
@@ -54,8 +55,6 @@ def test_a_hosted_forge_names_the_approver_in_the_merge_title(fake_forge):
     """GitHub, GitLab and Gitea merge as the token's owner (their merge APIs take a title
     or message, no author), so the approver is named there. Only the forge's REST API is
     a fake (`tests/fixtures/gitops.py`: a forge's hosted API cannot run here)."""
-    from gitops.git import Identity
-    from tests.fixtures.gitops import make_forge
 
     forge = make_forge(fake_forge.flavour, fake_forge)
     pr = forge.open_pr("b", "main", "t", "body")

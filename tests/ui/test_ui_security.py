@@ -23,8 +23,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
+from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from mlops.cli import main
 from mlops.ui.app import UiConfig, create_app
@@ -71,6 +73,7 @@ def test_a_client_naming_itself_in_a_user_header_is_refused(ui_repo):
 
 
 def test_proxy_user_beyond_loopback_needs_the_proxys_proof(tmp_path, capsys, monkeypatch):
+    # lazy (collection cost): uvicorn loads only when this runs
     import uvicorn
 
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("it started serving"))
@@ -86,7 +89,6 @@ def test_proxy_user_beyond_loopback_needs_the_proxys_proof(tmp_path, capsys, mon
 def test_manifests_put_oauth2_proxy_in_the_pod_and_the_ui_on_loopback(capsys):
     assert main(["ui", "manifests", "--gitops", "https://g/gitops.git", "--enable-actions",
                  "--proxy-user", "--proxy-env-secret", "ui-oidc"]) == 0
-    import yaml
 
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert validate_all(docs) == 2
@@ -166,7 +168,6 @@ def test_trailers_written_before_the_fix_read_as_the_humans(tmp_path):
     # Still a human's commit to the controller's anchor: no Mlops-Window of its own.
     assert "Mlops-Window" not in head.trailers
     assert head.trailers["Mlops-Requested-By"].startswith("eve\rMlops-Decision")
-    from gitops.git import parse_trailers
 
     assert parse_trailers("A: 1\rB: 2\nB: 3\nC: x\u2028D: 4") == {
         "A": "1\rB: 2", "B": "3", "C": "x\u2028D: 4"}

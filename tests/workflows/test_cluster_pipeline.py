@@ -21,6 +21,7 @@ import yaml
 
 from gitops import git as gitcli
 from mlops import cli
+from tests.fixtures.production import fake_model_dir
 from workflows.config import load_config
 from workflows.events import (
     DESCRIPTION_ANNOTATION,
@@ -72,8 +73,6 @@ def test_every_pod_the_pipeline_renders_pulls_with_the_settings_secrets():
 
 
 def test_propose_writes_the_pull_secret_into_the_serving_deployment(tmp_path, empty_gitops):
-    from tests.fixtures.production import fake_model_dir
-
     model_dir = fake_model_dir(tmp_path, "shapes", "v1", {"map50": 0.9, "map": 0.6})
     outputs = tmp_path / "outputs"
     assert cli.main(["promote", "propose", str(model_dir), "--gitops", str(empty_gitops),
@@ -92,8 +91,6 @@ def test_propose_writes_the_pull_secret_into_the_serving_deployment(tmp_path, em
 
 def test_a_bad_pull_secret_name_is_refused_before_anything_is_written(tmp_path, empty_gitops,
                                                                       capsys):
-    from tests.fixtures.production import fake_model_dir
-
     model_dir = fake_model_dir(tmp_path, "shapes", "v1", {"map50": 0.9, "map": 0.6})
     before = subprocess.run(["git", "-C", str(empty_gitops), "for-each-ref"],
                             capture_output=True, text=True, check=True).stdout

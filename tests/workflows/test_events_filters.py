@@ -14,10 +14,11 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import re
 
 import pytest
 
-from gitops.git import BOT_IDENTITY
+from gitops.git import BOT_IDENTITY, DEFAULT_IDENTITY
 from tests.manifest_validation import validate_manifest
 from workflows.config import load_config
 from workflows.events import build_eventsource, build_sensor
@@ -106,10 +107,8 @@ def test_eventsource_listens_where_the_forge_sends(forge, sources):
 
 def test_the_bot_is_one_identity_everywhere():
     """Write-back commits as BOT_IDENTITY; the Sensor filters exactly its email."""
-    from gitops.git import DEFAULT_IDENTITY
 
     assert DEFAULT_IDENTITY is BOT_IDENTITY and "@" in BOT_IDENTITY.email
-    import re
 
     data = _sensor("github")["spec"]["dependencies"][0]["filters"]["data"]
     (bot,) = [f["value"][0] for f in data if f["path"].endswith("author.email")]

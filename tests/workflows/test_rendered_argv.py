@@ -21,6 +21,7 @@ from local.argo.hooks import mlops_run_args
 from mlops.cli import build_parser
 from promotion.cluster.deploy import controller_manifests
 from serving.manifests import deployment
+from serving.options import ServingOptions
 from workflows.config import load_config
 from workflows.render import render_documents
 from workflows.settings import load_settings
@@ -106,7 +107,6 @@ def test_a_serving_deployment_parses_with_the_cli():
     args = parse_mlops(container["args"], "serving Deployment")
     assert (args.model_name, args.model_version, args.weights_sha256, args.port) == \
         ("shapes", "v3", "ab" * 32, 8080)
-    from serving.options import ServingOptions
 
     doc = deployment("shapes", "v3", image="registry.example.com/mlops/serve:0.1.0",
                      model_uri="pvc://models/shapes/v3", weights_sha256="ab" * 32,

@@ -167,6 +167,7 @@ def test_publish_ships_the_first_val_images_as_the_probe_set_served_at_the_probe
     """Every published version gets `probe/` (workflows/probe_set.py): the first 32 val images
     by file name, decodable, within the caps, outside the weights' digest; its server hands
     them out at `GET .../probe` (serving/probe.py), what the paired answers check asks."""
+    # lazy (collection cost): pillow loads only when this runs
     from PIL import Image
 
     repo, out, params = smoke_run

@@ -18,9 +18,10 @@ import yaml
 
 from local.argo.runner import run_workflow
 from mlops.cli import main as cli
-from tests.fixtures.training import example_module
+from tests.fixtures.training import copy_example, example_module
 from tests.fixtures.workflows import git, make_fake_model_repo
 from workflows.config import load_config
+from workflows.errors import ConfigError
 from workflows.pipeline import build_workflow_template
 from workflows.settings import load_settings
 from workflows.steps import prepare_data
@@ -198,7 +199,6 @@ def test_the_example_trains_on_week_1_then_week_2_at_the_smoke_template(tmp_path
     """The real shapes example (its train.py, Paddle, the export, COCO evaluation) on the
     two pinned weeks, both jobs at the smoke template (20 steps): what its train.py reads
     is the prepared data, and each model records the week it saw."""
-    from tests.fixtures.training import copy_example
 
     repo = copy_example(tmp_path / "shapes-detector")
     config = yaml.safe_load((repo / "mlops.yaml").read_text())
@@ -227,8 +227,6 @@ def test_the_example_trains_on_week_1_then_week_2_at_the_smoke_template(tmp_path
     (lambda c: c["data"].pop("val"), "data.val: required field is missing"),
 ])
 def test_a_bad_data_section_is_named_in_mlops_yaml(tmp_path, change, message):
-    from workflows.errors import ConfigError
-
     config = yaml.safe_load((pathlib.Path(__file__).parents[2] / "examples" / "shapes-detector"
                              / "mlops.yaml").read_text())
     change(config)

@@ -19,7 +19,7 @@ from tests.fixtures.workflows import GIT_ENV, git
 from workflows.config import load_config
 from workflows.data_snapshot import SNAPSHOT_SCRIPT
 from workflows.pipeline import build_workflow_template
-from workflows.render import SNAPSHOT_FILE, render_texts
+from workflows.render import SNAPSHOT_FILE, render_documents, render_texts
 from workflows.settings import load_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -72,7 +72,6 @@ def test_rendered_cluster_documents_validate_and_keep_secrets_out_of_argv(tmp_pa
     assert volumes["data"]["persistentVolumeClaim"]["readOnly"] is True
     # Its pod holds only the executor's token, allowed what argoexec does (identity check).
     from workflows.identity import identity_problems
-    from workflows.render import render_documents
 
     docs = [d for file_docs in render_documents(loaded, settings).values() for d in file_docs]
     assert identity_problems(docs) == []

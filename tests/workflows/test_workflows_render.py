@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from mlops.cli import main as cli
+from serving.manifests import DEFAULT_MODELS_CLAIM, MODELS_MOUNT
 from tests.manifest_validation import assert_golden, validate_manifest
 from workflows.config import load_config
 from workflows.errors import ConfigError
@@ -359,7 +360,6 @@ def test_lint_module_agrees_with_the_test_validator(docs):
 def test_the_model_is_published_to_the_volume_serving_reads(wt_doc):
     """publish-model writes <model>/<version> into the claim the serving
     Deployments mount read-only at the same path; propose reads it from there."""
-    from serving.manifests import DEFAULT_MODELS_CLAIM, MODELS_MOUNT
 
     volumes = {v["name"]: v for v in wt_doc["spec"]["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": DEFAULT_MODELS_CLAIM}

@@ -21,6 +21,7 @@ import pathlib
 from typing import Any, Sequence
 
 from contracts.artifact import read_record_data, write_record_data
+from promotion.gitrepo.production import read_production
 from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
@@ -31,7 +32,6 @@ from workflows.steps.training_step import check_artifact
 
 def _production_dir(gitops: str, model: str, branch: str) -> tuple[str, pathlib.Path] | None:
     """(version, export dir) of production when there is one this step can run."""
-    from promotion.gitrepo.production import read_production
 
     found = read_production(gitops, model, branch)
     if found is None:

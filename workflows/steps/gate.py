@@ -29,10 +29,11 @@ import yaml
 from contracts.errors import ExitCode, MlopsError
 from promotion.decision.gate import GateConfig, evaluate_gate, evaluate_paired_gate
 from promotion.decision.paired import PairedResult
+from promotion.gitrepo.platform_policy import read_platform_policy
 from promotion.gitrepo.production import read_production
 from workflows.config import load_config
 from workflows.errors import ConfigError
-from workflows.steps.common import base_parser, run_main
+from workflows.steps.common import base_parser, outputs_dir, run_main, write_outputs
 
 
 class GateFailed(MlopsError):
@@ -119,8 +120,6 @@ def run(
     prod: dict[str, float] | None
     if paired_file.is_file() and not production:
         if production_from_gitops:
-            from promotion.gitrepo.platform_policy import read_platform_policy
-
             platform = read_platform_policy(production_from_gitops, gitops_branch or "main")
             gate = platform.gate_for(gate, f"{loaded.path}: gate")
         verdict = paired_verdict(gate, json.loads(paired_file.read_text()))
@@ -133,7 +132,6 @@ def run(
     elif production_from_gitops:
         # The platform's gate in the GitOps repo bounds the pushed mlops.yaml's: a push
         # that lowers `min` to 0 fails here, naming the field.
-        from promotion.gitrepo.platform_policy import read_platform_policy
 
         prod = _production_from_gitops(production_from_gitops, loaded.config.model,
                                        gitops_branch or "main")
@@ -172,7 +170,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         params = run(a.repo, a.out, a.production, a.which, a.production_from_gitops,
                      a.gitops_branch)
         if a.exit_code and params["passed"] != "true":
-            from workflows.steps.common import outputs_dir, write_outputs
             write_outputs(outputs_dir(a), params)
             raise GateFailed(params["reason"])
         return params

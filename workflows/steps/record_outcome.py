@@ -28,6 +28,7 @@ from typing import Any
 
 from cogs.files import atomic_write_text
 from gitops.forges.registry import pulls_page, repo_page
+from promotion.reports.report_paired import same_images_section
 
 OUTCOME_FILE = "outcome.json"
 """The exit handler's record in OUT; a local run folds it into `run.json` (local.argo.runner)."""
@@ -64,8 +65,6 @@ def report(result: dict[str, Any], metrics: Any, proposal: Any, commit: str) -> 
         f"({proposal.get('status')})" if proposal.get("version") else "- proposal: none",
     ]
     if gate.get("sets"):  # production ran on the same images: the tables and pictures
-        from promotion.reports.report_paired import same_images_section
-
         lines += ["", *same_images_section(gate)]
     failures = result.get("failures")
     if isinstance(failures, list) and failures:

@@ -15,6 +15,7 @@ from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.expressions import substitute
 from workflows.resources import ResourceTemplate
+from workflows.settings import PipelineSettings
 from workflows.steps.common import lineage_env
 
 
@@ -58,8 +59,8 @@ def run_job(
     env. Workflow parameters become the local lineage (`MLOPS_TRAINING_COMMIT`,
     `MLOPS_WORKFLOW_ID` when set).
     """
+    # lazy (import cost): it pulls hera
     from workflows.pipeline import PATH_ENV, paddlejob_manifest
-    from workflows.settings import PipelineSettings
 
     loaded = load_config(repo)
     job = job_override or (loaded.smoke if which == "smoke" else loaded.full)
