@@ -25,6 +25,7 @@ nothing of the pipeline. PaddlePaddle is imported inside the functions that
 use it: importing the kit (and a `train.py` for its pure helpers) stays cheap.
 """
 
+from modelkit import datasets, synthetic
 from modelkit.argv import check, training_parser
 from modelkit.checkpoints import weights_digest
 from modelkit.coco import boxes_by_image
@@ -43,4 +44,5 @@ from modelkit.metrics import Metrics
 
 __all__ = ["ExportContext", "Metrics", "Recipe", "TrainError", "boxes_by_image", "check",
            "declared_drill", "drill_fault", "main", "model_version", "predictor", "run_main",
-           "save_program", "train", "training_parser", "weights_digest", "write_export"]
+           "save_program", "train", "training_parser", "weights_digest", "write_export",
+           "datasets", "synthetic"]

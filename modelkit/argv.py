@@ -22,11 +22,15 @@ __all__ = ["check", "training_parser"]
 
 
 def training_parser(description: str, *, epochs: int, lr: float, skews: Sequence[str],
-                    skew_help: str) -> argparse.ArgumentParser:
+                    skew_help: str, generator: str = "") -> argparse.ArgumentParser:
     """The parser of the common flags; `skews` are the `--drill-skew` choices ("none" first)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--output-dir", required=True, help="export + bbox.json go here")
     p.add_argument("--checkpoint-dir", required=True, help="checkpoints; resumed from")
+    p.add_argument("--data-dir", default="data",
+                   help="the dataset: the pipeline passes the one prepare-data verified from "
+                   "the repo's pins (annotations/<split>.json, images/)"
+                   + (f"; by hand, make one with {generator}" if generator else ""))
     p.add_argument("--epochs", type=int, default=epochs)
     p.add_argument("--batch-size", type=int, default=32, help="global batch, split over ranks")
     p.add_argument("--lr", type=float, default=lr, help="peak AdamW learning rate")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MARKER", "dataset_digest", "has_dataset", "layout", "load_split"]
+__all__ = ["MARKER", "dataset_digest", "has_dataset", "layout", "load_split", "training_split"]
 
 #: The generator's marker (params and digest) in a generated dataset.
 MARKER = "DATASET.json"
@@ -61,3 +61,19 @@ def load_split(data_dir: str | pathlib.Path, split: str,
     images = np.stack([np.asarray(Image.open(image_root / e["file_name"]).convert("RGB"))
                        for e in entries])
     return images, coco, entries
+
+
+def training_split(data_dir: str | pathlib.Path, subset: int,
+                   make_with: str) -> tuple[str, np.ndarray, dict[str, Any], list[Any]]:
+    """(dataset digest, images, COCO dict, image entries) of the train split a run trains on
+    (``subset`` > 0: its first N images); a `TrainError` saying how to make one when
+    ``data_dir`` holds no dataset (``make_with``: the repo's generator script)."""
+    from modelkit.errors import TrainError
+
+    if not has_dataset(data_dir):
+        raise TrainError(
+            f"no dataset in --data-dir {data_dir} (annotations/train.json and "
+            "annotations/val.json with images/, as prepare-data lays out a pin); make one "
+            f"with `python {make_with} --data-dir {data_dir}`")
+    images, coco, entries = load_split(data_dir, "train", subset or None)
+    return dataset_digest(data_dir), images, coco, entries

@@ -30,7 +30,12 @@ from typing import Any, Callable, Mapping, Sequence
 from modelkit.datasets import MARKER
 from modelkit.files import atomic_write, atomic_write_text
 
-__all__ = ["WEEK_MARKER", "SyntheticCoco"]
+__all__ = ["WEEK_MARKER", "SyntheticCoco", "module_names"]
+
+#: What a generator module offers by name (train.py and the tests call `shapes_data.X`):
+#: the generator's own methods, and the kit's readers.
+_GENERATOR_NAMES = ("ensure_dataset", "write_week", "digest_of", "existing_digest")
+_READER_NAMES = ("has_dataset", "dataset_digest", "load_split")
 
 WEEK_MARKER = "WEEK.json"
 
@@ -217,3 +222,14 @@ class SyntheticCoco:
             print(f"error: {exc}", file=sys.stderr)
             return int(getattr(exc, "exit_code", 2))
         return 0
+
+
+def module_names(generator: SyntheticCoco, name: str) -> Any:
+    """A generator module's `__getattr__` (PEP 562): its public names resolved to the kit."""
+    if name in _GENERATOR_NAMES:
+        return getattr(generator, name)
+    if name in _READER_NAMES:
+        from modelkit import datasets
+
+        return getattr(datasets, name)
+    raise AttributeError(name)

@@ -205,16 +205,10 @@ GENERATOR = SyntheticCoco(describe="synthetic product shelves", categories=CATEG
                           defaults=DEFAULT_PARAMS, weeks=WEEKS, render_image=render_image,
                           error=DatasetError, png={"compress_level": 1})
 
-# The names train.py and the tests use; the kit does the writing and the reading
-# (modelkit/synthetic.py, modelkit/datasets.py).
-_write_split = GENERATOR.write_split
-digest_of = GENERATOR.digest_of
-existing_digest = GENERATOR.existing_digest
-ensure_dataset = GENERATOR.ensure_dataset
-write_week = GENERATOR.write_week
-has_dataset = datasets.has_dataset
-dataset_digest = datasets.dataset_digest
-load_split = datasets.load_split
+
+def __getattr__(name):
+    """ensure_dataset, write_week, load_split...: the kit's, under this module's name."""
+    return synthetic.module_names(GENERATOR, name)
 
 
 def main(argv=None):

@@ -64,12 +64,9 @@ SKEWS = ("none", "no-scale", "mean-std")
 def parse_args(argv=None):
     p = modelkit.training_parser(
         "Train the product-shelf YOLOv3 detector.", epochs=EPOCHS, lr=LR, skews=SKEWS,
+        generator="shelf_data.py",
         skew_help="no-scale turns NormalizeImage's is_scale off (0..255 pixels), mean-std "
         "swaps its mean and std")
-    p.add_argument("--data-dir", default="data",
-                   help="the dataset: the pipeline passes the one prepare-data verified from "
-                   "the repo's pins (annotations/<split>.json, images/); by hand, make one with "
-                   "shelf_data.py")
     return modelkit.check(p.parse_args(argv))
 
 
@@ -160,13 +157,8 @@ def load(args):
     import paddle
     from model import INPUT_SIZE, YOLOv3Small, count_parameters, yolo_losses
 
-    if not shelf_data.has_dataset(args.data_dir):
-        raise modelkit.TrainError(
-            f"no dataset in --data-dir {args.data_dir} (annotations/train.json and "
-            "annotations/val.json with images/, as prepare-data lays out a pin); make one "
-            f"with `python shelf_data.py --data-dir {args.data_dir}`")
-    digest = shelf_data.dataset_digest(args.data_dir)
-    images, coco, entries = shelf_data.load_split(args.data_dir, "train", args.subset or None)
+    digest, images, coco, entries = modelkit.datasets.training_split(
+        args.data_dir, args.subset, "shelf_data.py")
     boxes = boxes_by_image(coco, entries)
     categories = coco["categories"]
     ops = infer_cfg(categories, INPUT_SIZE)["Preprocess"]

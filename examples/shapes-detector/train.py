@@ -62,12 +62,9 @@ SKEWS = ("none", "no-scale", "mean-std", "bgr")
 def parse_args(argv=None):
     p = modelkit.training_parser(
         "Train the synthetic-shapes CenterNet detector.", epochs=12, lr=4e-3, skews=SKEWS,
+        generator="shapes_data.py",
         skew_help="no-scale feeds 0..255 pixels (scale 1 instead of 1/255), mean-std swaps "
         "the normalisation's mean and std, bgr the channel order")
-    p.add_argument("--data-dir", default="data",
-                   help="the dataset: the pipeline passes the one prepare-data verified from "
-                   "the repo's pins (annotations/<split>.json, images/); by hand, make one with "
-                   "shapes_data.py")
     return modelkit.check(p.parse_args(argv))
 
 
@@ -145,13 +142,8 @@ def load(args):
     import paddle
     from model import STRIDE, ShapesNet, build_targets, count_parameters, detection_loss
 
-    if not shapes_data.has_dataset(args.data_dir):
-        raise modelkit.TrainError(
-            f"no dataset in --data-dir {args.data_dir} (annotations/train.json and "
-            "annotations/val.json with images/, as prepare-data lays out a pin); make one "
-            f"with `python shapes_data.py --data-dir {args.data_dir}`")
-    digest = shapes_data.dataset_digest(args.data_dir)
-    images, coco, entries = shapes_data.load_split(args.data_dir, "train", args.subset or None)
+    digest, images, coco, entries = modelkit.datasets.training_split(
+        args.data_dir, args.subset, "shapes_data.py")
     boxes = modelkit.boxes_by_image(coco, entries)
     categories = coco["categories"]
     cfg = infer_cfg(["?"] * 3, categories)
