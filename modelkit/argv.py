@@ -31,7 +31,9 @@ def training_parser(description: str, *, epochs: int, lr: float, skews: Sequence
                    help="the dataset: the pipeline passes the one prepare-data verified from "
                    "the repo's pins (annotations/<split>.json, images/)"
                    + (f"; by hand, make one with {generator}" if generator else ""))
-    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--epochs", type=int, default=epochs,
+                   help="passes over the train split; 0 with --init-from: no training, the "
+                   "starting weights are exported as they are (a change to serving flags only)")
     p.add_argument("--batch-size", type=int, default=32, help="global batch, split over ranks")
     p.add_argument("--lr", type=float, default=lr, help="peak AdamW learning rate")
     p.add_argument("--max-steps", type=int, default=0, help="cap on total steps (0 = none)")
@@ -65,9 +67,13 @@ def training_parser(description: str, *, epochs: int, lr: float, skews: Sequence
 
 def check(args: argparse.Namespace) -> argparse.Namespace:
     """`args` when every common flag is in range, else a `TrainError` naming the flag."""
-    for name in ("epochs", "batch_size", "log_every", "checkpoint_every"):
+    for name in ("batch_size", "log_every", "checkpoint_every"):
         if getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    # 0 epochs re-exports the weights it starts from (a push that changes only serving
+    # flags needs no training); from scratch that would export random weights
+    if args.epochs < 0 or (args.epochs == 0 and not getattr(args, "init_from", "")):
+        raise TrainError(f"--epochs must be >= 1 (or 0 with --init-from), got {args.epochs}")
     for name in ("max_steps", "subset"):
         if getattr(args, name) < 0:
             raise TrainError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")

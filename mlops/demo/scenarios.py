@@ -87,10 +87,22 @@ class Example:
 
     def skew_scenario(self) -> "Scenario":
         """A mistake in the exported infer_cfg.yml this example's model visibly fails on."""
-        return Scenario("skew", {"drill-skew": self.skew},
-                        f"drill: export infer_cfg.yml {self.skew_what} (train.py --drill-skew "
-                        f"{self.skew}): the gate runs the export as served, beside production "
-                        "on the same images, and stops it", "gate_refused", "worse")
+        return self.drill(Scenario(
+            "skew", {"drill-skew": self.skew},
+            f"drill: export infer_cfg.yml {self.skew_what} (train.py --drill-skew "
+            f"{self.skew}): the gate runs the export as served, beside production "
+            "on the same images, and stops it", "gate_refused", "worse"))
+
+    def drill(self, scenario: "Scenario") -> "Scenario":
+        """A drill changes serving flags only. An example that fine-tunes production
+        (`init_from: production`) re-exports production's weights for it (`epochs: 0`,
+        no training: the drill's flags alone make it a version of its own); one trained
+        from scratch finds the good push's weights in the weights cache (same inputs)."""
+        if self.fine_tune is None:
+            return scenario
+        return dataclasses.replace(
+            scenario, change={**scenario.change, "epochs": 0},
+            message=f"{scenario.message}; production's weights as they are (epochs: 0)")
 
 
 EXAMPLES = {e.name: e for e in (
@@ -114,16 +126,17 @@ def example(name: str) -> Example:
 #: The first push: the example as shipped, which becomes the stable version.
 BOOTSTRAP_MESSAGE = EXAMPLES[DEFAULT_EXAMPLE].bootstrap_message()
 
+_SLOW = Scenario("slow", {"drill-delay-ms": 250},
+                 "drill: this version answers 250 ms late (train.py --drill-delay-ms)",
+                 "rolled_back", "latency")
+_ERRORS = Scenario("errors", {"drill-error-rate": 0.3},
+                   "drill: this version fails 30 % of requests (train.py --drill-error-rate)",
+                   "rolled_back", "error")
+
 SCENARIOS = {
     "good": EXAMPLES[DEFAULT_EXAMPLE].good(),
-    "slow": Scenario(
-        "slow", {"drill-delay-ms": 250},
-        "drill: this version answers 250 ms late (train.py --drill-delay-ms)",
-        "rolled_back", "latency"),
-    "errors": Scenario(
-        "errors", {"drill-error-rate": 0.3},
-        "drill: this version fails 30 % of requests (train.py --drill-error-rate)",
-        "rolled_back", "error"),
+    "slow": EXAMPLES[DEFAULT_EXAMPLE].drill(_SLOW),
+    "errors": EXAMPLES[DEFAULT_EXAMPLE].drill(_ERRORS),
     "skew": EXAMPLES[DEFAULT_EXAMPLE].skew_scenario(),
     "low-map": Scenario(  # from scratch (`init-from: ""`), or it would fine-tune production
         "low-map", {"epochs": 1, "init-from": ""},
@@ -135,7 +148,8 @@ def plan(choice: str, example_name: str = DEFAULT_EXAMPLE) -> list[Scenario]:
     """The scenarios to play for `--scenario CHOICE` with an example, in order (`all`: good
     first). The good scenario's epochs follow the example's default."""
     chosen = example(example_name)
-    table = dict(SCENARIOS, good=chosen.good(), skew=chosen.skew_scenario())
+    table = dict(SCENARIOS, good=chosen.good(), slow=chosen.drill(_SLOW),
+                 errors=chosen.drill(_ERRORS), skew=chosen.skew_scenario())
     if choice == "all":
         return [table[name] for name in NAMES]
     if choice not in table:

@@ -89,7 +89,9 @@ def test_each_example_plays_the_skew_its_own_train_py_exports():
                                  "--help"], capture_output=True, text=True, timeout=120)
         choices = re.search(r"--drill-skew \{([^}]*)\}", helped.stdout)
         assert choices, helped.stdout + helped.stderr
-        assert skew.change == {"drill-skew": example.skew}
+        # a fine-tuning example re-exports production's weights for a drill (no training)
+        assert skew.change == ({"drill-skew": example.skew, "epochs": 0} if example.fine_tune
+                               else {"drill-skew": example.skew})
         assert example.skew in choices.group(1).split(",") and example.skew != "none"
         assert f"--drill-skew {example.skew}" in skew.message
         assert skew.expect == "gate_refused" and skew.expect_cause == "worse"
@@ -100,7 +102,11 @@ def test_each_example_plays_the_skew_its_own_train_py_exports():
 
 def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
     slow = scenarios.SCENARIOS["slow"]
-    assert slow.args({"epochs": 14}) == {"epochs": 14, "drill-delay-ms": 250}
+    # the default example fine-tunes production: a drill re-exports its weights (0 epochs)
+    assert slow.args({"epochs": 2, "lr": 0.001}) == {"epochs": 0, "lr": 0.001,
+                                                     "drill-delay-ms": 250}
+    from_scratch = scenarios.plan("slow", "products-yolov3")[0]
+    assert from_scratch.args({"epochs": 16}) == {"epochs": 16, "drill-delay-ms": 250}
     # low-map overrides the epochs production was trained with
     assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1, "init-from": ""}
 

@@ -283,3 +283,32 @@ def test_train_py_refuses_an_init_from_that_is_not_an_export(trained_model, tmp_
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"--init-from {tmp_path}: no inference.pdiparams (not an export)" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_zero_epochs_from_an_export_re_exports_its_weights_unchanged(trained_model, tmp_path):
+    """`--epochs 0 --init-from DIR`: a push that changes only serving flags (the demo's
+    drills) trains nothing and exports the starting weights; the flag's drill still makes
+    it its own version. From scratch, 0 epochs would export random weights: refused."""
+    out = tmp_path / "o"
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--output-dir", str(out), "--checkpoint-dir",
+         str(tmp_path / "c"), "--data-dir", str(trained_model.data_dir), "--subset", "32",
+         "--batch-size", "16", "--epochs", "0", "--drill-delay-ms", "250",
+         "--init-from", str(trained_model.model_dir)],
+        cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "total_steps=0" in proc.stdout
+    # the same weights as the export it started from, under a version of its own
+    assert ((out / "rank-0.sha256").read_text() ==
+            (trained_model.output_dir / "rank-0.sha256").read_text())
+    start = yaml.safe_load((trained_model.model_dir / "model.yaml").read_text())["version"]
+    assert yaml.safe_load((out / "model" / "model.yaml").read_text())["version"] != start
+    scratch = subprocess.run(
+        [sys.executable, "train.py", "--output-dir", str(tmp_path / "s"), "--checkpoint-dir",
+         str(tmp_path / "sc"), "--data-dir", str(trained_model.data_dir), "--epochs", "0"],
+        cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
+        timeout=300)
+    assert scratch.returncode == 2
+    assert "error: --epochs must be >= 1 (or 0 with --init-from), got 0" in scratch.stderr
+    assert "Traceback" not in scratch.stderr
