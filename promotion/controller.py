@@ -513,7 +513,10 @@ class Controller:
                 continue
             window = self._window(track.as_of, float(self.config.interval or policy.interval),
                                   ready)
-            source = self.source_for(policy)
+            try:
+                source = self.source_for(policy)
+            except Exception:  # said by `reconcile`, with the model's other errors
+                continue
             if window is None or not hasattr(source, "observe_many"):
                 continue
             groups.setdefault(id(source), (source, []))[1].append(
@@ -524,10 +527,10 @@ class Controller:
                 continue  # one model: its own queries, as before
             try:
                 found = source.observe_many(wanted)
+                self._prefetched.update((w, o) for w, o in zip(wanted, found)
+                                        if isinstance(o, Observations))
             except Exception as exc:  # reading ahead is an optimisation: ask per model
                 log.warning("reading %d windows at once failed: %s", len(wanted), exc)
-                continue
-            self._prefetched.update((w, o) for w, o in zip(wanted, found) if o is not None)
 
     def _paired(self, policy: CanaryPolicy, model: str, committed: CanaryState,
                 interval: float) -> PairedAnswers | None:
