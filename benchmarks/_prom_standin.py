@@ -16,13 +16,22 @@ does (`{"status": "success", "data": {"resultType": "vector", ...}}`), for
 the query shapes the presets in promotion/metrics/presets/ render:
 `sum(increase(sel[w]))`, `sum by (l, ...) (increase(sel[w]))` and sums of
 `(sum(increase(sel[w])) or vector(0))` terms, with `=`, `!=`, `=~`, `!~`
-matchers. The series are synthetic and exact: each model gets `rate`
-requests per second, split between its versions by the weights the router
-applied (`--weights`, a JSON file the benchmark rewrites as the sync would),
-so `increase()` over a window is rate x share x window. A version listed as
+matchers; and the controller's batched form (promotion/metrics/batch.py):
+`label_replace(<query>, "mlops_leg", "<i>", "", "") or ...`, each range
+pinned with `@ <unix time>`, sent as `GET` or as a `POST` form. As Prometheus
+does (prometheus/prometheus docs/querying/: functions.md for `label_replace`
+with an empty source label and regex, which adds the label; operators.md for
+`or`, the union that keeps a right-hand sample only when no left-hand one has
+its label set; basics.md for `@`; api.md for the POST form), except that the
+synthetic series are stationary, so `@` and `time` change nothing.
+
+The series are synthetic and exact: each model gets `rate` requests per
+second, split between its versions by the weights the router applied
+(`--weights`, a JSON file the benchmark rewrites as the sync would), so
+`increase()` over a window is rate x share x window. A version listed as
 failing in `--world` answers 5xx at its error rate; latency, detections,
-scores and classes are the same distribution for every version. Every query
-is counted (`GET /stats`) so the benchmark can report queries per tick.
+scores and classes are the same distribution for every version. Every query is
+counted (`GET /stats`) so the benchmark can report queries per tick.
 """
 
 from __future__ import annotations
@@ -37,7 +46,10 @@ import threading
 import urllib.parse
 from typing import Any
 
-SELECTOR = re.compile(r"increase\(\s*([A-Za-z_:][\w:]*)?\{([^}]*)\}\[(\w+)\]\s*\)")
+SELECTOR = re.compile(
+    r"increase\(\s*([A-Za-z_:][\w:]*)?\{([^}]*)\}\[(\w+)\](?:\s*@\s*[\d.]+)?\s*\)")
+LABEL_REPLACE = re.compile(
+    r'^label_replace\((.*),\s*"(\w+)",\s*"([^"]*)",\s*"",\s*""\)$', re.DOTALL)
 MATCHER = re.compile(r'\s*([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
 SUM_BY = re.compile(r"^\s*sum\s+by\s*\(([^)]*)\)\s*\(")
 LATENCY_S = {0.005: 0.02, 0.01: 0.1, 0.025: 0.45, 0.05: 0.8, 0.1: 0.95, 0.25: 0.99,
@@ -54,6 +66,27 @@ def _seconds(text: str) -> float:
     if not match:
         raise ValueError(f"unsupported range {text!r}")
     return int(match.group(1)) * units[match.group(2)]
+
+
+def _top_level_or(query: str) -> list[str]:
+    """`query` split at each `or` outside parentheses and strings."""
+    terms, depth, start, quoted, i = [], 0, 0, False, 0
+    while i < len(query):
+        char = query[i]
+        if quoted:
+            quoted = char != '"' or query[i - 1] == "\\"
+        elif char == '"':
+            quoted = True
+        elif char in "({[":
+            depth += 1
+        elif char in ")}]":
+            depth -= 1
+        elif depth == 0 and query.startswith(" or ", i):
+            terms.append(query[start:i].strip())
+            start = i = i + 4
+            continue
+        i += 1
+    return [*terms, query[start:].strip()]
 
 
 def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
@@ -167,6 +200,21 @@ class World:
 
     def evaluate(self, query: str) -> list[tuple[dict[str, str], float]]:
         """The preset query shapes (see the module docstring); ValueError for anything else."""
+        terms = _top_level_or(query)
+        if len(terms) > 1 or LABEL_REPLACE.match(terms[0]):
+            rows: list[tuple[dict[str, str], float]] = []
+            seen: set[tuple[tuple[str, str], ...]] = set()
+            for term in terms:
+                leg = LABEL_REPLACE.match(term)
+                if leg is None:
+                    raise ValueError(f"only label_replace(...) legs are joined with `or`: {term}")
+                for labels, value in self.evaluate(leg.group(1)):
+                    labels = {**labels, leg.group(2): leg.group(3)}
+                    key = tuple(sorted(labels.items()))
+                    if key not in seen:  # `or`: a label set already on the left wins
+                        seen.add(key)
+                        rows.append((labels, value))
+            return rows
         selectors = SELECTOR.findall(query)
         if not selectors:
             raise ValueError("no increase(selector[range]) in the query")
@@ -206,6 +254,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def do_POST(self) -> None:
+        """`/api/v1/query` with its parameters as a form in the body (a long query)."""
+        length = int(self.headers.get("Content-Length") or 0)
+        self._query(urllib.parse.urlsplit(self.path).path,
+                    urllib.parse.parse_qs(self.rfile.read(length).decode()))
+
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         if url.path == "/-/ready":
@@ -214,10 +268,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if url.path == "/stats":
             self._send(200, dict(self.counter))
             return
-        if url.path != "/api/v1/query":
-            self._send(404, {"status": "error", "error": f"no route {url.path}"})
+        self._query(url.path, urllib.parse.parse_qs(url.query))
+
+    def _query(self, path: str, params: dict[str, list[str]]) -> None:
+        if path != "/api/v1/query":
+            self._send(404, {"status": "error", "error": f"no route {path}"})
             return
-        params = urllib.parse.parse_qs(url.query)
         query = (params.get("query") or [""])[0]
         at = float((params.get("time") or ["0"])[0])
         with self.lock:

@@ -203,6 +203,7 @@ class Controller:
         self._policies: dict[tuple[str, str], CanaryPolicy] = {}
         self._config_id: str | None = None  # blob id of mlops-gitops.yaml at the tip
         self._pending: list[_Pending] = []  # decisions of this pass not pushed yet (workers > 1)
+        self._prefetched: dict[tuple[str, str, str, float, dt.datetime], Observations] = {}
         self._effects: concurrent.futures.ThreadPoolExecutor | None = None
         self._effects_mirror: Mirror | None = None
         self.last_error: str | None = None
@@ -332,6 +333,7 @@ class Controller:
         live = {(self._folder_trees.get(m, self._tree_sha or ""), m) for m in models}
         self._folders = {k: v for k, v in self._folders.items() if k in live}
         self._policies = {k: v for k, v in self._policies.items() if k in live}
+        self._prefetch(models)
         if self.config.workers > 1 and len(models) > 1:
             # Models are independent: analyse them at once; their commits wait
             # in `_pending` and go out in one push below.
@@ -342,6 +344,7 @@ class Controller:
             for model in models:
                 outcomes += self._reconcile_guarded(root, model)
         outcomes = self._flush(outcomes)  # workers > 1: decisions waited for one push
+        self._prefetched = {}
         self.metrics.tick()
         return outcomes
 
@@ -457,14 +460,14 @@ class Controller:
 
         outcomes: list[Outcome] = []
         ready = now - dt.timedelta(seconds=self.config.settle)
-        while track.as_of + dt.timedelta(seconds=interval) <= ready:
-            due = int((ready - track.as_of).total_seconds() // interval)
-            window = interval * (due - self.config.max_catchup + 1) \
-                if due > self.config.max_catchup else interval
+        while (window := self._window(track.as_of, interval, ready)) is not None:
             end = track.as_of + dt.timedelta(seconds=window)
             assert committed.stable is not None and committed.candidate is not None
-            obs = self.source_for(policy).observe(model, committed.stable, committed.candidate,
-                                                  window, at=end)
+            obs = self._prefetched.pop((model, committed.stable, committed.candidate, window, end),
+                                       None)  # read ahead with the other models (`_prefetch`)
+            if obs is None:
+                obs = self.source_for(policy).observe(model, committed.stable,
+                                                      committed.candidate, window, at=end)
             if obs.fault is None:
                 paired = self._paired(policy, model, committed, interval)
                 if paired is not None:
@@ -478,6 +481,56 @@ class Controller:
             if outcome.committed is not None or self._tracks.get(model) is not track:
                 break  # main moved: the next tick starts from the new commit
         return outcomes
+
+    def _window(self, as_of: dt.datetime, interval: float, ready: dt.datetime) -> float | None:
+        """The length of the next due window from `as_of` (None: none is due yet)."""
+        if as_of + dt.timedelta(seconds=interval) > ready:
+            return None
+        due = int((ready - as_of).total_seconds() // interval)
+        return interval * (due - self.config.max_catchup + 1) \
+            if due > self.config.max_catchup else interval
+
+    def _prefetch(self, models: list[str]) -> None:
+        """Every model's next due window read at once, before the pass (issue 31).
+
+        A source with `observe_many` (`PrometheusSource`: one query per signal for
+        all of them) answers the windows the pass is about to ask for one model at a
+        time; `reconcile` takes an answer only for exactly the same (model, versions,
+        window, end), else it asks as before, so no decision can differ. Models whose
+        folder moved since the last pass are not read ahead (their track is rebuilt)."""
+        self._prefetched = {}
+        ready = _utc(self.clock()) - dt.timedelta(seconds=self.config.settle)
+        groups: dict[int, tuple[Any, list[tuple[str, str, str, float, dt.datetime]]]] = {}
+        for model in models:
+            track = self._tracks.get(model)
+            policy = self._policies.get((self._folder_trees.get(model, self._tree_sha or ""),
+                                         model))
+            if track is None or policy is None or not track.routed:
+                continue
+            state = track.base
+            if state.phase is not Phase.PROGRESSING or state.requested is not None \
+                    or state.stable is None or state.candidate is None:
+                continue
+            window = self._window(track.as_of, float(self.config.interval or policy.interval),
+                                  ready)
+            try:
+                source = self.source_for(policy)
+            except Exception:  # said by `reconcile`, with the model's other errors
+                continue
+            if window is None or not hasattr(source, "observe_many"):
+                continue
+            groups.setdefault(id(source), (source, []))[1].append(
+                (model, state.stable, state.candidate, window,
+                 track.as_of + dt.timedelta(seconds=window)))
+        for source, wanted in groups.values():
+            if len(wanted) < 2:
+                continue  # one model: its own queries, as before
+            try:
+                found = source.observe_many(wanted)
+                self._prefetched.update((w, o) for w, o in zip(wanted, found)
+                                        if isinstance(o, Observations))
+            except Exception as exc:  # reading ahead is an optimisation: ask per model
+                log.warning("reading %d windows at once failed: %s", len(wanted), exc)
 
     def _paired(self, policy: CanaryPolicy, model: str, committed: CanaryState,
                 interval: float) -> PairedAnswers | None:

@@ -264,6 +264,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "reports across restarts; '' for an emptyDir")
     man.add_argument("--git-poll", type=float, default=15.0,
                      help="seconds between fetches of the GitOps repo (default 15)")
+    man.add_argument("--workers", type=_positive, default=8, metavar="N",
+                     help="models the controller analyses at once in a pass (default 8; "
+                          "see `controller run --workers`)")
     man.add_argument("--settings", help="the pipeline's settings file (image_pull_secrets)")
     man.add_argument("--image-pull-secret", action="append", default=[], metavar="NAME",
                      help="imagePullSecrets of the controller's pod (repeatable; added to "
@@ -278,6 +281,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "GitOps repo (path or URL as this machine sees it): re-render when "
                           "models are added")
     man.set_defaults(func=_manifests)
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: at least 1")
+    return number
 
 
 def _application_name(value: str) -> str:
@@ -307,7 +320,7 @@ def _manifests(args: argparse.Namespace) -> int:
         forge_repo=args.forge_repo, forge_url=args.forge_url, forge_secret=args.forge_secret,
         models_namespace=args.models_namespace, reports_claim=args.reports_claim or None,
         image_pull_secrets=list(dict.fromkeys(pull)), git_poll=args.git_poll,
-        applications=list(dict.fromkeys(applications)))
+        applications=list(dict.fromkeys(applications)), workers=args.workers)
     if not applications:
         print("note: no --application given: the controller will not ask Argo CD to refresh, "
               "so a rollback waits for Argo CD's poll (3 min by default); pass "

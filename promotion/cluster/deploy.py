@@ -44,6 +44,9 @@ FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": 
 #: A remote forge is asked for news every 15 s, not every pass (rate limits,
 #: load): a decision is due once per canary interval (30 s by default).
 CLUSTER_GIT_POLL = 15.0
+#: Models analysed at once in a pass (`controller run --workers`): a cluster runs a
+#: fleet, whose passes are I/O (git, Prometheus), not CPU (benchmarks/fleet.py).
+CLUSTER_WORKERS = 8
 
 
 #: Istio's per-pod injection label: "true" injects the sidecar even where the namespace has
@@ -90,12 +93,15 @@ def controller_manifests(
     image_pull_secrets: Sequence[str] = (),
     git_poll: float = CLUSTER_GIT_POLL,
     applications: Sequence[str] = (),
+    workers: int = CLUSTER_WORKERS,
 ) -> list[dict[str, Any]]:
     """ServiceAccount, Roles + RoleBindings, the reports claim, Deployment and Service.
 
     `applications`: the Argo CD Applications (one per model, named after it)
     the controller may refresh after a decision; empty: it refreshes none.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     for application in applications:
         problem = model_name_problem(application)
         if problem:
@@ -104,7 +110,7 @@ def controller_manifests(
     args = ["controller", "run", "--gitops", gitops_url, "--prometheus", prometheus_url,
             "--workdir", "/work", "--metrics-port", str(METRICS_PORT), "--metrics-addr",
             "0.0.0.0", "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
-            "--git-poll", f"{git_poll:g}"]
+            "--git-poll", f"{git_poll:g}", "--workers", str(workers)]
     if applications:
         args += ["--argocd-namespace", argocd_namespace]
     if preset:

@@ -116,3 +116,42 @@ def test_a_fleet_of_one_still_pushes_its_decisions(guarded_repo, tmp_path):
     controller.close()
     assert [(o.model, o.cause) for o in outcomes] == [("a", "ready")]
     assert outcomes[0].committed == git(guarded_repo, "rev-parse", "main")
+
+
+class BatchFleet(Fleet):
+    """`Fleet` that can also answer many windows at once, and counts how it was asked."""
+
+    def __init__(self, repo: pathlib.Path) -> None:
+        super().__init__(repo)
+        self.alone: list[str] = []
+        self.batches: list[list[str]] = []
+
+    def observe(self, model: str, stable: str, canary: str, window: float,
+                at: dt.datetime | None = None) -> Observations:
+        self.alone.append(model)
+        return super().observe(model, stable, canary, window, at)
+
+    def observe_many(self, wanted: list[tuple[str, str, str, float, dt.datetime]]
+                     ) -> list[Observations | None]:
+        self.batches.append([w[0] for w in wanted])
+        return [Fleet.observe(self, *w[:4], at=w[4]) for w in wanted]
+
+
+def test_windows_due_in_one_pass_are_read_at_once_with_the_same_decisions(guarded_repo,
+                                                                           tmp_path):
+    """Issue 31: the pass reads every model's due window in one `observe_many` (one
+    query per signal in `PrometheusSource`) and decides exactly as one by one."""
+    _merge(guarded_repo, "v1", ("a", "c"))
+    _merge(guarded_repo, "v2", ("a", "c"))
+    clock = Clock(float(git(guarded_repo, "log", "-1", "--format=%ct", "main")))
+    fleet = BatchFleet(guarded_repo)
+    controller = Controller(ControllerConfig(repo=str(guarded_repo), workdir=tmp_path / "w",
+                                             workers=3), fleet, clock=clock)
+    for _ in range(15):  # half a window per pass: a track is known before its window is due
+        controller.tick()
+        clock.advance(0.5)
+    controller.close()
+    assert _chains(guarded_repo) == {"a": ["10->25", "25->50", "50->100"],
+                                     "c": ["10->25", "25->50", "50->100"]}
+    assert fleet.batches[0] == ["a", "c"] and all(b == ["a", "c"] for b in fleet.batches)
+    assert fleet.alone == []  # no window was read twice or one by one

@@ -18,7 +18,7 @@ import pathlib
 import pytest
 
 from local.argo.hooks import mlops_run_args
-from mlops.cli import build_parser
+from mlops.cli import build_parser, main
 from promotion.cluster.deploy import controller_manifests
 from serving.manifests import deployment
 from serving.options import ServingOptions
@@ -116,16 +116,28 @@ def test_a_serving_deployment_parses_with_the_cli():
     assert (args.workers, args.batch_max_size, args.batch_timeout_ms) == (2, 8, 2.0)
 
 
-@pytest.mark.parametrize("forge", [None, "gitea"])
-def test_the_controller_deployment_parses_with_the_cli(forge):
+@pytest.mark.parametrize(("forge", "workers"), [(None, {}), ("gitea", {"workers": 3})])
+def test_the_controller_deployment_parses_with_the_cli(forge, workers):
     docs = controller_manifests(gitops_url="https://git.example.com/ml/gitops.git",
                                 prometheus_url="http://prometheus:9090", forge=forge,
-                                webhook_secret="slack-hook", applications=["shapes"])
+                                webhook_secret="slack-hook", applications=["shapes"], **workers)
     deployment_doc = next(d for d in docs if d["kind"] == "Deployment")
     container = deployment_doc["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["mlops"]
     args = parse_mlops(container["args"], "controller Deployment")
     assert (args.gitops, args.forge) == ("https://git.example.com/ml/gitops.git", forge)
+    # a fleet: models analysed at once (issue 31), 8 unless the manifests say otherwise
+    assert args.workers == workers.get("workers", 8)
+
+
+def test_controller_manifests_take_workers_and_refuse_a_bad_count(capsys):
+    base = ["controller", "manifests", "--gitops", "https://g/r.git", "--prometheus", "http://p"]
+    assert main([*base, "--workers", "3"]) == 0
+    assert "- --workers\n        - '3'" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main([*base, "--workers", "0"])
+    err = capsys.readouterr().err
+    assert exit_.value.code != 0 and "--workers" in err and "at least 1" in err
 
 
 def test_the_run_a_push_starts_parses_with_the_cli(tmp_path):
