@@ -323,3 +323,22 @@ def test_the_load_plays_the_val_images_prepare_data_laid_out(tmp_path):
     other = tmp_path / "old"
     (other / "sha2" / "repo" / "data" / "val").mkdir(parents=True)
     assert _val_images(other) == other / "sha2" / "repo" / "data" / "val"
+
+
+def test_the_summary_fails_a_refusal_that_does_not_name_the_expected_classes(tmp_path, capsys):
+    """bad-labels must be stopped at the gate *naming* circle and square: a refusal that
+    names only one of them is reported as a problem (the demo then exits non-zero)."""
+    demo = Demo(argparse.Namespace(workdir=str(tmp_path / "w"), example="shapes-detector",
+                                   keep_running=False))
+    demo.work.mkdir(parents=True)
+
+    def refused(sha, named):
+        return {"scenario": "bad-labels", "message": "data: week 3 arrives", "commit": sha,
+                "version": f"v-{sha}", "map50": 0.89, "expect": "gate_refused",
+                "outcome": "gate_refused", "reason": "FAIL", "worse_classes": named,
+                "expect_classes": ["circle", "square"], "marks": {"push": 0.0, "run_done": 1.0},
+                "run_report": "-"}
+    demo.results = [refused("a", ["circle", "square"]), refused("b", ["square"])]
+    assert demo.summarise() == [
+        "bad-labels: gate_refused, expected gate_refused naming circle as worse"]
+    assert "ok bad-labels v-a" in capsys.readouterr().out
