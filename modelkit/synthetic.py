@@ -9,8 +9,10 @@ storage (`--store DIR --week N`) in the layout `mlops data snapshot` pins:
 links week N-1's unchanged files (same bytes, so the pins and the cache see them
 as the same content), retires the oldest training images and draws new ones
 with the week's class weights; val stays byte for byte the same, so two weeks'
-models are compared on the same images. Reading a dataset back, in either
-layout, is :mod:`modelkit.datasets`.
+models are compared on the same images (and so does a fixed holdout split, for a
+generator with `holdout`). A week may swap a share of its new labels between two
+classes (`swap`, `swap_share`: a batch with bad labels). Reading a dataset back,
+in either layout, is :mod:`modelkit.datasets`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ def _link(src: pathlib.Path, dest: pathlib.Path) -> None:
         shutil.copyfile(src, dest)
 
 
+def _swap_labels(annotations: list[dict[str, Any]], pair: Sequence[int], share: float,
+                 rng: random.Random) -> None:
+    """Give each box of class pair[0] or pair[1], with probability `share`, the other's label."""
+    a, b = pair
+    for ann in annotations:
+        if ann["category_id"] in (a, b) and rng.random() < share:
+            ann["category_id"] = b if ann["category_id"] == a else a
+
+
 @dataclasses.dataclass(frozen=True)
 class SyntheticCoco:
     """One example's generator: what it draws, its defaults, its weeks."""
@@ -60,10 +71,12 @@ class SyntheticCoco:
     describe: str  # "synthetic shapes": the COCO files' info.description
     categories: Sequence[Mapping[str, Any]]
     defaults: Mapping[str, Any]  # part of the digest (bump its "generator" when drawing changes)
-    weeks: Mapping[int, Mapping[str, Any]]  # week -> retire_32nds, add_32nds, seed, class_weights
+    # week -> retire_32nds, add_32nds, seed, class_weights (and swap, swap_share: label noise)
+    weeks: Mapping[int, Mapping[str, Any]]
     render_image: Render
     error: type[Exception]  # the example's DatasetError (its `exit_code` is the CLI's)
     png: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # PIL save options
+    holdout: bool = False  # weeks also hold a fixed `holdout` split (num_val images, clean)
 
     def write_split(self, root: pathlib.Path, split: str, count: int, rng: random.Random,
                     params: Mapping[str, Any], prefix: str = "", first_id: int = 1,
@@ -152,7 +165,8 @@ class SyntheticCoco:
             raise self.error(f"no week {week}: the generator knows weeks {sorted(self.weeks)}")
         params = dict(self.defaults if params is None else params)
         root = pathlib.Path(store) / f"week-{week}"
-        wanted = {"week": week, "params": params, "change": dict(self.weeks[week])}
+        wanted = {"week": week, "params": params, "change": dict(self.weeks[week]),
+                  **({"holdout": True} if self.holdout else {})}
         try:
             if json.loads((root / WEEK_MARKER).read_text()) == wanted:
                 return root
@@ -167,6 +181,10 @@ class SyntheticCoco:
             for split, key in (("train", "num_train"), ("val", "num_val")):
                 coco = self.write_split(root / "images", split, params[key], rng, params)
                 atomic_write_text(root / "annotations" / f"{split}.json", json.dumps(coco))
+            if self.holdout:  # its own seed, so train and val stay the bytes they were
+                coco = self.write_split(root / "images", "holdout", params["num_val"],
+                                        random.Random(f"{params['seed']}:holdout"), params)
+                atomic_write_text(root / "annotations" / "holdout.json", json.dumps(coco))
         else:
             self._next_week(self.write_week(store, week - 1, params), root, week, params)
         atomic_write_text(root / WEEK_MARKER, json.dumps(wanted, indent=2))
@@ -177,13 +195,14 @@ class SyntheticCoco:
         change = self.weeks[week]
         retire = params["num_train"] * change["retire_32nds"] // 32
         add = params["num_train"] * change["add_32nds"] // 32
-        for split in ("train", "val"):
+        for split in ("train", "val", "holdout") if self.holdout else ("train", "val"):
             coco = json.loads((before / "annotations" / f"{split}.json").read_text())
-            if split == "val":  # unchanged, byte for byte: the same pinned file
+            if split != "train":  # unchanged, byte for byte: the same pinned file
                 for entry in coco["images"]:
                     _link(before / "images" / entry["file_name"],
                           root / "images" / entry["file_name"])
-                _link(before / "annotations" / "val.json", root / "annotations" / "val.json")
+                _link(before / "annotations" / f"{split}.json",
+                      root / "annotations" / f"{split}.json")
                 continue
             gone = {i["id"] for i in coco["images"][:retire]}
             coco["images"] = coco["images"][retire:]
@@ -195,6 +214,9 @@ class SyntheticCoco:
                 dict(params, class_weights=change["class_weights"]), prefix=f"w{week}-",
                 first_id=max(i["id"] for i in coco["images"]) + 1,
                 first_ann=max(a["id"] for a in coco["annotations"]) + 1)
+            if "swap" in change:  # label noise: a share of the new boxes of two classes
+                _swap_labels(new["annotations"], change["swap"], change["swap_share"],
+                             random.Random(f"{change['seed']}:swap"))
             coco["images"] += new["images"]
             coco["annotations"] += new["annotations"]
             coco["info"] = {"description": f"{self.describe}, {split}, week {week}"}

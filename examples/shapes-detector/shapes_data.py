@@ -32,6 +32,18 @@ unchanged so the two weeks' models are compared on the same images; 1,800 traini
 images, so 12 epochs of it are fewer image-steps than 14 epochs of week 1. Week 2
 links week 1's unchanged files (same bytes, so the pins and the cache see them as the
 same content) and draws only the new ones.
+
+Every week also holds a fixed **holdout** split (``annotations/holdout.json``: 200
+images drawn with their own seed, clean, the same bytes every week), which the
+pipeline compares champion and challenger on when ``mlops.yaml`` pins it. **Week 3**
+is a batch with bad labels: 400 week-2 training images retired and 400 new ones
+added, leaning to circles and squares (weights 2:2:1), and 3 in 4 of the new circle
+and square boxes labelled as the other class (the pair and the share are ``swap``
+and ``swap_share``); still 1,800 training images, so its fine-tune costs what week
+2's does. Measured on 2026-11-26, the week-2 model fine-tuned 2 epochs on it loses
+AP@0.5 on the holdout for circle (-0.046) and square (-0.055), both beyond the
+gate's noise, while the same fine-tune on week 3 with clean labels gains (+0.009
+mAP@0.5).
 """
 
 import math
@@ -68,9 +80,13 @@ MARKER = datasets.MARKER
 
 # What each week changes, relative to the week before (see the module docstring), in
 # 32nds of num_train: 1600 -> 50 retired, 250 added; a 32-image test set -> 1 and 5.
+# Week 3's new labels are noisy: `swap_share` of its new boxes of the `swap` pair of
+# class ids get the other one's label.
 WEEKS = {
     1: {},
     2: {"retire_32nds": 1, "add_32nds": 5, "seed": 2026_02, "class_weights": [1, 1, 3]},
+    3: {"retire_32nds": 8, "add_32nds": 8, "seed": 2026_03, "class_weights": [2, 2, 1],
+        "swap": [1, 2], "swap_share": 0.75},
 }
 WEEK_MARKER = synthetic.WEEK_MARKER
 
@@ -164,7 +180,7 @@ def render_image(rng, params):
 
 GENERATOR = SyntheticCoco(describe="synthetic shapes", categories=CATEGORIES,
                           defaults=DEFAULT_PARAMS, weeks=WEEKS, render_image=render_image,
-                          error=DatasetError, png={})
+                          error=DatasetError, png={}, holdout=True)
 
 
 def __getattr__(name):

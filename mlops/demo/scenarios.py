@@ -1,8 +1,8 @@
 """What the demo pushes: one readable change to the model repo per scenario.
 
 Every scenario is an edit of `training.full.overrides.args` in the model
-repo's `mlops.yaml`, or (the good one, for an example whose data is pinned) a
-new week's dataset pin, committed with a message that says what it does, so
+repo's `mlops.yaml`, or (good and bad-labels, for an example whose data is
+pinned) a new week's dataset pin, committed with a message that says what it does, so
 `git log -p` in the model repo shows exactly why a candidate is good or bad.
 The bad behaviours are the example's own flags (`train.py --drill-*`, which
 the exported model declares in `infer_cfg.yml`: a delay, errors, or a
@@ -18,7 +18,7 @@ from promotion.decision.state import CanaryState, Phase
 
 Outcome = Literal["promoted", "rolled_back", "gate_refused", "pipeline_failed"]
 
-NAMES = ("good", "slow", "errors", "skew", "low-map")
+NAMES = ("good", "slow", "errors", "skew", "bad-labels", "low-map")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Scenario:
     expect: Outcome
     expect_cause: str = ""  # a word the rollback or gate reason contains (latency, error)
     week: int = 0  # > 0: this push pins that week's data (`mlops data snapshot`)
+    expect_classes: tuple[str, ...] = ()  # classes the gate must name as worse beyond noise
 
     def args(self, production_args: dict[str, Any]) -> dict[str, Any]:
         """The full job's args for this push: production's plus this change."""
@@ -62,6 +63,8 @@ class Example:
     production` (a short fine-tune of production); None: from scratch as the first version."""
     generator: str = ""  # its data generator (weeks of data to pin); "": train.py makes data
     week2: str = ""  # what week 2's data brings, for the good push's commit message
+    week3: str = ""  # what week 3's data brings (bad labels), for the bad-labels push
+    bad_labels: tuple[str, ...] = ()  # the classes week 3 swaps labels between; (): no week 3
 
     def bootstrap_message(self) -> str:
         return f"{self.name}: first version ({self.epochs} epochs)"
@@ -84,6 +87,33 @@ class Example:
         return Scenario("good", {"epochs": more},
                         f"train {more} epochs instead of {self.epochs} (the weekly retrain)",
                         "promoted")
+
+    def bad_labels_scenario(self) -> "Scenario | None":
+        """Week 3's data pinned, a batch in which a share of the new labels is swapped
+        between two classes, trained as the weekly retrain is (the good push's change):
+        training succeeds, but on the holdout (and val) production and the candidate run
+        side by side, and the gate finds the candidate worse beyond noise on those two
+        classes and names them. None for an example whose generator has no such week.
+
+        Measured on 2026-11-26 (shapes, 1-process runs of train.py outside the pipeline):
+        the week-2 model fine-tuned 2 epochs (lr 0.001) on week 3 lost AP@0.5 on the
+        200-image holdout for circle -0.046 [-0.065, -0.022] and square -0.055 [-0.078,
+        -0.030] (Bonferroni intervals), mAP@0.5 -0.031 [-0.037, -0.022]; with half the new
+        labels swapped the circle interval only just cleared 0 (-0.019 [-0.037, -0.001]),
+        and with none swapped the same fine-tune was better (+0.009 [+0.004, +0.015]), so
+        what stops it is the labels, not the fine-tune. Through the demo's pipeline (two
+        workers), with the good version in production, the holdout gave circle -0.046
+        [-0.066, -0.023] and square -0.051 [-0.076, -0.029]; with the first version in
+        production (`--scenario bad-labels` alone) circle -0.036 and square -0.053, both
+        intervals below 0.
+        """
+        if not self.bad_labels:
+            return None
+        change = dict(self.fine_tune or {})
+        how = (f"; fine-tune production for {change['epochs']} epochs" if change else "")
+        return Scenario("bad-labels", change, f"data: week 3 arrives ({self.week3}){how}",
+                        "gate_refused", "significantly worse for", week=3,
+                        expect_classes=self.bad_labels)
 
     def skew_scenario(self) -> "Scenario":
         """A mistake in the exported infer_cfg.yml this example's model visibly fails on."""
@@ -109,7 +139,9 @@ EXAMPLES = {e.name: e for e in (
     # The fine-tune: benchmarks/warm_start.py (README, "The gate").
     Example("shapes-detector", 12, "no-scale", "with pixels not divided by 255",
             {"epochs": 2, "lr": 0.001},
-            generator="shapes_data.py", week2="250 new images, more triangles; 50 retired"),
+            generator="shapes_data.py", week2="250 new images, more triangles; 50 retired",
+            week3="400 new images, 3 in 4 of their circle and square labels swapped; "
+                  "400 retired", bad_labels=("circle", "square")),
     Example("products-yolov3", 16, "mean-std", "with NormalizeImage's mean and std swapped",
             generator="shelf_data.py", week2="312 new images, more bottles; 62 retired"),
 )}
@@ -144,14 +176,26 @@ SCENARIOS = {
 }
 
 
+_bad_labels = EXAMPLES[DEFAULT_EXAMPLE].bad_labels_scenario()
+if _bad_labels is not None:  # the default example's data has a week with bad labels
+    SCENARIOS["bad-labels"] = _bad_labels
+
+
 def plan(choice: str, example_name: str = DEFAULT_EXAMPLE) -> list[Scenario]:
     """The scenarios to play for `--scenario CHOICE` with an example, in order (`all`: good
     first). The good scenario's epochs follow the example's default."""
     chosen = example(example_name)
     table = dict(SCENARIOS, good=chosen.good(), slow=chosen.drill(_SLOW),
                  errors=chosen.drill(_ERRORS), skew=chosen.skew_scenario())
-    if choice == "all":
-        return [table[name] for name in NAMES]
+    table.pop("bad-labels", None)
+    bad = chosen.bad_labels_scenario()
+    if bad is not None:
+        table["bad-labels"] = bad
+    if choice == "all":  # bad-labels only with an example whose data has a bad week
+        return [table[name] for name in NAMES if name in table]
+    if choice == "bad-labels" and bad is None:
+        raise ValueError(f"scenario bad-labels needs a week with bad labels; the "
+                         f"{chosen.name} example's data has none (try shapes-detector)")
     if choice not in table:
         raise ValueError(f"unknown scenario {choice!r}; choose one of {', '.join(NAMES)} or all")
     return [table[choice]]

@@ -8,8 +8,8 @@
    steady load starts on its route (light while a pipeline trains, full
    while a canary is judged);
 3. per scenario, one more push that changes `mlops.yaml`, or pins week 2's
-   data (`mlops data snapshot` of the team's storage, `datasets/` in the work
-   dir; see `scenarios`);
+   (or week 3's, with bad labels) data (`mlops data snapshot` of the team's
+   storage, `datasets/` in the work dir; see `scenarios`);
    a candidate that passes the gate goes through a canary under the live
    load, shown as it moves, until it is promoted or rolled back;
 4. a summary, `summary.json`, the GitOps history and where the reports are.
@@ -437,6 +437,7 @@ class Demo:
         run, done = self.wait_run(sha)
         record = self.record(scenario.name, scenario.message, sha, run,
                              {"push": pushed, "run_done": done}, scenario.expect)
+        record["expect_classes"] = list(scenario.expect_classes)  # bad-labels: named by the gate
         version = record["version"]
         if record["outcome"] == "gate_refused":
             print(f"the gate refused {version}: {run['gate']['reason']}")
@@ -481,6 +482,7 @@ class Demo:
             "version": meta.get("version"), "map50": metrics.get("map50"),
             "expect": expect, "outcome": scenarios.outcome_of(run, None, ""),
             "reason": (run.get("gate") or {}).get("reason") or "",
+            "worse_classes": (run.get("gate") or {}).get("worse_classes") or [],
             "marks": marks, "run_report": str(out / "report.md"),
         }
         self.results.append(record)
@@ -500,10 +502,12 @@ class Demo:
                 json.loads(run_json.read_text()) if run_json.is_file() else {}
             )
             record["timeline"] = timeline.breakdown(record["marks"], run_docs[record["commit"]])
-            ok = record["outcome"] == record["expect"]
+            unnamed = sorted(set(record.get("expect_classes", [])) - set(record["worse_classes"]))
+            ok = record["outcome"] == record["expect"] and not unnamed
             if not ok:
                 problems.append(
                     f"{record['scenario']}: {record['outcome']}, expected {record['expect']}"
+                    + (f" naming {', '.join(unnamed)} as worse" if unnamed else "")
                 )
             mark = "ok " if ok else "!! "
             map50 = f"mAP@0.5 {record['map50']:.3f}" if record.get("map50") is not None else ""

@@ -17,21 +17,48 @@ from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.demo.story import Demo, _training_progress, _val_images
 from promotion.decision.state import load_state
 from tests.fixtures.common import free_port
+from tests.fixtures.training import example_module
 from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIG = ROOT / "examples/shapes-detector/mlops.yaml"
 
 
-def test_plan_all_plays_good_first_then_the_four_failures():
+def test_plan_all_plays_good_first_then_the_five_failures():
     names = [s.name for s in scenarios.plan("all")]
-    assert names == ["good", "slow", "errors", "skew", "low-map"]
+    assert names == ["good", "slow", "errors", "skew", "bad-labels", "low-map"]
     assert [s.expect for s in scenarios.plan("all")] == [
-        "promoted", "rolled_back", "rolled_back", "gate_refused", "gate_refused"]
+        "promoted", "rolled_back", "rolled_back", "gate_refused", "gate_refused",
+        "gate_refused"]
+
+
+def test_bad_labels_pins_week_3_as_the_weekly_fine_tune_and_expects_its_classes_named():
+    """Issue 30: week 3's data (a share of its new circle and square labels swapped),
+    trained as the good push is; the gate must refuse it naming both classes. The
+    example's generator has that week, swapping exactly those two classes."""
+    bad, good = scenarios.plan("bad-labels")[0], scenarios.plan("good")[0]
+    assert scenarios.SCENARIOS["bad-labels"] == bad
+    assert bad.week == 3 and bad.change == good.change == {"epochs": 2, "lr": 0.001}
+    assert bad.expect == "gate_refused" and bad.expect_classes == ("circle", "square")
+    assert bad.message.startswith("data: week 3 arrives (400 new images, 3 in 4 of their "
+                                  "circle and square labels swapped; 400 retired)")
+    shapes = scenarios.example("shapes-detector")
+    week = example_module("shapes_data").WEEKS[3]
+    names = {c["id"]: c["name"] for c in example_module("shapes_data").CATEGORIES}
+    assert tuple(names[i] for i in week["swap"]) == shapes.bad_labels
+    # the holdout it is judged on is pinned by the example's mlops.yaml
+    assert yaml.safe_load(EXAMPLE_CONFIG.read_text())["data"]["holdout"] == "data/shapes.lock"
+
+
+def test_an_example_without_a_bad_week_skips_bad_labels_and_refuses_it_alone():
+    names = [s.name for s in scenarios.plan("all", "products-yolov3")]
+    assert names == ["good", "slow", "errors", "skew", "low-map"]
+    with pytest.raises(ValueError, match="products-yolov3 example's data has none"):
+        scenarios.plan("bad-labels", "products-yolov3")
 
 
 def test_plan_rejects_an_unknown_scenario_naming_the_choices():
-    with pytest.raises(ValueError, match="good, slow, errors, skew, low-map"):
+    with pytest.raises(ValueError, match="good, slow, errors, skew, bad-labels, low-map"):
         scenarios.plan("flaky")
 
 
@@ -64,7 +91,8 @@ def test_each_example_is_a_model_repo_whose_defaults_the_good_scenario_extends(n
     else:
         assert good.change == {"epochs": example.epochs + 2} and good.week == 0
     assert f"({example.epochs} epochs)" in example.bootstrap_message()
-    assert [s.name for s in scenarios.plan("all", name)] == list(scenarios.NAMES)
+    assert [s.name for s in scenarios.plan("all", name)] == [
+        n for n in scenarios.NAMES if n != "bad-labels" or example.bad_labels]
 
 
 def test_an_unknown_example_is_refused_naming_the_known_ones(capsys):
@@ -301,3 +329,22 @@ def test_the_load_plays_the_val_images_prepare_data_laid_out(tmp_path):
     other = tmp_path / "old"
     (other / "sha2" / "repo" / "data" / "val").mkdir(parents=True)
     assert _val_images(other) == other / "sha2" / "repo" / "data" / "val"
+
+
+def test_the_summary_fails_a_refusal_that_does_not_name_the_expected_classes(tmp_path, capsys):
+    """bad-labels must be stopped at the gate *naming* circle and square: a refusal that
+    names only one of them is reported as a problem (the demo then exits non-zero)."""
+    demo = Demo(argparse.Namespace(workdir=str(tmp_path / "w"), example="shapes-detector",
+                                   keep_running=False))
+    demo.work.mkdir(parents=True)
+
+    def refused(sha, named):
+        return {"scenario": "bad-labels", "message": "data: week 3 arrives", "commit": sha,
+                "version": f"v-{sha}", "map50": 0.89, "expect": "gate_refused",
+                "outcome": "gate_refused", "reason": "FAIL", "worse_classes": named,
+                "expect_classes": ["circle", "square"], "marks": {"push": 0.0, "run_done": 1.0},
+                "run_report": "-"}
+    demo.results = [refused("a", ["circle", "square"]), refused("b", ["square"])]
+    assert demo.summarise() == [
+        "bad-labels: gate_refused, expected gate_refused naming circle as worse"]
+    assert "ok bad-labels v-a" in capsys.readouterr().out

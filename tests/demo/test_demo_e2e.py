@@ -102,7 +102,7 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     outcomes = {s["scenario"]: s for s in _summary(work)["scenarios"]}
     assert [name for name in outcomes] == ["bootstrap", "good", "slow", "errors", "skew",
-                                           "low-map"]
+                                           "bad-labels", "low-map"]
     assert outcomes["good"]["outcome"] == "promoted"
     assert outcomes["slow"]["outcome"] == "rolled_back"
     assert "latency" in outcomes["slow"]["reason"].lower() or "p99" in outcomes["slow"]["reason"]
@@ -112,6 +112,12 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert outcomes["skew"]["outcome"] == "gate_refused", outcomes["skew"]
     assert "worse" in outcomes["skew"]["reason"], outcomes["skew"]["reason"]
     assert outcomes["skew"]["pull_requests"] == []
+    # bad-labels: week 3's swapped labels train fine; the gate names the two classes
+    bad = outcomes["bad-labels"]
+    assert bad["outcome"] == "gate_refused", bad
+    assert set(bad["worse_classes"]) >= {"circle", "square"}, bad["reason"]
+    assert "holdout: " in bad["reason"] and "significantly worse for" in bad["reason"]
+    assert bad["pull_requests"] == []
     assert outcomes["low-map"]["outcome"] == "gate_refused"
     assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR
     versions = [s["version"] for s in outcomes.values()]

@@ -1,6 +1,8 @@
 """The example's dataset generator: deterministic, idempotent, valid COCO, clear errors."""
 
 import collections
+import dataclasses
+import hashlib
 import importlib.util
 import json
 import subprocess
@@ -126,3 +128,47 @@ def test_week_2_keeps_week_1s_bytes_retires_adds_and_shifts_the_class_mix(tmp_pa
     assert counts.most_common(1)[0][0] == favoured
     assert gen.has_dataset(week2) and not gen.has_dataset(tmp_path / "nothing")
     assert gen.write_week(tmp_path / "store", 2, params) == week2  # idempotent
+
+
+def test_week_3_swaps_a_share_of_its_new_labels_and_keeps_the_holdout(tmp_path):
+    """The shapes generator's week 3 is a batch with bad labels: the same images as a
+    clean week 3, but about `swap_share` of the new circle and square boxes carry the
+    other class, no old box and no triangle changes; every week holds the same clean
+    holdout split, none of its images in train or val (issue 30)."""
+    spec = importlib.util.spec_from_file_location(
+        "week3_shapes_data", ROOT / "examples" / "shapes-detector" / "shapes_data.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    params = dict(gen.DEFAULT_PARAMS, num_train=64, num_val=4)
+    week3 = gen.write_week(tmp_path / "bad", 3, params)
+    clean_weeks = {**gen.WEEKS, 3: {k: v for k, v in gen.WEEKS[3].items()
+                                    if k not in ("swap", "swap_share")}}
+    clean = dataclasses.replace(gen.GENERATOR, weeks=clean_weeks).write_week(
+        tmp_path / "clean", 3, params)
+
+    def coco(root, split):
+        return json.loads((root / "annotations" / f"{split}.json").read_text())
+    bad, good = coco(week3, "train"), coco(clean, "train")
+    assert bad["images"] == good["images"] and len(bad["images"]) == 72  # week 2: 72; 16 out, 16 in
+    new = {i["id"] for i in bad["images"] if i["file_name"].startswith("train/w3-")}
+    assert len(new) == 16
+    swapped = pairs = 0
+    for b, g in zip(bad["annotations"], good["annotations"], strict=True):
+        assert b["bbox"] == g["bbox"]
+        if b["image_id"] not in new or g["category_id"] == 3:
+            assert b["category_id"] == g["category_id"]
+            continue
+        pairs += 1
+        if b["category_id"] != g["category_id"]:
+            assert {b["category_id"], g["category_id"]} == {1, 2}
+            swapped += 1
+    assert pairs >= 20 and 0.5 < swapped / pairs < 0.95  # swap_share 0.75
+    held = [(tmp_path / "bad" / f"week-{w}" / "annotations" / "holdout.json").read_bytes()
+            for w in (1, 2, 3)]
+    assert held[0] == held[1] == held[2]
+    holdout = coco(week3, "holdout")
+    assert len(holdout["images"]) == 4  # num_val images
+    digest = {split: {hashlib.sha256((week3 / "images" / i["file_name"]).read_bytes()).digest()
+                      for i in coco(week3, split)["images"]} for split in ("train", "val",
+                                                                         "holdout")}
+    assert not digest["holdout"] & (digest["train"] | digest["val"])

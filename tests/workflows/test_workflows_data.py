@@ -9,6 +9,7 @@ generator writes week 1 and week 2 (shrunk to 32 training images), `mlops data s
 pins them, and the real local runner walks the rendered DAG.
 """
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -35,9 +36,11 @@ LOCK = "data/shapes.lock"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """The team's shared storage: week 1 and week 2 of the shapes data, tiny."""
+    """The team's shared storage: week 1 and week 2 of the shapes data, tiny, without the
+    example's holdout split (these repos pin train and val)."""
     root = tmp_path_factory.mktemp("store")
-    shapes_data.write_week(root, 2, TINY)  # writes week 1 first
+    plain = dataclasses.replace(shapes_data.GENERATOR, holdout=False)
+    plain.write_week(root, 2, TINY)  # writes week 1 first
     return root
 
 

@@ -152,6 +152,61 @@ def test_a_holdout_that_does_not_exist_is_named(production, trained_model, tmp_p
     assert code == 2 and f"--holdout {missing}: not found" in err and "Traceback" not in err
 
 
+def _pinned_store(clean: pathlib.Path, root: pathlib.Path, n: int = 16) -> pathlib.Path:
+    """The session's dataset as a store `mlops data snapshot` pins, `n` images a split: train,
+    val, and a holdout of train images the train split leaves out."""
+    train = json.loads((clean / "train.json").read_text())
+    val = json.loads((clean / "val.json").read_text())
+    (root / "annotations").mkdir(parents=True)
+    for split, coco, start in (("train", train, 0), ("val", val, 0), ("holdout", train, n)):
+        images = coco["images"][start:start + n]
+        ids = {i["id"] for i in images}
+        for entry in images:
+            (root / "images" / entry["file_name"]).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(clean / entry["file_name"], root / "images" / entry["file_name"])
+        (root / "annotations" / f"{split}.json").write_text(json.dumps(
+            {**coco, "images": images,
+             "annotations": [a for a in coco["annotations"] if a["image_id"] in ids]}))
+    return root
+
+
+def test_the_pinned_holdout_is_compared_on_too(production, trained_model, tmp_path,
+                                               monkeypatch, capsys):
+    """`mlops.yaml` pins `data.holdout` (issue 29): after prepare-data, evaluate compares
+    champion and challenger on the prepared holdout as well as on val, and the gate judges
+    both; a `--holdout` flag beside the pin is refused, naming both."""
+    gitops, version = production
+    repo, out = _candidate(tmp_path, trained_model)
+    (repo / "data").unlink()
+    store = _pinned_store(trained_model.data_dir, tmp_path / "store")
+    lock = "data/shapes.lock"
+    cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
+    cfg["evaluation"].pop("annotations")
+    cfg["data"] = {"train": lock, "val": lock, "holdout": lock,
+                   "labels": ["circle", "square", "triangle"]}
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
+    (repo / "data").mkdir()
+    assert cli(["data", "snapshot", str(store), "--name", "held", "--out", str(repo / lock)]) == 0
+    monkeypatch.setenv("MLOPS_DATA_CACHE", str(tmp_path / "cache"))
+    assert cli(["step", "prepare-data", "--repo", str(repo), "--out", str(out)]) == 0
+
+    outputs, gate = _steps(repo, out, gitops)
+    assert outputs["passed"] == "true" and gate["production_version"] == version
+    assert [(s["set"], s["images"]) for s in gate["sets"]] == [("val", 16), ("holdout", 16)]
+    assert gate["reason"].startswith("PASS: val: ") and " | holdout: " in gate["reason"]
+    paired = json.loads((out / "full" / "paired.json").read_text())
+    assert paired["sets"][1]["annotations"] == str(out / "data" / "annotations" / "holdout.json")
+
+    capsys.readouterr()
+    flag = str(trained_model.data_dir / "val.json")
+    code = cli(["step", "evaluate", "--repo", str(repo), "--out", str(out),
+                "--production-from-gitops", str(gitops), "--holdout", flag])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert (f"--holdout {flag}: mlops.yaml pins data.holdout "
+            f"({out / 'data' / 'annotations' / 'holdout.json'} once prepared)") in err
+
+
 def _swapped_dataset(clean: pathlib.Path, root: pathlib.Path, share: float) -> pathlib.Path:
     """The example's dataset with `share` of its circle and square train labels swapped
     (the week whose new labels went wrong), its val set kept clean as `holdout.json`."""

@@ -1,7 +1,8 @@
 """The dataset a model saw, as the pipeline verified it: for evaluate and the model record.
 
 prepare-data leaves `OUT/data/datalock.json`, the combined lock of the pins it fetched
-and checked. Evaluation reads the val annotations beside it, and the model record takes
+and checked. Evaluation reads the val annotations beside it (and the holdout's, when
+`mlops.yaml` pins one), and the model record takes
 its digest (not whatever `train.py` reported) and keeps a copy of it in the model
 directory, so the next candidate's PR can diff its data against this one's
 (`promotion.gitrepo.propose`).
@@ -36,6 +37,19 @@ def prepared_val(lock_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     """(val annotations, the folder their file_names are under) of a prepared dataset:
     prepare-data lays a pin out as `annotations/<split>.json` and `images/<file_name>`."""
     return lock_path.parent / "annotations" / "val.json", lock_path.parent / "images"
+
+
+def prepared_holdout(loaded: LoadedConfig,
+                     lock_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path] | None:
+    """(holdout annotations, their images folder) when `mlops.yaml` pins a `data.holdout`
+    role (None otherwise); StepError when prepare-data left no holdout split."""
+    if loaded.config.data is None or not loaded.config.data.holdout:
+        return None
+    path = lock_path.parent / "annotations" / "holdout.json"
+    if not path.is_file():
+        raise StepError(f"{path}: not found; {loaded.path.name} pins data.holdout "
+                        f"({loaded.config.data.holdout}), so prepare-data must run again")
+    return path, lock_path.parent / "images"
 
 
 def record_dataset(model_dir: pathlib.Path, record: dict[str, Any],

@@ -9,7 +9,8 @@ the model, records the metrics into the model's `model.yaml`, and outputs
 With a model in production (the stable version in `--production-from-gitops`,
 `promotion.gitrepo.production`) whose export this step can read, both exports run
 through the serving stack on the same images, the val set and the
-`--holdout` set when one is given (`workflows.comparison`): the metrics are
+holdout set (`mlops.yaml`'s pinned `data.holdout`, or `--holdout` for a repo
+without one) (`workflows.comparison`): the metrics are
 then the served candidate's on the val set ("judge what we ship") and
 `paired.json` holds the paired bootstrap the gate judges. Without one (the
 first push) the metrics are those of the model's own `bbox.json`, as before.
@@ -26,7 +27,12 @@ from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
 from workflows.steps.common import base_parser, run_main
-from workflows.steps.data_lineage import pinned_lock, prepared_val, record_dataset
+from workflows.steps.data_lineage import (
+    pinned_lock,
+    prepared_holdout,
+    prepared_val,
+    record_dataset,
+)
 from workflows.steps.training_step import check_artifact
 
 
@@ -59,8 +65,13 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
     annotations = loaded.repo_dir / loaded.config.evaluation.annotations
     image_root = annotations.parent  # COCO file_names relative to the annotations' folder
     pinned = pinned_lock(loaded, out)
+    pinned_holdout = None
     if pinned is not None:  # the val split prepare-data verified, not the checkout's copy
         annotations, image_root = prepared_val(pinned)
+        pinned_holdout = prepared_holdout(loaded, pinned)
+    if pinned_holdout is not None and holdout:
+        raise EvaluationError(f"--holdout {holdout}: {loaded.path.name} pins data.holdout "
+                              f"({pinned_holdout[0]} once prepared); give one holdout, not both")
     predictions = output_dir / loaded.config.evaluation.predictions
     (output_dir / PAIRED_FILE).unlink(missing_ok=True)  # a retried step judges afresh
     production = (_production_dir(production_from_gitops, loaded.config.model,
@@ -74,6 +85,8 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
                 raise EvaluationError(f"--holdout {path}: not found")
             sets.append(EvalSet("holdout", path,
                                 pathlib.Path(holdout_images) if holdout_images else path.parent))
+        elif pinned_holdout is not None:
+            sets.append(EvalSet("holdout", *pinned_holdout))
         print(f"production: {loaded.config.model} {version}; both exports run through the "
               f"serving stack on the same images ({', '.join(s.name for s in sets)})", flush=True)
         doc = compare_with_production(sets, output_dir / "model", prod_dir, version, output_dir)
@@ -109,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
              "(empty: the candidate alone)")
     parser.add_argument("--gitops-branch", default="main", help="branch of the GitOps repo")
     parser.add_argument("--holdout", default="", metavar="ANNOTATIONS",
-                        help="a fixed holdout set's COCO annotations, compared on as well")
+                        help="a fixed holdout set's COCO annotations, compared on as well "
+                             "(for a repo whose mlops.yaml pins no data.holdout)")
     parser.add_argument("--holdout-images", default="", metavar="DIR",
                         help="folder the holdout's file_names are relative to "
                              "(default: the annotations' folder)")
