@@ -21,10 +21,10 @@ class S3Source:
     """Objects under s3://bucket/prefix; paths are keys relative to the prefix."""
 
     def __init__(self, uri: str, endpoint_url: str | None = None) -> None:
-        # lazy: optional, boto3 (data extra, outside the lock)
+        # lazy: boto3 is in the train and data extras only, not in every image
         import boto3
 
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.config
 
         parsed = urlparse(uri)
@@ -45,7 +45,7 @@ class S3Source:
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def _fail(self, exc: Exception, what: str) -> Exception:
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         if isinstance(exc, bx.ClientError):
@@ -62,7 +62,7 @@ class S3Source:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under prefix, relative to the source prefix."""
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         start = len(self.prefix) + 1 if self.prefix else 0
@@ -80,7 +80,7 @@ class S3Source:
 
     def chunks(self, path: str) -> Iterator[bytes]:
         """Stream one object in 1 MiB chunks."""
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         what = f"{self.uri}/{path}"
