@@ -75,6 +75,33 @@ def test_requirements_are_ranges_and_the_lock_pins_each_within_its_range():
                 f"{where}: requirements.lock pins {lock[name]}, outside the range"
 
 
+def test_every_locked_package_accepts_the_locks_other_pins():
+    """One lock, installable as a whole: botocore requires python-dateutil<3 and kubernetes
+    37.0.2 requires >=3, so a lock with both pins breaks one of them (issue 29). Each pinned
+    package's unconditional requirements, read from its installed metadata (the version the
+    lock pins), must accept the lock's pin of what they require."""
+    lock = _lock()
+    problems = []
+    for name, version in sorted(lock.items()):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            problems.append(f"{name}: not installed (pip install -r requirements.lock)")
+            continue
+        if dist.version != version:
+            problems.append(f"{name}: {dist.version} installed, the lock pins {version} "
+                            "(pip install -r requirements.lock)")
+            continue
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue  # an extra's requirement, or another platform's
+            dep = canonicalize_name(req.name)
+            if dep in lock and not req.specifier.contains(lock[dep], prereleases=True):
+                problems.append(f"{name} {version} requires {req}; the lock pins {lock[dep]}")
+    assert problems == []
+
+
 def _imports(path: pathlib.Path) -> set[str]:
     found = set()
     for line in path.read_text().splitlines():

@@ -16,7 +16,9 @@ emptyDirs as tmpfs, the claims as bind mounts):
   repo answers its readiness probe and one inference on a real trained model
   dir mounted where the models claim would be;
 * the controller image: `mlops controller run --once` on that GitOps repo;
-  the same image as the web UI: its page and its models.
+  the same image as the web UI: its page and its models;
+* the tool image: `mlops data snapshot` and `prepare` of an `s3://` dataset
+  (moto's S3 server on the host loopback), as prepare-data runs them.
 
 What no program here can stand in for, and how it is bridged (said where it
 is done): a Kubernetes API (the controller's `--readiness kubernetes` is
