@@ -21,11 +21,16 @@ class S3Source:
     """Objects under s3://bucket/prefix; paths are keys relative to the prefix."""
 
     def __init__(self, uri: str, endpoint_url: str | None = None) -> None:
-        # lazy: boto3 is in the train and data extras only, not in every image
-        import boto3
+        try:
+            # lazy: boto3 is in the train and data extras only, not in every image
+            import boto3
 
-        # lazy: botocore is in the train and data extras only, not in every image
-        import botocore.config
+            # lazy: botocore is in the train and data extras only, not in every image
+            import botocore.config
+        except ImportError as exc:  # the controller or serve image, a base install
+            raise DataError(f"source {uri!r}: reading S3 needs {exc.name}, which this install "
+                            "lacks (the tool image has it; elsewhere: pip install "
+                            "'paddle-mlops[data]')") from None
 
         parsed = urlparse(uri)
         if not parsed.netloc:

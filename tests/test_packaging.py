@@ -146,9 +146,10 @@ _CLI = "from mlops.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 #: What each image lacks: the distributions of the other extras, by import name.
 NOT_IN = {
     "controller": ["paddle", "hera", "starlette", "uvicorn", "PIL", "cv2", "faster_coco_eval",
-                   "jsonschema", "kubernetes_validate", "pycocotools", "tritonclient"],
+                   "jsonschema", "kubernetes_validate", "pycocotools", "tritonclient", "boto3",
+                   "botocore"],
     "serve": ["hera", "faster_coco_eval", "kubernetes", "matplotlib", "jsonschema",
-              "kubernetes_validate", "pycocotools", "tritonclient"],
+              "kubernetes_validate", "pycocotools", "tritonclient", "boto3", "botocore"],
 }
 
 
@@ -193,3 +194,14 @@ def test_the_serving_image_needs_no_pipeline_or_controller_packages():
     done = _python_without("serve", "import serving.server, serving.service, serving.runtime, "
                                     "serving.client\nimport paddle.inference")
     assert done.returncode == 0, done.stderr
+
+
+def test_an_s3_source_without_boto3_is_an_error_not_a_traceback(tmp_path):
+    """boto3 is in the tool image (train) only: elsewhere an `s3://` source says what to
+    install, exit 2, instead of a ModuleNotFoundError traceback (seen in the controller image)."""
+    done = _cli_without("controller", "data", "snapshot", "s3://datasets/shapes", "--name", "w",
+                        "--out", str(tmp_path / "data.lock.json"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: source 's3://datasets/shapes': reading S3 needs boto3, which this install "
+        "lacks (the tool image has it; elsewhere: pip install 'paddle-mlops[data]')")
