@@ -8,8 +8,8 @@ pagination, streamed GetObject bodies (botocore's `StreamingBody.iter_chunks`, r
 boto/botocore: botocore/response.py). Credentials are set in the environment only.
 
 boto3 (the `train` and `data` extras) and moto (`test`) are in requirements.lock, so this
-module runs wherever the lock is installed: 15 s on 2 busy cores, half of it botocore's
-three attempts, with backoff, against the silent endpoint.
+module runs wherever the lock is installed: 9 s on 2 cores (15 s when they are busy),
+3.5 to 7 s of it botocore's three attempts, with backoff, against the silent endpoint.
 """
 
 import pytest
