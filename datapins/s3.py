@@ -21,11 +21,16 @@ class S3Source:
     """Objects under s3://bucket/prefix; paths are keys relative to the prefix."""
 
     def __init__(self, uri: str, endpoint_url: str | None = None) -> None:
-        # lazy: optional, boto3 (data extra, outside the lock)
-        import boto3
+        try:
+            # lazy: boto3 is in the train and data extras only, not in every image
+            import boto3
 
-        # lazy: optional, botocore (data extra, outside the lock)
-        import botocore.config
+            # lazy: botocore is in the train and data extras only, not in every image
+            import botocore.config
+        except ImportError as exc:  # the controller or serve image, a base install
+            raise DataError(f"source {uri!r}: reading S3 needs {exc.name}, which this install "
+                            "lacks (the tool image has it; elsewhere: pip install "
+                            "'paddle-mlops[data]')") from None
 
         parsed = urlparse(uri)
         if not parsed.netloc:
@@ -45,7 +50,7 @@ class S3Source:
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def _fail(self, exc: Exception, what: str) -> Exception:
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         if isinstance(exc, bx.ClientError):
@@ -62,7 +67,7 @@ class S3Source:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under prefix, relative to the source prefix."""
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         start = len(self.prefix) + 1 if self.prefix else 0
@@ -80,7 +85,7 @@ class S3Source:
 
     def chunks(self, path: str) -> Iterator[bytes]:
         """Stream one object in 1 MiB chunks."""
-        # lazy: optional, botocore (data extra, outside the lock)
+        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         what = f"{self.uri}/{path}"

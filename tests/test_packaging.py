@@ -28,8 +28,9 @@ from tests.fixtures.promotion_controller import merge_to_main
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
          "mlops")
-#: Extras that cannot be in requirements.lock, and why (said in pyproject.toml too).
-OUTSIDE_THE_LOCK = {"data": "botocore needs python-dateutil<3, kubernetes 37 needs >=3"}
+#: Extras that cannot be in requirements.lock, and why (said in pyproject.toml too). None
+#: now: `data` (boto3) joined the lock with kubernetes 37.0.1, which accepts python-dateutil 2.x.
+OUTSIDE_THE_LOCK: dict[str, str] = {}
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -72,6 +73,33 @@ def test_requirements_are_ranges_and_the_lock_pins_each_within_its_range():
             assert name in lock, f"{where}: missing from requirements.lock"
             assert req.specifier.contains(lock[name], prereleases=True), \
                 f"{where}: requirements.lock pins {lock[name]}, outside the range"
+
+
+def test_every_locked_package_accepts_the_locks_other_pins():
+    """One lock, installable as a whole: botocore requires python-dateutil<3 and kubernetes
+    37.0.2 requires >=3, so a lock with both pins breaks one of them (issue 29). Each pinned
+    package's unconditional requirements, read from its installed metadata (the version the
+    lock pins), must accept the lock's pin of what they require."""
+    lock = _lock()
+    problems = []
+    for name, version in sorted(lock.items()):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            problems.append(f"{name}: not installed (pip install -r requirements.lock)")
+            continue
+        if dist.version != version:
+            problems.append(f"{name}: {dist.version} installed, the lock pins {version} "
+                            "(pip install -r requirements.lock)")
+            continue
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue  # an extra's requirement, or another platform's
+            dep = canonicalize_name(req.name)
+            if dep in lock and not req.specifier.contains(lock[dep], prereleases=True):
+                problems.append(f"{name} {version} requires {req}; the lock pins {lock[dep]}")
+    assert problems == []
 
 
 def _imports(path: pathlib.Path) -> set[str]:
@@ -118,9 +146,10 @@ _CLI = "from mlops.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 #: What each image lacks: the distributions of the other extras, by import name.
 NOT_IN = {
     "controller": ["paddle", "hera", "starlette", "uvicorn", "PIL", "cv2", "faster_coco_eval",
-                   "jsonschema", "kubernetes_validate", "pycocotools", "tritonclient"],
+                   "jsonschema", "kubernetes_validate", "pycocotools", "tritonclient", "boto3",
+                   "botocore"],
     "serve": ["hera", "faster_coco_eval", "kubernetes", "matplotlib", "jsonschema",
-              "kubernetes_validate", "pycocotools", "tritonclient"],
+              "kubernetes_validate", "pycocotools", "tritonclient", "boto3", "botocore"],
 }
 
 
@@ -165,3 +194,14 @@ def test_the_serving_image_needs_no_pipeline_or_controller_packages():
     done = _python_without("serve", "import serving.server, serving.service, serving.runtime, "
                                     "serving.client\nimport paddle.inference")
     assert done.returncode == 0, done.stderr
+
+
+def test_an_s3_source_without_boto3_is_an_error_not_a_traceback(tmp_path):
+    """boto3 is in the tool image (train) only: elsewhere an `s3://` source says what to
+    install, exit 2, instead of a ModuleNotFoundError traceback (seen in the controller image)."""
+    done = _cli_without("controller", "data", "snapshot", "s3://datasets/shapes", "--name", "w",
+                        "--out", str(tmp_path / "data.lock.json"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: source 's3://datasets/shapes': reading S3 needs boto3, which this install "
+        "lacks (the tool image has it; elsewhere: pip install 'paddle-mlops[data]')")

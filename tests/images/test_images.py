@@ -16,7 +16,9 @@ emptyDirs as tmpfs, the claims as bind mounts):
   repo answers its readiness probe and one inference on a real trained model
   dir mounted where the models claim would be;
 * the controller image: `mlops controller run --once` on that GitOps repo;
-  the same image as the web UI: its page and its models.
+  the same image as the web UI: its page and its models;
+* the tool image: `mlops data snapshot` and `prepare` of an `s3://` dataset
+  (moto's S3 server on the host loopback), as prepare-data runs them.
 
 What no program here can stand in for, and how it is bridged (said where it
 is done): a Kubernetes API (the controller's `--readiness kubernetes` is
@@ -41,6 +43,8 @@ import urllib.request
 import pytest
 import yaml
 
+from datapins.snapshot import snapshot
+from datapins.sources import open_source
 from local.platform.podspec import probe_of
 from mlops.images import runner
 from mlops.images.build import IMAGES, build_all
@@ -81,6 +85,27 @@ def test_the_controller_image_carries_no_paddle_and_no_build_secret(built_images
                    "python -c 'import paddle' 2>&1; wc -c < /etc/pip.conf")
     assert "No module named 'paddle'" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "0"  # the mount point, empty
+
+
+def test_the_tool_image_pins_and_prepares_an_s3_dataset(built_images, s3_dataset, coco_dataset):
+    """prepare-data and the snapshot CronWorkflow run in the tool image: it must carry boto3
+    (the train extra) to read `s3://` sources. moto's S3 server on the host loopback stands
+    in for the store (tests/datapins/test_datapins_s3.py says why); the container shares
+    the host's network and gets the endpoint and keys as env, as the rendered step does."""
+    lock = "/tmp/data.lock.json"
+    script = (f"mlops data snapshot s3://datasets/shapes/w48 --name w48 --out {lock} "
+              f"&& mlops data prepare {lock} --dest /tmp/ws --cache /tmp/cache "
+              f"&& echo '--- lock' && cat {lock}")
+    env = [f"--env={name}={os.environ[name]}" for name in
+           ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")]
+    proc = _podman(built_images, "run", "--rm", "--pull=never", "--network=host", *env,
+                   f"--env=MLOPS_DATA_ENDPOINT_URL={s3_dataset}", "--entrypoint", "sh",
+                   built_images.names["train"], "-c", script)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "13 fetched" in proc.stdout
+    pinned = json.loads(proc.stdout.split("--- lock\n", 1)[1])
+    from_dir = snapshot(open_source(str(coco_dataset)), "w48")
+    assert pinned["source"] == "s3://datasets/shapes/w48" and pinned["digest"] == from_dir.digest
 
 
 def test_an_unchanged_rebuild_reuses_every_layer(built_images):
