@@ -12,12 +12,15 @@ python3 -m ruff check .
 coproc MYPY { python3 -m mypy --cache-dir=/dev/null 2>&1; echo "mypy exit $?"; }
 exec {types_fd}<&"${MYPY[0]}"  # bash drops MYPY's fds once mypy ends: keep our own
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-# Two workers (pytest-xdist), a whole module per worker at a time, modules handed out in
-# collection order (tests/conftest.py puts the slow ones first): the demo's end-to-end run
-# trains on one worker while the other runs the rest; the example is still trained once
-# (tests/fixtures/training.py shares it between the workers).
+# Three workers on the two cores (pytest-xdist; MLOPS_TEST_WORKERS to change), a whole module
+# per worker at a time, modules handed out in collection order (tests/conftest.py puts the
+# slow ones first): the demo's end-to-end run trains on one worker while the other two run the
+# rest. A third worker because much of the rest waits (canary windows, servers starting,
+# readiness timeouts) rather than computes: measured in the README, "Layout". The example is
+# still trained once (tests/fixtures/training.py shares it between the workers).
 status=0
-python3 -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@" || status=$?
+python3 -m pytest -n "${MLOPS_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@" \
+    || status=$?
 types=$(cat <&"$types_fd")
 echo "$types"
 case "$types" in *"mypy exit 0") ;; *) [ "$status" != 0 ] || status=1 ;; esac
