@@ -3,11 +3,11 @@ repo with the hook, the local runner with 2-process Paddle training, the gate,
 the local forge's PRs, HAProxy, Prometheus, the sync loop and the promotion
 controller under a steady load. No mock anywhere.
 
-It took 12:03 on 2 cores in the 2026-11-25 evening CI run (three trainings: 12, 14
-and 1 epochs; since issue 29 the good push is week 2's data at 12 epochs, 1,800 images
-instead of 14 epochs of 1,600; the slow, errors and skew pushes change serving files only and
-reuse the good weights; four canaries), so it runs once per session and every
-test reads its results.
+Seven pushes: the first version (600 steps from scratch on week 1), good and bad-labels
+(2-epoch fine-tunes of production on weeks 2 and 3), the drills slow, errors and skew
+(production's weights re-exported, `epochs: 0`) and low-map (one epoch from scratch); three
+canaries. The demo alone took 15:38 on 2 cores shared with another job (2026-11-26), so it
+runs once per session and every test reads its results.
 """
 
 import argparse
