@@ -55,7 +55,7 @@ class BatchResult:
 
 def _apply(writer: WriteBack, git: Git, tip: str,
            items: Sequence[BatchItem]) -> list[BatchResult]:
-    """Run every change on `tip`, one commit each; shas are filled in after the push."""
+    """Run every change on `tip`, one commit each, and give each commit its sha."""
     git.run("checkout", "-q", "-f", "-B", "batch", tip)
     git.run("clean", "-q", "-ffdx")
     out: list[BatchResult] = []
@@ -68,12 +68,28 @@ def _apply(writer: WriteBack, git: Git, tip: str,
             out.append(BatchResult("error", error=exc))
             continue
         git.run("add", "-A")
-        if git.ok("diff", "--cached", "--quiet"):
+        # Commit first, ask after: a change almost always stages something, and
+        # each git process is a share of a busy pass (issue 31). A refused commit
+        # with nothing staged is `unchanged`; with something staged, an error.
+        refused = writer._commit_staged(git, item.message, check=False)
+        if refused is None:
+            out.append(BatchResult("committed"))
+        elif git.ok("diff", "--cached", "--quiet"):
             out.append(BatchResult("unchanged"))
-            continue
-        writer._commit_staged(git, item.message)
-        out.append(BatchResult("committed", commit=git.out("rev-parse", "HEAD")))
-    return out
+        else:
+            raise GitError(redact(f"git commit failed: {refused}"))
+    return _with_shas(git, tip, out)
+
+
+def _with_shas(git: Git, tip: str, results: list[BatchResult]) -> list[BatchResult]:
+    """Fill in the committed items' shas from one `rev-list` (history is linear)."""
+    shas = git.out("rev-list", "--reverse", f"{tip}..HEAD").split()
+    committed = [i for i, r in enumerate(results) if r.status == "committed"]
+    if len(shas) != len(committed):  # cannot happen: every commit above is one of ours
+        raise GitError(f"batch made {len(committed)} commits, but {len(shas)} are on top of {tip}")
+    for index, sha in zip(committed, shas):
+        results[index] = dataclasses.replace(results[index], commit=sha)
+    return results
 
 
 def commit_batch(writer: WriteBack, branch: str,

@@ -332,16 +332,22 @@ def _file_for(model: str, doc: Any) -> str:
 def refresh_model(root: pathlib.Path, model: str) -> None:
     """Rewrite ``kustomization.yaml`` from the files present; add the Application if missing."""
     state = read_model(root, model)
+    _refresh(root, model, state.deployments, state.kustomization)
+
+
+def _refresh(root: pathlib.Path, model: str, versions: Iterable[str],
+             current: dict[str, Any] | None, config: RepoConfig | None = None) -> None:
+    """`refresh_model` from a folder's Deployment versions and `current` kustomization."""
     folder = pathlib.Path(root) / APPS / model
     ours = [
         f
         for f in ("service.yaml", "destinationrule.yaml", "virtualservice.yaml")
         if (folder / f).exists()
     ]
-    ours += [f"deployment-{v}.yaml" for v in sorted(state.deployments)]
+    ours += [f"deployment-{v}.yaml" for v in sorted(versions)]
     kept: list[str] = []
-    if state.kustomization is not None:
-        for entry in state.kustomization.get("resources") or []:
+    if current is not None:
+        for entry in current.get("resources") or []:
             generated = entry in _SINGLE.values() or _DEPLOYMENT.match(str(entry))
             if not generated and entry not in kept:
                 kept.append(entry)
@@ -349,7 +355,7 @@ def refresh_model(root: pathlib.Path, model: str) -> None:
     app = pathlib.Path(root) / ARGOCD / f"{model}.yaml"
     if not app.exists():
         app.parent.mkdir(exist_ok=True)
-        app.write_text(yamlio.dump(application(model, load_config(root))))
+        app.write_text(yamlio.dump(application(model, config or load_config(root))))
 
 
 def write_model(
@@ -367,17 +373,26 @@ def write_model(
     file names to a dict (dumped as YAML) or text (written verbatim), e.g.
     ``{"promotion.yaml": state}``. ``remove_versions`` deletes those versions'
     Deployments. Existing files are parsed first: a broken one raises
-    :class:`BrokenManifestError` before anything is written.
+    :class:`BrokenManifestError` before anything is written; so does a YAML
+    ``extra`` given as broken text.
     """
     _check_model(model)
     root = pathlib.Path(root)
     folder = root / APPS / model
-    if folder.is_dir():
-        read_model(root, model)
-    load_config(root)
+    # The folder is parsed once: what the kustomization needs afterwards (the
+    # versions, the kept entries) follows from it and the plan. Parsing it again
+    # after the write was a third of each controller commit (issue 31).
+    before = read_model(root, model) if folder.is_dir() else None
+    config = load_config(root)
+    versions = set(before.deployments) if before is not None else set()
+    remove_versions = tuple(remove_versions)
+    versions.difference_update(remove_versions)
     planned: dict[str, str] = {}
     for doc in documents:
-        planned[_file_for(model, doc)] = yamlio.dump(doc)
+        name = _file_for(model, doc)
+        planned[name] = yamlio.dump(doc)
+        if doc.get("kind") == "Deployment":
+            versions.add(doc["metadata"]["labels"]["version"])
     for name, content in (extra or {}).items():
         if (
             not _EXTRA.match(name)
@@ -387,12 +402,14 @@ def write_model(
         ):
             raise GitOpsError(f"extra file name {name!r} is reserved or not a plain file name")
         planned[name] = content if isinstance(content, str) else yamlio.dump(content)
+        if isinstance(content, str) and name.endswith((".yaml", ".yml")):
+            yamlio.one(content, f"{APPS}/{model}/{name}")  # as `read_model` will read it
     folder.mkdir(parents=True, exist_ok=True)
     for version in remove_versions:
         (folder / f"deployment-{version}.yaml").unlink(missing_ok=True)
     for name, text in planned.items():
         (folder / name).write_text(text)
-    refresh_model(root, model)
+    _refresh(root, model, versions, before.kustomization if before else None, config)
 
 
 def remove_model(root: pathlib.Path, model: str) -> None:

@@ -250,9 +250,11 @@ class WriteBack:
 
     # -- internals ----------------------------------------------------------
 
-    def _commit_staged(self, git: Git, message: Message) -> None:
+    def _commit_staged(self, git: Git, message: Message, *, check: bool = True) -> str | None:
+        """Commit the index; with ``check=False`` a refused commit returns git's output."""
         text = format_message(git, message.subject, message.body, message.trailers)
-        git.run("commit", "-q", "--no-verify", "-F", "-", input=text)
+        proc = git.run("commit", "-q", "--no-verify", "-F", "-", input=text, check=check)
+        return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip()
 
     def _push(self, git: Git, branch: str, reapply: Callable[[], bool]) -> WriteResult:
         for attempt in range(1, self.backoff.tries + 1):

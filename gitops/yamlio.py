@@ -46,6 +46,11 @@ def load_one(path: pathlib.Path, name: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise BrokenManifestError(f"{name}: not UTF-8 text", path=name) from None
+    return one(text, name)
+
+
+def one(text: str, name: str) -> Any:
+    """The single document of ``text`` (``None`` if empty); more than one is an error."""
     docs = parse(text, name)
     if len(docs) > 1:
         raise BrokenManifestError(

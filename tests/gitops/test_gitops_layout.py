@@ -283,3 +283,36 @@ def test_mirror_export_roundtrip(tmp_path):
 
 def test_annotation_constant_matches_serving():
     assert proposal.ANNOTATION_WEIGHTS_SHA256 == manifests.ANNOTATION_WEIGHTS_SHA256
+
+
+def _v3():
+    return manifests.deployment("shapes-detector", "v3", image="i", model_uri="u",
+                                weights_sha256=SHA2)
+
+
+@pytest.mark.parametrize("docs, remove", [
+    ([], ["v1"]),
+    ([_v3()], []),
+    ([_v3()], ["v1", "v2"]),
+    ([_v3()], ["v3"]),  # removed, then written again: it stays
+])
+def test_write_model_lists_what_refresh_model_finds(tree, docs, remove):
+    """write_model parses the folder once and works out the kustomization from the plan;
+    re-deriving it from the files on disk (refresh_model) must give the same text."""
+    kfile = tree / "apps/shapes-detector/kustomization.yaml"
+    k = yaml.safe_load(kfile.read_text())
+    kfile.write_text(yamlio.dump({**k, "resources": [*k["resources"], "hpa.yaml"]}))
+    layout.write_model(tree, "shapes-detector", docs, remove_versions=iter(remove))
+    written = kfile.read_text()
+    layout.refresh_model(tree, "shapes-detector")
+    assert kfile.read_text() == written
+    assert yaml.safe_load(written)["resources"][-1] == "hpa.yaml"
+
+
+def test_a_broken_yaml_extra_is_refused_before_anything_is_written(tree):
+    before = {p: p.read_text() for p in tree.rglob("*.yaml")}
+    with pytest.raises(BrokenManifestError, match="apps/shapes-detector/promotion.yaml: holds 2"):
+        layout.write_model(tree, "shapes-detector",
+                           [manifests.virtual_service("shapes-detector", 75, 25)],
+                           extra={"promotion.yaml": "a: 1\n---\nb: 2\n"})
+    assert {p: p.read_text() for p in tree.rglob("*.yaml")} == before
