@@ -10,9 +10,9 @@ per test run would download PaddlePaddle's neighbours on every CI run.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import pathlib
-import re
 import subprocess
 import sys
 import time
@@ -103,11 +103,14 @@ def test_every_locked_package_accepts_the_locks_other_pins():
 
 
 def _imports(path: pathlib.Path) -> set[str]:
+    """The top-level modules `path` imports, read from its syntax tree (a docstring line
+    that begins "from scratch ..." is prose, not an import)."""
     found = set()
-    for line in path.read_text().splitlines():
-        match = re.match(r"\s*(?:from|import)\s+([A-Za-z_][A-Za-z0-9_]*)", line)
-        if match:
-            found.add(match.group(1))
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
     return found
 
 

@@ -34,7 +34,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _snapshot(roots: tuple[pathlib.Path, ...], skip: tuple[pathlib.Path, ...]) -> dict[str, tuple]:
-    """Every file under `roots` (outside `skip` and bytecode caches) with its
+    """Every file under `roots` (outside `skip`, bytecode caches and the test tools' own
+    caches, which other workers' tests write in the checkout meanwhile) with its
     mtime and size. Two snapshots are compared, not mtimes against the wall
     clock: a file server's clock may run ahead of ours."""
     found = {}
@@ -42,7 +43,7 @@ def _snapshot(roots: tuple[pathlib.Path, ...], skip: tuple[pathlib.Path, ...]) -
         for dirpath, dirnames, filenames in os.walk(root):
             here = pathlib.Path(dirpath)
             dirnames[:] = [d for d in dirnames
-                           if d not in ("__pycache__", ".pytest_cache")
+                           if d not in ("__pycache__", ".pytest_cache", ".hypothesis")
                            and not any(fnmatch.fnmatch(str(here / d), str(s)) for s in skip)]
             for name in filenames:
                 try:
