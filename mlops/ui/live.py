@@ -160,8 +160,11 @@ def charts(url: str | None, current: layout.ModelState,
         preset = live.preset.name
     else:
         preset, problem = None, "no Prometheus given (start `mlops ui` with --prometheus)"
-    times = series.times if series is not None else \
-        [start + i * step for i in range(int((end - start) // step) + 1)]
+    if series is not None:
+        times = series.times
+    else:  # the grid, then now: git's weights as they are, not as of up to a step ago
+        times = [start + i * step for i in range(int((end - start) // step) + 1)]
+        times += [end] if times[-1] < end else []
     return {
         "model": current.model, "start": start, "end": end, "step": step, "window": window,
         "preset": preset, "error": problem, "times": times, "versions": versions,

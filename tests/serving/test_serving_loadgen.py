@@ -91,7 +91,11 @@ def test_load_command_stopped_early_still_reports_what_it_sent(model_server, tin
                              "--duration", "600", "--images", str(val_dir), "--model",
                              "tiny-detector", "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=server_env(), cwd=ROOT)
+                            env=server_env(), cwd=ROOT,
+                            # Ctrl-C as from a terminal: a suite started in the background
+                            # (`cmd &` in a script) passes SIGINT on as ignored, which Python
+                            # then keeps (its KeyboardInterrupt only replaces the default)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while _requests_served(server.url) < 20 and time.monotonic() < deadline:
