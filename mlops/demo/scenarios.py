@@ -165,40 +165,35 @@ _ERRORS = Scenario("errors", {"drill-error-rate": 0.3},
                    "drill: this version fails 30 % of requests (train.py --drill-error-rate)",
                    "rolled_back", "error")
 
-SCENARIOS = {
-    "good": EXAMPLES[DEFAULT_EXAMPLE].good(),
-    "slow": EXAMPLES[DEFAULT_EXAMPLE].drill(_SLOW),
-    "errors": EXAMPLES[DEFAULT_EXAMPLE].drill(_ERRORS),
-    "skew": EXAMPLES[DEFAULT_EXAMPLE].skew_scenario(),
-    "low-map": Scenario(  # from scratch (`init-from: ""`), or it would fine-tune production
-        "low-map", {"epochs": 1, "init-from": ""},
-        "train 1 epoch from scratch to save time (the gate should refuse it)", "gate_refused"),
-}
+_LOW_MAP = Scenario(  # from scratch (`init-from: ""`), or it would fine-tune production
+    "low-map", {"epochs": 1, "init-from": ""},
+    "train 1 epoch from scratch to save time (the gate should refuse it)", "gate_refused")
 
 
-_bad_labels = EXAMPLES[DEFAULT_EXAMPLE].bad_labels_scenario()
-if _bad_labels is not None:  # the default example's data has a week with bad labels
-    SCENARIOS["bad-labels"] = _bad_labels
+def table(chosen: Example) -> dict[str, Scenario]:
+    """Every scenario `chosen` can play, by name (bad-labels only with a week of bad labels)."""
+    bad = chosen.bad_labels_scenario()
+    return {"good": chosen.good(), "slow": chosen.drill(_SLOW), "errors": chosen.drill(_ERRORS),
+            "skew": chosen.skew_scenario(), **({"bad-labels": bad} if bad else {}),
+            "low-map": _LOW_MAP}
+
+
+SCENARIOS = table(EXAMPLES[DEFAULT_EXAMPLE])
 
 
 def plan(choice: str, example_name: str = DEFAULT_EXAMPLE) -> list[Scenario]:
     """The scenarios to play for `--scenario CHOICE` with an example, in order (`all`: good
     first). The good scenario's epochs follow the example's default."""
     chosen = example(example_name)
-    table = dict(SCENARIOS, good=chosen.good(), slow=chosen.drill(_SLOW),
-                 errors=chosen.drill(_ERRORS), skew=chosen.skew_scenario())
-    table.pop("bad-labels", None)
-    bad = chosen.bad_labels_scenario()
-    if bad is not None:
-        table["bad-labels"] = bad
+    by_name = table(chosen)
     if choice == "all":  # bad-labels only with an example whose data has a bad week
-        return [table[name] for name in NAMES if name in table]
-    if choice == "bad-labels" and bad is None:
+        return [by_name[name] for name in NAMES if name in by_name]
+    if choice == "bad-labels" and choice not in by_name:
         raise ValueError(f"scenario bad-labels needs a week with bad labels; the "
                          f"{chosen.name} example's data has none (try shapes-detector)")
-    if choice not in table:
+    if choice not in by_name:
         raise ValueError(f"unknown scenario {choice!r}; choose one of {', '.join(NAMES)} or all")
-    return [table[choice]]
+    return [by_name[choice]]
 
 
 def with_args(config: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
