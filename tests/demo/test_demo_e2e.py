@@ -28,7 +28,8 @@ from local.platform.workdir import Workdir
 from mlops.demo.story import Demo
 from tests.fixtures.images import store_root
 
-pytestmark = pytest.mark.slow
+# The demo runs in the first test's setup: pyproject.toml's 600 s per test is too short for it
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
