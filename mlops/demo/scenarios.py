@@ -166,8 +166,8 @@ _ERRORS = Scenario("errors", {"drill-error-rate": 0.3},
                    "rolled_back", "error")
 
 _LOW_MAP = Scenario(  # from scratch (`init-from: ""`), or it would fine-tune production
-    "low-map", {"epochs": 1, "init-from": ""},
-    "train 1 epoch from scratch to save time (the gate should refuse it)", "gate_refused")
+    "low-map", {"epochs": 1, "max-steps": 10, "init-from": ""},
+    "train 10 steps from scratch to save time (the gate should refuse it)", "gate_refused")
 
 
 def table(chosen: Example) -> dict[str, Scenario]:

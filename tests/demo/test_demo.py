@@ -136,7 +136,8 @@ def test_a_bad_scenario_keeps_productions_args_and_adds_its_change():
     from_scratch = scenarios.plan("slow", "products-yolov3")[0]
     assert from_scratch.args({"epochs": 16}) == {"epochs": 16, "drill-delay-ms": 250}
     # low-map overrides the epochs production was trained with
-    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1, "init-from": ""}
+    assert scenarios.SCENARIOS["low-map"].args({"epochs": 14}) == {"epochs": 1, "max-steps": 10,
+                                                                     "init-from": ""}
 
 
 @pytest.mark.parametrize("run, final, expected", [

@@ -5,7 +5,7 @@ controller under a steady load. No mock anywhere.
 
 Seven pushes: the first version (600 steps from scratch on week 1), good and bad-labels
 (2-epoch fine-tunes of production on weeks 2 and 3), the drills slow, errors and skew
-(production's weights re-exported, `epochs: 0`) and low-map (one epoch from scratch); three
+(production's weights re-exported, `epochs: 0`) and low-map (10 steps from scratch); three
 canaries. The demo alone took 15:38 on 2 cores shared with another job (2026-11-26), so it
 runs once per session and every test reads its results.
 """
@@ -124,6 +124,28 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR
     versions = [s["version"] for s in outcomes.values()]
     assert len(set(versions)) == len(versions)  # every push is its own version
+
+
+def test_the_bad_labels_run_names_the_classes_in_its_verdict_and_report(demo_all):
+    """Issue 30 at pipeline level: week 3's run trained fine; its gate verdict compared it
+    with the version then in production (the good one) and names circle and square with
+    their intervals; nothing was proposed; the run's report says it with the pictures."""
+    work, _, _ = demo_all
+    results = {s["scenario"]: s for s in _summary(work)["scenarios"]}
+    bad = results["bad-labels"]
+    out = work / "runs" / bad["commit"] / "out"
+    run = json.loads((out / "run.json").read_text())
+    phases = {task["name"]: task["phase"] for task in run["tasks"]}
+    assert phases["train"] == "Succeeded" and phases["propose"] == "Skipped", phases
+    verdict = json.loads((out / "full" / "gate.json").read_text())
+    assert verdict["production_version"] == results["good"]["version"]
+    assert {"circle", "square"} <= set(verdict["worse_classes"]), verdict["reason"]
+    assert "[" in verdict["reason"].split("circle", 1)[1]  # with its interval
+    branches = subprocess.run(["git", "--git-dir", str(work / "gitops.git"), "branch", "--list"],
+                              capture_output=True, text=True).stdout
+    assert bad["version"] not in branches  # no proposal branch
+    report = pathlib.Path(bad["run_report"]).read_text()
+    assert "**circle**" in report and "**square**" in report and "disagreements-val.png" in report
 
 
 def test_the_good_push_is_week_2s_data_and_its_pr_shows_the_data_diff(demo_all):
