@@ -28,7 +28,7 @@ from local.platform.workdir import Workdir
 from mlops.demo.story import Demo
 from tests.fixtures.images import store_root
 
-# The demo runs in the first test's setup: pyproject.toml's 600 s per test is too short for
+# The demo runs in the first test's setup: pyproject.toml's 900 s per test is too short for
 # it; the suite's critical path (tests/conftest.py: it starts first, the rest yields the CPU)
 pytestmark = [pytest.mark.slow, pytest.mark.critical_path, pytest.mark.timeout(2700)]
 
