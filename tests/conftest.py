@@ -32,32 +32,8 @@ def pytest_collection_modifyitems(config, items):
     not after the fast modules.
     """
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    critical = {item.path for item in items if item.get_closest_marker("critical_path")}
     # Whole modules move, so a module-scoped fixture is still set up once.
-    items.sort(key=lambda item: (item.path not in critical, item.path not in slow_modules))
-
-
-#: How much lower than the critical path the rest of the suite runs (see below)
-YIELDING_NICENESS = 3
-_yielding: list[bool] = []
-
-
-def pytest_runtest_setup(item):
-    """Under pytest-xdist, a worker lowers its CPU priority (and its children's) before
-    its first test outside a `critical_path` module.
-
-    The demo's end-to-end run is most of the suite's wall time on its own; while it
-    trains, every other worker's CPU-bound test competes with it for the two cores and
-    the whole run waits for the demo. Niceness lets the others fill what the demo leaves
-    idle (its canary windows, its waits on servers) instead. A worker that starts with
-    the demo's module keeps its priority for it and lowers it afterwards; niceness only
-    ever goes up, so no privilege is needed.
-    """
-    if (not os.environ.get("PYTEST_XDIST_WORKER") or _yielding
-            or item.get_closest_marker("critical_path")):
-        return
-    os.nice(YIELDING_NICENESS)
-    _yielding.append(True)
+    items.sort(key=lambda item: item.path not in slow_modules)
 
 
 SYSTEM_TMP_ENV = "MLOPS_TEST_SYSTEM_TMP"
