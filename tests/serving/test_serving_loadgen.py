@@ -51,7 +51,7 @@ def tiny_server(tiny_model_dir, tmp_path_factory):
 
 def test_run_load_sends_every_scheduled_request(tiny_server, val_dir):
     server = tiny_server
-    report = run_load(server.url, rps=20, duration=2, images=load_images(val_dir, limit=8))
+    report = run_load(server.url, rps=40, duration=1, images=load_images(val_dir, limit=8))
     assert report.model == "tiny-detector"  # asked from the server's repository index
     assert report.scheduled == 40 and report.sent + report.dropped == 40
     assert report.status_counts == {"200": report.sent} and report.sent > 0
@@ -114,7 +114,8 @@ def test_load_command_stopped_early_still_reports_what_it_sent(tiny_server, val_
     server = tiny_server
     served_before = _requests_served(server.url)  # the shared server's earlier tests
     out = tmp_path / "load.json"
-    proc = subprocess.Popen([sys.executable, "-m", "mlops", "load", server.url, "--rps", "20",
+    # 100 req/s: the 20 served that the signal waits for take a fifth of a second
+    proc = subprocess.Popen([sys.executable, "-m", "mlops", "load", server.url, "--rps", "100",
                              "--duration", "600", "--images", str(val_dir), "--model",
                              "tiny-detector", "--json", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -137,7 +138,7 @@ def test_load_command_stopped_early_still_reports_what_it_sent(tiny_server, val_
     assert "stopped early" in stdout and "Traceback" not in stderr
     data = json.loads(out.read_text())
     assert data["stopped_early"] is True
-    assert 20 <= data["sent"] < 20 * 600  # what was sent until the signal, not the plan
+    assert 20 <= data["sent"] < 100 * 600  # what was sent until the signal, not the plan
     assert data["scheduled"] == data["sent"] + data["dropped"]
     assert sum(data["status_counts"].values()) == data["sent"]  # in-flight ones finished
     assert data["duration_s"] < 600
