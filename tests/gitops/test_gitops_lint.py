@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -19,6 +20,7 @@ import yaml
 from contracts.names import MAX_MODEL_NAME, MAX_WORKERS, derived_names, model_name_problem
 from gitops import layout
 from gitops.errors import GitOpsError
+from gitops.repo import init_repo
 from mlops import cli
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.lint import lint_tree, policy_problems
@@ -36,12 +38,25 @@ def _git(repo: pathlib.Path, *args: str, **kw) -> str:
                           check=True, **kw).stdout
 
 
+@pytest.fixture(scope="module")
+def proposed_template(tmp_path_factory):
+    """v1 stable, v2 merged as a canary (waiting at 0 %), as propose writes them.
+
+    Proposed once per module (two proposals: clones, commits and pushes, seconds on
+    a busy machine); each test gets a copy of the bare repo (`proposed`)."""
+    root = tmp_path_factory.mktemp("proposed")
+    gitops = root / "gitops.git"
+    init_repo(gitops)
+    put_in_production(gitops, root, MODEL, "v1", {"map50": 0.9, "map": 0.6})
+    put_in_production(gitops, root, MODEL, "v2", {"map50": 0.92, "map": 0.61})
+    return gitops
+
+
 @pytest.fixture
-def proposed(empty_gitops, tmp_path):
-    """v1 stable, v2 merged as a canary (waiting at 0 %), as propose writes them."""
-    put_in_production(empty_gitops, tmp_path, MODEL, "v1", {"map50": 0.9, "map": 0.6})
-    put_in_production(empty_gitops, tmp_path, MODEL, "v2", {"map50": 0.92, "map": 0.61})
-    return empty_gitops
+def proposed(proposed_template, tmp_path):
+    """A test's own copy of the proposed repo (a bare repo is plain files: a copy is a clone)."""
+    return pathlib.Path(shutil.copytree(proposed_template, tmp_path / "gitops.git",
+                                        symlinks=True))
 
 
 def _edit(repo: pathlib.Path, tmp_path: pathlib.Path, change) -> None:

@@ -5,6 +5,7 @@ branch. The repo carries the no-force guard (tests/fixtures/gitops.py).
 """
 
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -21,26 +22,15 @@ from gitops.errors import (
 )
 from gitops.forges.local import LocalForge
 from gitops.proposal import parse_record, propose
-from gitops.repo import Mirror
+from gitops.repo import Mirror, init_repo
 from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
 from serving import manifests
-from tests.fixtures.gitops import FAST, git, head
+from tests.fixtures.gitops import FAST, Human, git, guard, head
 
 V1_SHA = "11" * 32
 V2_SHA = "22" * 32
 BRANCH = "mlops/det-v2"
-
-
-# Module-local names (plugin fixture names are global across the suite).
-@pytest.fixture
-def gitops_repo(guarded_repo):
-    return guarded_repo
-
-
-@pytest.fixture
-def human(gitops_human):
-    return gitops_human
 
 
 def deployment(version, sha):
@@ -80,10 +70,48 @@ REPORT = """## det v2 vs production v1
 """
 
 
+# Module-local names (plugin fixture names are global across the suite).
+@pytest.fixture(scope="module")
+def stable_template(tmp_path_factory):
+    """A guarded GitOps bare repo with det v1 stable, made once per module."""
+    repo = tmp_path_factory.mktemp("stable") / "gitops.git"
+    init_repo(repo)
+    guard(repo)
+    WriteBack(repo, backoff=FAST).commit("main", stable_v1, Message("deploy(det): v1"))
+    return repo
+
+
+@pytest.fixture(scope="module")
+def opened_template(stable_template, tmp_path_factory):
+    """The same with det v2 proposed (PR #1 open), as `do_propose` leaves it."""
+    repo = tmp_path_factory.mktemp("opened") / "gitops.git"
+    shutil.copytree(stable_template, repo, symlinks=True)
+    forge = LocalForge(repo, backoff=FAST)
+    try:
+        assert do_propose(repo, forge).status == "opened"
+    finally:
+        forge.close()
+    return repo
+
+
 @pytest.fixture
-def repo(gitops_repo):
-    WriteBack(gitops_repo, backoff=FAST).commit("main", stable_v1, Message("deploy(det): v1"))
-    return gitops_repo
+def opened():
+    """Asks `repo` to start with PR #1 (det v2) open: the state most tests begin from."""
+    return 1
+
+
+@pytest.fixture
+def repo(request, tmp_path):
+    """The test's own copy of a template (a bare repo is plain files: the copy is a clone,
+    hooks and config included); git repos built once per module instead of per test."""
+    which = "opened_template" if "opened" in request.fixturenames else "stable_template"
+    return pathlib.Path(shutil.copytree(request.getfixturevalue(which), tmp_path / "gitops.git",
+                                        symlinks=True))
+
+
+@pytest.fixture
+def human(repo, tmp_path):
+    return Human(repo, tmp_path / "ada")
 
 
 @pytest.fixture
@@ -122,8 +150,7 @@ def test_propose_opens_one_pr_and_is_idempotent(repo, forge):
     assert head(repo, BRANCH) == tip
 
 
-def test_kustomization_of_the_proposal_builds(repo, forge, tmp_path):
-    do_propose(repo, forge)
+def test_kustomization_of_the_proposal_builds(repo, forge, tmp_path, opened):
     with Mirror(repo) as mirror:
         mirror.export(BRANCH, tmp_path / "tree")
     kustomization = yaml.safe_load((tmp_path / "tree/apps/det/kustomization.yaml").read_text())
@@ -150,8 +177,7 @@ def test_kustomization_of_the_proposal_builds(repo, forge, tmp_path):
     ]
 
 
-def test_approve_merges_with_a_merge_commit(repo, forge):
-    do_propose(repo, forge)
+def test_approve_merges_with_a_merge_commit(repo, forge, opened):
     before = head(repo)
     result = approve(repo, 1, forge)
     assert result.status == "merged"
@@ -173,8 +199,7 @@ def test_approve_merges_with_a_merge_commit(repo, forge):
     assert head(repo) == tip
 
 
-def test_human_merge_with_plain_git_is_detected(repo, forge, human):
-    do_propose(repo, forge)
+def test_human_merge_with_plain_git_is_detected(repo, forge, human, opened):
     human.sync()
     human.git("fetch", "-q", "origin")
     human.git("merge", "-q", "--no-ff", "-m", "merge det v2 by hand", f"origin/{BRANCH}")
@@ -186,16 +211,14 @@ def test_human_merge_with_plain_git_is_detected(repo, forge, human):
     assert again.status == "merged" and again.pr.number == 1
 
 
-def test_fast_forward_human_merge_is_detected_too(repo, forge, human):
-    do_propose(repo, forge)
+def test_fast_forward_human_merge_is_detected_too(repo, forge, human, opened):
     human.sync()
     human.git("merge", "-q", "--ff-only", f"origin/{BRANCH}")
     human.git("push", "-q", "origin", "main")
     assert forge.get_pr(1).state == "merged"
 
 
-def test_human_commit_on_proposal_branch_stops_rewrites(repo, forge, human):
-    do_propose(repo, forge)
+def test_human_commit_on_proposal_branch_stops_rewrites(repo, forge, human, opened):
     human.sync(BRANCH)
     human.write(
         "apps/det/deployment-v2.yaml",
@@ -212,8 +235,7 @@ def test_human_commit_on_proposal_branch_stops_rewrites(repo, forge, human):
     assert result.pr.number == 1
 
 
-def test_digest_mismatch_is_refused_and_nothing_merged(repo, forge, human):
-    do_propose(repo, forge)
+def test_digest_mismatch_is_refused_and_nothing_merged(repo, forge, human, opened):
     human.sync(BRANCH)
     human.write(
         "apps/det/deployment-v2.yaml",
@@ -229,8 +251,7 @@ def test_digest_mismatch_is_refused_and_nothing_merged(repo, forge, human):
     assert forge.get_pr(1).state == "open"
 
 
-def test_cli_refuses_digest_mismatch_without_traceback(repo, forge, human, capsys):
-    do_propose(repo, forge)
+def test_cli_refuses_digest_mismatch_without_traceback(repo, forge, human, capsys, opened):
     human.sync(BRANCH)
     human.write(
         "apps/det/deployment-v2.yaml",
@@ -242,8 +263,7 @@ def test_cli_refuses_digest_mismatch_without_traceback(repo, forge, human, capsy
     assert err.startswith("error: PR #1: apps/det/deployment-v2.yaml carries weights sha256")
 
 
-def test_cli_list_show_approve(repo, forge, capsys):
-    do_propose(repo, forge)
+def test_cli_list_show_approve(repo, forge, capsys, opened):
     forge.comment(1, "canary looks healthy")
     assert cli(["pr", "list", "--repo", str(repo)]) == 0
     assert f"#1    open    {BRANCH} -> main  promote(det): v2" in capsys.readouterr().out
@@ -263,8 +283,7 @@ def test_cli_list_show_approve(repo, forge, capsys):
     assert "no pull request #7" in capsys.readouterr().err
 
 
-def test_merge_conflict_with_main_stops_naming_the_file(repo, forge, human):
-    do_propose(repo, forge)
+def test_merge_conflict_with_main_stops_naming_the_file(repo, forge, human, opened):
     human.sync()
     human.write(
         "apps/det/virtualservice.yaml",
@@ -290,8 +309,7 @@ def test_broken_yaml_on_main_stops_proposal_naming_the_file(repo, forge, human):
     assert forge.list_prs(None) == []
 
 
-def test_second_version_gets_its_own_pr_and_numbers_grow(repo, forge):
-    do_propose(repo, forge)
+def test_second_version_gets_its_own_pr_and_numbers_grow(repo, forge, opened):
     files = candidate_files()
     files["apps/det/deployment-v3.yaml"] = deployment("v3", "33" * 32)
     del files["apps/det/deployment-v2.yaml"]
@@ -307,8 +325,7 @@ def test_second_version_gets_its_own_pr_and_numbers_grow(repo, forge):
         forge.get_pr(9)
 
 
-def test_deleted_unmerged_branch_reads_as_closed(repo, forge, human):
-    do_propose(repo, forge)
+def test_deleted_unmerged_branch_reads_as_closed(repo, forge, human, opened):
     # The guard refuses deletions; lift it for this one human action.
     git(repo, "config", "receive.denyDeletes", "false")
     (repo / "hooks" / "pre-receive").unlink()
@@ -362,8 +379,7 @@ def _roll_back_det(repo):
     WriteBack(repo, backoff=FAST).commit("main", change, Message("rollback(det): v1"))
 
 
-def test_a_merged_version_proposed_again_gets_a_fresh_branch_and_pr(repo, forge):
-    do_propose(repo, forge)
+def test_a_merged_version_proposed_again_gets_a_fresh_branch_and_pr(repo, forge, opened):
     approve(repo, 1, forge)
     _roll_back_det(repo)
     # Without the caller's word that the version no longer serves, a merged PR is final.

@@ -206,12 +206,16 @@ def test_adding_a_task_to_the_hera_dag_makes_the_runner_run_it(fake_model_repo, 
 
 def test_a_command_that_cannot_start_fails_the_run_with_its_error(fake_model_repo, tmp_path):
     """Issue 12: `mlops GROUP --help` failing made the task *Skipped* (a broken import
-    became a green run). Now the task runs as its pod would and fails with the CLI's error."""
+    became a green run). Now the task runs as its pod would and fails with the CLI's error.
+
+    The DAG keeps only checkout, which the broken task depends on: the pipeline's other
+    tasks (two PaddleJobs, each a `paddle.distributed.launch`) have no part in this."""
     wt = _wt(fake_model_repo)
     broken = Container(name="broken", image="python:3.11", command=["mlops"],
                        args=["no-such-group", "--flag"])
     wt.templates.append(broken)
     dag = next(t for t in wt.templates if isinstance(t, DAG))
+    dag.tasks = [t for t in dag.tasks if t.name == "checkout"]
     dag.tasks.append(Task(name="broken", template=broken, depends="checkout"))
     result = run_workflow(wt, fake_model_repo, tmp_path / "run", echo=_quiet)
     task = result.task("broken")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -21,6 +22,7 @@ import yaml
 
 from contracts import traffic
 from gitops import layout
+from gitops.repo import init_repo
 from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
 from promotion.controller import Controller, ControllerConfig
@@ -55,9 +57,31 @@ def _run(controller: Controller, clock: Clock, seconds: int) -> list:
     return outcomes
 
 
+@pytest.fixture(scope="module")
+def canary_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """v1 stable, v2 merged as a canary at 10 %: built once per module (two merges, each
+    a clone, commit and push), copied for each test by `canary_repo`."""
+    repo = tmp_path_factory.mktemp("canary") / "gitops.git"
+    init_repo(repo)
+    merge_to_main(repo, "v1")
+    merge_to_main(repo, "v2")
+    return repo
+
+
 @pytest.fixture
-def canary_repo(promotion_repo: pathlib.Path) -> pathlib.Path:
-    """v1 stable, v2 merged as a canary at 10 %."""
+def canary_repo(canary_template: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """The test's own copy of `canary_template` (a bare repo is plain files: the copy is a
+    clone). The clocks here start at the merge's commit time, so its age does not matter
+    to the controller; see `fresh_canary_repo` for the tests where it does."""
+    return pathlib.Path(shutil.copytree(canary_template, tmp_path / "gitops.git",
+                                        symlinks=True))
+
+
+@pytest.fixture
+def fresh_canary_repo(promotion_repo: pathlib.Path) -> pathlib.Path:
+    """v1 stable, v2 merged just now: for a test whose human commits carry the wall clock's
+    time while the controller's clock starts at the merge (a resume stamped on the
+    controller's clock must come after a pause or edit stamped on the wall clock)."""
     merge_to_main(promotion_repo, "v2")
     return promotion_repo
 
@@ -200,7 +224,8 @@ def test_insufficient_evidence_budget_survives_a_restart(canary_repo, tmp_path):
     assert main_state(canary_repo)["empty_intervals"] == 4
 
 
-def test_human_pause_resume_and_abort(canary_repo, tmp_path):
+def test_human_pause_resume_and_abort(fresh_canary_repo, tmp_path):
+    canary_repo = fresh_canary_repo
     clock = Clock(merged_at(canary_repo))
     source = RouterStub(canary_repo, rate=10.0)
     controller = _controller(canary_repo, tmp_path / "work", source, clock)
@@ -242,7 +267,9 @@ def test_human_promote_request(canary_repo, tmp_path):
     assert main_state(canary_repo)["stable"] == "v2"
 
 
-def test_a_manual_weight_edit_is_a_takeover_that_pauses_until_resumed(canary_repo, tmp_path):
+def test_a_manual_weight_edit_is_a_takeover_that_pauses_until_resumed(fresh_canary_repo,
+                                                                      tmp_path):
+    canary_repo = fresh_canary_repo
     clock = Clock(merged_at(canary_repo))
     controller = _controller(canary_repo, tmp_path / "work", RouterStub(canary_repo, rate=10),
                              clock)

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -166,14 +167,32 @@ def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_
     assert "rollouts/shapes/v2/report.md" in comments[0]["body"]
 
 
-def test_controller_metrics_show_weight_phase_and_checks(promotion_repo, tmp_path):
-    merge_to_main(promotion_repo, "v2")
+@pytest.fixture(scope="module")
+def canary_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """v1 stable, v2 merged as a canary at 10 %, built once per module (two merges, each a
+    clone, commit and push) for the tests whose clock starts at the merge, whatever its age."""
+    repo = tmp_path_factory.mktemp("canary") / "gitops.git"
+    init_repo(repo)
+    merge_to_main(repo, "v1")
+    merge_to_main(repo, "v2")
+    return repo
+
+
+@pytest.fixture
+def canary_repo(canary_template: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+    """The test's own copy of `canary_template` (a bare repo is plain files: the copy is a
+    clone)."""
+    return pathlib.Path(shutil.copytree(canary_template, tmp_path / "gitops.git",
+                                        symlinks=True))
+
+
+def test_controller_metrics_show_weight_phase_and_checks(canary_repo, tmp_path):
     metrics = ControllerMetrics()
     port = metrics.serve(0)
     try:
-        clock = Clock(merged_at(promotion_repo))
-        controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w"),
-                                RouterStub(promotion_repo), clock=clock, metrics=metrics)
+        clock = Clock(merged_at(canary_repo))
+        controller = Controller(ControllerConfig(repo=str(canary_repo), workdir=tmp_path / "w"),
+                                RouterStub(canary_repo), clock=clock, metrics=metrics)
         for _ in range(5):  # 4 windows at 10 % -> the first step, then one hold at 25 %
             clock.advance(1.0)
             controller.tick()
@@ -289,59 +308,55 @@ def test_controller_manifests_in_a_cluster_parse_with_the_real_cli(tmp_path):
                 d["metadata"]["namespace"] == "serving")["rules"][0]["verbs"] == ["get"]
 
 
-def test_the_controller_fetches_git_at_most_once_per_git_poll(promotion_repo, tmp_path):
+def test_the_controller_fetches_git_at_most_once_per_git_poll(canary_repo, tmp_path):
     """A remote forge is not fetched every pass: with `git_poll` an hour, 15 passes fetch once,
     plus once right after each of the controller's own commits (counted on the real mirror)."""
-    merge_to_main(promotion_repo, "v2")
-    clock = Clock(merged_at(promotion_repo))
-    controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w",
+    clock = Clock(merged_at(canary_repo))
+    controller = Controller(ControllerConfig(repo=str(canary_repo), workdir=tmp_path / "w",
                                              git_poll=3600.0),
-                            RouterStub(promotion_repo), clock=clock)
+                            RouterStub(canary_repo), clock=clock)
     fetches = []
     real = controller.mirror.fetch
     controller.mirror.fetch = lambda *a, **k: (fetches.append(1), real(*a, **k))[1]
     for _ in range(15):
         clock.advance(1.0)
         controller.tick()
-    commits = len(decision_log(promotion_repo))
+    commits = len(decision_log(canary_repo))
     assert commits == 4  # three steps and the promotion (the RouterStub is healthy)
     # The first pass, one after each own commit, and one for the finished rollout's report.
     assert len(fetches) == 1 + commits + 1
     controller.close()
 
 
-def test_canary_cli_pause_and_errors(promotion_repo):
-    merge_to_main(promotion_repo, "v2")
-    run = [sys.executable, "-m", "mlops", "canary"]
-    ok = subprocess.run(run + ["pause", "shapes", "--gitops", str(promotion_repo), "--by", "alice"],
-                        capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0, ok.stderr
-    assert "shapes: paused at 10% (paused)" in ok.stdout
+def test_canary_cli_pause_and_errors(canary_repo, capsys):
+    """In-process, through the console script's entry point (`mlops.cli.main`): its exit
+    code and what it prints are the command's (an escaping exception would fail the test)."""
+    assert cli(["canary", "pause", "shapes", "--gitops", str(canary_repo), "--by", "alice"]) == 0
+    assert "shapes: paused at 10% (paused)" in capsys.readouterr().out
 
-    assert git(promotion_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[
+    assert git(canary_repo, "log", "-1", "--format=%s%n%(trailers:only)", "main").split("\n")[
         :3
     ] == ["pause(shapes): requested by alice", "Mlops-Decision: pause/human", "Mlops-Model: shapes"]
-    assert main_state(promotion_repo)["pause_reason"] == "paused by alice"
-    bad = subprocess.run(run + ["resume", "nope", "--gitops", str(promotion_repo)],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: ")
-    assert "apps/nope/promotion.yaml not found" in bad.stderr and "Traceback" not in bad.stderr
+    assert main_state(canary_repo)["pause_reason"] == "paused by alice"
+    assert cli(["canary", "resume", "nope", "--gitops", str(canary_repo)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert "apps/nope/promotion.yaml not found" in err and "Traceback" not in err
 
 
-def test_canary_status_says_who_serves_what(promotion_repo, capsys, monkeypatch):
-    merge_to_main(promotion_repo, "v2")
-    assert cli(["canary", "pause", "shapes", "--gitops", str(promotion_repo), "--by", "alice"]) == 0
+def test_canary_status_says_who_serves_what(canary_repo, capsys, monkeypatch):
+    assert cli(["canary", "pause", "shapes", "--gitops", str(canary_repo), "--by", "alice"]) == 0
     capsys.readouterr()
-    assert cli(["canary", "status", "shapes", "--gitops", str(promotion_repo)]) == 0
+    assert cli(["canary", "status", "shapes", "--gitops", str(canary_repo)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[:3] == ["shapes: paused (paused by alice)", "  stable     v1  90%",
                          "  candidate  v2  10%"]
     assert lines[3].startswith("  last decision: hold at ")
     assert lines[3].endswith(": paused by alice")
-    assert cli(["canary", "status", "shapes", "--gitops", str(promotion_repo), "--json"]) == 0
+    assert cli(["canary", "status", "shapes", "--gitops", str(canary_repo), "--json"]) == 0
     state = json.loads(capsys.readouterr().out)
     assert (state["phase"], state["candidate"], state["weight"]) == ("paused", "v2", 10)
-    monkeypatch.setenv("MLOPS_GITOPS_REPO", str(promotion_repo))  # as `mlops pr` reads it
+    monkeypatch.setenv("MLOPS_GITOPS_REPO", str(canary_repo))  # as `mlops pr` reads it
     assert cli(["canary", "status", "shapes"]) == 0
     assert capsys.readouterr().out.startswith("shapes: paused")
 

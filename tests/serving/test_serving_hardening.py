@@ -5,6 +5,12 @@ cannot make the server allocate gigabytes, decode without bound or hold every
 in-flight slot, and whatever a client gets wrong is a 4xx in the metrics the
 canary is judged on, never a 5xx. A real `mlops serve` on the tiny exported
 detector; raw sockets where a well-behaved client library would not misbehave.
+
+Most tests share one server (`server`: a start imports Paddle and loads the model,
+seconds each), started with the flags the slow-sender and digest tests need; its
+counters add up over the module, so a test that counts a status counts its own
+requests (the difference from before it sent them). The `500` count stays 0 for
+the whole module: every test here asserts that no request of its made a 5xx.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 import requests
 from PIL import Image
 
 from contracts.artifact import sha256_file
-from tests.fixtures.serving import server_env
+from tests.fixtures.serving import server_env, start_server, stop_server
 
 MAX_IMAGES = 32  # serving.preprocess.MAX_IMAGES (a literal: the test must run against old code too)
 
@@ -52,9 +59,23 @@ def _images(*encoded: str) -> bytes:
                                    "datatype": "BYTES", "data": list(encoded)}]}).encode()
 
 
-def test_a_tiny_binary_request_cannot_allocate_a_gigabyte(model_server, tiny_model_dir):
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    """The tiny detector with four in-flight slots, a 3 s body timeout and its weights'
+    real digest (what the slow-sender and digest tests check; the others' guards do not
+    depend on these flags)."""
+    real = sha256_file(tiny_model_dir / "inference.pdiparams")
+    running = start_server(tiny_model_dir, "--max-in-flight", "4", "--body-timeout", "3",
+                           "--weights-sha256", real,
+                           log_dir=tmp_path_factory.mktemp("hardening-server"))
+    try:
+        yield running
+    finally:
+        stop_server(running)
+
+
+def test_a_tiny_binary_request_cannot_allocate_a_gigabyte(server):
     """Finding 1: BYTES with the binary extension, shape [2**27], 4 bytes of data."""
-    server = model_server(tiny_model_dir)
     header = json.dumps({"inputs": [{"name": "image_bytes", "shape": [2 ** 27],
                                      "datatype": "BYTES",
                                      "parameters": {"binary_data_size": 4}}]}).encode()
@@ -66,9 +87,8 @@ def test_a_tiny_binary_request_cannot_allocate_a_gigabyte(model_server, tiny_mod
     assert server.rss_bytes() - before < 256 * 1024 * 1024  # np.empty(2**27, object): 1 GiB
 
 
-def test_a_huge_shape_with_empty_data_is_the_clients_error(model_server, tiny_model_dir):
+def test_a_huge_shape_with_empty_data_is_the_clients_error(server):
     """Finding 4: int64 wrap-around made 2**40 x 2**40 a shape of 0 elements (then a 500)."""
-    server = model_server(tiny_model_dir)
     body = json.dumps({"inputs": [{"name": "image", "shape": [2 ** 40, 2 ** 40, 2 ** 44],
                                    "datatype": "FP32", "data": []}]}).encode()
     r = _infer(server, body)
@@ -76,8 +96,7 @@ def test_a_huge_shape_with_empty_data_is_the_clients_error(model_server, tiny_mo
     assert _count(server, "500") == 0
 
 
-def test_deep_nesting_is_a_400_not_a_recursion_error(model_server, tiny_model_dir):
-    server = model_server(tiny_model_dir)
+def test_deep_nesting_is_a_400_not_a_recursion_error(server):
     deep = "[" * 990 + '"aGk="' + "]" * 990  # as the review sent it
     for datatype, name in (("BYTES", "image_bytes"), ("FP32", "image")):
         value = deep if datatype == "BYTES" else deep.replace('"aGk="', "1.0")
@@ -88,17 +107,15 @@ def test_deep_nesting_is_a_400_not_a_recursion_error(model_server, tiny_model_di
     assert _count(server, "500") == 0
 
 
-def test_paddle_serving_log_id_must_be_an_integer(model_server, tiny_model_dir):
-    server = model_server(tiny_model_dir)
+def test_paddle_serving_log_id_must_be_an_integer(server):
     body = json.dumps({"feed": [{"image": _png()}], "fetch": ["bbox"], "log_id": "abc"})
     r = requests.post(f"{server.url}/GeneralModelService/inference", data=body, timeout=30)
     assert r.status_code == 400 and "log_id" in r.json()["error"]
     assert _count(server, "500") == 0
 
 
-def test_images_per_request_formats_and_pixels_are_capped(model_server, tiny_model_dir):
+def test_images_per_request_formats_and_pixels_are_capped(server):
     """Finding 2: a thousand 1x1 PNGs, huge 1-bit PNGs, any format Pillow reads."""
-    server = model_server(tiny_model_dir)
     many = _infer(server, _images(*[_png((1, 1))] * (MAX_IMAGES + 1)))
     assert many.status_code == 400 and f"at most {MAX_IMAGES}" in many.json()["error"]
     big = _png((2048, 2048), "1")  # 4 Mpx, a few KB on the wire
@@ -123,9 +140,9 @@ def _slow_client(port: int) -> socket.socket:
     return sock
 
 
-def test_slow_senders_hold_no_inference_slot_and_time_out(model_server, tiny_model_dir):
+def test_slow_senders_hold_no_inference_slot_and_time_out(server):
     """Finding 3: 16 sockets trickling a body made every inference a 503."""
-    server = model_server(tiny_model_dir, "--max-in-flight", "4", "--body-timeout", "3")
+    before = {code: _count(server, code) for code in ("408", "503")}
     slow = [_slow_client(server.port) for _ in range(16)]
     try:
         time.sleep(0.5)
@@ -138,19 +155,19 @@ def test_slow_senders_hold_no_inference_slot_and_time_out(model_server, tiny_mod
     finally:
         for sock in slow:
             sock.close()
-    assert _count(server, "408") == 16 and _count(server, "503") == 0
+    assert _count(server, "408") - before["408"] == 16 and _count(server, "503") == before["503"]
 
 
-def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(model_server, tiny_model_dir):
-    server = model_server(tiny_model_dir)
+def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(server):
+    before = _count(server, "499")
     for _ in range(3):
         sock = _slow_client(server.port)
         time.sleep(0.2)
         sock.close()
     deadline = time.monotonic() + 10
-    while _count(server, "499") < 3 and time.monotonic() < deadline:
+    while _count(server, "499") - before < 3 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _count(server, "499") == 3 and _count(server, "500") == 0
+    assert _count(server, "499") - before == 3 and _count(server, "500") == 0
 
 
 def test_the_server_refuses_weights_other_than_the_manifests(tiny_model_dir, tmp_path):
@@ -165,9 +182,8 @@ def test_the_server_refuses_weights_other_than_the_manifests(tiny_model_dir, tmp
     assert "refusing to serve other weights" in done.stdout + done.stderr
 
 
-def test_the_server_reports_the_digest_of_what_it_loaded(model_server, tiny_model_dir):
-    real = sha256_file(tiny_model_dir / "inference.pdiparams")
-    server = model_server(tiny_model_dir, "--weights-sha256", real)
+def test_the_server_reports_the_digest_of_what_it_loaded(server, tiny_model_dir):
+    real = sha256_file(tiny_model_dir / "inference.pdiparams")  # what `server` was given
     text = requests.get(f"{server.url}/metrics", timeout=5).text
     # the fixture's model.yaml claims 000…0; the metric says what runs
     assert f'weights_sha256="{real}"' in text and 'weights_sha256="' + "0" * 64 not in text

@@ -7,6 +7,9 @@ command, so the commits and refusals checked here are the CLI's.
 
 from __future__ import annotations
 
+import dataclasses
+import pathlib
+import shutil
 import subprocess
 import time
 
@@ -27,9 +30,25 @@ from mlops.ui.source import GitopsSource
 from serving import manifests
 from tests.fixtures.common import free_port
 from tests.fixtures.prometheus import OpenMetrics
+from tests.fixtures.ui import UiRepo, make_ui_repo
 from workflows import run_events
 
 HEADERS = {"X-Mlops-UI": "1"}
+
+
+@pytest.fixture(scope="module")
+def ui_template(tmp_path_factory: pytest.TempPathFactory) -> UiRepo:
+    """The UI's repo (v1 in production, v2 proposed), made once per module: two proposals,
+    each a clone, commit and push."""
+    return make_ui_repo(tmp_path_factory.mktemp("ui-template"))
+
+
+@pytest.fixture
+def ui_repo(ui_template: UiRepo, tmp_path) -> UiRepo:
+    """This module's `ui_repo`: the test's own copy of `ui_template`'s bare repo (plain
+    files: the copy is a clone; the PR's record is in it, on `mlops-prs`)."""
+    gitops = shutil.copytree(ui_template.gitops, tmp_path / "gitops.git", symlinks=True)
+    return dataclasses.replace(ui_template, gitops=pathlib.Path(gitops))
 
 
 @pytest.fixture
