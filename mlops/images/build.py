@@ -29,6 +29,7 @@ source `COPY`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fcntl
 import os
@@ -180,11 +181,6 @@ def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
            ca: pathlib.Path | None, conf: pathlib.Path,
            log: Callable[[str], None]) -> dict[str, float]:
     timings: dict[str, float] = {}
-    start = time.monotonic()
-    made = ensure_base(store, log=log)
-    timings["base"] = round(time.monotonic() - start, 1)
-    log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
-        f"({timings['base']} s)")
     wheelhouse = store.root / "wheelhouse"
     after = build_after(specs)
     ready = threading.Condition()
@@ -199,6 +195,17 @@ def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
             if not kits:
                 kits.append(ensure_wheelhouse(root, wheelhouse, log=log))
             return kits[0]
+
+    # the wheel (~20 s when the kit changed) while the base is made or checked
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        wheel = pool.submit(kit_for, specs[0]) if any(s.kit for s in specs) else None
+        start = time.monotonic()
+        made = ensure_base(store, log=log)
+        timings["base"] = round(time.monotonic() - start, 1)
+        log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
+            f"({timings['base']} s)")
+        if wheel is not None:
+            wheel.result()
 
     def next_spec() -> ImageSpec | None:
         with ready:
