@@ -29,10 +29,12 @@ source `COPY`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import fcntl
 import os
 import pathlib
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -41,7 +43,7 @@ from mlops.images.base import PYTHON_SLIM, ensure_base
 from mlops.images.podman import Store, require_tools
 from mlops.images.wheelhouse import KIT_LABEL, WHEELS_IN_BUILD, ensure_wheelhouse
 
-__all__ = ["IMAGES", "ImageSpec", "build_all", "build_argv", "select"]
+__all__ = ["IMAGES", "ImageSpec", "build_after", "build_all", "build_argv", "select"]
 
 #: Where the host keeps its CA bundle (Debian's ca-certificates), and where builds see it.
 HOST_CA = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
@@ -138,7 +140,8 @@ def build_all(
     ca: pathlib.Path | None = HOST_CA,
     log: Callable[[str], None] = print,
 ) -> dict[str, float]:
-    """Make the base, then build `specs` in order; returns seconds per image (and `base`)."""
+    """Make the base, then build `specs`, two at a time (`build_after` says in which order);
+    returns seconds per image (and `base`)."""
     require_tools("podman", "runc", "mmdebstrap")
     store = store or Store()
     store.prepare()
@@ -157,38 +160,112 @@ def build_all(
         return _build(root, specs, store, ca, conf, log)
 
 
+def build_after(specs: Sequence[ImageSpec]) -> dict[str, str | None]:
+    """Which image each must wait for (pure): the first of its family, whose layers it
+    reuses, else None. A family is the images of one Dockerfile (the project's: the
+    git+libgomp1, dependency and paddlepaddle layers) or the model repos' images (their
+    libgomp1 layer, the same instruction on the same base). `mlops images build` runs
+    two builds side by side: the first of each family at once, the rest after it, so a
+    shared layer is built once and the other build's downloads and layer commits fill the
+    waits."""
+    first: dict[object, str] = {}
+    after: dict[str, str | None] = {}
+    for spec in specs:
+        family = "kit" if spec.kit else (spec.context, spec.dockerfile)
+        after[spec.key] = first.get(family)
+        first.setdefault(family, spec.key)
+    return after
+
+
 def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
            ca: pathlib.Path | None, conf: pathlib.Path,
            log: Callable[[str], None]) -> dict[str, float]:
     timings: dict[str, float] = {}
-    start = time.monotonic()
-    made = ensure_base(store, log=log)
-    timings["base"] = round(time.monotonic() - start, 1)
-    log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
-        f"({timings['base']} s)")
     wheelhouse = store.root / "wheelhouse"
-    kit = ensure_wheelhouse(root, wheelhouse, log=log) if any(s.kit for s in specs) else ""
-    for spec in specs:
+    after = build_after(specs)
+    ready = threading.Condition()
+    started: set[str] = set()
+    done: set[str] = set()
+    failed: list[BaseException] = []
+    kits: list[str] = []
+    kit_lock = threading.Lock()
+
+    def kit_for(spec: ImageSpec) -> str:
+        with kit_lock:  # built once, by the first image that needs it
+            if not kits:
+                kits.append(ensure_wheelhouse(root, wheelhouse, log=log))
+            return kits[0]
+
+    # the wheel (~20 s when the kit changed) while the base is made or checked
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        wheel = pool.submit(kit_for, specs[0]) if any(s.kit for s in specs) else None
         start = time.monotonic()
-        stale = spec.kit and _kit_label(store, spec) not in (None, kit)
-        if stale:
-            log(f"images: {spec.name} holds another paddle-mlops wheel; rebuilding it "
-                "without the layer cache (a cached RUN cannot see the mounted wheel change)")
-        argv = build_argv(spec, root, ca=ca, pip_conf_path=conf, wheelhouse=wheelhouse,
-                          kit=kit if spec.kit else "", no_cache=stale)
-        log(f"images: building {spec.name} from {os.path.join(spec.context, spec.dockerfile)}"
-            + "".join(f" --build-arg {k}={v}" for k, v in spec.build_args))
-        proc = store.podman(*argv, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-            raise UserError(f"building {spec.name} from {spec.context}/{spec.dockerfile} "
-                            f"failed (podman exit {proc.returncode}):\n{tail}")
-        timings[spec.key] = round(time.monotonic() - start, 1)
-        log(f"images: {spec.name} built ({timings[spec.key]} s)")
+        made = ensure_base(store, log=log)
+        timings["base"] = round(time.monotonic() - start, 1)
+        log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
+            f"({timings['base']} s)")
+        if wheel is not None:
+            wheel.result()
+
+    def next_spec() -> ImageSpec | None:
+        with ready:
+            while not failed and len(started) < len(specs):
+                spec = next((s for s in specs if s.key not in started
+                             and after[s.key] in (None, *done)), None)
+                if spec is not None:
+                    started.add(spec.key)
+                    return spec
+                ready.wait()
+            return None
+
+    def worker() -> None:
+        while (spec := next_spec()) is not None:
+            try:
+                kit = kit_for(spec) if spec.kit else ""
+                timings[spec.key] = _build_one(root, spec, store, ca, conf, wheelhouse, kit, log)
+            except BaseException as exc:
+                with ready:
+                    failed.append(exc)
+                    ready.notify_all()
+                return
+            with ready:
+                done.add(spec.key)
+                ready.notify_all()
+
+    threads = [threading.Thread(target=worker, name=f"images-build-{i}") for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
     # The images a rebuild replaced (untagged, no child): ~1.4 GB for each source change
     # otherwise. The layers the current images are built on are their parents and stay.
     store.podman("image", "prune", "--force", check=False)
-    return timings
+    return {key: timings[key] for key in ["base", *(s.key for s in specs)]}
+
+
+def _build_one(root: pathlib.Path, spec: ImageSpec, store: Store, ca: pathlib.Path | None,
+               conf: pathlib.Path, wheelhouse: pathlib.Path, kit: str,
+               log: Callable[[str], None]) -> float:
+    """Build one image; its seconds."""
+    start = time.monotonic()
+    stale = spec.kit and _kit_label(store, spec) not in (None, kit)
+    if stale:
+        log(f"images: {spec.name} holds another paddle-mlops wheel; rebuilding it "
+            "without the layer cache (a cached RUN cannot see the mounted wheel change)")
+    argv = build_argv(spec, root, ca=ca, pip_conf_path=conf, wheelhouse=wheelhouse,
+                      kit=kit if spec.kit else "", no_cache=stale)
+    log(f"images: building {spec.name} from {os.path.join(spec.context, spec.dockerfile)}"
+        + "".join(f" --build-arg {k}={v}" for k, v in spec.build_args))
+    proc = store.podman(*argv, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise UserError(f"building {spec.name} from {spec.context}/{spec.dockerfile} "
+                        f"failed (podman exit {proc.returncode}):\n{tail}")
+    seconds = round(time.monotonic() - start, 1)
+    log(f"images: {spec.name} built ({seconds} s)")
+    return seconds
 
 
 def _kit_label(store: Store, spec: ImageSpec) -> str | None:

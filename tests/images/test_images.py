@@ -13,8 +13,9 @@ emptyDirs as tmpfs, the claims as bind mounts):
   through `python -m paddle.distributed.launch`, to a finished training and
   an export;
 * the serve image: the Deployment `mlops promote propose` wrote into a GitOps
-  repo answers its readiness probe and one inference on a real trained model
-  dir mounted where the models claim would be;
+  repo answers its readiness probe and one inference on the smoke PaddleJob's
+  export (a real model, briefly trained in the training image) mounted where
+  the models claim would be;
 * the controller image: `mlops controller run --once` on that GitOps repo;
   the same image as the web UI: its page and its models;
 * the tool image: `mlops data snapshot` and `prepare` of an `s3://` dataset
@@ -31,6 +32,8 @@ and serve images and so does every check that starts them (issue 25, defect 2).
 """
 
 import base64
+import concurrent.futures
+import dataclasses
 import json
 import os
 import pathlib
@@ -66,12 +69,26 @@ def _podman(built, *args):
     return built.store.podman(*args, check=False, timeout=300)
 
 
-@pytest.mark.parametrize("key", ["shapes-detector", "products-yolov3", "train", "serve"])
-def test_paddle_imports_in_every_image_that_installs_it(built_images, key):
+WITH_PADDLE = ("shapes-detector", "products-yolov3", "train", "serve")
+
+
+@pytest.fixture(scope="module")
+def paddle_imports(built_images):
+    """`import paddle` in each image that installs it, the containers started side by side:
+    each is ~2 s, mostly one core waiting on the import's file reads."""
+    def run(key):
+        return _podman(built_images, "run", "--rm", "--pull=never", "--network=none",
+                       "--entrypoint", "python", built_images.names[key], "-c",
+                       "import paddle; print(paddle.__version__)")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(WITH_PADDLE)) as pool:
+        return dict(zip(WITH_PADDLE, pool.map(run, WITH_PADDLE)))
+
+
+@pytest.mark.parametrize("key", WITH_PADDLE)
+def test_paddle_imports_in_every_image_that_installs_it(paddle_imports, key):
     """`import paddle` needs libgomp.so.1, which python:3.11-slim lacks (defect 2)."""
-    proc = _podman(built_images, "run", "--rm", "--pull=never", "--network=none",
-                   "--entrypoint", "python", built_images.names[key], "-c",
-                   "import paddle; print(paddle.__version__)")
+    proc = paddle_imports[key]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("3.3.1")
 
@@ -135,9 +152,23 @@ def _smoke_paddlejob(repo: pathlib.Path, image: str) -> dict:
     return yaml.safe_load(text)
 
 
-def test_the_smoke_paddlejob_trains_and_exports_in_two_worker_containers(
-        built_images, shapes_dataset, tmp_path):
-    workspace = tmp_path / "workspace"  # the job's workspace claim
+@dataclasses.dataclass(frozen=True)
+class SmokeRun:
+    """Where the smoke PaddleJob's containers left their files, and as whom they ran."""
+
+    out: pathlib.Path   # the job's out/smoke/ on the workspace claim
+    log: str            # both workers' output
+    user: int           # the pod's runAsUser
+
+
+@pytest.fixture(scope="module")
+def smoke_job(built_images, shapes_dataset, tmp_path_factory):
+    """The example's smoke PaddleJob, run once: its two workers as two containers of the
+    training image to a finished training and an export. The test below checks the run;
+    the serving checks serve its export (what the training image exported, the serve
+    image serves), so the tier trains nothing else."""
+    tmp = tmp_path_factory.mktemp("images-smoke")
+    workspace = tmp / "workspace"  # the job's workspace claim
     repo = copy_example(workspace / "repo")
     # where prepare-data leaves the pinned dataset: the PaddleJob's --data-dir
     shutil.copytree(shapes_dataset, workspace / "out" / "data")
@@ -148,33 +179,36 @@ def test_the_smoke_paddlejob_trains_and_exports_in_two_worker_containers(
                                        workspace=workspace, store=built_images.store,
                                        name="images-e2e-smoke")
     assert len(workers) == 2
-    log = tmp_path / "train.log"
+    log = tmp / "train.log"
     with open(log, "wb") as fh:
         try:
             runner.run_paddlejob_in_containers(workers, fh, store=built_images.store,
                                                name="images-e2e-smoke", timeout=600)
         except Exception as exc:
             pytest.fail(f"{exc}\n{log.read_text(errors='replace')[-4000:]}")
-    text = log.read_text(errors="replace")
-    assert "world=2" in text, text[-3000:]  # one collective of two pods, not two jobs
-    model = workspace / "out" / "smoke" / "model"
+    return SmokeRun(out=workspace / "out" / "smoke", log=log.read_text(errors="replace"),
+                    user=pod["securityContext"]["runAsUser"])
+
+
+def test_the_smoke_paddlejob_trains_and_exports_in_two_worker_containers(smoke_job):
+    assert "world=2" in smoke_job.log, smoke_job.log[-3000:]  # one collective of two pods
+    model = smoke_job.out / "model"
     assert (model / "model.yaml").is_file() and (model / "inference.pdiparams").is_file()
-    assert (workspace / "out" / "smoke" / "bbox.json").is_file()
+    assert (smoke_job.out / "bbox.json").is_file()
     # both ranks ran as the manifest's user, not root
-    assert {p.stat().st_uid for p in (workspace / "out" / "smoke").iterdir()} == {
-        pod["securityContext"]["runAsUser"]}
+    assert {p.stat().st_uid for p in smoke_job.out.iterdir()} == {smoke_job.user}
 
 
 @pytest.fixture(scope="module")
-def gitops_with_model(trained_model, tmp_path_factory):
-    """A GitOps repo where the trained export serves (`propose --approval auto`), its
+def gitops_with_model(smoke_job, tmp_path_factory):
+    """A GitOps repo where the smoke job's export serves (`propose --approval auto`), its
     Deployment naming the built serve image, on a free port (the pods share the host's
     network here)."""
     work = tmp_path_factory.mktemp("images-gitops")
     repo, port = work / "gitops.git", free_port()
     cli = [sys.executable, "-m", "mlops"]
     subprocess.run([*cli, "gitops", "init", str(repo)], check=True, capture_output=True)
-    proc = subprocess.run([*cli, "promote", "propose", str(trained_model.model_dir),
+    proc = subprocess.run([*cli, "promote", "propose", str(smoke_job.out / "model"),
                            "--gitops", str(repo), "--approval", "auto",
                            "--image", "localhost/mlops/serve:local", "--port", str(port)],
                           capture_output=True, text=True)
@@ -195,8 +229,9 @@ def _repo_for(repo: pathlib.Path, pod: dict, dest: pathlib.Path) -> pathlib.Path
 
 
 def test_the_serving_deployment_is_ready_and_answers_an_inference(
-        built_images, gitops_with_model, trained_model, tmp_path):
-    record = yaml.safe_load((trained_model.model_dir / "model.yaml").read_text())
+        built_images, gitops_with_model, smoke_job, shapes_dataset, tmp_path):
+    model_dir = smoke_job.out / "model"
+    record = yaml.safe_load((model_dir / "model.yaml").read_text())
     version = record["version"]
     text = subprocess.run(["git", "--git-dir", str(gitops_with_model), "show",
                            f"main:apps/{MODEL}/deployment-{version}.yaml"],
@@ -206,7 +241,7 @@ def test_the_serving_deployment_is_ready_and_answers_an_inference(
     claim = next(v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
                  if "persistentVolumeClaim" in v)
     models = tmp_path / "models"  # the claim's content: <model>/<version>/
-    shutil.copytree(trained_model.model_dir, models / MODEL / version)
+    shutil.copytree(model_dir, models / MODEL / version)
     argv = podman_run_argv(pod, image=pod["containers"][0]["image"], name="images-e2e-serve",
                            source="deployment", claims={claim: str(models)}, network="host")
     probe = probe_of(deployment, "deployment")
@@ -215,7 +250,7 @@ def test_the_serving_deployment_is_ready_and_answers_an_inference(
     try:
         assert server.wait_http(f"http://127.0.0.1:{probe.port}{probe.path}",
                                 timeout=120) == 200
-        image = sorted((trained_model.data_dir / "val").glob("*.png"))[0].read_bytes()
+        image = sorted((shapes_dataset / "val").glob("*.png"))[0].read_bytes()
         body = json.dumps({"inputs": [{"name": "image_bytes", "datatype": "BYTES", "shape": [1],
                                        "data": [base64.b64encode(image).decode()]}]}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{MODEL}/infer",

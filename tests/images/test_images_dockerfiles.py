@@ -5,7 +5,14 @@ import re
 
 import tomllib
 
-from mlops.images.build import CA_IN_BUILD, IMAGES, PIP_CONF_IN_BUILD, build_argv, pip_conf
+from mlops.images.build import (
+    CA_IN_BUILD,
+    IMAGES,
+    PIP_CONF_IN_BUILD,
+    build_after,
+    build_argv,
+    pip_conf,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted([ROOT / "Dockerfile", *ROOT.glob("examples/*/Dockerfile")])
@@ -82,3 +89,15 @@ def test_the_project_dockerfile_copies_every_package_the_distribution_ships():
     copied = {line.split()[1] for line in _instructions(ROOT / "Dockerfile")
               if line.startswith("COPY") and len(line.split()) == 3}
     assert packages <= copied, f"not copied into the images: {sorted(packages - copied)}"
+
+
+def test_two_builds_side_by_side_never_build_a_shared_layer_twice():
+    """`mlops images build` runs two builds at once; an image waits for the first of its
+    family, whose layers it reuses. The model repos' images are one family because their
+    Dockerfiles begin with the same instructions (the libgomp1 layer): checked here, since
+    a drift would make them build that layer each on its own (correct, only slower)."""
+    assert build_after(IMAGES) == {"train": None, "serve": "train", "controller": "train",
+                                   "shapes-detector": None,
+                                   "products-yolov3": "shapes-detector"}
+    heads = {tuple(_instructions(ROOT / s.context / s.dockerfile)[:4]) for s in IMAGES if s.kit}
+    assert len(heads) == 1, heads
