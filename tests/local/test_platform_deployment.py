@@ -19,6 +19,7 @@ import yaml
 
 from gitops import layout
 from gitops.writeback import Message, WriteBack
+from local.platform.sync import probe_ready
 from local.platform.workdir import Workdir
 from tests.fixtures.platform import (
     FAST,
@@ -88,9 +89,12 @@ def test_servers_start_from_their_deployment_and_a_bad_probe_gets_no_traffic(
     docs = model_documents(MODEL, versions, stable="v-1", canary="v-2", canary_weight=10)
     _container(docs, "v-2")["readinessProbe"]["httpGet"]["path"] = "/no-such-path"
     _commit(platform_gitops, docs, "canary v-2 with a wrong probe path")
-    wait_for(lambda: versions_of(wd, MODEL).get("v-2", {}).get("pid"), SERVER_READY,
-             "v-2's server started")
-    time.sleep(15)  # several probe periods of a server that is up (its /v2/health/ready is 200)
+    port = wait_for(lambda: versions_of(wd, MODEL).get("v-2", {}).get("port"), SERVER_READY,
+                    "v-2's server started")
+    # Up and ready by its own account (the right path answers 200), then three of the
+    # sync's probe periods for a starting server (the startup probe's): never ready.
+    wait_for(lambda: probe_ready(port), SERVER_READY, "v-2's /v2/health/ready to answer 200")
+    time.sleep(3 * _container(docs, "v-2")["startupProbe"]["periodSeconds"])
     canary = versions_of(wd, MODEL)["v-2"]
     assert canary["ready"] is False and canary["phase"] == "starting"
     assert canary["desired_weight"] == 10 and not canary["haproxy_weight"]
@@ -100,7 +104,8 @@ def test_servers_start_from_their_deployment_and_a_bad_probe_gets_no_traffic(
 def test_cluster_latency_mode_delays_the_apply_and_the_readiness(
         tmp_path, trained_model, platform_gitops, platform_factory):
     versions = _versions(tmp_path, trained_model, "v-1")
-    sync_delay, start_delay = 6.0, 8.0
+    # The start delay above a server's own start-up (~7 s here), or it would not show.
+    sync_delay, start_delay = 3.0, 8.0
     wd: Workdir = platform_factory(platform_gitops, sync_delay=sync_delay, start_delay=start_delay)
     config = yaml.safe_load(wd.config.read_text())
     assert (config["sync_delay"], config["start_delay"]) == (sync_delay, start_delay)

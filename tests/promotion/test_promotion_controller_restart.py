@@ -26,10 +26,11 @@ POLICY = {"steps": [10, 25, 50, 100], "interval": "1s", "min_requests": 40}
 
 
 def child(repo: str, workdir: str) -> None:
-    """The controller process: real loop, scripted metric source (40 requests/s)."""
+    """The controller process: real loop, scripted metric source (60 requests/s: 40 canary
+    requests take 7 windows at 10 %, then holds at 25 % while the test kills it)."""
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    source = RouterStub(pathlib.Path(repo), rate=40.0)
+    source = RouterStub(pathlib.Path(repo), rate=60.0)
     controller = Controller(ControllerConfig(repo=repo, workdir=pathlib.Path(workdir)), source)
     controller.run(threading.Event(), poll=0.2)
 
