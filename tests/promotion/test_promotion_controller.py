@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pathlib
-import shutil
 import subprocess
 
 import pytest
@@ -22,7 +21,6 @@ import yaml
 
 from contracts import traffic
 from gitops import layout
-from gitops.repo import init_repo
 from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
 from promotion.controller import Controller, ControllerConfig
@@ -55,26 +53,6 @@ def _run(controller: Controller, clock: Clock, seconds: int) -> list:
         clock.advance(1.0)
         outcomes += controller.tick()
     return outcomes
-
-
-@pytest.fixture(scope="module")
-def canary_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """v1 stable, v2 merged as a canary at 10 %: built once per module (two merges, each
-    a clone, commit and push), copied for each test by `canary_repo`."""
-    repo = tmp_path_factory.mktemp("canary") / "gitops.git"
-    init_repo(repo)
-    merge_to_main(repo, "v1")
-    merge_to_main(repo, "v2")
-    return repo
-
-
-@pytest.fixture
-def canary_repo(canary_template: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
-    """The test's own copy of `canary_template` (a bare repo is plain files: the copy is a
-    clone). The clocks here start at the merge's commit time, so its age does not matter
-    to the controller; see `fresh_canary_repo` for the tests where it does."""
-    return pathlib.Path(shutil.copytree(canary_template, tmp_path / "gitops.git",
-                                        symlinks=True))
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import io
 import json
 import os
 import pathlib
-import shutil
 import socket
 import subprocess
 import sys
@@ -165,25 +164,6 @@ def test_rollback_notifies_comments_on_the_pr_and_refreshes_argo(tmp_path, http_
     assert len(comments) == 1
     assert "Outcome: rolled back" in comments[0]["body"]
     assert "rollouts/shapes/v2/report.md" in comments[0]["body"]
-
-
-@pytest.fixture(scope="module")
-def canary_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """v1 stable, v2 merged as a canary at 10 %, built once per module (two merges, each a
-    clone, commit and push) for the tests whose clock starts at the merge, whatever its age."""
-    repo = tmp_path_factory.mktemp("canary") / "gitops.git"
-    init_repo(repo)
-    merge_to_main(repo, "v1")
-    merge_to_main(repo, "v2")
-    return repo
-
-
-@pytest.fixture
-def canary_repo(canary_template: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
-    """The test's own copy of `canary_template` (a bare repo is plain files: the copy is a
-    clone)."""
-    return pathlib.Path(shutil.copytree(canary_template, tmp_path / "gitops.git",
-                                        symlinks=True))
 
 
 def test_controller_metrics_show_weight_phase_and_checks(canary_repo, tmp_path):
