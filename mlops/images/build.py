@@ -187,25 +187,17 @@ def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
     started: set[str] = set()
     done: set[str] = set()
     failed: list[BaseException] = []
-    kits: list[str] = []
-    kit_lock = threading.Lock()
-
-    def kit_for(spec: ImageSpec) -> str:
-        with kit_lock:  # built once, by the first image that needs it
-            if not kits:
-                kits.append(ensure_wheelhouse(root, wheelhouse, log=log))
-            return kits[0]
 
     # the wheel (~20 s when the kit changed) while the base is made or checked
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        wheel = pool.submit(kit_for, specs[0]) if any(s.kit for s in specs) else None
+        wheel = (pool.submit(ensure_wheelhouse, root, wheelhouse, log=log)
+                 if any(s.kit for s in specs) else None)
         start = time.monotonic()
         made = ensure_base(store, log=log)
         timings["base"] = round(time.monotonic() - start, 1)
         log(f"images: base {PYTHON_SLIM.name} {'made' if made else 'up to date'} "
             f"({timings['base']} s)")
-        if wheel is not None:
-            wheel.result()
+        kit = wheel.result() if wheel is not None else ""
 
     def next_spec() -> ImageSpec | None:
         with ready:
@@ -221,8 +213,8 @@ def _build(root: pathlib.Path, specs: Sequence[ImageSpec], store: Store,
     def worker() -> None:
         while (spec := next_spec()) is not None:
             try:
-                kit = kit_for(spec) if spec.kit else ""
-                timings[spec.key] = _build_one(root, spec, store, ca, conf, wheelhouse, kit, log)
+                timings[spec.key] = _build_one(root, spec, store, ca, conf, wheelhouse,
+                                               kit if spec.kit else "", log)
             except BaseException as exc:
                 with ready:
                     failed.append(exc)
