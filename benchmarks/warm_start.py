@@ -1,6 +1,6 @@
 """Warm start vs from scratch: the weekly retrain of the shapes example, at pipeline level.
 
-Production is an export of the example's first version (12 epochs from
+Production is an export of the example's first version (its default recipe from
 scratch, 2 workers: `--production DIR`, e.g. a demo's bootstrap), proposed
 into a fresh bare GitOps repo. Then the example's real pipeline (the Hera
 template, run by the local runner: smoke PaddleJob, 2-worker PaddleJob with
@@ -107,7 +107,7 @@ def run_variant(work: pathlib.Path, gitops: pathlib.Path, name: str,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--production", required=True, type=pathlib.Path,
-                        help="export of the example's first version (12 epochs, 2 workers)")
+                        help="export of the example's first version (default recipe, 2 workers)")
     parser.add_argument("--variants", nargs="+", default=["warm-2", "warm-4", "scratch-14"])
     parser.add_argument("--lr-warm", type=float, default=None,
                         help="peak learning rate of the warm runs (default: train.py's)")

@@ -29,7 +29,7 @@ one full COCO dataset per week in the layout ``mlops data snapshot`` pins
 image. Week 2 is what a weekly batch looks like: 50 week-1 training images retired,
 250 new ones added whose class mix leans to triangles (weights 1:1:3), the val split
 unchanged so the two weeks' models are compared on the same images; 1,800 training
-images, so 12 epochs of it are fewer image-steps than 14 epochs of week 1. Week 2
+images. Week 2
 links week 1's unchanged files (same bytes, so the pins and the cache see them as the
 same content) and draws only the new ones.
 

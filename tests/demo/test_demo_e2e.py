@@ -3,10 +3,10 @@ repo with the hook, the local runner with 2-process Paddle training, the gate,
 the local forge's PRs, HAProxy, Prometheus, the sync loop and the promotion
 controller under a steady load. No mock anywhere.
 
-Seven pushes: the first version (600 steps from scratch on week 1), good and bad-labels
+Seven pushes: the first version (350 steps from scratch on week 1), good and bad-labels
 (2-epoch fine-tunes of production on weeks 2 and 3), the drills slow, errors and skew
 (production's weights re-exported, `epochs: 0`) and low-map (10 steps from scratch); three
-canaries. The demo alone took 15:38 on 2 cores shared with another job (2026-11-26), so it
+canaries. The demo alone took 11:03 on 2 cores shared with two other jobs (2026-11-26), so it
 runs once per session and every test reads its results.
 """
 
