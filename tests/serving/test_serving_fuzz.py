@@ -19,7 +19,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fixtures.serving import start_server, stop_server
+from tests.fixtures.serving import served
 from tests.fuzz_requests import Target, fuzz_request, send
 
 EXAMPLES = 150  # per model: ~3 s each with the servers warm
@@ -32,18 +32,13 @@ def _target(server, inputs, image_input) -> Target:
 @pytest.fixture(scope="module")
 def targets(sturdy_model_dir, ppdet_model_dir, tmp_path_factory):
     logs = tmp_path_factory.mktemp("fuzz-servers")
-    servers = []
-    try:
-        servers.append(start_server(sturdy_model_dir, "--threads", "1", log_dir=logs))
-        servers.append(start_server(ppdet_model_dir, "--threads", "1", log_dir=logs))
+    with served(sturdy_model_dir, "--threads", "1", log_dir=logs) as example, \
+            served(ppdet_model_dir, "--threads", "1", log_dir=logs) as ppdet:
         yield {
-            "example": _target(servers[0], (("image", 3),), "image_bytes"),
-            "ppdet": _target(servers[1], (("image", 3), ("im_shape", -1), ("scale_factor", -1)),
+            "example": _target(example, (("image", 3),), "image_bytes"),
+            "ppdet": _target(ppdet, (("image", 3), ("im_shape", -1), ("scale_factor", -1)),
                              "image"),
         }
-    finally:
-        for server in servers:
-            stop_server(server)
 
 
 def _server_errors(url: str) -> float:

@@ -30,7 +30,7 @@ import requests
 from PIL import Image
 
 from contracts.artifact import sha256_file
-from tests.fixtures.serving import server_env, start_server, stop_server
+from tests.fixtures.serving import served, server_env
 
 MAX_IMAGES = 32  # serving.preprocess.MAX_IMAGES (a literal: the test must run against old code too)
 
@@ -65,13 +65,10 @@ def server(tiny_model_dir, tmp_path_factory):
     real digest (what the slow-sender and digest tests check; the others' guards do not
     depend on these flags)."""
     real = sha256_file(tiny_model_dir / "inference.pdiparams")
-    running = start_server(tiny_model_dir, "--max-in-flight", "4", "--body-timeout", "3",
-                           "--weights-sha256", real,
-                           log_dir=tmp_path_factory.mktemp("hardening-server"))
-    try:
+    with served(tiny_model_dir, "--max-in-flight", "4", "--body-timeout", "3",
+                "--weights-sha256", real,
+                log_dir=tmp_path_factory.mktemp("hardening-server")) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def test_a_tiny_binary_request_cannot_allocate_a_gigabyte(server):

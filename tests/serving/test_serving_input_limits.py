@@ -33,7 +33,7 @@ from serving.options import ServingOptions
 from serving.ppdet_config import PPDetConfig, ResizeOp
 from serving.preprocess import MAX_JPEG_SCANS, Deadline, jpeg_scans, prepare_images
 from serving.protocol import parse_infer_request
-from tests.fixtures.serving import start_server, stop_server
+from tests.fixtures.serving import served
 from tests.ppdet_export import infer_cfg
 
 MODEL = "tiny-detector"
@@ -108,22 +108,16 @@ def test_scans_are_counted_without_decoding():
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_model_dir, tmp_path_factory):
-    running = start_server(tiny_model_dir, "--threads", "1",
-                           log_dir=tmp_path_factory.mktemp("limits-tiny"))
-    try:
+    with served(tiny_model_dir, "--threads", "1",
+                log_dir=tmp_path_factory.mktemp("limits-tiny")) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 @pytest.fixture(scope="module")
 def ppdet_server(ppdet_model_dir, tmp_path_factory):
-    running = start_server(ppdet_model_dir, "--threads", "1",
-                           log_dir=tmp_path_factory.mktemp("limits-ppdet"))
-    try:
+    with served(ppdet_model_dir, "--threads", "1",
+                log_dir=tmp_path_factory.mktemp("limits-ppdet")) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 @pytest.mark.parametrize("which", ["tiny_server", "ppdet_server"])

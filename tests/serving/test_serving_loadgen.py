@@ -17,7 +17,7 @@ import yaml
 from mlops.cli import main
 from serving.loadgen import LoadError, load_images, report_from_json, run_load
 from tests.fixtures.common import ROOT, free_port
-from tests.fixtures.serving import server_env, start_server, stop_server
+from tests.fixtures.serving import served, server_env
 
 
 def mlops(*args, timeout=120):
@@ -41,12 +41,9 @@ ROOMY = "64"
 def tiny_server(tiny_model_dir, tmp_path_factory):
     """One server for the tests that only send it requests they expect answered (a server
     start imports Paddle and loads the model: seconds each); the overload test has its own."""
-    running = start_server(tiny_model_dir, "--max-in-flight", ROOMY,
-                           log_dir=tmp_path_factory.mktemp("loadgen-tiny"))
-    try:
+    with served(tiny_model_dir, "--max-in-flight", ROOMY,
+                log_dir=tmp_path_factory.mktemp("loadgen-tiny")) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def test_run_load_sends_every_scheduled_request(tiny_server, val_dir):

@@ -39,7 +39,7 @@ from serving.ppdet import (
     resize,
 )
 from serving.ppdet_config import NormalizeImageOp, PadStrideOp, PPDetConfig, ResizeOp
-from tests.fixtures.serving import server_env, start_server, stop_server
+from tests.fixtures.serving import served, server_env
 from tests.ppdet_export import LABELS, infer_cfg
 
 # ---- images ---------------------------------------------------------------------------
@@ -419,12 +419,9 @@ def run_program(predictor, inputs):
 
 @pytest.fixture(scope="module")
 def server(ppdet_model_dir, tmp_path_factory):
-    running = start_server(ppdet_model_dir, "--threads", "1",
-                           log_dir=tmp_path_factory.mktemp("ppdet-server"))
-    try:
+    with served(ppdet_model_dir, "--threads", "1",
+                log_dir=tmp_path_factory.mktemp("ppdet-server")) as running:
         yield running
-    finally:
-        stop_server(running)
 
 
 def infer_url(server):
