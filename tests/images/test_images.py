@@ -230,6 +230,16 @@ def _repo_for(repo: pathlib.Path, pod: dict, dest: pathlib.Path) -> pathlib.Path
     return dest
 
 
+def _most_confident_val_image(smoke_out: pathlib.Path, dataset: pathlib.Path) -> pathlib.Path:
+    """The val image holding the smoke export's most confident detection in its own
+    bbox.json (train.py runs the export with paddle.inference over val): a 2-step model
+    finds few objects, so an arbitrary image may have none to answer with."""
+    detections = json.loads((smoke_out / "bbox.json").read_text())
+    best = max(detections, key=lambda d: d["score"])
+    images = json.loads((dataset / "val.json").read_text())["images"]
+    return dataset / next(i["file_name"] for i in images if i["id"] == best["image_id"])
+
+
 def test_the_serving_deployment_is_ready_and_answers_an_inference(
         built_images, gitops_with_model, smoke_job, shapes_dataset, tmp_path):
     model_dir = smoke_job.out / "model"
@@ -252,7 +262,7 @@ def test_the_serving_deployment_is_ready_and_answers_an_inference(
     try:
         assert server.wait_http(f"http://127.0.0.1:{probe.port}{probe.path}",
                                 timeout=120) == 200
-        image = sorted((shapes_dataset / "val").glob("*.png"))[0].read_bytes()
+        image = _most_confident_val_image(smoke_job.out, shapes_dataset).read_bytes()
         body = json.dumps({"inputs": [{"name": "image_bytes", "datatype": "BYTES", "shape": [1],
                                        "data": [base64.b64encode(image).decode()]}]}).encode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/{MODEL}/infer",
