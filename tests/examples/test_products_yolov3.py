@@ -198,14 +198,16 @@ def test_the_preprocessing_is_the_servers(small_data):
 # ---- a briefly trained export (slow) ------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """train.py for 40 steps of 16 images on 64, one process; its output dir and data dir."""
+def trained(tmp_path_factory, small_data):
+    """train.py for 40 steps of 16 images on 64, one process; its output dir and data dir.
+
+    The data is the module's small set (64 training images, the ones `--subset 64` takes,
+    and 24 val images), not the generator's default 2,200 images: the export, the server's
+    answers and the evaluation are what these tests check, not the model's score."""
     base = tmp_path_factory.mktemp("products-yolov3")
     repo = base / "repo"
     shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
-    out, data = base / "out", base / "data"
-    subprocess.run([sys.executable, "shelf_data.py", "--data-dir", str(data)], cwd=repo,
-                   env=training_env(), check=True, capture_output=True, timeout=600)
+    out, (data, _digest) = base / "out", small_data
     proc = subprocess.run(
         [sys.executable, "train.py", "--output-dir", str(out), "--checkpoint-dir",
          str(base / "ckpt"), "--data-dir", str(data), "--subset", "64", "--batch-size", "16",
