@@ -16,7 +16,8 @@ import paddle
 from tests.fixtures.common import free_port
 from tests.fixtures.training import copy_example, example_module, training_env
 
-FLAGS = ["--subset", "64", "--batch-size", "16", "--epochs", "2", "--log-every", "2",
+# 32 images, global batch 8 (4 a rank) -> 4 steps per epoch, 8 steps in 2 epochs
+FLAGS = ["--subset", "32", "--batch-size", "8", "--epochs", "2", "--log-every", "2",
          "--checkpoint-every", "4", "--seed", "3"]
 
 
@@ -28,12 +29,17 @@ def _initial_digest(seed):
     return train.weights_digest(net.state_dict())
 
 
-def test_two_ranks_end_with_identical_trained_weights(tmp_path, shapes_dataset):
+def test_two_ranks_end_with_identical_trained_weights(tmp_path):
     repo = copy_example(tmp_path / "repo")
     out, logs = tmp_path / "out", tmp_path / "logs"
+    # 32 training and 8 val images (rank 0 writes detections on val: 8 do, not 200)
+    data = tmp_path / "data"
+    shapes_data = example_module("shapes_data")
+    shapes_data.GENERATOR.ensure_dataset(data, dict(shapes_data.DEFAULT_PARAMS, num_train=32,
+                                                    num_val=8))
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
            "--log_dir", str(logs), "train.py", "--output-dir", str(out),
-           "--checkpoint-dir", str(tmp_path / "ckpt"), "--data-dir", str(shapes_dataset), *FLAGS]
+           "--checkpoint-dir", str(tmp_path / "ckpt"), "--data-dir", str(data), *FLAGS]
     proc = subprocess.run(cmd, cwd=repo, env=training_env(), capture_output=True, text=True,
                           timeout=600)
     rank0 = (logs / "workerlog.0").read_text()

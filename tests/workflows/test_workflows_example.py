@@ -1,10 +1,11 @@
 """The real example, pushed into a fresh bare repo set up by mlops, trains for real.
 
-The pushed copy of examples/shapes-detector differs in one line of
-mlops.yaml: the full job runs 20 steps instead of the example's 600, so the
-test takes seconds, not minutes. Its data is the example's week 1,
-written by its generator into a store beside the repo and pinned with
-`mlops data snapshot` as a team would. Everything else is real: the
+The pushed copy of examples/shapes-detector differs in its mlops.yaml's job
+args: each job runs 2 steps instead of the example's hundreds, so the test
+takes seconds, not minutes. Its data is the example's week 1, written by its
+generator (shrunk to 64 training and 16 val images: the test reads no score)
+into a store beside the repo and pinned with `mlops data snapshot` as a team
+would. Everything else is real: the
 post-receive hook, a checkout of the pushed sha, prepare-data, the smoke PaddleJob and
 the two-worker PaddleJob run from its rendered manifest (each worker a
 `paddle.distributed.launch` with paddle-operator's env), COCO evaluation and
@@ -32,14 +33,18 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup,
         EXAMPLE, repo, ignore=shutil.ignore_patterns("data", "__pycache__", "mlops-out")
     )
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
-    # 20 steps of the full job's recipe: enough for two workers to form the collective, step
-    # together and export (the demo's end-to-end test trains the whole recipe)
+    # 2 steps of the full job's recipe: enough for two workers to form the collective, step
+    # together and export (the demo's end-to-end test trains the whole recipe); the smoke
+    # job's 2 steps prove it runs as well as its template's 20 would
     cfg["training"]["full"].setdefault("overrides", {}).setdefault("args", {}).update(
-        {"epochs": 1, "max-steps": 20})
+        {"epochs": 1, "max-steps": 2})
+    cfg["training"]["smoke"].setdefault("overrides", {}).setdefault("args", {}).update(
+        {"max-steps": 2})
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     store = tmp_path / "datasets"
     subprocess.run([sys.executable, str(EXAMPLE / "shapes_data.py"), "--store", str(store),
-                    "--week", "1"], check=True, capture_output=True)
+                    "--week", "1", "--num-train", "64", "--num-val", "16"],
+                   check=True, capture_output=True)
     assert cli(["data", "snapshot", str(store / "week-1"), "--name", "shapes-week-1",
                 "--out", str(repo / "data" / "shapes.lock")]) == 0
     monkeypatch.setenv("MLOPS_DATA_CACHE", str(tmp_path / "data-cache"))  # the run inherits it
