@@ -110,7 +110,7 @@ def test_bot_commits_other_branches_and_deletions_start_nothing(tmp_path, runs_c
 def test_post_receive_twice_with_the_same_line(tmp_path, runs_cleanup, monkeypatch):
     # What the first delivery's run does is not this test's business (the test above
     # follows whole runs): its fake training fails at the smoke run, so the run ends
-    # after one PaddleJob instead of two (each a paddle.distributed.launch).
+    # after one PaddleJob instead of two (each a process of the fake ./train.py).
     monkeypatch.setenv("FAKE_TRAIN_FAIL", "smoke")
     repo = make_fake_model_repo(tmp_path / "repo")
     bare = tmp_path / "model.git"
