@@ -43,10 +43,17 @@ POLICY = {**E2E_POLICY, "interval": "4s",
           "quality": {"class_mix": {"min_ratio": 3.0, "min_difference": 0.3}}}
 
 # Argo CD's 3-minute poll scaled down: what matters is the order of the three, and each
-# canary step waits one sync delay, so every second here costs about five in the test.
-SYNC_DELAY, START_DELAY = 12.0, 6.0
+# canary step waits one sync delay, so every second here costs about four in the test.
+# The canary is not ready for at least SYNC_DELAY + START_DELAY = 16 s after its merge; a
+# controller without readiness gating would have rolled it back within ~6 s at this load
+# (the grace passed, and the 20 stable requests that make "no traffic" certain at 50 %),
+# and even at a 10 % step within ~14 s (131 requests: three 4 s windows after the settle).
+SYNC_DELAY, START_DELAY = 10.0, 6.0
 GRACE = 4.0  # the policy's no-traffic grace: well below the sync delay
-STEPS = [10, 50, 100]  # fewer steps than the e2e policy: each costs a sync delay
+# Half the traffic once ready, then all of it: a step at 10 % waited 40-80 s here for the
+# class mix's canary detections (1.5 requests/s); one delayed step after the first already
+# shows that the controller waits for the router to apply it.
+STEPS = [50, 100]
 
 
 def _state(repo):
@@ -102,7 +109,7 @@ def test_no_rollback_and_no_error_before_the_canary_is_ready_then_it_promotes(
         assert ready_at - merged_at >= SYNC_DELAY + START_DELAY - 2
         assert all(not c["subject"].startswith("rollback(") for c in decision_log(repo))
         ready = git(repo, "log", "-1", "--format=%s%n%(trailers:only,unfold)", "main")
-        assert "0% -> 10% (v2 over v1)" in ready and "Mlops-Decision: step/ready" in ready
+        assert "0% -> 50% (v2 over v1)" in ready and "Mlops-Decision: step/ready" in ready
 
         wait_for(phase("promoted"), 400, f"v2 to be promoted; see {log}")
         story = [c["subject"] for c in decision_log(repo)]

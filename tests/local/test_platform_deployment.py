@@ -88,6 +88,9 @@ def test_servers_start_from_their_deployment_and_a_bad_probe_gets_no_traffic(
     # A canary whose readiness probe asks the wrong path: it runs, never gets traffic.
     docs = model_documents(MODEL, versions, stable="v-1", canary="v-2", canary_weight=10)
     _container(docs, "v-2")["readinessProbe"]["httpGet"]["path"] = "/no-such-path"
+    # Probed every second until its first success (the startup probe's period; 2 s by
+    # default): the three probes below that never pass cost 3 s of waiting, not 6.
+    _container(docs, "v-2")["startupProbe"]["periodSeconds"] = 1
     _commit(platform_gitops, docs, "canary v-2 with a wrong probe path")
     port = wait_for(lambda: versions_of(wd, MODEL).get("v-2", {}).get("port"), SERVER_READY,
                     "v-2's server started")
