@@ -29,14 +29,10 @@ def _initial_digest(seed):
     return train.weights_digest(net.state_dict())
 
 
-def test_two_ranks_end_with_identical_trained_weights(tmp_path):
+def test_two_ranks_end_with_identical_trained_weights(tmp_path, small_shapes_dataset):
     repo = copy_example(tmp_path / "repo")
     out, logs = tmp_path / "out", tmp_path / "logs"
-    # 32 training and 8 val images (rank 0 writes detections on val: 8 do, not 200)
-    data = tmp_path / "data"
-    shapes_data = example_module("shapes_data")
-    shapes_data.GENERATOR.ensure_dataset(data, dict(shapes_data.DEFAULT_PARAMS, num_train=32,
-                                                    num_val=8))
+    data = small_shapes_dataset  # 32 training, 8 val images
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2",
            "--log_dir", str(logs), "train.py", "--output-dir", str(out),
            "--checkpoint-dir", str(tmp_path / "ckpt"), "--data-dir", str(data), *FLAGS]

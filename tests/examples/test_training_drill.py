@@ -96,13 +96,10 @@ def test_mlops_yaml_args_reach_train_py(tmp_path):
     assert load_config(train.HERE).full.args.get("drill-delay-ms") is None  # off by default
 
 
-def test_export_with_a_drill_declares_it_and_gets_its_own_version(tmp_path):
+def test_export_with_a_drill_declares_it_and_gets_its_own_version(tmp_path,
+                                                                   small_shapes_dataset):
     repo = copy_example(tmp_path / "repo")
-    # 32 training and 8 val images (each run writes detections on val: 8 do, not 200)
-    data = tmp_path / "data"
-    shapes_data = example_module("shapes_data")
-    shapes_data.GENERATOR.ensure_dataset(data, dict(shapes_data.DEFAULT_PARAMS, num_train=32,
-                                                    num_val=8))
+    data = small_shapes_dataset  # 32 training, 8 val images
     flags = ["--data-dir", str(data), "--subset", "32", "--batch-size", "16",
              "--epochs", "1", "--log-every", "1", "--weights-cache", str(tmp_path / "cache")]
     runs, logs = {}, {}
