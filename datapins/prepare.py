@@ -10,6 +10,7 @@ prepare of the same lock into the same `dest` finds that lock and does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 from typing import Sequence
@@ -68,11 +69,13 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
     unique = {(p.path, p.sha256): p for split in lock.splits.values()
               for p in (split.annotations, *split.images)}
     misses = bytes_fetched = 0
-    hits = bounded_map(lambda p: cache.fetch(source, p)[1], unique.values(), workers)
-    for pin, hit in zip(unique.values(), hits):
-        if not hit:
-            misses += 1
-            bytes_fetched += pin.size
+    # closing: zip stops at the pins' end without finishing `hits` (bounded_map's docstring)
+    with contextlib.closing(bounded_map(lambda p: cache.fetch(source, p)[1],
+                                        unique.values(), workers)) as hits:
+        for pin, hit in zip(unique.values(), hits):
+            if not hit:
+                misses += 1
+                bytes_fetched += pin.size
 
     problems: list[Problem] = []
     for split in lock.splits.values():  # one parsed annotation file in memory at a time

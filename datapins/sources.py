@@ -79,15 +79,25 @@ def bounded_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
 
     `Executor.map` submits every item at once: a future per file, 26 MB for 16k files,
     growing with the dataset; this keeps a fixed window of them instead.
+
+    A caller that may stop before the last result closes the generator
+    (`contextlib.closing`): left suspended, it keeps its threads until the garbage
+    collector finalizes it, in whichever thread allocates then, and if that is a thread
+    being started, joining the pool there deadlocks on threading's own lock (CPython
+    3.11; seen as a hung `prepare` test). Closing it cancels what has not started.
     """
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         pending: collections.deque[concurrent.futures.Future[R]] = collections.deque()
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= window:
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def open_source(uri: str, endpoint_url: str | None = None) -> Source:

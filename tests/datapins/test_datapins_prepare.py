@@ -7,6 +7,7 @@ and prepare's validation, not the digest check, must catch it).
 
 import hashlib
 import shutil
+import threading
 
 import pytest
 
@@ -161,3 +162,18 @@ def test_a_truncated_jpeg_passes_verify_and_is_refused_by_full_decode(tmp_path):
     message = _refused(lock, tmp_path, source, full_decode=True)
     assert "annotations/train.json: image id 2 (train/000002.jpg): does not decode: " \
            "OSError: image file is truncated" in message
+
+
+def test_a_refusal_leaves_no_fetch_thread_behind(coco_dataset, tmp_path):
+    """The fetch pool is shut down when prepare refuses, not when the garbage collector
+    finalizes its generator: that happened in whichever thread allocated next, and when
+    it was a thread being started, CPython 3.11 deadlocked joining the pool there (a
+    whole test worker hung in the next `snapshot`, 2026-11-26)."""
+    edit_annotations(coco_dataset, "train",
+                     lambda c: c["annotations"][0].update(bbox=[1, 1, 0, 4]))
+    lock = _pin(coco_dataset)
+    before = set(threading.enumerate())
+    with pytest.raises(DataError) as info:  # held: its traceback references prepare's frame
+        _prepare(lock, tmp_path, coco_dataset, workers=4)
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert left == [], f"threads alive after the refusal: {left} ({info.value})"
