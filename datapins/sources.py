@@ -13,7 +13,7 @@ import concurrent.futures
 import hashlib
 import os
 import pathlib
-from typing import Callable, Iterable, Iterator, Protocol, TypeVar
+from typing import Callable, Generator, Iterable, Iterator, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from datapins.errors import DataError, DataNotFound
@@ -74,7 +74,7 @@ def hash_chunks(chunks: Iterator[bytes]) -> tuple[str, int]:
 
 
 def bounded_map(fn: Callable[[T], R], items: Iterable[T], workers: int,
-                window: int = 512) -> Iterator[R]:
+                window: int = 512) -> Generator[R, None, None]:
     """`fn` over `items` on `workers` threads, results in order, at most `window` in flight.
 
     `Executor.map` submits every item at once: a future per file, 26 MB for 16k files,
