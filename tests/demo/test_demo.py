@@ -38,7 +38,7 @@ def test_bad_labels_pins_week_3_as_the_weekly_fine_tune_and_expects_its_classes_
     example's generator has that week, swapping exactly those two classes."""
     bad, good = scenarios.plan("bad-labels")[0], scenarios.plan("good")[0]
     assert scenarios.SCENARIOS["bad-labels"] == bad
-    assert bad.week == 3 and bad.change == good.change == {"epochs": 2, "lr": 0.001}
+    assert bad.week == 3 and bad.change == good.change == {"epochs": 1, "lr": 0.002}
     assert bad.expect == "gate_refused" and bad.expect_classes == ("circle", "square")
     assert bad.message.startswith("data: week 3 arrives (400 new images, 3 in 4 of their "
                                   "circle and square labels swapped; 400 retired)")

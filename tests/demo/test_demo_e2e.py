@@ -4,7 +4,7 @@ the local forge's PRs, HAProxy, Prometheus, the sync loop and the promotion
 controller under a steady load. No mock anywhere.
 
 Seven pushes: the first version (350 steps from scratch on week 1), good and bad-labels
-(2-epoch fine-tunes of production on weeks 2 and 3), the drills slow, errors and skew
+(1-epoch fine-tunes of production on weeks 2 and 3, lr 2e-3), the drills slow, errors and skew
 (production's weights re-exported, `epochs: 0`) and low-map (10 steps from scratch); three
 canaries. The demo alone took 11:03 on 2 cores shared with two other jobs (2026-11-26), so it
 runs once per session and every test reads its results.
