@@ -19,7 +19,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # under more contention) and made the load generator's timing tests flaky. The example is
 # still trained once (tests/fixtures/training.py shares it between the workers).
 status=0
-python3 -m pytest -n "${MLOPS_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@" \
+python3 -m pytest -n "${MLOPS_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@" \
     || status=$?
 types=$(cat <&"$types_fd")
 echo "$types"

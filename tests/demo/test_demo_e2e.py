@@ -29,7 +29,7 @@ from mlops.demo.story import Demo
 from tests.fixtures.images import store_root
 
 # The demo runs in the first test's setup: pyproject.toml's 900 s per test is too short for it
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2700)]
+pytestmark = [pytest.mark.slow, pytest.mark.critical_path, pytest.mark.timeout(2700)]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
