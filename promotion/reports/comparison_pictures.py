@@ -27,16 +27,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from promotion.decision.coco_ap import RECALL_THRESHOLDS, match_detections
+from promotion.decision.coco_ap import RECALL_THRESHOLDS, Matched, match_detections
 
-__all__ = ["disagreement", "plot_disagreements", "plot_pr_curves", "pr_curve"]
+__all__ = ["disagreement", "disagreement_matched", "plot_disagreements", "plot_pr_curves",
+           "pr_curve"]
 
 Detections = Sequence[Mapping[str, Any]]
 
 
-def _confident_counts(ground_truth: Mapping[str, Any], detections: Detections,
-                      threshold: float) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    matched = match_detections(ground_truth, detections)
+def _confident_counts(matched: Matched, threshold: float
+                      ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     keep = matched.score >= threshold
     n = len(matched.image_ids)
     right = np.bincount(matched.image[keep & matched.tp[:, 0]], minlength=n)
@@ -47,11 +47,19 @@ def _confident_counts(ground_truth: Mapping[str, Any], detections: Detections,
 def disagreement(ground_truth: Mapping[str, Any], candidate: Detections,
                  production: Detections, threshold: float = 0.5) -> list[tuple[int, int]]:
     """(image id, disagreement) for every image, most disagreement first (ties: by id)."""
-    right_c, wrong_c = _confident_counts(ground_truth, candidate, threshold)
-    right_p, wrong_p = _confident_counts(ground_truth, production, threshold)
+    return disagreement_matched(match_detections(ground_truth, candidate),
+                                match_detections(ground_truth, production), threshold)
+
+
+def disagreement_matched(candidate: Matched, production: Matched, threshold: float = 0.5
+                         ) -> list[tuple[int, int]]:
+    """`disagreement` of detections already matched against the same ground truth."""
+    if candidate.image_ids != production.image_ids:
+        raise ValueError("candidate and production were matched on different images")
+    right_c, wrong_c = _confident_counts(candidate, threshold)
+    right_p, wrong_p = _confident_counts(production, threshold)
     score = np.abs(right_c - right_p) + np.abs(wrong_c - wrong_p)
-    ids = sorted(int(img["id"]) for img in ground_truth["images"])
-    return sorted(zip(ids, score.tolist()), key=lambda pair: (-pair[1], pair[0]))
+    return sorted(zip(candidate.image_ids, score.tolist()), key=lambda pair: (-pair[1], pair[0]))
 
 
 def pr_curve(ground_truth: Mapping[str, Any], detections: Detections
