@@ -25,7 +25,7 @@ from promotion.reports.comparison_pictures import (
     disagreement_matched,
     plot_disagreements,
     plot_pr_curves,
-    pr_curve,
+    pr_curve_matched,
 )
 from workflows.evaluation import EvaluationError, _load_json, check_ground_truth
 from workflows.served import ServedExport
@@ -89,8 +89,8 @@ def compare_on(eval_set: EvalSet, candidate: ServedExport, production: ServedExp
     ranked = disagreement_matched(matched_c, matched_p)
     shown = plot_disagreements(truth, eval_set.images, cand, prod, ranked,
                                pictures["disagreements"])
-    plot_pr_curves({"candidate": pr_curve(truth, cand),
-                    f"production {production_version}": pr_curve(truth, prod)},
+    plot_pr_curves({"candidate": pr_curve_matched(matched_c),
+                    f"production {production_version}": pr_curve_matched(matched_p)},
                    pictures["pr_curves"], f"precision-recall at IoU 0.5 ({eval_set.name})")
     return {
         "set": eval_set.name,

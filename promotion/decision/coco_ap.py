@@ -43,6 +43,7 @@ __all__ = [
     "average_precision",
     "match_detections",
     "mean_ap",
+    "precision_curve",
 ]
 
 IOU_THRESHOLDS: NDArray[np.float64] = np.linspace(0.5, 0.95, 10)
@@ -281,8 +282,16 @@ def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.i
     multiplicities; `npig`: (resamples,) ground-truth boxes. NaN where the
     resample holds no ground truth of the class (COCO leaves the class out).
     """
+    out = _class_precision(tp, fp, weight, npig).mean(axis=-1)
+    return np.where((npig > 0)[:, None], out, np.nan)
+
+
+def _class_precision(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.int64],
+                     npig: NDArray[np.int64]) -> NDArray[np.float64]:
+    """COCO's interpolated precision per (resample, threshold, recall threshold) for one
+    class's ranked records (arguments as `_class_ap`'s); 0 where a recall is not reached."""
     rows, t_count = weight.shape[0], tp.shape[1]
-    out = np.zeros((rows, t_count))
+    out = np.zeros((rows, t_count, len(RECALL_THRESHOLDS)))
     ignored = ~tp & ~fp
     # Recall thresholds are first reached at true positives, and the precision
     # after a false positive is below the one at the true positive before it, so
@@ -317,8 +326,8 @@ def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.i
             rows, t_count, 1)
         found = pos < n
         q = np.take_along_axis(prec, np.where(found, pos, 0), axis=-1)
-        out = np.where(found, q, 0.0).mean(axis=-1)
-    return np.where((npig > 0)[:, None], out, np.nan)
+        out = np.where(found, q, 0.0)
+    return out
 
 
 def average_precision(matched: Matched, weights: NDArray[np.int64],
@@ -345,6 +354,22 @@ def average_precision(matched: Matched, weights: NDArray[np.int64],
             result[rows, :, k] = _class_ap(tp[recs], fp[recs],
                                            weights[rows][:, matched.image[recs]], npig[rows, k])
     return result
+
+
+def precision_curve(matched: Matched, threshold: int = 0) -> NDArray[np.float64]:
+    """COCO's interpolated precision at each of `RECALL_THRESHOLDS` (rows) per class
+    (columns) on the val set itself, at IoU threshold index `threshold` (0: IoU 0.5):
+    COCOeval's `eval["precision"][threshold, :, :, all areas, 100 dets]`; NaN for a class
+    without ground truth (COCOeval's -1). Its mean over recall is `average_precision`."""
+    ones = np.ones((1, len(matched.image_ids)), dtype=np.int64)
+    npig = (ones @ matched.gt_counts)[0]
+    picked = slice(threshold, threshold + 1)
+    curve = np.full((len(RECALL_THRESHOLDS), len(matched.category_ids)), np.nan)
+    for k, recs in enumerate(matched.order):
+        if npig[k] > 0:
+            curve[:, k] = _class_precision(matched.tp[recs, picked], matched.fp[recs, picked],
+                                           ones[:, matched.image[recs]], npig[k:k + 1])[0, 0]
+    return curve
 
 
 def mean_ap(ap: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:

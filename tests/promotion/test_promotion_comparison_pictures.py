@@ -1,8 +1,10 @@
 """The champion-vs-challenger pictures: the disagreement ranking and its grid.
 
 Covers promotion/reports/comparison_pictures.py: `disagreement_matched` ranks the
-same as `disagreement` from the detections (the evaluate step matches each model
-once and hands the matches over), and `plot_disagreements` draws each chosen image
+same as `disagreement` from the detections and `pr_curve_matched` draws the same
+curve as `pr_curve` (faster-coco-eval's accumulated precision, run for real) (the
+evaluate step matches each model once and hands the matches over), and
+`plot_disagreements` draws each chosen image
 twice, the candidate's confident boxes in orange on the left, production's in cyan
 on the right, the ground truth dashed white on both (checked on the PNG's pixels).
 """
@@ -13,12 +15,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from promotion.decision.coco_ap import match_detections
+from promotion.decision.coco_ap import average_precision, match_detections, precision_curve
 from promotion.reports.comparison_pictures import (
     _COLOURS,
     disagreement,
     disagreement_matched,
     plot_disagreements,
+    pr_curve,
+    pr_curve_matched,
 )
 from tests.fixtures.detections import detect, make_gt
 
@@ -36,6 +40,21 @@ def test_ranking_refuses_matches_on_different_images() -> None:
     with pytest.raises(ValueError, match="different images"):
         disagreement_matched(match_detections(gt, detect(gt, 1)),
                              match_detections(other, detect(other, 1)))
+
+
+def test_pr_curve_from_matches_is_cocoevals() -> None:
+    gt = make_gt(5, images=40)
+    gt["categories"] = gt["categories"] + [{"id": 4, "name": "star"}]  # no ground truth
+    for dets in (detect(gt, 2), detect(gt, 2, recall=0.5, noise=3.0), []):
+        recall, reference = pr_curve(gt, dets)
+        matched = match_detections(gt, dets)
+        assert np.array_equal(pr_curve_matched(matched)[0], recall)
+        assert np.allclose(pr_curve_matched(matched)[1], reference, rtol=0, atol=1e-12)
+        curve = precision_curve(matched)
+        assert np.isnan(curve[:, 3]).all()  # the class without ground truth is left out
+        ap = average_precision(matched, np.ones((1, 40), dtype=np.int64), slice(0, 1))
+        assert np.allclose(curve[:, :3].mean(axis=0), ap[0, 0, :3], rtol=0, atol=1e-15)
+    assert reference.sum() == 0  # the last, with no detections, finds nothing
 
 
 def _pixels_of(grid: np.ndarray, colour: tuple[int, int, int]) -> np.ndarray:
