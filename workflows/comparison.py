@@ -11,6 +11,7 @@ writes, into the run's output folder:
 and returns one JSON-able record per set (`paired.json`, which the gate reads).
 """
 
+import contextlib
 import json
 import pathlib
 from dataclasses import dataclass
@@ -18,16 +19,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from promotion.decision.coco_ap import average_precision, match_detections, mean_ap
-from promotion.decision.paired import DetectionInputError, paired_bootstrap
+from promotion.decision.coco_ap import Matched, average_precision, match_detections, mean_ap
+from promotion.decision.paired import DetectionInputError, paired_bootstrap_matched
 from promotion.reports.comparison_pictures import (
-    disagreement,
+    disagreement_matched,
     plot_disagreements,
     plot_pr_curves,
-    pr_curve,
+    pr_curve_matched,
 )
 from workflows.evaluation import EvaluationError, _load_json, check_ground_truth
-from workflows.served import served_detections
+from workflows.served import ServedExport
 
 PAIRED_FILE = "paired.json"
 RESAMPLES = 1000
@@ -48,7 +49,11 @@ def coco_metrics(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[s
     """mAP@0.5, mAP@[.5:.95] and mAP@0.75 (COCO's numbers, `promotion.decision.coco_ap`); zero
     detections score 0 here instead of being refused: a served export that finds nothing
     is a verdict for the gate, not a broken input."""
-    matched = match_detections(ground_truth, detections)
+    return matched_metrics(match_detections(ground_truth, detections))
+
+
+def matched_metrics(matched: Matched) -> dict[str, float]:
+    """`coco_metrics` of detections already matched."""
     ap = average_precision(matched, np.ones((1, len(matched.image_ids)), dtype=np.int64))
     means = mean_ap(ap)
     present = matched.gt_counts.sum(axis=0) > 0
@@ -56,38 +61,42 @@ def coco_metrics(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[s
             "map75": float(np.nanmean(ap[0, 5, present]))}
 
 
-def compare_on(eval_set: EvalSet, candidate_dir: pathlib.Path, production_dir: pathlib.Path,
+def compare_on(eval_set: EvalSet, candidate: ServedExport, production: ServedExport,
                out: pathlib.Path, production_version: str, resamples: int = RESAMPLES,
                seed: int = SEED) -> dict[str, Any]:
     """Both exports on one set: metrics, the paired bootstrap, detections and pictures."""
     truth = _load_json(eval_set.annotations, "annotations")
     check_ground_truth(truth, eval_set.annotations)
-    cand = served_detections(candidate_dir, truth, eval_set.images, "candidate")
-    prod = served_detections(production_dir, truth, eval_set.images, "production")
+    cand = candidate.detections(truth, eval_set.images)
+    prod = production.detections(truth, eval_set.images)
     files = {}
     for who, dets in (("candidate", cand), ("production", prod)):
         path = out / f"served-{eval_set.name}-{who}.json"
         path.write_text(json.dumps(dets))
         files[who] = str(path)
     try:
-        paired = paired_bootstrap(truth, cand, prod, resamples=resamples, seed=seed)
+        # Matched once per model: the bootstrap, the metrics and the ranking all read it.
+        matched_c = match_detections(truth, cand, "candidate")
+        matched_p = match_detections(truth, prod, "production")
+        paired = paired_bootstrap_matched(truth, matched_c, matched_p, resamples=resamples,
+                                          seed=seed)
     except DetectionInputError as exc:
         raise EvaluationError(f"annotations {eval_set.annotations}: {exc}") from None
     pictures = {
         "disagreements": out / f"disagreements-{eval_set.name}.png",
         "pr_curves": out / f"pr-{eval_set.name}.png",
     }
-    ranked = disagreement(truth, cand, prod)
+    ranked = disagreement_matched(matched_c, matched_p)
     shown = plot_disagreements(truth, eval_set.images, cand, prod, ranked,
                                pictures["disagreements"])
-    plot_pr_curves({"candidate": pr_curve(truth, cand),
-                    f"production {production_version}": pr_curve(truth, prod)},
+    plot_pr_curves({"candidate": pr_curve_matched(matched_c),
+                    f"production {production_version}": pr_curve_matched(matched_p)},
                    pictures["pr_curves"], f"precision-recall at IoU 0.5 ({eval_set.name})")
     return {
         "set": eval_set.name,
         "annotations": str(eval_set.annotations),
-        "candidate_metrics": coco_metrics(truth, cand),
-        "production_metrics": coco_metrics(truth, prod),
+        "candidate_metrics": matched_metrics(matched_c),
+        "production_metrics": matched_metrics(matched_p),
         "paired": paired.model_dump(),
         "detections": files,
         "pictures": {k: str(v) for k, v in pictures.items()},
@@ -99,10 +108,14 @@ def compare_with_production(sets: Sequence[EvalSet], candidate_dir: pathlib.Path
                             production_dir: pathlib.Path, production_version: str,
                             out: pathlib.Path) -> dict[str, Any]:
     """Every set compared; writes and returns `paired.json`'s content."""
-    doc = {
-        "production": {"version": production_version, "model_dir": str(production_dir)},
-        "sets": [compare_on(s, candidate_dir, production_dir, out, production_version)
-                 for s in sets],
-    }
+    with contextlib.ExitStack() as stack:
+        # Each export's predictor is made once and runs on every set.
+        candidate = stack.enter_context(ServedExport(candidate_dir, "candidate"))
+        production = stack.enter_context(ServedExport(production_dir, "production"))
+        doc = {
+            "production": {"version": production_version, "model_dir": str(production_dir)},
+            "sets": [compare_on(s, candidate, production, out, production_version)
+                     for s in sets],
+        }
     (out / PAIRED_FILE).write_text(json.dumps(doc, indent=2) + "\n")
     return doc

@@ -31,25 +31,49 @@ def _names_to_ids(ground_truth: Mapping[str, Any]) -> dict[str, int]:
     return {str(c.get("name", c["id"])): int(c["id"]) for c in ground_truth["categories"]}
 
 
-def served_detections(model_dir: pathlib.Path, ground_truth: Mapping[str, Any],
-                      image_root: pathlib.Path, what: str = "model") -> list[dict[str, Any]]:
-    """Run the export in `model_dir` on every image of `ground_truth` (files under
-    `image_root`); returns a COCO results list. Errors name the directory or file."""
-    # lazy (import cost): it pulls pysimdjson
-    from serving.protocol import Tensor
+class ServedExport:
+    """An export loaded into the serving stack once (its predictor is the costly part,
+    ~0.5 s), then run on as many sets as needed: `detections(...)` per set. Close it
+    (or use it in a `with`). Errors name the directory or file."""
 
-    # lazy (import cost): it pulls pillow, opencv, pysimdjson
-    from serving.service import ModelService
+    def __init__(self, model_dir: pathlib.Path, what: str = "model") -> None:
+        # lazy (import cost): it pulls pillow, opencv, pysimdjson
+        from serving.service import ModelService
 
-    try:
-        model = load_model_dir(model_dir)
-        pool = PredictorPool(model, threads=1, math_threads=1)
-    except ServingError as exc:
-        raise EvaluationError(f"{what} export {model_dir}: cannot be served: {exc}") from None
-    ids = _names_to_ids(ground_truth)
-    results: list[dict[str, Any]] = []
-    try:
-        service = ModelService(model, what, str(model.record.get("version", "")), pool)
+        self.model_dir = model_dir
+        self.what = what
+        try:
+            model = load_model_dir(model_dir)
+            self._pool = PredictorPool(model, threads=1, math_threads=1)
+        except ServingError as exc:
+            raise EvaluationError(f"{what} export {model_dir}: cannot be served: {exc}") from None
+        try:
+            self._service = ModelService(model, what, str(model.record.get("version", "")),
+                                         self._pool)
+        except BaseException:
+            self._pool.shutdown()
+            raise
+
+    def __enter__(self) -> "ServedExport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the predictor's worker thread."""
+        self._pool.shutdown()
+
+    def detections(self, ground_truth: Mapping[str, Any], image_root: pathlib.Path
+                   ) -> list[dict[str, Any]]:
+        """Run the export on every image of `ground_truth` (files under `image_root`);
+        returns a COCO results list."""
+        # lazy (import cost): it pulls pysimdjson
+        from serving.protocol import Tensor
+
+        what, model_dir, service = self.what, self.model_dir, self._service
+        ids = _names_to_ids(ground_truth)
+        results: list[dict[str, Any]] = []
         images = list(ground_truth["images"])
         for start in range(0, len(images), BATCH):
             chunk = images[start:start + BATCH]
@@ -62,7 +86,7 @@ def served_detections(model_dir: pathlib.Path, ground_truth: Mapping[str, Any],
                     raise EvaluationError(f"val image {path}: {exc.strerror}") from None
             tensor = Tensor(service.image_input, "BYTES", (len(chunk),), data)
             try:
-                outputs, _, _ = pool.submit(service.detect, tensor).result()
+                outputs, _, _ = self._pool.submit(service.detect, tensor).result()
             except ServingError as exc:
                 raise EvaluationError(f"{what} export {model_dir}: inference on "
                                       f"{chunk[0]['file_name']}..: {exc}") from None
@@ -80,6 +104,13 @@ def served_detections(model_dir: pathlib.Path, ground_truth: Mapping[str, Any],
                                     "bbox": [x1, y1, x2 - x1, y2 - y1],
                                     "score": float(box[1])})
                 row += count
-    finally:
-        pool.shutdown()
-    return results
+        return results
+
+
+def served_detections(model_dir: pathlib.Path, ground_truth: Mapping[str, Any],
+                      image_root: pathlib.Path, what: str = "model") -> list[dict[str, Any]]:
+    """Run the export in `model_dir` on every image of `ground_truth` (files under
+    `image_root`); returns a COCO results list. Errors name the directory or file.
+    For several sets, open one `ServedExport` instead: its predictor is made once."""
+    with ServedExport(model_dir, what) as export:
+        return export.detections(ground_truth, image_root)

@@ -43,6 +43,7 @@ __all__ = [
     "average_precision",
     "match_detections",
     "mean_ap",
+    "precision_curve",
 ]
 
 IOU_THRESHOLDS: NDArray[np.float64] = np.linspace(0.5, 0.95, 10)
@@ -57,8 +58,10 @@ MAX_DETS = 100
 _AREA_MAX = 1e5**2
 """COCO's "all" area range is [0, 1e10]: boxes outside it are ignored."""
 
-_CHUNK_ELEMENTS = 4_000_000
-"""Rows x records per batch of resamples: bounds memory at ~100 MB per class."""
+_CHUNK_ELEMENTS = 1_000_000
+"""Rows x records x thresholds per batch of resamples: bounds memory at ~25 MB per class,
+and the batch's arrays stay in the CPU's cache: 1,000 resamples of the demo's val set
+took 0.30 s of CPU against 0.52 s in batches of 4,000,000 (same numbers)."""
 
 
 class DetectionInputError(ValueError):
@@ -134,7 +137,10 @@ def _match_one(dt_boxes: NDArray[np.float64], gt_boxes: NDArray[np.float64],
     floors = np.minimum(IOU_THRESHOLDS, 1 - 1e-10)[:, None]
     taken = np.zeros((t_count, len(gt_boxes)), dtype=bool)
     last = len(gt_boxes) - 1
-    for d in range(len(dt_boxes)):  # all thresholds at once; dts in rank order
+    # A detection with no IoU at the lowest threshold with any box matches nothing at any
+    # threshold and takes nothing: skipped (most of a weak model's low-scoring boxes).
+    reaching = np.flatnonzero((ious >= floors[0]).any(axis=1))
+    for d in reaching:  # all thresholds at once; dts in rank order
         ok = (~taken | crowd) & (ious[d] >= floors)
         # A match with a regular box beats any ignored box; among equals the
         # highest IoU wins, and on a tie the later box (COCOeval's `>=` scan).
@@ -276,8 +282,16 @@ def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.i
     multiplicities; `npig`: (resamples,) ground-truth boxes. NaN where the
     resample holds no ground truth of the class (COCO leaves the class out).
     """
+    out = _class_precision(tp, fp, weight, npig).mean(axis=-1)
+    return np.where((npig > 0)[:, None], out, np.nan)
+
+
+def _class_precision(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.int64],
+                     npig: NDArray[np.int64]) -> NDArray[np.float64]:
+    """COCO's interpolated precision per (resample, threshold, recall threshold) for one
+    class's ranked records (arguments as `_class_ap`'s); 0 where a recall is not reached."""
     rows, t_count = weight.shape[0], tp.shape[1]
-    out = np.zeros((rows, t_count))
+    out = np.zeros((rows, t_count, len(RECALL_THRESHOLDS)))
     ignored = ~tp & ~fp
     # Recall thresholds are first reached at true positives, and the precision
     # after a false positive is below the one at the true positive before it, so
@@ -292,10 +306,12 @@ def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.i
         seen = np.cumsum(weight, axis=1)[:, keep][:, None, :]  # records up to each kept one
         w = weight[:, keep][:, None, :]
         tp_cum = np.cumsum(w * tp[keep].T[None, :, :], axis=-1)
-        fp_cum = seen - tp_cum
+        # TP + FP counts are the records seen less the ignored ones: the same integers as
+        # tp_cum + fp_cum, without building fp_cum (a third of this function's time).
+        scored = seen
         if ignored.any():
-            fp_cum = fp_cum - np.cumsum(w * ignored[keep].T[None, :, :], axis=-1)
-        prec = tp_cum / (tp_cum + fp_cum + np.spacing(1))
+            scored = seen - np.cumsum(w * ignored[keep].T[None, :, :], axis=-1)
+        prec = tp_cum / (scored + np.spacing(1))
         # Interpolated precision: the best precision at this recall or beyond.
         prec = np.maximum.accumulate(prec[..., ::-1], axis=-1)[..., ::-1]
         need = np.broadcast_to(_first_at_least(npig)[:, None, :], (rows, t_count,
@@ -310,8 +326,8 @@ def _class_ap(tp: NDArray[np.bool_], fp: NDArray[np.bool_], weight: NDArray[np.i
             rows, t_count, 1)
         found = pos < n
         q = np.take_along_axis(prec, np.where(found, pos, 0), axis=-1)
-        out = np.where(found, q, 0.0).mean(axis=-1)
-    return np.where((npig > 0)[:, None], out, np.nan)
+        out = np.where(found, q, 0.0)
+    return out
 
 
 def average_precision(matched: Matched, weights: NDArray[np.int64],
@@ -338,6 +354,22 @@ def average_precision(matched: Matched, weights: NDArray[np.int64],
             result[rows, :, k] = _class_ap(tp[recs], fp[recs],
                                            weights[rows][:, matched.image[recs]], npig[rows, k])
     return result
+
+
+def precision_curve(matched: Matched, threshold: int = 0) -> NDArray[np.float64]:
+    """COCO's interpolated precision at each of `RECALL_THRESHOLDS` (rows) per class
+    (columns) on the val set itself, at IoU threshold index `threshold` (0: IoU 0.5):
+    COCOeval's `eval["precision"][threshold, :, :, all areas, 100 dets]`; NaN for a class
+    without ground truth (COCOeval's -1). Its mean over recall is `average_precision`."""
+    ones = np.ones((1, len(matched.image_ids)), dtype=np.int64)
+    npig = (ones @ matched.gt_counts)[0]
+    picked = slice(threshold, threshold + 1)
+    curve = np.full((len(RECALL_THRESHOLDS), len(matched.category_ids)), np.nan)
+    for k, recs in enumerate(matched.order):
+        if npig[k] > 0:
+            curve[:, k] = _class_precision(matched.tp[recs, picked], matched.fp[recs, picked],
+                                           ones[:, matched.image[recs]], npig[k:k + 1])[0, 0]
+    return curve
 
 
 def mean_ap(ap: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from promotion.decision.coco_ap import (
     DetectionInputError,
+    Matched,
     average_precision,
     match_detections,
     mean_ap,
@@ -50,6 +51,7 @@ __all__ = [
     "PairedResult",
     "bootstrap_weights",
     "paired_bootstrap",
+    "paired_bootstrap_matched",
 ]
 
 
@@ -111,10 +113,27 @@ def paired_bootstrap(ground_truth: Mapping[str, Any],
                      resamples: int = 1000, seed: int = 0, confidence: float = 0.95
                      ) -> PairedResult:
     """Both models on the same images, the images resampled together."""
+    _check(resamples, confidence)
+    return paired_bootstrap_matched(ground_truth,
+                                    match_detections(ground_truth, candidate, "candidate"),
+                                    match_detections(ground_truth, production, "production"),
+                                    resamples, seed, confidence)
+
+
+def _check(resamples: int, confidence: float) -> None:
     if resamples < 1 or not 0.0 < confidence < 1.0:
         raise ValueError("resamples must be >= 1 and confidence in (0, 1)")
-    cand = match_detections(ground_truth, candidate, "candidate")
-    prod = match_detections(ground_truth, production, "production")
+
+
+def paired_bootstrap_matched(ground_truth: Mapping[str, Any], cand: Matched, prod: Matched,
+                             resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+                             ) -> PairedResult:
+    """`paired_bootstrap` of detections already matched against `ground_truth` (a caller
+    that also needs the matches elsewhere matches each model once)."""
+    _check(resamples, confidence)
+    if (cand.image_ids, cand.category_ids) != (prod.image_ids, prod.category_ids):
+        raise ValueError("candidate and production were matched against different "
+                         "ground truths (images or categories differ)")
     present = cand.gt_counts.sum(axis=0) > 0
     if not present.any():
         raise DetectionInputError("ground truth: no annotations that COCO would score")

@@ -27,7 +27,11 @@ from promotion.decision.coco_ap import (
     average_precision,
     match_detections,
 )
-from promotion.decision.paired import bootstrap_weights, paired_bootstrap
+from promotion.decision.paired import (
+    bootstrap_weights,
+    paired_bootstrap,
+    paired_bootstrap_matched,
+)
 from tests.fixtures.detections import detect, make_gt
 
 
@@ -194,6 +198,19 @@ def test_seeded_result_is_reproducible():
     first = paired_bootstrap(gt, a, b, resamples=100, seed=9)
     assert first == paired_bootstrap(gt, a, b, resamples=100, seed=9)
     assert first != paired_bootstrap(gt, a, b, resamples=100, seed=10)
+
+
+def test_bootstrap_of_matches_is_the_bootstrap_of_detections():
+    """The evaluate step matches each model once and reuses the matches."""
+    gt = make_gt(4, images=50)
+    a, b = detect(gt, 1), detect(gt, 2)
+    assert paired_bootstrap_matched(gt, match_detections(gt, a), match_detections(gt, b),
+                                    resamples=100, seed=9) == paired_bootstrap(
+        gt, a, b, resamples=100, seed=9)
+    other = make_gt(4, images=51)
+    with pytest.raises(ValueError, match="different ground truths"):
+        paired_bootstrap_matched(gt, match_detections(gt, a),
+                                 match_detections(other, detect(other, 2)), resamples=10)
 
 
 @pytest.mark.parametrize(
