@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import IO, Any, Mapping, Sequence
 
 from cogs.containers import ContainerSpecError, Mounts, container_env, local_argv, local_process
-from cogs.priority import keep_priority
 
 __all__ = [
     "HOST_PORT_NUM",
@@ -205,7 +204,6 @@ def run_paddlejob(
                 spec.argv, cwd=spec.cwd, env=spec.env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             )
-            keep_priority(proc.pid)  # its own session, the runner's priority
             procs.append(proc)
             assert proc.stdout is not None
             pump = threading.Thread(target=_pump, daemon=True, args=(

@@ -33,7 +33,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cogs.priority import keep_priority
 from gitops.git import BOT_IDENTITY, redact, remote
 from gitops.protect import protect_branch
 from workflows.errors import ConfigError
@@ -194,7 +193,6 @@ def start_run(
             env=_clean_env(),
             start_new_session=True,  # outlives the hook; the push does not wait
         )
-    keep_priority(proc.pid)  # the pusher's priority (cogs/priority.py)
     (home / "pid").write_text(f"{proc.pid}\n")
     return True, home
 

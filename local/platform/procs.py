@@ -25,7 +25,6 @@ import time
 from typing import Any, Sequence
 
 from cogs.files import atomic_write_text
-from cogs.priority import keep_priority
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +113,6 @@ def spawn(
             cwd=str(cwd) if cwd else None,
             close_fds=True,
         )
-    keep_priority(proc.pid)  # its own session, not its own priority (cogs/priority.py)
     start = start_time_of(proc.pid)
     record = ProcRecord(
         name=name,
