@@ -12,12 +12,12 @@ python3 -m ruff check .
 coproc MYPY { python3 -m mypy --cache-dir=/dev/null 2>&1; echo "mypy exit $?"; }
 exec {types_fd}<&"${MYPY[0]}"  # bash drops MYPY's fds once mypy ends: keep our own
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-# Two workers (pytest-xdist; MLOPS_TEST_WORKERS to change), a whole module per worker at a
+# Three workers (pytest-xdist; MLOPS_TEST_WORKERS to change), a whole module per worker at a
 # time, modules handed out in collection order (tests/conftest.py puts the slow ones first):
-# the demo's end-to-end run trains on one worker while the other runs the rest. Three workers
-# were not faster on two cores (README, "Layout": the demo is the critical path and only slows
-# under more contention) and made the load generator's timing tests flaky. The example is
-# still trained once (tests/fixtures/training.py shares it between the workers).
+# the demo's end-to-end run trains on one worker, first in line for the CPU (tests/conftest.py),
+# while the other two share the rest; a third worker fills the cores while tests wait on
+# servers (README, "Layout", has the numbers). The example is still trained once
+# (tests/fixtures/training.py shares it between the workers).
 status=0
 python3 -m pytest -n "${MLOPS_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@" \
     || status=$?
