@@ -50,7 +50,8 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `mlops run`."""
     parser = subparsers.add_parser(
-        "run", help="run the pipeline locally: the same DAG Argo runs, on this machine"
+        "run", help="run a push locally: the push Workflow renders this commit's pipeline, "
+        "then it runs (the same two Workflows Argo runs)"
     )
     parser.add_argument("path", help="model repo (directory with mlops.yaml)")
     parser.add_argument("--out", help="run directory (default: ./mlops-out/<model>)")

@@ -183,6 +183,9 @@ def test_a_broken_mlops_yaml_fails_the_step_naming_file_and_field(example_repo, 
     assert "mlops.yaml" in err and "training.full.overrides" in err and "workers" in err
     assert "Traceback" not in err
     assert seen == []
+    # ...and Argo shows that line as the step's message (its termination message)
+    (submit,) = [t for t in push["spec"]["templates"] if t["name"] == "submit-pipeline"]
+    assert submit["container"]["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_the_sensor_submits_the_static_push_workflow():

@@ -85,7 +85,11 @@ def create_workflow(doc: dict[str, Any], api_server: str = "") -> bool:
         configuration.host = api_server
         api_client = client.ApiClient(configuration)
     else:
-        config.load_incluster_config()  # the pod's token, CA and the API server's address
+        try:
+            config.load_incluster_config()  # the pod's token, CA and the API server's address
+        except config.ConfigException as exc:
+            raise SubmitError(f"no in-cluster Kubernetes config ({exc}): this step runs in "
+                              "the push Workflow's pod; elsewhere pass --api-server") from None
         api_client = client.ApiClient()
     api = client.CustomObjectsApi(api_client)
     try:
