@@ -223,7 +223,10 @@ def _standin_submit(ctx: _Ctx, outputs: pathlib.Path, log: Any, argv: list[str])
     """The push Workflow's submit step: the same args parsed and the same child Workflow
     rendered as in the cluster (`workflows.steps.submit_pipeline`), handed to this
     runner instead of created through the Kubernetes API."""
-    args = submit_pipeline.build_parser().parse_args(argv[3:])
+    try:
+        args = submit_pipeline.build_parser().parse_args(argv[3:])
+    except SystemExit:  # argparse said why on stderr
+        raise _TaskFailed(f"{' '.join(argv[:3])}: the arguments do not parse") from None
     try:
         child = submit_pipeline.render_child(args)
     except ConfigError as exc:
@@ -322,21 +325,16 @@ def _run_container(log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.
 # --- one task ------------------------------------------------------------------
 
 
-def _local_process(container: dict[str, Any], scope: dict[str, str], where: str,
-                   mounts: Mounts, env: dict[str, str]) -> Any:
-    """Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)."""
+def _local_argv(container: dict[str, Any], scope: dict[str, str], where: str,
+                mounts: Mounts, env: dict[str, str]) -> list[str]:
+    """A container's argv as its pod would run it: Argo's `{{...}}`, then the kubelet's."""
     resolved = {**container, **{
         key: [substitute(str(a), scope, where) for a in container.get(key) or []]
         for key in ("command", "args")}}
     try:
-        return local_process(resolved, source=where, mounts=mounts, env=env)
+        return list(local_process(resolved, source=where, mounts=mounts, env=env).argv)
     except ContainerSpecError as exc:
         raise _TaskFailed(str(exc)) from None
-
-
-def _local_argv(container: dict[str, Any], scope: dict[str, str], where: str,
-                mounts: Mounts, env: dict[str, str]) -> list[str]:
-    return list(_local_process(container, scope, where, mounts, env).argv)
 
 
 def _mounts(container_env: dict[str, str], local_env: dict[str, str]) -> Mounts:
@@ -455,7 +453,14 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
                 raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
             STANDINS[action](ctx, outputs, log)
         elif container:
-            process = _local_process(container, scope, where, mounts, env)
+            # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
+            resolved = {**container, **{
+                key: [substitute(str(a), scope, where) for a in container.get(key) or []]
+                for key in ("command", "args")}}
+            try:
+                process = local_process(resolved, source=where, mounts=mounts, env=env)
+            except ContainerSpecError as exc:
+                raise _TaskFailed(str(exc)) from None
             _run_container(log, process.argv, env,
                            pathlib.Path(process.cwd) if process.cwd else ctx.repo)
         else:
