@@ -2,8 +2,10 @@
 
 An EventSource receives push webhooks (GitHub, and a generic webhook that
 accepts the same GitHub-style push payload, as Gitea/Forgejo send it or a
-script can post it), and a Sensor turns one push into one Workflow from the
-WorkflowTemplate with parameters `repo`, `revision` and `ref`.
+script can post it), and a Sensor turns one push into one push Workflow from
+the WorkflowTemplate `<model>-push` with parameters `repo`, `revision` and
+`ref`; that Workflow checks the commit out and creates the pipeline Workflow
+rendered from the commit's own `mlops.yaml` (`workflows.push`).
 
 Three rules keep the trigger honest:
 
@@ -13,9 +15,10 @@ Three rules keep the trigger honest:
   loop Argo Events users report).
 * Duplicate deliveries do not start duplicate runs. Argo Events gives every
   delivery a fresh event id, so dedup cannot rely on it; instead the Workflow
-  name is derived from the model and the commit sha
-  (`workflows.pipeline.workflow_name`), and the API server refuses a second
-  Workflow with the same name.
+  names are derived from the model and the commit sha
+  (`workflows.push.push_workflow_name`, `workflows.pipeline.workflow_name`),
+  and the API server refuses a second Workflow with the same name: the push
+  Workflow's, and should two push Workflows of one sha exist, the pipeline's.
 """
 
 import re
@@ -25,7 +28,7 @@ from typing import Any
 from contracts.kubeapi import ApiCall
 from gitops.git import BOT_IDENTITY
 from workflows.config import LoadedConfig
-from workflows.pipeline import ENTRYPOINT
+from workflows.push import PUSH_ENTRYPOINT, PUSH_LABEL, push_template_name
 from workflows.settings import PipelineSettings
 
 EVENTS_API = "argoproj.io/v1alpha1"
@@ -191,19 +194,22 @@ def _filters(forge: str, settings: PipelineSettings) -> dict[str, Any]:
 
 
 def submitted_workflow(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
-    """The Workflow the Sensor submits; parameters and name are filled per event."""
+    """The push Workflow the Sensor submits; parameters and name are filled per event.
+
+    Not the pipeline itself: the pipeline is rendered from the pushed commit's
+    `mlops.yaml` by the push Workflow's submit step (`workflows.push`)."""
     model = loaded.config.model
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",
         "metadata": {
-            "name": f"{model}-sha",  # replaced per event: <model>-<sha[:12]>
+            "name": f"{model}-push-sha",  # replaced per event: <model>-push-<sha[:12]>
             "namespace": settings.namespace,
-            "labels": {"mlops.dev/model": model, "mlops.dev/trigger": "push"},
+            "labels": {PUSH_LABEL: model, "mlops.dev/trigger": "push"},
         },
         "spec": {
-            "workflowTemplateRef": {"name": model},
-            "entrypoint": ENTRYPOINT,
+            "workflowTemplateRef": {"name": push_template_name(model)},
+            "entrypoint": PUSH_ENTRYPOINT,
             "arguments": {
                 "parameters": [
                     {"name": "repo", "value": ""},
@@ -266,7 +272,7 @@ def _trigger(dependency: str, forge: str, loaded: LoadedConfig,
                     {
                         "src": {
                             "dependencyName": dependency,
-                            "dataTemplate": f"{model}-"
+                            "dataTemplate": f"{model}-push-"
                                             f"{{{{ .Input.body.after | substr 0 12 | lower }}}}",
                         },
                         "dest": "metadata.name",

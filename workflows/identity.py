@@ -50,12 +50,15 @@ from contracts.kubeapi import ApiCall
 from promotion.cluster import argocd, readiness
 from promotion.cluster.deploy import NAME as CONTROLLER
 from workflows.events import SENSOR_API_CALLS
+from workflows.push import PUSH_LABEL, SUBMIT_STEP
+from workflows.steps import submit_pipeline
 
 __all__ = [
     "BOOTSTRAP",
     "DEPLOYMENT_CALLS",
     "EXECUTOR_API_CALLS",
     "PodIdentity",
+    "STEP_API_CALLS",
     "allowed",
     "identity_problems",
     "kubectl_calls",
@@ -74,6 +77,8 @@ EXECUTOR_API_CALLS = (
     ApiCall("create", "workflowtaskresults", "argoproj.io"),
     ApiCall("patch", "workflowtaskresults", "argoproj.io", name="{node}"),
 )
+#: The `mlops step`s whose code calls the API (each lists its calls next to its client code).
+STEP_API_CALLS: dict[str, tuple[ApiCall, ...]] = {SUBMIT_STEP: submit_pipeline.API_CALLS}
 #: kubectl's discovery (it maps a manifest's kind to its resource before any request).
 KUBECTL_DISCOVERY = (ApiCall("get", path="/api", namespace=""),
                      ApiCall("get", path="/apis", namespace=""))
@@ -277,8 +282,13 @@ def _workflow_pods(doc: Mapping[str, Any], accounts: _Accounts) -> list[PodIdent
         found.append(PodIdentity(f"{where} (argoexec)", namespace, exec_sa, exec_token,
                                  _bind(argoexec_calls, values), secret))
         if kinds & {"container", "script", "containerSet"}:
-            # The model repo's and our own step code: `mlops step`, git, buildkit: no API.
-            found.append(PodIdentity(f"{where} (main)", namespace, pod_sa, pod_token))
+            # The model repo's and our own step code: `mlops step`, git, buildkit: no API,
+            # but for the steps of STEP_API_CALLS (the push Workflow's submitter).
+            container = tmpl.get("container") or {}
+            argv = [*(container.get("command") or []), *(container.get("args") or [])]
+            step = argv[2] if argv[:2] == ["mlops", "step"] and len(argv) > 2 else ""
+            found.append(PodIdentity(f"{where} (main)", namespace, pod_sa, pod_token,
+                                     _bind(STEP_API_CALLS.get(step, ()), values)))
         if "resource" in kinds:
             manifest = yaml.safe_load((tmpl["resource"] or {}).get("manifest") or "") or {}
             manifest.setdefault("metadata", {}).setdefault("namespace", namespace)
@@ -367,7 +377,8 @@ def _events_pod(doc: Mapping[str, Any], accounts: _Accounts) -> PodIdentity:
 def _models(documents: Sequence[Mapping[str, Any]]) -> list[str]:
     """The models these documents run: their pipelines' and model servers' names."""
     names = [(d.get("metadata") or {}).get("name", "") for d in documents
-             if d.get("kind") == "WorkflowTemplate"]
+             if d.get("kind") == "WorkflowTemplate"
+             and PUSH_LABEL not in ((d.get("metadata") or {}).get("labels") or {})]
     names += [((d.get("metadata") or {}).get("labels") or {}).get("app", "") for d in documents
               if d.get("kind") == "Deployment"
               and "version" in ((d.get("metadata") or {}).get("labels") or {})]

@@ -1,12 +1,13 @@
 """The least RBAC the pipeline and its trigger need, as plain manifests.
 
-Five accounts, each with one job: the step pods' (no rights and no token:
+Six accounts, each with one job: the step pods' (no rights and no token:
 the image build with unconfined seccomp and registry credentials, the
 training code and every tool step can reach no API), Argo's executor's
 (argoexec reports results through `workflowtaskresults`), the PaddleJob
 resource templates' executor's (argoexec runs kubectl with it: applies and
-polls PaddleJobs, and reports results), the Sensor's (submits Workflows,
-reads the template) and the EventSource's (no rights and no token). The two
+polls PaddleJobs, and reports results), the Sensor's (submits the push
+Workflow, reads its template), the push submitter's (creates the commit's
+pipeline Workflow) and the EventSource's (no rights and no token). The two
 executor accounts are never a pod's own account, so they mount no token
 themselves; Argo mounts their token Secrets into argoexec only.
 `workflows.identity` checks every call of every pod against these Roles.
@@ -98,6 +99,11 @@ def build_rbac(settings: PipelineSettings) -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch"],
         },
     ]
+    # The push Workflow's submit step (workflows/steps/submit_pipeline.py API_CALLS): it
+    # creates the commit's Workflow, nothing else; it reads the commit from its workspace.
+    submitter_rules = [
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows"], "verbs": ["create"]},
+    ]
     return [
         _service_account(settings.service_account, settings, token=False),  # no API rights
         *_account(settings.executor_service_account, executor_rules, settings, token=False),
@@ -105,5 +111,6 @@ def build_rbac(settings: PipelineSettings) -> list[dict[str, Any]]:
         *_account(settings.paddlejob_service_account, paddlejob_rules, settings, token=False),
         _token_secret(settings.paddlejob_service_account, settings),
         *_account(settings.sensor_service_account, sensor_rules, settings),
+        *_account(settings.submitter_service_account, submitter_rules, settings),
         _service_account(settings.eventsource_service_account, settings, token=False),
     ]

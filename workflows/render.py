@@ -17,10 +17,11 @@ from workflows.errors import ConfigError
 from workflows.events import build_eventsource, build_sensor
 from workflows.lint import validate_doc
 from workflows.pipeline import build_workflow_template
+from workflows.push import build_push_template
 from workflows.rbac import build_rbac
 from workflows.settings import PipelineSettings
 
-FILES = ("workflowtemplate.yaml", "eventsource.yaml", "sensor.yaml", "rbac.yaml")
+FILES = ("workflowtemplate.yaml", "push.yaml", "eventsource.yaml", "sensor.yaml", "rbac.yaml")
 SNAPSHOT_FILE = "data-snapshot.yaml"
 
 
@@ -35,6 +36,10 @@ def render_documents(
     wt = build_workflow_template(loaded, settings)
     docs = {
         "workflowtemplate.yaml": [wt.to_dict()],
+        # What the Sensor submits per push: checkout, then render and create the pushed
+        # commit's own pipeline (workflows/push.py). workflowtemplate.yaml is that
+        # pipeline as rendered from this checkout, for `mlops workflows submit` and review.
+        "push.yaml": [build_push_template(loaded, settings)],
         "eventsource.yaml": [build_eventsource(loaded, settings)],
         "sensor.yaml": [build_sensor(loaded, settings)],
         "rbac.yaml": build_rbac(settings),

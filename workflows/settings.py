@@ -106,6 +106,9 @@ class PipelineSettings(BaseModel):
     forge_secret: str = Field(default="mlops-forge", pattern=_NAME)
     forge_secret_key: str = "token"
     sensor_service_account: str = Field(default="mlops-sensor", pattern=_NAME)
+    # The push Workflow's submit step renders the pushed commit's pipeline and creates it
+    # (workflows/push.py): the one pod that holds a token allowed to create Workflows.
+    submitter_service_account: str = Field(default="mlops-submitter", pattern=_NAME)
     # The EventSource's pods receive webhooks and call no API: an account without a token.
     eventsource_service_account: str = Field(default="mlops-eventsource", pattern=_NAME)
     eventbus: str = "default"

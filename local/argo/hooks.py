@@ -3,7 +3,9 @@
 What Argo Events does in a cluster, one machine does with git's own hook:
 `git push` to the bare repo starts `mlops run` on a fresh checkout of the
 pushed commit, in the background (the push returns at once; the hook
-prints where the run's log is, which git shows as `remote: ...`).
+prints where the run's log is, which git shows as `remote: ...`). Like the
+Sensor's push Workflow, `mlops run` first renders the pipeline from that
+commit's `mlops.yaml` (`workflows.push`), then runs it.
 
 The same three rules as the Sensor (`workflows.events`):
 

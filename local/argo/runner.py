@@ -11,7 +11,9 @@ list of steps. For each task, in `depends` order:
   subprocesses), with `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`
   expanded to local directories; a template annotated `mlops.dev/local`
   runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
-  a digest of the Python environment instead of an image build;
+  a digest of the Python environment instead of an image build; `submit-pipeline`:
+  the push Workflow's step, whose rendered pipeline Workflow goes to `submit=`
+  instead of the Kubernetes API;
   `paddlejob`: the rendered PaddleJob itself, one process per worker pod
   with the pod's command, env and workingDir plus paddle-operator's env,
   see `workflows.paddlejob_local`);
@@ -53,7 +55,7 @@ from cogs.files import atomic_write_text
 from cogs.ports import free_port
 from gitops.git import redact
 from workflows import paddlejob_local, run_events
-from workflows.errors import StepError
+from workflows.errors import ConfigError, StepError
 from workflows.expressions import (
     ExpressionError,
     depends_on,
@@ -69,7 +71,8 @@ from workflows.pipeline import (
     PATH_ENV,
     workflow_name,
 )
-from workflows.steps import STEPS
+from workflows.push import SUBMIT_STEP
+from workflows.steps import STEPS, submit_pipeline
 from workflows.steps.record_outcome import OUTCOME_FILE
 
 Echo = Callable[[str], None]
@@ -191,6 +194,7 @@ class _Ctx:
     scope: dict[str, str]
     echo: Echo
     metrics: list[str] = field(default_factory=list)
+    submit: Callable[[dict[str, Any]], None] | None = None
 
 
 def _standin_checkout(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
@@ -213,6 +217,27 @@ def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -
     )
     log.write(f"environment digest sha256:{digest}\n")
     (outputs / "image").write_text(f"local/{ctx.model}-train@sha256:{digest}")
+
+
+def _standin_submit(ctx: _Ctx, outputs: pathlib.Path, log: Any, argv: list[str]) -> None:
+    """The push Workflow's submit step: the same args parsed and the same child Workflow
+    rendered as in the cluster (`workflows.steps.submit_pipeline`), handed to this
+    runner instead of created through the Kubernetes API."""
+    try:
+        args = submit_pipeline.build_parser().parse_args(argv[3:])
+    except SystemExit:  # argparse said why on stderr
+        raise _TaskFailed(f"{' '.join(argv[:3])}: the arguments do not parse") from None
+    try:
+        child = submit_pipeline.render_child(args)
+    except ConfigError as exc:
+        log.write(f"error: {exc}\n")
+        raise _TaskFailed(str(exc)) from None
+    if ctx.submit is None:
+        raise _TaskFailed("no local runner to hand the pipeline Workflow to (run_workflow "
+                          "without submit=)")
+    ctx.submit(child)
+    log.write(f"handed Workflow {child['metadata']['name']} to the local runner\n")
+    (outputs / "workflow").write_text(child["metadata"]["name"])
 
 
 STANDINS: dict[str, Callable[..., None]] = {
@@ -298,6 +323,18 @@ def _run_container(log: Any, argv: list[str], env: dict[str, str], cwd: pathlib.
 
 
 # --- one task ------------------------------------------------------------------
+
+
+def _local_argv(container: dict[str, Any], scope: dict[str, str], where: str,
+                mounts: Mounts, env: dict[str, str]) -> list[str]:
+    """A container's argv as its pod would run it: Argo's `{{...}}`, then the kubelet's."""
+    resolved = {**container, **{
+        key: [substitute(str(a), scope, where) for a in container.get(key) or []]
+        for key in ("command", "args")}}
+    try:
+        return list(local_process(resolved, source=where, mounts=mounts, env=env).argv)
+    except ContainerSpecError as exc:
+        raise _TaskFailed(str(exc)) from None
 
 
 def _mounts(container_env: dict[str, str], local_env: dict[str, str]) -> Mounts:
@@ -409,6 +446,8 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
             _standin_paddlejob(
                 log, manifest, local_paths, mounts, float(deadline) if deadline else None
             )
+        elif action == SUBMIT_STEP and container:
+            _standin_submit(ctx, outputs, log, _local_argv(container, scope, where, mounts, env))
         elif action:
             if action not in STANDINS:
                 raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
@@ -480,8 +519,12 @@ def run_workflow(
     *,
     parameters: dict[str, str] | None = None,
     echo: Echo = print,
+    submit: Callable[[dict[str, Any]], None] | None = None,
 ) -> RunResult:
-    """Run the DAG of `wt` locally on `repo`, writing everything under `out`."""
+    """Run the DAG of `wt` locally on `repo`, writing everything under `out`.
+
+    `submit` receives the Workflows a `submit-pipeline` step creates (the push
+    Workflow's), where the cluster's step would create them through the API."""
     doc = wt.to_dict() if isinstance(wt, WorkflowTemplate) else wt
     repo, out = pathlib.Path(repo).resolve(), pathlib.Path(out).resolve()
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
@@ -506,9 +549,11 @@ def run_workflow(
     (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
     scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
     scope.update(
-        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local"}
+        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
+         # operator.go setGlobalParameters (v3.7.9): every annotation, as JSON
+         "workflow.annotations.json": json.dumps(doc["metadata"].get("annotations") or {})}
     )
-    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo)
+    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, submit=submit)
 
     echo(f"local run {name}: {repo} -> {out}")
     run_events.append(out, "run_started", workflow=name)

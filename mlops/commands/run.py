@@ -1,7 +1,8 @@
-"""`mlops run PATH`: run the model repo's pipeline locally (the same Hera DAG)."""
+"""`mlops run PATH`: run a push of the model repo locally (the same two Workflows as Argo)."""
 
 import argparse
 import pathlib
+from typing import Any
 
 from mlops.errors import UserError
 from workflows.config import load_config
@@ -9,28 +10,39 @@ from workflows.settings import load_settings
 
 
 def _run(args: argparse.Namespace) -> int:
+    """The cluster's two stages on this machine: the push Workflow (`workflows.push`) checks
+    out the commit and its submit step renders that commit's pipeline; then that very
+    Workflow runs here, where the cluster's step would create it through the API."""
     # Imported here: Hera's models take seconds to import, and every other
     # `mlops` command should not pay for them.
-    from local.argo.runner import run_workflow, workflow_parameters
+    from local.argo.runner import run_workflow
 
     # lazy (import cost): `mlops --help` does not load it; it pulls hera
-    from workflows.pipeline import build_workflow_template
+    from workflows.pipeline import PARAMETERS
+    from workflows.push import PUSH_PARAMETERS, build_push_template
 
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
-    wt = build_workflow_template(loaded, settings)
-    known = list(workflow_parameters(wt.to_dict()))
     params = {}
     for item in args.param or []:
         name, sep, value = item.partition("=")
-        if not sep or name not in known:
+        if not sep or name not in PARAMETERS:
             raise UserError(
-                f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(known)}"
+                f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(PARAMETERS)}"
             )
         params[name] = value
     out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
+    submitted: list[dict[str, Any]] = []
+    pushed = run_workflow(
+        build_push_template(loaded, settings), loaded.repo_dir, out / "push",
+        parameters={k: v for k, v in params.items() if k in PUSH_PARAMETERS},
+        submit=submitted.append,
+    )
+    if pushed.status != "Succeeded" or not submitted:
+        return 1
     result = run_workflow(
-        wt, loaded.repo_dir, out, parameters=params
+        submitted[0], loaded.repo_dir, out,
+        parameters={k: v for k, v in params.items() if k not in PUSH_PARAMETERS},
     )
     return 0 if result.status == "Succeeded" else 1
 
@@ -38,7 +50,8 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `mlops run`."""
     parser = subparsers.add_parser(
-        "run", help="run the pipeline locally: the same DAG Argo runs, on this machine"
+        "run", help="run a push locally: the push Workflow renders this commit's pipeline, "
+        "then it runs (the same two Workflows Argo runs)"
     )
     parser.add_argument("path", help="model repo (directory with mlops.yaml)")
     parser.add_argument("--out", help="run directory (default: ./mlops-out/<model>)")

@@ -348,6 +348,8 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
                                                "record-outcome")},
         "smoke-train": "mlops-paddlejob", "train": "mlops-paddlejob",
         "Sensor mlops/shapes-detector-train": "mlops-sensor",
+        # the push Workflow's submitter: creates the commit's pipeline Workflow
+        "submit-pipeline": "mlops-submitter",
         "Deployment mlops/mlops-controller": "mlops-controller",
     }
     controller = next(p for p in pods if "mlops-controller" in p.component)

@@ -238,10 +238,11 @@ def test_sensor_filters_and_deterministic_name(docs):
         params = {p["dest"]: p["src"] for p in trigger["template"]["argoWorkflow"]["parameters"]}
         assert params["spec.arguments.parameters.1.value"]["dataKey"] == "body.after"
         assert params["metadata.name"]["dataTemplate"].startswith(
-            "shapes-detector-{{ .Input.body.after | substr 0 12"
+            "shapes-detector-push-{{ .Input.body.after | substr 0 12"
         )
         source = trigger["template"]["argoWorkflow"]["source"]["resource"]
-        assert source["spec"]["workflowTemplateRef"] == {"name": "shapes-detector"}
+        # The push Workflow: it renders and creates the commit's own pipeline (workflows/push.py)
+        assert source["spec"]["workflowTemplateRef"] == {"name": "shapes-detector-push"}
     assert workflow_name("shapes-detector", "ABCDEF0123456789") == "shapes-detector-abcdef012345"
     es = docs["eventsource.yaml"][0]["spec"]
     assert es["github"]["github"]["webhookSecret"] == {"name": "github-webhook", "key": "secret"}
@@ -272,6 +273,7 @@ def test_rbac_grants_exactly_what_each_account_needs(docs):
         ("mlops-sensor", "argoproj.io", "workflowtemplates", "get"),
         ("mlops-sensor", "argoproj.io", "workflowtemplates", "list"),
         ("mlops-sensor", "argoproj.io", "workflowtemplates", "watch"),
+        ("mlops-submitter", "argoproj.io", "workflows", "create"),
     }
     # The step pods' account has no Role at all, and no token.
     steps = next(d for d in docs["rbac.yaml"]
@@ -309,7 +311,7 @@ def test_cli_render_then_lint(tmp_path, capsys):
     assert cli(["workflows", "render", str(EXAMPLE), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     assert cli(["workflows", "lint", str(out)]) == 0
-    assert "16 document(s) in 4 file(s): valid" in capsys.readouterr().out
+    assert "20 document(s) in 5 file(s): valid" in capsys.readouterr().out
 
 
 def test_broken_config_is_a_clear_error_and_nothing_is_written(tmp_path, capsys):

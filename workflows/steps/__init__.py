@@ -17,4 +17,5 @@ STEPS = {
     "publish": "workflows.steps.publish",
     "propose": "workflows.steps.propose",
     "record-outcome": "workflows.steps.record_outcome",
+    "submit-pipeline": "workflows.steps.submit_pipeline",
 }
