@@ -262,25 +262,10 @@ def test_train_py_refuses_an_init_from_that_is_not_an_export(trained_model, tmp_
     assert "Traceback" not in proc.stderr
 
 
-def test_zero_epochs_from_an_export_re_exports_its_weights_unchanged(trained_model, tmp_path):
-    """`--epochs 0 --init-from DIR`: a push that changes only serving flags (the demo's
-    drills) trains nothing and exports the starting weights; the flag's drill still makes
-    it its own version. From scratch, 0 epochs would export random weights: refused."""
-    out = tmp_path / "o"
-    proc = subprocess.run(
-        [sys.executable, "train.py", "--output-dir", str(out), "--checkpoint-dir",
-         str(tmp_path / "c"), "--data-dir", str(trained_model.data_dir), "--subset", "32",
-         "--batch-size", "16", "--epochs", "0", "--drill-delay-ms", "250",
-         "--init-from", str(trained_model.model_dir)],
-        cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
-        timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "total_steps=0" in proc.stdout
-    # the same weights as the export it started from, under a version of its own
-    assert ((out / "rank-0.sha256").read_text() ==
-            (trained_model.output_dir / "rank-0.sha256").read_text())
-    start = yaml.safe_load((trained_model.model_dir / "model.yaml").read_text())["version"]
-    assert yaml.safe_load((out / "model" / "model.yaml").read_text())["version"] != start
+def test_zero_epochs_from_scratch_is_refused(trained_model, tmp_path):
+    """From scratch, 0 epochs would export random weights: refused. (0 epochs from an
+    export, which re-exports its weights unchanged under a version of its own, runs
+    through the pipeline below: test_an_export_only_push_runs_one_worker_and_no_smoke_job.)"""
     scratch = subprocess.run(
         [sys.executable, "train.py", "--output-dir", str(tmp_path / "s"), "--checkpoint-dir",
          str(tmp_path / "sc"), "--data-dir", str(trained_model.data_dir), "--epochs", "0"],
@@ -324,12 +309,15 @@ def test_an_export_only_push_runs_one_worker_and_no_smoke_job(production, traine
     assert any("train-workers: 1 (training.full asks 2)" in line for line in lines), lines
     train_log = (out / "logs" / "train.log").read_text()
     assert "1 worker(s)" in train_log and "[worker-1] " not in train_log
+    assert "total_steps=0" in train_log
     assert sorted(p.name for p in (out / "full" / "launch-logs").iterdir()) == ["worker-0"]
 
     prod = trained_model.model_dir
     record = yaml.safe_load((out / "full" / "model" / "model.yaml").read_text())
     start = yaml.safe_load((prod / "model.yaml").read_text())
     assert record["weights_sha256"] == start["weights_sha256"]  # production's weights
+    assert ((out / "full" / "rank-0.sha256").read_text() ==
+            (trained_model.output_dir / "rank-0.sha256").read_text())
     assert (out / "full" / "model" / "inference.pdiparams").read_bytes() == (
         prod / "inference.pdiparams").read_bytes()
     assert (record["hyperparameters"]["steps"], record["hyperparameters"]["workers"]) == (0, 1)
