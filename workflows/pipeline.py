@@ -2,7 +2,10 @@
 
 checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
 (and the exit handler, record-outcome); with dataset pins (`mlops.yaml` data:),
-checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`)
+checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`).
+No smoke-train where it cannot catch anything (the full job trains no step, or
+no more steps than the smoke job): train then follows what smoke-train would
+have (`workflows.jobplan` says the rule and puts its reason on the template).
 
 Argo runs this object once submitted; the local runner (`local.argo.runner`)
 walks the very same object. So every template carries what a machine
@@ -54,6 +57,7 @@ from contracts.names import SHA_CHARS
 from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
+from workflows.jobplan import full_job, plan_annotations, smoke_needed
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.training import worker_command
@@ -467,7 +471,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         name=model,
         namespace=settings.namespace,
         labels={"app.kubernetes.io/part-of": "mlops", "mlops.dev/model": model},
-        annotations={"mlops.dev/config": loaded.path.name},
+        annotations={"mlops.dev/config": loaded.path.name, **plan_annotations(loaded)},
         entrypoint=ENTRYPOINT,
         on_exit=EXIT_HANDLER,
         service_account_name=settings.service_account,
@@ -601,9 +605,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
 
         smoke = _training_template(
             loaded, smoke_job, "smoke-train", "smoke", settings.smoke_deadline_seconds, settings
-        )
+        ) if smoke_needed(loaded)[0] else None
         train = _training_template(
-            loaded, loaded.full, "train", "full", settings.train_deadline_seconds, settings
+            loaded, full_job(loaded)[0], "train", "full", settings.train_deadline_seconds, settings
         )
         warm = _warm_start(loaded, "full")
         # `training.init_from: production`: the export the full job starts from, read from
@@ -809,10 +813,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             image_arg = Parameter(
                 name="image", value="{{tasks.build-image.outputs.parameters.image}}"
             )
-            t_smoke = Task(
-                name="smoke-train", template=smoke, arguments=[image_arg],
-                depends="build-image && prepare-data" if prepare is not None else "build-image",
-            )
+            inputs = "build-image && prepare-data" if prepare is not None else "build-image"
+            if smoke is not None:
+                Task(name="smoke-train", template=smoke, arguments=[image_arg], depends=inputs)
             train_args = [image_arg]
             if find_production is not None:
                 Task(name="find-production", template=find_production, depends="checkout")
@@ -821,7 +824,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     value="{{tasks.find-production.outputs.parameters.model-dir}}"))
             t_train = Task(
                 name="train", template=train, arguments=train_args,
-                depends="smoke-train && find-production" if warm else "smoke-train",
+                depends=" && ".join([inputs if smoke is None else "smoke-train",
+                                     *(["find-production"] if warm else [])]),
             )
             t_eval = Task(name="evaluate", template=evaluate, depends="train")
             Task(name="gate", template=gate, depends="evaluate.Succeeded")
@@ -846,7 +850,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     )
                 ],
             )
-            del t_checkout, t_build, t_smoke, t_train, t_eval
+            del t_checkout, t_build, t_train, t_eval
     return wt
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from contracts.names import SHA_CHARS
 from workflows.config import LoadedConfig
+from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
     LOCAL_ANNOTATION,
     PATH_ENV,
@@ -162,7 +163,8 @@ def child_workflow(loaded: LoadedConfig, settings: PipelineSettings, *, repo: st
     Name, labels, UI annotations and parameters as the Sensor set them when it
     submitted the pipeline itself; the spec is the pipeline's, inline."""
     model = loaded.config.model
-    spec = build_workflow_template(loaded, settings).to_dict()["spec"]
+    rendered = build_workflow_template(loaded, settings).to_dict()
+    spec = rendered["spec"]
     given = {"repo": repo, "revision": revision, "ref": ref}
     params = [{**p, "value": given[p["name"]]} if p["name"] in given else p
               for p in spec.get("arguments", {}).get("parameters", [])]
@@ -172,6 +174,10 @@ def child_workflow(loaded: LoadedConfig, settings: PipelineSettings, *, repo: st
         "labels": {"mlops.dev/model": model, "mlops.dev/trigger": "push"},
     }
     shown = {k: annotations[k] for k in UI_ANNOTATIONS if annotations.get(k)}
+    # why this commit's DAG has no smoke job or fewer workers (`workflows.jobplan`): on the
+    # Workflow, where the Argo UI and the local runner show it
+    rendered_annotations = rendered["metadata"].get("annotations") or {}
+    shown |= {k: rendered_annotations[k] for k in PLAN_ANNOTATIONS if k in rendered_annotations}
     if shown:
         meta["annotations"] = shown
     return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": meta,

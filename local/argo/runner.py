@@ -63,6 +63,7 @@ from workflows.expressions import (
     eval_when,
     substitute,
 )
+from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
     ARGO_METRIC_PREFIX,
     DATA_CACHE_ENV,
@@ -556,6 +557,9 @@ def run_workflow(
     ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, submit=submit)
 
     echo(f"local run {name}: {repo} -> {out}")
+    for key in PLAN_ANNOTATIONS:  # why this DAG has no smoke job, or fewer workers
+        if key in (doc["metadata"].get("annotations") or {}):
+            echo(f"  {key.split('/')[-1]}: {doc['metadata']['annotations'][key]}")
     run_events.append(out, "run_started", workflow=name)
     start = time.monotonic()
     records: list[TaskRecord] = []

@@ -138,13 +138,15 @@ class Example:
     def drill(self, scenario: "Scenario") -> "Scenario":
         """A drill changes serving flags only. An example that fine-tunes production
         (`init_from: production`) re-exports production's weights for it (`epochs: 0`,
-        no training: the drill's flags alone make it a version of its own); one trained
-        from scratch finds the good push's weights in the weights cache (same inputs)."""
+        no training: the drill's flags alone make it a version of its own; the pipeline
+        then runs no smoke job and one worker, `workflows.jobplan`); one trained from
+        scratch finds the good push's weights in the weights cache (same inputs)."""
         if self.fine_tune is None:
             return scenario
         return dataclasses.replace(
             scenario, change={**scenario.change, "epochs": 0},
-            message=f"{scenario.message}; production's weights as they are (epochs: 0)")
+            message=f"{scenario.message}; production's weights as they are (epochs: 0): "
+                    "no smoke job, one worker")
 
 
 EXAMPLES = {e.name: e for e in (
@@ -180,7 +182,8 @@ _ERRORS = Scenario("errors", {"drill-error-rate": 0.3},
 
 _LOW_MAP = Scenario(  # from scratch (`init-from: ""`), or it would fine-tune production
     "low-map", {"epochs": 1, "max-steps": 10, "init-from": ""},
-    "train 10 steps from scratch to save time (the gate should refuse it)", "gate_refused")
+    "train 10 steps from scratch to save time (the gate should refuse it); no bigger than "
+    "the smoke job, so no smoke job", "gate_refused")
 
 
 def table(chosen: Example) -> dict[str, Scenario]:

@@ -4,7 +4,8 @@
 
 The pipeline part is split further with the runner's own task timings
 (`run.json`): data (prepare-data: fetch, verify, validate the pinned dataset),
-training (smoke + full PaddleJobs), evaluation, proposal
+training (the smoke PaddleJob where the run has one, `workflows.jobplan`, and
+the full one), evaluation, proposal
 (gate + propose); what is left is overhead: the hook, the queue, checkout,
 the image build stand-in and the runner itself. The parts add up to the
 whole, so nothing is hidden in a gap.

@@ -227,6 +227,16 @@ def test_breakdown_parts_add_up_to_push_to_canary_start():
     assert out["push_to_finished_s"] == 300.0 and out["canary_s"] == 115.5
 
 
+def test_a_run_without_a_smoke_job_is_all_training_in_its_train_task():
+    """A drill's or low-map's run has no smoke-train task (workflows.jobplan): nothing is
+    missing from the breakdown, the parts still add up to the whole."""
+    run = {"tasks": [{"name": "checkout", "seconds": 0.5}, {"name": "train", "seconds": 9.0},
+                     {"name": "evaluate", "seconds": 3.0}, {"name": "gate", "seconds": 1.0}]}
+    out = timeline.breakdown({"push": 0.0, "run_done": 15.0}, run)
+    assert out["parts"]["training_s"] == 9.0 and "smoke-train" not in out["tasks_s"]
+    assert sum(out["parts"].values()) == pytest.approx(out["pipeline_s"]) == 15.0
+
+
 def test_breakdown_of_a_refused_run_has_no_canary_parts():
     out = timeline.breakdown({"push": 0.0, "run_done": 40.0}, {"tasks": []})
     assert "push_to_canary_start_s" not in out and "sync_s" not in out["parts"]

@@ -35,11 +35,12 @@ def test_push_of_the_example_trains_and_ends_at_the_gate(tmp_path, runs_cleanup,
     cfg = yaml.safe_load((repo / "mlops.yaml").read_text())
     # 2 steps of the full job's recipe: enough for two workers to form the collective, step
     # together and export (the demo's end-to-end test trains the whole recipe); the smoke
-    # job's 2 steps prove it runs as well as its template's 20 would
+    # job's 1 step proves it runs as well as its template's 20 would, and keeps it below
+    # the full job's, or the pipeline would rightly run no smoke job (workflows.jobplan)
     cfg["training"]["full"].setdefault("overrides", {}).setdefault("args", {}).update(
         {"epochs": 1, "max-steps": 2})
     cfg["training"]["smoke"].setdefault("overrides", {}).setdefault("args", {}).update(
-        {"max-steps": 2})
+        {"max-steps": 1})
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     store = tmp_path / "datasets"
     subprocess.run([sys.executable, str(EXAMPLE / "shapes_data.py"), "--store", str(store),

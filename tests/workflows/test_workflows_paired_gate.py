@@ -23,6 +23,7 @@ import yaml
 
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
+from local.argo.runner import run_workflow
 from mlops.cli import main as cli
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import propose
@@ -261,25 +262,10 @@ def test_train_py_refuses_an_init_from_that_is_not_an_export(trained_model, tmp_
     assert "Traceback" not in proc.stderr
 
 
-def test_zero_epochs_from_an_export_re_exports_its_weights_unchanged(trained_model, tmp_path):
-    """`--epochs 0 --init-from DIR`: a push that changes only serving flags (the demo's
-    drills) trains nothing and exports the starting weights; the flag's drill still makes
-    it its own version. From scratch, 0 epochs would export random weights: refused."""
-    out = tmp_path / "o"
-    proc = subprocess.run(
-        [sys.executable, "train.py", "--output-dir", str(out), "--checkpoint-dir",
-         str(tmp_path / "c"), "--data-dir", str(trained_model.data_dir), "--subset", "32",
-         "--batch-size", "16", "--epochs", "0", "--drill-delay-ms", "250",
-         "--init-from", str(trained_model.model_dir)],
-        cwd=trained_model.repo_dir, env=training_env(), capture_output=True, text=True,
-        timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "total_steps=0" in proc.stdout
-    # the same weights as the export it started from, under a version of its own
-    assert ((out / "rank-0.sha256").read_text() ==
-            (trained_model.output_dir / "rank-0.sha256").read_text())
-    start = yaml.safe_load((trained_model.model_dir / "model.yaml").read_text())["version"]
-    assert yaml.safe_load((out / "model" / "model.yaml").read_text())["version"] != start
+def test_zero_epochs_from_scratch_is_refused(trained_model, tmp_path):
+    """From scratch, 0 epochs would export random weights: refused. (0 epochs from an
+    export, which re-exports its weights unchanged under a version of its own, runs
+    through the pipeline below: test_an_export_only_push_runs_one_worker_and_no_smoke_job.)"""
     scratch = subprocess.run(
         [sys.executable, "train.py", "--output-dir", str(tmp_path / "s"), "--checkpoint-dir",
          str(tmp_path / "sc"), "--data-dir", str(trained_model.data_dir), "--epochs", "0"],
@@ -288,3 +274,56 @@ def test_zero_epochs_from_an_export_re_exports_its_weights_unchanged(trained_mod
     assert scratch.returncode == 2
     assert "error: --epochs must be >= 1 (or 0 with --init-from), got 0" in scratch.stderr
     assert "Traceback" not in scratch.stderr
+
+
+def test_an_export_only_push_runs_one_worker_and_no_smoke_job(production, trained_model,
+                                                             small_shapes_dataset, tmp_path):
+    """The demo's drill push through the local runner: `epochs: 0` from production with a
+    serving flag. No smoke PaddleJob is rendered or run, the full PaddleJob runs one worker
+    (the example asks two), its export is production's weights with the drill declared,
+    and every task of the run succeeded (propose included: it is a version of its own).
+    On the 8 val images of the small dataset (the gate reads no score here, only that the
+    same weights score the same), so the export and the comparison take seconds."""
+    gitops, version = production
+    repo = copy_example(tmp_path / "repo")
+    (repo / "data").symlink_to(small_shapes_dataset)
+    cfg = yaml.safe_load((unpin(repo) / "mlops.yaml").read_text())
+    cfg["gate"]["min"] = 0.0
+    assert cfg["training"]["init_from"] == "production"
+    cfg["training"]["full"]["overrides"]["args"] = {  # the drill; 32 images load fastest
+        "epochs": 0, "drill-delay-ms": 250, "subset": 32, "batch-size": 16}
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
+    out, lines = tmp_path / "run", []
+    result = run_workflow(build_workflow_template(load_config(repo), load_settings()), repo, out,
+                          parameters={"gitops-repo": str(gitops)}, echo=lines.append)
+
+    run = json.loads((out / "run.json").read_text())
+    phases = {t["name"]: t["phase"] for t in run["tasks"]}
+    assert result.status == run["status"] == "Succeeded", "\n".join(lines)
+    assert "smoke-train" not in phases and set(phases.values()) == {"Succeeded"}, phases
+    assert [*phases] == ["checkout", "build-image", "find-production", "train", "evaluate",
+                         "gate", "publish-model", "propose", "record-outcome"]
+    assert not (out / "smoke").exists()
+    assert any("smoke-train: skipped: the full job trains no step (epochs: 0)" in line
+               for line in lines), lines
+    assert any("train-workers: 1 (training.full asks 2)" in line for line in lines), lines
+    train_log = (out / "logs" / "train.log").read_text()
+    assert "1 worker(s)" in train_log and "[worker-1] " not in train_log
+    assert "total_steps=0" in train_log
+    assert sorted(p.name for p in (out / "full" / "launch-logs").iterdir()) == ["worker-0"]
+
+    prod = trained_model.model_dir
+    record = yaml.safe_load((out / "full" / "model" / "model.yaml").read_text())
+    start = yaml.safe_load((prod / "model.yaml").read_text())
+    assert record["weights_sha256"] == start["weights_sha256"]  # production's weights
+    assert ((out / "full" / "rank-0.sha256").read_text() ==
+            (trained_model.output_dir / "rank-0.sha256").read_text())
+    assert (out / "full" / "model" / "inference.pdiparams").read_bytes() == (
+        prod / "inference.pdiparams").read_bytes()
+    assert (record["hyperparameters"]["steps"], record["hyperparameters"]["workers"]) == (0, 1)
+    fault = {"delay_ms": 250.0, "error_rate": 0.0, "error_status": 500}
+    assert record["drill"] == fault and record["version"] != version
+    served = yaml.safe_load((out / "full" / "model" / "infer_cfg.yml").read_text())
+    assert served == dict(yaml.safe_load((prod / "infer_cfg.yml").read_text()), fault=fault)
+    gate = json.loads((out / "full" / "gate.json").read_text())
+    assert gate["passed"] and gate["difference"] == {"estimate": 0.0, "low": 0.0, "high": 0.0}
