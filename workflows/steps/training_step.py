@@ -14,6 +14,7 @@ from workflows import paddlejob_local
 from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.expressions import substitute
+from workflows.jobplan import full_job
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.steps.common import lineage_env
@@ -63,7 +64,8 @@ def run_job(
     from workflows.pipeline import PATH_ENV, paddlejob_manifest
 
     loaded = load_config(repo)
-    job = job_override or (loaded.smoke if which == "smoke" else loaded.full)
+    # the full job as the pipeline renders it (`workflows.jobplan`: one worker for `epochs: 0`)
+    job = job_override or (loaded.smoke if which == "smoke" else full_job(loaded)[0])
     root = pathlib.Path(out).resolve()
     output_dir = root / which
     if fresh and output_dir.exists():
