@@ -16,7 +16,9 @@ with SIGUSR2, which keeps the listening sockets (``expose-fd listeners``).
 
 Balance is ``roundrobin``: weights are dynamic with it, and weighted
 round-robin gives the exact split per request (weights map percentages
-one-to-one; HAProxy accepts 0-256). ``option httpchk`` on the server's
+one-to-one; HAProxy accepts 0-256) -- provided a new split is applied
+raises first, lowers after (:mod:`plan`, rule 3b), or a server can fall
+out of the round for hundreds of requests. ``option httpchk`` on the server's
 readiness route takes a server out of rotation within ~2 s if it stops
 answering, before the sync notices the crash.
 
