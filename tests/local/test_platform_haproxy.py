@@ -309,3 +309,76 @@ def test_a_canary_step_applied_by_the_sync_keeps_the_split_from_the_first_reques
         for server in backends.values():
             server.shutdown()
             server.server_close()
+
+
+def test_a_ready_server_slow_to_answer_its_health_route_keeps_its_clients(tmp_path):
+    """HAProxy must not answer 503 while the version's server serves its requests.
+
+    Readiness is the sync's job, with the Deployment's probe (period, timeout and
+    thresholds, as the kubelet applies them; Istio then routes to the ready endpoints).
+    HAProxy's own HTTP check was stricter: without `timeout check` its whole check must
+    finish within `inter` (1 s; HAProxy 2.6 doc/configuration.txt, "timeout check"), and
+    two misses (`fall 2`) took the server DOWN -- the only server of a model, so every
+    client got a 503 "no server available" from a machine too loaded to answer the
+    health route within a second, while the server answered requests and the sync held
+    it ready. HAProxy's check is now a TCP connect: a crashed server is still taken out
+    within ~2 s, a busy one is not. Here the health route takes 1.5 s, requests none.
+    """
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            if self.path.startswith("/v2/health"):
+                hits.append(self.path)
+                time.sleep(1.5)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nv1")
+
+        def log_message(self, *args):
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass
+
+    backend = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    wd = Workdir(tmp_path)
+    front = free_port()
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(haproxy.render_config(
+        wd, stats_port=free_port(), frontends={"shapes": front},
+        servers={"shapes": {"v1": (backend.server_port, 100)}}))
+    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                RuntimeApi(wd.admin_socket()).info()
+                break
+            except OSError:
+                time.sleep(0.1)
+        codes = []
+        until = time.monotonic() + 4  # two misses took it DOWN in ~3 s
+        while time.monotonic() < until:
+            codes.append(requests.get(url, timeout=5).status_code)
+            time.sleep(0.1)
+        states = RuntimeApi(wd.admin_socket()).servers_state()
+        assert set(codes) == {200}, (codes, hits)
+        assert [s.up for s in states] == [True]
+        backend.shutdown()  # a crash: the connect is refused, the check takes it out
+        backend.server_close()
+        deadline = time.monotonic() + 10
+        while RuntimeApi(wd.admin_socket()).servers_state()[0].up:
+            assert time.monotonic() < deadline, "a crashed server stayed UP"
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        backend.shutdown()
+        backend.server_close()
