@@ -16,9 +16,14 @@ with SIGUSR2, which keeps the listening sockets (``expose-fd listeners``).
 
 Balance is ``roundrobin``: weights are dynamic with it, and weighted
 round-robin gives the exact split per request (weights map percentages
-one-to-one; HAProxy accepts 0-256). ``option httpchk`` on the server's
-readiness route takes a server out of rotation within ~2 s if it stops
-answering, before the sync notices the crash.
+one-to-one; HAProxy accepts 0-256) -- provided a new split is applied
+raises first, lowers after (:mod:`plan`, rule 3b), or a server can fall
+out of the round for hundreds of requests. HAProxy's own check is a TCP
+connect: it takes a crashed server out of rotation within ~2 s, before the
+sync notices the crash. Readiness (the HTTP route) is the sync's probe with
+the Deployment's period, timeout and thresholds, as the kubelet's is in a
+cluster; an HTTP check here was stricter (1 s for the whole check, two
+misses) and answered clients 503 for a server that was busy, not down.
 
 Latency where clients see it: HAProxy 2.6's exporter has no response-time
 histogram (an average of the last 1024 requests and a maximum since start),
@@ -56,7 +61,6 @@ LATENCY_PATH = "/router-latency"
 #: Health-check parameters for every server, static or added at run time
 #: (dynamic servers do not inherit ``default-server``).
 SERVER_OPTIONS = "check inter 1s fastinter 500ms fall 2 rise 1"
-CHECK_PATH = "/v2/health/ready"
 
 
 def server_line_args(port: int, weight: int) -> str:
@@ -111,7 +115,6 @@ def render_config(
             "",
             f"backend {model}",
             "  balance roundrobin",
-            f"  option httpchk GET {CHECK_PATH}",
             f"  use-server %[req.hdr({VERSION_HEADER})] if {pinned}",
             f"  http-request lua.mlops_start unless {pinned}",
             "  http-response lua.mlops_observe",

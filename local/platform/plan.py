@@ -17,6 +17,15 @@ Rules, in the order the actions come out:
    starting or crashed version takes no traffic), its port (after a restart
    on another port) and is enabled; servers of versions that are no longer
    desired are removed.
+3b. Within a backend, weights that go up are set before weights that go
+   down, so the backend's total never dips below both the old and the new
+   total while the sync applies a split one server at a time. HAProxy 2.6's
+   roundrobin (src/lb_fwrr.c) re-places a server whose weight changed in
+   the *next* round when its position is past ``current round's weight +
+   the new total``: lowering the stable first (90 -> 50 while the canary is
+   still 10, a total of 60) sent it out of the round, and the canary took
+   every request until the round ended -- 100 % instead of 50 % for ~300
+   requests (20 s of a canary step here).
 4. Processes of versions that are no longer desired are stopped once HAProxy
    no longer routes to them (server deleted or disabled, i.e. on the tick
    after ``RemoveRoute``), so in-flight requests finish first.
@@ -149,6 +158,8 @@ def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[A
                 continue  # no frontend/backend yet (OpenFrontend above)
             spec = desired.get(model)
             versions = spec.versions if spec else {}
+            raising: list[Action] = []
+            others: list[Action] = []
             for version in sorted(versions):
                 server = actual.servers.get((model, version))
                 ready = server is not None and server.phase == "ready"
@@ -156,13 +167,17 @@ def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[A
                 route = backend.get(version)
                 if route is None:
                     if ready and server is not None:
-                        actions.append(AddRoute(model, version, server.port, weight))
+                        raising.append(AddRoute(model, version, server.port, weight))
                     continue
                 new_port = server.port if (ready and server and server.port != route.port) else None
                 if route.weight != weight or new_port is not None or not route.enabled:
-                    actions.append(
+                    (raising if weight > route.weight else others).append(
                         SetRoute(model, version, weight, port=new_port, enable=not route.enabled)
                     )
+            # Raised weights first, lowered ones after (rule 3b): HAProxy applies
+            # one `set weight` at a time, and a total that dips in between can
+            # starve a server for hundreds of requests.
+            actions += raising + others
             for version in sorted(backend):
                 if version not in versions:
                     actions.append(RemoveRoute(model, version))

@@ -214,3 +214,171 @@ def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
         for server in backends.values():
             server.shutdown()
             server.server_close()
+
+
+def _named_server(name):
+    """A tiny keep-alive HTTP server on a free loopback port that answers its own name."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            # one write: headers and body in one segment, no Nagle/delayed-ACK stall
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(name), name.encode()))
+
+        def log_message(self, *args):
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass  # HAProxy's health checks hang up without a request
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_canary_step_applied_by_the_sync_keeps_the_split_from_the_first_request(tmp_path):
+    """The sync's order of `set weight`s for a 10 -> 50 step, on real HAProxy 2.6.
+
+    Seen in cluster-latency mode: right after the sync applied 90/10 -> 50/50, HAProxy
+    sent the canary every request for ~20 s (~300 requests) while both servers were UP at
+    50/50 (`show stat`), and the controller held five windows on "traffic not shifted".
+    The cause is the order: the sync set the stable's weight first, so for a moment the
+    backend's total was 60. HAProxy's roundrobin (src/lb_fwrr.c, v2.6.0:
+    `fwrr_update_server_weight` re-queues the server through `fwrr_queue_srv`, which puts
+    it into the *next* round when its position is >= `curr_weight + next_weight`) then
+    parked the stable until the current round of 1600 positions (total weight x
+    BE_WEIGHT_SCALE 16, include/haproxy/backend-t.h) ran out. Raising the canary first
+    keeps the total at or above both splits. Deterministic: roundrobin over sequential
+    requests; the 1000 requests before the step put the round's position past 1600 + 960.
+    """
+    from local.platform.desired import ModelSpec, VersionSpec
+    from local.platform.plan import Actual, RouteView, ServerView, SetRoute, plan
+
+    backends = {name: _named_server(name) for name in ("v1", "v2")}
+    ports = {name: s.server_port for name, s in backends.items()}
+    wd = Workdir(tmp_path)
+    stats, front = free_port(), free_port()
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(haproxy.render_config(
+        wd, stats_port=stats, frontends={"shapes": front},
+        servers={"shapes": {"v1": (ports["v1"], 90), "v2": (ports["v2"], 10)}}))
+    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    session = requests.Session()
+    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
+
+    def answers(n):
+        return [session.get(url, timeout=5).text for _ in range(n)]
+
+    try:
+        api = RuntimeApi(wd.admin_socket())
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if sum(s.up for s in api.servers_state()) == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        before = answers(1000)
+        assert before.count("v2") == 100  # 90/10 exactly, request by request
+        desired = {"shapes": ModelSpec(
+            versions={v: VersionSpec(model_dir=f"/m/{v}") for v in ports},
+            weights={"v1": 50, "v2": 50})}
+        actual = Actual(
+            servers={("shapes", v): ServerView(port=p, phase="ready", model_dir=f"/m/{v}")
+                     for v, p in ports.items()},
+            frontends={"shapes": front},
+            routes={"shapes": {"v1": RouteView(ports["v1"], 90, True),
+                               "v2": RouteView(ports["v2"], 10, True)}},
+            targets=frozenset(("shapes", v, p) for v, p in ports.items()))
+        steps = [a for a in plan(desired, actual, now=0) if isinstance(a, SetRoute)]
+        assert {(a.version, a.weight) for a in steps} == {("v1", 50), ("v2", 50)}
+        for action in steps:  # as the sync executes them, one command each
+            api.set_weight(action.model, action.version, action.weight)
+        after = answers(100)
+        assert 45 <= after.count("v2") <= 55, "".join(a[-1] for a in after)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for server in backends.values():
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_ready_server_slow_to_answer_its_health_route_keeps_its_clients(tmp_path):
+    """HAProxy must not answer 503 while the version's server serves its requests.
+
+    Readiness is the sync's job, with the Deployment's probe (period, timeout and
+    thresholds, as the kubelet applies them; Istio then routes to the ready endpoints).
+    HAProxy's own HTTP check was stricter: without `timeout check` its whole check must
+    finish within `inter` (1 s; HAProxy 2.6 doc/configuration.txt, "timeout check"), and
+    two misses (`fall 2`) took the server DOWN -- the only server of a model, so every
+    client got a 503 "no server available" from a machine too loaded to answer the
+    health route within a second, while the server answered requests and the sync held
+    it ready. HAProxy's check is now a TCP connect: a crashed server is still taken out
+    within ~2 s, a busy one is not. Here the health route takes 1.5 s, requests none.
+    """
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            if self.path.startswith("/v2/health"):
+                hits.append(self.path)
+                time.sleep(1.5)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nv1")
+
+        def log_message(self, *args):
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass
+
+    backend = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    wd = Workdir(tmp_path)
+    front = free_port()
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(haproxy.render_config(
+        wd, stats_port=free_port(), frontends={"shapes": front},
+        servers={"shapes": {"v1": (backend.server_port, 100)}}))
+    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                RuntimeApi(wd.admin_socket()).info()
+                break
+            except OSError:
+                time.sleep(0.1)
+        codes = []
+        until = time.monotonic() + 4  # two misses took it DOWN in ~3 s
+        while time.monotonic() < until:
+            codes.append(requests.get(url, timeout=5).status_code)
+            time.sleep(0.1)
+        states = RuntimeApi(wd.admin_socket()).servers_state()
+        assert set(codes) == {200}, (codes, hits)
+        assert [s.up for s in states] == [True]
+        backend.shutdown()  # a crash: the connect is refused, the check takes it out
+        backend.server_close()
+        deadline = time.monotonic() + 10
+        while RuntimeApi(wd.admin_socket()).servers_state()[0].up:
+            assert time.monotonic() < deadline, "a crashed server stayed UP"
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        backend.shutdown()
+        backend.server_close()

@@ -64,7 +64,18 @@ def test_weight_change_is_a_set_route_without_restart():
     servers = {(M, "v1"): server(8001), (M, "v2"): server(8002, version="v2")}
     routes = {M: {"v1": RouteView(8001, 90, True), "v2": RouteView(8002, 10, True)}}
     actions = plan({M: spec({"v1": 50, "v2": 50})}, actual(servers, routes), now=0)
-    assert actions == [SetRoute(M, "v1", 50), SetRoute(M, "v2", 50)]
+    assert actions == [SetRoute(M, "v2", 50), SetRoute(M, "v1", 50)]
+
+
+def test_raised_weights_are_set_before_lowered_ones():
+    """HAProxy takes one `set weight` at a time: the canary's raise goes first so the
+    backend's total never dips in between (on real HAProxy: test_platform_haproxy.py,
+    test_a_canary_step_applied_by_the_sync_keeps_the_split_from_the_first_request)."""
+    servers = {(M, "a"): server(8001, version="a"), (M, "b"): server(8002, version="b"),
+               (M, "c"): server(8003, version="c")}
+    routes = {M: {"a": RouteView(8001, 50, True), "b": RouteView(8002, 50, True)}}
+    actions = plan({M: spec({"a": 0, "b": 40, "c": 60})}, actual(servers, routes), now=0)
+    assert actions == [AddRoute(M, "c", 8003, 60), SetRoute(M, "a", 0), SetRoute(M, "b", 40)]
 
 
 def test_converged_state_plans_nothing():
