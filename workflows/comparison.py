@@ -15,7 +15,7 @@ import contextlib
 import json
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -44,16 +44,10 @@ class EvalSet:
     images: pathlib.Path
 
 
-def coco_metrics(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]]
-                 ) -> dict[str, float]:
-    """mAP@0.5, mAP@[.5:.95] and mAP@0.75 (COCO's numbers, `promotion.decision.coco_ap`); zero
-    detections score 0 here instead of being refused: a served export that finds nothing
-    is a verdict for the gate, not a broken input."""
-    return matched_metrics(match_detections(ground_truth, detections))
-
-
 def matched_metrics(matched: Matched) -> dict[str, float]:
-    """`coco_metrics` of detections already matched."""
+    """mAP@0.5, mAP@[.5:.95] and mAP@0.75 (COCO's numbers, `promotion.decision.coco_ap`) of
+    detections already matched; zero detections score 0 here instead of being refused: a
+    served export that finds nothing is a verdict for the gate, not a broken input."""
     ap = average_precision(matched, np.ones((1, len(matched.image_ids)), dtype=np.int64))
     means = mean_ap(ap)
     present = matched.gt_counts.sum(axis=0) > 0
