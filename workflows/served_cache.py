@@ -22,7 +22,9 @@ The root is the data cache (`$MLOPS_DATA_CACHE`): the local runner hands it to
 every step and keeps it between runs; in a cluster only prepare-data mounts
 the data cache's claim, so evaluate there finds no cache and runs both exports
 as before until its template mounts the claim too. Entries are written
-atomically (concurrent runs write the same bytes under the same key).
+atomically (concurrent runs write the same bytes under the same key); a hit
+marks its entry used, and past `MAX_ENTRIES` (an entry is a few hundred kB)
+the least recently used go.
 """
 
 import hashlib
@@ -37,6 +39,7 @@ from workflows import served
 
 CACHE_ENV = "MLOPS_DATA_CACHE"
 SUBDIR = "served"
+MAX_ENTRIES = 64  # production's and a few candidates' on two sets, with room to spare
 RECORD = "model.yaml"  # contracts.artifact's record: lineage and metrics, not read to infer
 
 _SERVING_CODE = pathlib.Path(served.__file__).resolve().parents[1] / "serving"
@@ -79,8 +82,9 @@ def images_digest(ground_truth: Mapping[str, Any], image_root: pathlib.Path) -> 
 class ServedCache:
     """`<root>/served/`: one JSON file per (export, images, serving) key."""
 
-    def __init__(self, root: pathlib.Path) -> None:
+    def __init__(self, root: pathlib.Path, max_entries: int = MAX_ENTRIES) -> None:
         self.dir = pathlib.Path(root) / SUBDIR
+        self.max_entries = max_entries
         self._code = _code_digest()
 
     @classmethod
@@ -96,9 +100,11 @@ class ServedCache:
 
     def get(self, key: str) -> str | None:
         """The detections' JSON text stored under `key`, or None (absent or unreadable)."""
+        path = self.dir / f"{key}.json"
         try:
-            text = (self.dir / f"{key}.json").read_text()
+            text = path.read_text()
             json.loads(text)
+            os.utime(path)  # used: the last to go
         except (OSError, ValueError):
             return None
         return text
@@ -107,8 +113,21 @@ class ServedCache:
         """Store the detections' JSON text; a full or read-only cache only costs a rerun."""
         try:
             atomic_write_text(self.dir / f"{key}.json", text)
+            self._prune()
         except OSError:
             pass
+
+    def _prune(self) -> None:
+        """Remove the least recently used entries past `max_entries`."""
+        def used(path: pathlib.Path) -> float:
+            try:
+                return path.stat().st_mtime
+            except OSError:  # removed meanwhile by a concurrent run
+                return 0.0
+
+        entries = sorted(self.dir.glob("*.json"), key=used, reverse=True)
+        for stale in entries[self.max_entries:]:
+            stale.unlink(missing_ok=True)
 
 
 class CachedExport:

@@ -4,12 +4,14 @@ Covers workflows/served_cache.py and its use in workflows/comparison.py: the
 comparison's files (detections, paired.json, pictures) are byte-identical with
 and without the cache, cold and warm; a warm run opens no predictor for an
 export it has seen on those images; the key follows the export's served files,
-not its record (`model.yaml`), and every image's bytes. The export is the
+not its record (`model.yaml`), and every image's bytes; past its bound the least
+recently used entries go. The export is the
 session's trained example (tests/fixtures/training.py), served for real on 16
 of its val images.
 """
 
 import json
+import os
 import pathlib
 import shutil
 
@@ -100,3 +102,16 @@ def test_the_key_follows_served_files_and_image_bytes_not_the_record(
     assert images_digest(truth, images) not in (None, same)
     first.unlink()
     assert images_digest(truth, images) is None  # unreadable: no key, the run names the file
+
+
+def test_the_least_recently_used_entries_go_past_the_bound(tmp_path):
+    cache = ServedCache(tmp_path, max_entries=2)
+    for n, key in enumerate(("a", "b")):
+        cache.put(key, f"[{n}]")
+        os.utime(cache.dir / f"{key}.json", (1000 + n, 1000 + n))  # a older than b
+    assert cache.get("a") == "[0]"  # a hit: a is now the most recently used
+    cache.put("c", "[2]")
+    assert cache.get("b") is None  # the least recently used went
+    assert cache.get("a") == "[0]" and cache.get("c") == "[2]"
+    (cache.dir / "c.json").write_text("[trunc")
+    assert cache.get("c") is None  # unreadable: a miss, computed again
