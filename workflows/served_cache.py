@@ -163,6 +163,9 @@ class CachedExport:
                 key = self.cache.key(self._digest, images)
                 cached = self.cache.get(key)
                 if cached is not None:
+                    print(f"{self.what}: detections on {len(ground_truth['images'])} images read "
+                          f"from {self.cache.dir} ({key[:12]}): this export ran on them before",
+                          flush=True)
                     return cached
         if self._export is None:
             self._export = served.ServedExport(self.model_dir, self.what)
