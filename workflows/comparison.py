@@ -1,6 +1,7 @@
 """Champion vs challenger on the same images: what the evaluate step does once production exists.
 
-Both exports run through the serving stack (`workflows.served`) on each
+Both exports run through the serving stack (`workflows.served`; an export's
+detections on images it already ran on come from `workflows.served_cache`) on each
 evaluation set (the val set, and a holdout set when one is given), and
 `promotion.decision.paired` compares them with a seeded paired bootstrap. Per set this
 writes, into the run's output folder:
@@ -15,7 +16,7 @@ import contextlib
 import json
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from promotion.reports.comparison_pictures import (
     pr_curve_matched,
 )
 from workflows.evaluation import EvaluationError, _load_json, check_ground_truth
-from workflows.served import ServedExport
+from workflows.served_cache import CachedExport, ServedCache
 
 PAIRED_FILE = "paired.json"
 RESAMPLES = 1000
@@ -44,16 +45,10 @@ class EvalSet:
     images: pathlib.Path
 
 
-def coco_metrics(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]]
-                 ) -> dict[str, float]:
-    """mAP@0.5, mAP@[.5:.95] and mAP@0.75 (COCO's numbers, `promotion.decision.coco_ap`); zero
-    detections score 0 here instead of being refused: a served export that finds nothing
-    is a verdict for the gate, not a broken input."""
-    return matched_metrics(match_detections(ground_truth, detections))
-
-
 def matched_metrics(matched: Matched) -> dict[str, float]:
-    """`coco_metrics` of detections already matched."""
+    """mAP@0.5, mAP@[.5:.95] and mAP@0.75 (COCO's numbers, `promotion.decision.coco_ap`) of
+    detections already matched; zero detections score 0 here instead of being refused: a
+    served export that finds nothing is a verdict for the gate, not a broken input."""
     ap = average_precision(matched, np.ones((1, len(matched.image_ids)), dtype=np.int64))
     means = mean_ap(ap)
     present = matched.gt_counts.sum(axis=0) > 0
@@ -61,19 +56,19 @@ def matched_metrics(matched: Matched) -> dict[str, float]:
             "map75": float(np.nanmean(ap[0, 5, present]))}
 
 
-def compare_on(eval_set: EvalSet, candidate: ServedExport, production: ServedExport,
+def compare_on(eval_set: EvalSet, candidate: CachedExport, production: CachedExport,
                out: pathlib.Path, production_version: str, resamples: int = RESAMPLES,
                seed: int = SEED) -> dict[str, Any]:
     """Both exports on one set: metrics, the paired bootstrap, detections and pictures."""
     truth = _load_json(eval_set.annotations, "annotations")
     check_ground_truth(truth, eval_set.annotations)
-    cand = candidate.detections(truth, eval_set.images)
-    prod = production.detections(truth, eval_set.images)
-    files = {}
-    for who, dets in (("candidate", cand), ("production", prod)):
+    files, texts = {}, {}
+    for who, model in (("candidate", candidate), ("production", production)):
+        texts[who] = model.detections_json(truth, eval_set.images)
         path = out / f"served-{eval_set.name}-{who}.json"
-        path.write_text(json.dumps(dets))
+        path.write_text(texts[who])
         files[who] = str(path)
+    cand, prod = json.loads(texts["candidate"]), json.loads(texts["production"])
     try:
         # Matched once per model: the bootstrap, the metrics and the ranking all read it.
         matched_c = match_detections(truth, cand, "candidate")
@@ -106,12 +101,15 @@ def compare_on(eval_set: EvalSet, candidate: ServedExport, production: ServedExp
 
 def compare_with_production(sets: Sequence[EvalSet], candidate_dir: pathlib.Path,
                             production_dir: pathlib.Path, production_version: str,
-                            out: pathlib.Path) -> dict[str, Any]:
-    """Every set compared; writes and returns `paired.json`'s content."""
+                            out: pathlib.Path, cache: ServedCache | None = None
+                            ) -> dict[str, Any]:
+    """Every set compared; writes and returns `paired.json`'s content. With a `cache`,
+    an export's detections on images it already ran on come from there
+    (`workflows.served_cache`)."""
     with contextlib.ExitStack() as stack:
-        # Each export's predictor is made once and runs on every set.
-        candidate = stack.enter_context(ServedExport(candidate_dir, "candidate"))
-        production = stack.enter_context(ServedExport(production_dir, "production"))
+        # Each export's predictor is made once, when first needed, and runs on every set.
+        candidate = stack.enter_context(CachedExport(candidate_dir, "candidate", cache))
+        production = stack.enter_context(CachedExport(production_dir, "production", cache))
         doc = {
             "production": {"version": production_version, "model_dir": str(production_dir)},
             "sets": [compare_on(s, candidate, production, out, production_version)

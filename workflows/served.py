@@ -106,11 +106,3 @@ class ServedExport:
                 row += count
         return results
 
-
-def served_detections(model_dir: pathlib.Path, ground_truth: Mapping[str, Any],
-                      image_root: pathlib.Path, what: str = "model") -> list[dict[str, Any]]:
-    """Run the export in `model_dir` on every image of `ground_truth` (files under
-    `image_root`); returns a COCO results list. Errors name the directory or file.
-    For several sets, open one `ServedExport` instead: its predictor is made once."""
-    with ServedExport(model_dir, what) as export:
-        return export.detections(ground_truth, image_root)

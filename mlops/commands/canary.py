@@ -17,18 +17,19 @@ import json
 import os
 import pathlib
 import tempfile
+from typing import TYPE_CHECKING
 
-import yaml
-
-from contracts.traffic import TrafficError, read_routes
-from gitops.people import current_user
-from gitops.repo import Mirror
 from mlops.errors import UserError
-from promotion.decision.state import CanaryState, dump_state, load_state
-from promotion.gitrepo.steering import canary_action
+
+if TYPE_CHECKING:
+    from promotion.decision.state import CanaryState
 
 
 def _act(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.people import current_user
+    from promotion.gitrepo.steering import canary_action
+
     workdir = pathlib.Path(args.workdir) if args.workdir else None
     print(canary_action(args.gitops, args.model, args.action, current_user(args.by),
                         args.branch, workdir))
@@ -36,6 +37,10 @@ def _act(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.repo import Mirror
+    from promotion.decision.state import dump_state, load_state
+
     with tempfile.TemporaryDirectory(prefix="mlops-canary-") as tmp:
         with Mirror(args.gitops, path=pathlib.Path(tmp) / "m.git") as mirror:
             tip = mirror.sha(args.branch)
@@ -61,6 +66,11 @@ def split_problem(model: str, destination_rule: str | None,
                   virtual_service: str | None) -> str | None:
     """Why the controller refuses the split on main (file and field), None when it does not:
     the same strict reading as the controller's and the local sync's."""
+    # lazy (import cost): `mlops --help` does not load it
+    import yaml
+
+    from contracts.traffic import TrafficError, read_routes
+
     if destination_rule is None or virtual_service is None:
         return None
     try:

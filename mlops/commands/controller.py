@@ -17,24 +17,17 @@ import pathlib
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from contracts.names import model_name_problem
-from gitops.forges.registry import for_gitops
-from local.platform.workdir import Workdir
 from mlops.errors import UserError
-from promotion.cluster.readiness import KubernetesReadiness
-from promotion.controller import Controller, ControllerConfig
-from promotion.controller_metrics import ControllerMetrics
-from promotion.decision.policy import CanaryPolicy
-from promotion.gitrepo.propose import branch_name
-from promotion.metrics.presets import QueryPreset, get_preset
-from promotion.metrics.probe import HttpProbe
-from promotion.metrics.prometheus import PrometheusSource
-from promotion.reports.notify import Notifier
-from workflows.settings import load_settings
+
+if TYPE_CHECKING:
+    from promotion.controller import Controller
+    from promotion.decision.policy import CanaryPolicy
+    from promotion.metrics.prometheus import PrometheusSource
 
 #: The preset a policy gets when it names none: the router's view of the runtime
 #: the controller reads readiness from (what clients see), `model` without one.
@@ -42,6 +35,10 @@ RUNTIME_PRESETS = {"local": "haproxy", "kubernetes": "istio", "none": "model"}
 
 
 def _sources(url: str, preset: str | None, default: str = "model") -> Any:
+    # lazy (import cost): `mlops --help` does not load it
+    from promotion.metrics.presets import QueryPreset
+    from promotion.metrics.prometheus import PrometheusSource
+
     cache: dict[tuple[str, str | None], PrometheusSource] = {}
 
     def source_for(policy: CanaryPolicy) -> PrometheusSource:
@@ -61,6 +58,10 @@ def _sources(url: str, preset: str | None, default: str = "model") -> Any:
 
 
 def _commenter(args: argparse.Namespace) -> Any:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.forges.registry import for_gitops
+    from promotion.gitrepo.propose import branch_name
+
     if not args.forge:
         return None
 
@@ -83,6 +84,10 @@ def _runtime(args: argparse.Namespace) -> str:
 def _readiness(args: argparse.Namespace) -> Any:
     """Who tells whether a merged candidate is deployed and ready
     (`promotion.cluster.readiness`)."""
+    # lazy (import cost): `mlops --help` does not load it
+    from local.platform.workdir import Workdir
+    from promotion.cluster.readiness import KubernetesReadiness
+
     workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
     choice = _runtime(args)
     if choice == "none":
@@ -102,6 +107,8 @@ def _prober(args: argparse.Namespace, readiness: Any) -> Any:
     """Who asks stable and canary the same probe images (`promotion/metrics/probe.py`): through
     the local platform's HAProxy, or the model's Service in the cluster (the header
     match of its VirtualService needs the controller's pod in the mesh), or a template."""
+    # lazy (import cost): `mlops --help` does not load it
+    from promotion.metrics.probe import HttpProbe
 
     template = args.probe_url
     if template == "off":
@@ -122,6 +129,12 @@ def _prober(args: argparse.Namespace, readiness: Any) -> Any:
 
 def build(args: argparse.Namespace) -> Controller:
     """The controller the arguments describe (tests build it the same way)."""
+    # lazy (import cost): `mlops --help` does not load it
+    from promotion.controller import Controller, ControllerConfig
+    from promotion.controller_metrics import ControllerMetrics
+    from promotion.metrics.presets import get_preset
+    from promotion.reports.notify import Notifier
+
     if args.preset:
         get_preset(args.preset)  # an unknown name fails here, listing the choices
     notifier = None
@@ -312,6 +325,9 @@ def _manifests(args: argparse.Namespace) -> int:
         applications += applications_in(args.applications_from)
     pull = list(args.image_pull_secret)
     if args.settings:
+        # lazy (import cost): `mlops --help` does not load it
+        from workflows.settings import load_settings
+
         pull = [*load_settings(args.settings).image_pull_secrets, *pull]
     docs = controller_manifests(
         gitops_url=args.gitops, prometheus_url=args.prometheus, image=args.image,

@@ -13,13 +13,6 @@ import argparse
 import os
 import pathlib
 
-from datapins.cache import Cache
-from datapins.diff import diff, render_markdown
-from datapins.lock import read_lock, write_lock
-from datapins.prepare import prepare
-from datapins.snapshot import snapshot
-from datapins.sources import open_source
-
 
 def _default_cache() -> pathlib.Path:
     env = os.environ.get("MLOPS_DATA_CACHE")
@@ -27,6 +20,11 @@ def _default_cache() -> pathlib.Path:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from datapins.lock import read_lock, write_lock
+    from datapins.snapshot import snapshot
+    from datapins.sources import open_source
+
     lock = snapshot(open_source(args.source, args.endpoint_url), args.name, workers=args.workers)
     out = pathlib.Path(args.out)
     if args.if_changed and out.is_file() and read_lock(out).digest == lock.digest:
@@ -41,6 +39,12 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from datapins.cache import Cache
+    from datapins.lock import read_lock
+    from datapins.prepare import prepare
+    from datapins.sources import open_source
+
     lock = read_lock(pathlib.Path(args.lock))
     labels = [x.strip() for x in args.labels.split(",") if x.strip()] if args.labels else None
     report = prepare(lock, pathlib.Path(args.dest), Cache(pathlib.Path(args.cache)),
@@ -56,6 +60,10 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from datapins.diff import diff, render_markdown
+    from datapins.lock import read_lock
+
     print(render_markdown(diff(read_lock(pathlib.Path(args.old)),
                                read_lock(pathlib.Path(args.new)))), end="")
     return 0

@@ -19,11 +19,7 @@ import os
 import pathlib
 import tempfile
 
-from gitops import layout
-from gitops.repo import Mirror, init_repo
 from mlops.errors import UserError
-from promotion.decision.policy import parse_duration
-from serving.manifests import ANNOTATION_WEIGHTS_SHA256
 
 
 def repo_argument(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +38,9 @@ def require_repo(args: argparse.Namespace) -> str:
 
 
 def _init(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.repo import init_repo
+
     result = init_repo(args.target, repo_url=args.argocd_repo_url, namespace=args.namespace)
     what = "initialised" if result.status == "committed" else "already initialised"
     print(f"{what}: {args.target} (main at {str(result.commit)[:12]})")
@@ -49,6 +48,11 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops import layout
+    from gitops.repo import Mirror
+    from serving.manifests import ANNOTATION_WEIGHTS_SHA256
+
     repo = require_repo(args)
     with Mirror(repo) as mirror, tempfile.TemporaryDirectory(prefix="mlops-show-") as tmp:
         sha = mirror.export(args.ref, pathlib.Path(tmp))
@@ -77,7 +81,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
+    # lazy (import cost): `mlops --help` does not load them
+    from gitops import layout
+    from gitops.repo import Mirror
+    from promotion.decision.policy import parse_duration
     from promotion.gitrepo.lint import lint_tree
 
     # lazy (import cost): `mlops --help` does not load it; it pulls jsonschema

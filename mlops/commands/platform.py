@@ -8,7 +8,6 @@ import json
 import pathlib
 from typing import Any
 
-from local.platform import lifecycle
 from local.platform.workdir import Workdir, default_workdir, load_config
 from mlops.errors import UserError
 
@@ -62,6 +61,9 @@ def register(subparsers: Any) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from local.platform import lifecycle
+
     workdir = _workdir(args)
     result = lifecycle.up(workdir, args.gitops, controller_port=args.controller_port,
                           poll_interval=args.poll_interval, sync_delay=args.sync_delay,
@@ -85,6 +87,9 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from local.platform import lifecycle
+
     result = lifecycle.down(_workdir(args))
     stopped = ", ".join(result["stopped"]) or "nothing was running"
     print(f"platform down in {result['workdir']}: {stopped}")
@@ -125,6 +130,9 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from local.platform import lifecycle
+
     runs = _runs(args.runs)
     workdir = _workdir(args)
     if args.runs and not args.workdir and load_config(workdir) is None:

@@ -20,15 +20,14 @@ import argparse
 import os
 from typing import Any
 
-from gitops.forges import registry
-from gitops.people import current_user
-from gitops.proposal import parse_record
 from mlops.commands.gitops import repo_argument, require_repo
 from mlops.errors import UserError
 
 
 def forge_from_args(args: argparse.Namespace) -> Any:
     """The forge the options name (local needs only the repo)."""
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.forges import registry
 
     name = args.forge
     if name == "local":
@@ -57,6 +56,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.proposal import parse_record
+
     forge = forge_from_args(args)
     pr = forge.get_pr(args.number)
     print(f"#{pr.number} {pr.title}")
@@ -81,6 +83,7 @@ def _show(args: argparse.Namespace) -> int:
 def _approve(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
     from gitops.approver import approve_as
+    from gitops.people import current_user
 
     forge = forge_from_args(args)
     print(approve_as(require_repo(args), args.number, forge, current_user(args.by)))

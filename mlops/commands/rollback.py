@@ -16,11 +16,12 @@ import argparse
 import os
 import pathlib
 
-from gitops.people import current_user
-from promotion.gitrepo.steering import rollback_to
-
 
 def _rollback(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.people import current_user
+    from promotion.gitrepo.steering import rollback_to
+
     lines = rollback_to(
         args.gitops, args.model, current_user(args.by), to=args.to, branch=args.branch,
         workdir=pathlib.Path(args.workdir) if args.workdir else None,

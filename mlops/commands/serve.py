@@ -8,12 +8,6 @@ import signal
 import sys
 
 from mlops.errors import UserError
-from serving.options import (
-    DEFAULT_BATCH_MAX_SIZE,
-    DEFAULT_BATCH_TIMEOUT_MS,
-    DEFAULT_WORKERS,
-    ServingOptions,
-)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,6 +107,14 @@ def run_serve(args: argparse.Namespace) -> int:
 
     # lazy (import cost): `mlops --help` does not load it
     from serving.modeldir import load_model_dir
+
+    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
+    from serving.options import (
+        DEFAULT_BATCH_MAX_SIZE,
+        DEFAULT_BATCH_TIMEOUT_MS,
+        DEFAULT_WORKERS,
+        ServingOptions,
+    )
 
     # lazy (import cost): `mlops --help` does not load it; it pulls pillow, pysimdjson
     from serving.preprocess import MAX_REQUEST_PIXELS, ImageOptions

@@ -16,18 +16,15 @@ import pathlib
 import sys
 from typing import Any
 
-import yaml
-
-from gitops.people import current_user
-from local.platform.workdir import Workdir, default_workdir, load_config
 from mlops.commands.pr import forge_from_args
 from mlops.errors import UserError
-from workflows.settings import load_settings
 
 
 def ui_config(args: argparse.Namespace) -> Any:
     """The UI's settings from the options, completed from the platform's work dir."""
-    # lazy (import cost): `mlops --help` does not load it; it pulls starlette
+    # lazy (import cost): `mlops --help` does not load them; mlops.ui.app pulls starlette
+    from gitops.people import current_user
+    from local.platform.workdir import Workdir, default_workdir, load_config
     from mlops.ui.app import UiConfig
 
     root = pathlib.Path(args.workdir).expanduser().resolve() if args.workdir else \
@@ -68,6 +65,8 @@ def ui_config(args: argparse.Namespace) -> Any:
 def _settings(args: argparse.Namespace) -> Any:
     """The pipeline's settings (`--settings FILE`, else the defaults): the namespace its
     Workflows run in, the pods' image pull secrets."""
+    # lazy (import cost): `mlops --help` does not load it
+    from workflows.settings import load_settings
 
     return load_settings(args.settings)
 
@@ -101,6 +100,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it
+    import yaml
+
     # lazy (import cost): `mlops --help` does not load it
     from mlops.ui.manifests import ui_manifests
 

@@ -6,8 +6,6 @@ import sys
 from typing import Any
 
 from contracts.errors import ExitCode, MlopsError
-from workflows.config import load_config
-from workflows.settings import load_settings
 
 # Hera (render, submit) and the schemas (lint) are imported inside the
 # commands: they take seconds, and `mlops --help` should not.
@@ -21,10 +19,16 @@ class LintFailed(MlopsError):
 
 
 def _settings(args: argparse.Namespace) -> Any:
+    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
+    from workflows.settings import load_settings
+
     return load_settings(args.settings, namespace=getattr(args, "namespace", None))
 
 
 def _render(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
+    from workflows.config import load_config
+
     loaded = load_config(args.path)  # a broken config stops here, before any write
     settings = _settings(args)
     # lazy (import cost): `mlops --help` does not load it; it pulls hera, jsonschema
@@ -36,6 +40,9 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
+    from workflows.config import load_config
+
     loaded = load_config(args.path)
     settings = _settings(args)
     # lazy (import cost): `mlops --help` does not load it; it pulls hera

@@ -12,9 +12,10 @@ in the controller or the platform knows which scenario is playing.
 
 import copy
 import dataclasses
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from promotion.decision.state import CanaryState, Phase
+if TYPE_CHECKING:
+    from promotion.decision.state import CanaryState
 
 Outcome = Literal["promoted", "rolled_back", "gate_refused", "pipeline_failed"]
 
@@ -223,7 +224,7 @@ def with_args(config: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def outcome_of(run: dict[str, Any] | None, final: CanaryState | None,
+def outcome_of(run: dict[str, Any] | None, final: "CanaryState | None",
                version: str) -> Outcome | None:
     """What happened to `version`, from the run's outcome and the last promotion.yaml.
 
@@ -238,6 +239,9 @@ def outcome_of(run: dict[str, Any] | None, final: CanaryState | None,
             return "pipeline_failed"
     if final is None:
         return None
+    # lazy (import cost): `mlops --help` reads this module's names; the state pulls numpy
+    from promotion.decision.state import Phase
+
     if final.stable == version and final.phase in (Phase.IDLE, Phase.PROMOTED):
         return "promoted"
     if final.candidate == version and final.phase is Phase.ROLLED_BACK:

@@ -14,11 +14,10 @@ Numbers say *how much* two models differ; a reviewer also wants to see
   interpolated precision, averaged over classes: its area is mAP@0.5), from
   faster-coco-eval's accumulated `precision` array (matplotlib's `Agg` backend).
 
-`disagreement` and `pr_curve` are pure; the `plot_*` functions write files.
+`disagreement_matched` and `pr_curve_matched` are pure (they read the detections as
+`promotion.decision.coco_ap` matched them once); the `plot_*` functions write files.
 """
 
-import contextlib
-import io
 import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,12 +28,10 @@ from numpy.typing import NDArray
 from promotion.decision.coco_ap import (
     RECALL_THRESHOLDS,
     Matched,
-    match_detections,
     precision_curve,
 )
 
-__all__ = ["disagreement", "disagreement_matched", "plot_disagreements", "plot_pr_curves",
-           "pr_curve", "pr_curve_matched"]
+__all__ = ["disagreement_matched", "plot_disagreements", "plot_pr_curves", "pr_curve_matched"]
 
 Detections = Sequence[Mapping[str, Any]]
 
@@ -48,16 +45,10 @@ def _confident_counts(matched: Matched, threshold: float
     return right, wrong
 
 
-def disagreement(ground_truth: Mapping[str, Any], candidate: Detections,
-                 production: Detections, threshold: float = 0.5) -> list[tuple[int, int]]:
-    """(image id, disagreement) for every image, most disagreement first (ties: by id)."""
-    return disagreement_matched(match_detections(ground_truth, candidate),
-                                match_detections(ground_truth, production), threshold)
-
-
 def disagreement_matched(candidate: Matched, production: Matched, threshold: float = 0.5
                          ) -> list[tuple[int, int]]:
-    """`disagreement` of detections already matched against the same ground truth."""
+    """(image id, disagreement) for every image, most disagreement first (ties: by id), from
+    both models' detections matched against the same ground truth."""
     if candidate.image_ids != production.image_ids:
         raise ValueError("candidate and production were matched on different images")
     right_c, wrong_c = _confident_counts(candidate, threshold)
@@ -66,28 +57,10 @@ def disagreement_matched(candidate: Matched, production: Matched, threshold: flo
     return sorted(zip(candidate.image_ids, score.tolist()), key=lambda pair: (-pair[1], pair[0]))
 
 
-def pr_curve(ground_truth: Mapping[str, Any], detections: Detections
-             ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(recall thresholds, precision) at IoU 0.5, all areas, 100 detections, class mean."""
-    # lazy: optional, faster-coco-eval
-    from faster_coco_eval import COCO, COCOeval_faster
-
-    if not detections:  # nothing found: precision 0 at every recall
-        return RECALL_THRESHOLDS.copy(), np.zeros(len(RECALL_THRESHOLDS))
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt = COCO(dict(ground_truth))
-        dt = gt.loadRes([dict(d) for d in detections])
-        ev = COCOeval_faster(gt, dt, iouType="bbox", print_function=lambda *a, **k: None)
-        ev.evaluate()
-        ev.accumulate()
-    precision = np.asarray(ev.eval["precision"])[0, :, :, 0, -1]  # (recall, classes)
-    # -1: a class with no ground truth
-    return RECALL_THRESHOLDS.copy(), _class_mean(np.where(precision >= 0, precision, np.nan))
-
-
 def pr_curve_matched(matched: Matched) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """`pr_curve` of detections already matched (`promotion.decision.coco_ap`'s precision,
-    COCOeval's to 1e-12: no second evaluation of the same detections)."""
+    """(recall thresholds, precision) at IoU 0.5, all areas, 100 detections, class mean, of
+    detections already matched (`promotion.decision.coco_ap`'s precision, COCOeval's to
+    1e-12: no second evaluation of the same detections)."""
     return RECALL_THRESHOLDS.copy(), _class_mean(precision_curve(matched, 0))
 
 

@@ -2,29 +2,67 @@
 
 Covers promotion/reports/comparison_pictures.py: `disagreement_matched` ranks the
 same as `disagreement` from the detections and `pr_curve_matched` draws the same
-curve as `pr_curve` (faster-coco-eval's accumulated precision, run for real) (the
+curve as `pr_curve` (faster-coco-eval's accumulated precision, run for real; both
+references live here, the product no longer needs them) (the
 evaluate step matches each model once and hands the matches over), and
 `plot_disagreements` draws each chosen image
 twice, the candidate's confident boxes in orange on the left, production's in cyan
 on the right, the ground truth dashed white on both (checked on the PNG's pixels).
 """
 
+import contextlib
+import io
 import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 from PIL import Image
 
-from promotion.decision.coco_ap import average_precision, match_detections, precision_curve
+from promotion.decision.coco_ap import (
+    RECALL_THRESHOLDS,
+    average_precision,
+    match_detections,
+    precision_curve,
+)
 from promotion.reports.comparison_pictures import (
     _COLOURS,
-    disagreement,
+    _class_mean,
     disagreement_matched,
     plot_disagreements,
-    pr_curve,
     pr_curve_matched,
 )
 from tests.fixtures.detections import detect, make_gt
+
+
+def disagreement(ground_truth: Mapping[str, Any], candidate: Sequence[Mapping[str, Any]],
+                 production: Sequence[Mapping[str, Any]], threshold: float = 0.5
+                 ) -> list[tuple[int, int]]:
+    """The ranking from the detections themselves (the product ranks matches it made once)."""
+    return disagreement_matched(match_detections(ground_truth, candidate),
+                                match_detections(ground_truth, production), threshold)
+
+
+def pr_curve(ground_truth: Mapping[str, Any], detections: Sequence[Mapping[str, Any]]
+             ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The reference: faster-coco-eval's accumulated precision at IoU 0.5, all areas,
+    100 detections, class mean."""
+    # lazy: optional, faster-coco-eval
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    if not detections:  # nothing found: precision 0 at every recall
+        return RECALL_THRESHOLDS.copy(), np.zeros(len(RECALL_THRESHOLDS))
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO(dict(ground_truth))
+        dt = gt.loadRes([dict(d) for d in detections])
+        ev = COCOeval_faster(gt, dt, iouType="bbox", print_function=lambda *a, **k: None)
+        ev.evaluate()
+        ev.accumulate()
+    precision = np.asarray(ev.eval["precision"])[0, :, :, 0, -1]  # (recall, classes)
+    # -1: a class with no ground truth
+    return RECALL_THRESHOLDS.copy(), _class_mean(np.where(precision >= 0, precision, np.nan))
 
 
 def test_ranking_from_matches_is_the_ranking_from_detections() -> None:

@@ -26,6 +26,7 @@ from promotion.gitrepo.production import read_production
 from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
+from workflows.served_cache import ServedCache
 from workflows.steps.common import base_parser, run_main
 from workflows.steps.data_lineage import (
     pinned_lock,
@@ -89,7 +90,8 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
             sets.append(EvalSet("holdout", *pinned_holdout))
         print(f"production: {loaded.config.model} {version}; both exports run through the "
               f"serving stack on the same images ({', '.join(s.name for s in sets)})", flush=True)
-        doc = compare_with_production(sets, output_dir / "model", prod_dir, version, output_dir)
+        doc = compare_with_production(sets, output_dir / "model", prod_dir, version, output_dir,
+                                      ServedCache.from_env())
         val = doc["sets"][0]
         metrics = {**val["candidate_metrics"], "images": val["paired"]["images"],
                    "source": "served export", "production": version}

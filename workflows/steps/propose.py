@@ -19,9 +19,6 @@ import yaml
 
 from cogs.files import atomic_write_text
 from contracts.errors import report
-from gitops.forges.registry import for_gitops
-from promotion.gitrepo.propose import propose
-from workflows.config import load_config
 from workflows.errors import ConfigError
 
 
@@ -85,8 +82,12 @@ def _write_outputs(folder: pathlib.Path, result: Any) -> None:
 
 def run_args(args: argparse.Namespace) -> int:
     """Propose as the parsed arguments say; prints the outcome, returns 0."""
-    # lazy (import cost): `mlops --help` does not load it
+    # lazy (import cost): `mlops --help` registers this step's arguments (`mlops promote
+    # propose`) and must not load them; they pull pydantic and the GitOps writer
+    from gitops.forges.registry import for_gitops
     from promotion.gitrepo.platform_policy import read_platform_policy
+    from promotion.gitrepo.propose import propose
+    from workflows.config import load_config
 
     # The platform's policy in the GitOps repo bounds what the model repo's mlops.yaml
     # (pushed with the commit) may ask: approval, canary policy, serving image.
