@@ -23,7 +23,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 #: `workflows.config` import); add them here once that import is lazy too.
 HEAVY = ("paddle", "requests", "urllib3", "prometheus_client", "boto3", "starlette", "hera",
          "promotion.controller", "promotion.decision.state", "promotion.decision.stats",
-         "datapins.cache")
+         "datapins.cache", "numpy", "pydantic", "serving.options")
 
 _PROBE = """
 import json, runpy, sys

@@ -5,21 +5,19 @@ import pathlib
 from typing import Any
 
 from mlops.errors import UserError
-from workflows.config import load_config
-from workflows.settings import load_settings
 
 
 def _run(args: argparse.Namespace) -> int:
     """The cluster's two stages on this machine: the push Workflow (`workflows.push`) checks
     out the commit and its submit step renders that commit's pipeline; then that very
     Workflow runs here, where the cluster's step would create it through the API."""
-    # Imported here: Hera's models take seconds to import, and every other
-    # `mlops` command should not pay for them.
+    # lazy (import cost): every `mlops` start registers this command; these pull Hera's
+    # models (seconds), pydantic, numpy (the gate's statistics) and serving options
     from local.argo.runner import run_workflow
-
-    # lazy (import cost): `mlops --help` does not load it; it pulls hera
+    from workflows.config import load_config
     from workflows.pipeline import PARAMETERS
     from workflows.push import PUSH_PARAMETERS, build_push_template
+    from workflows.settings import load_settings
 
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
