@@ -628,6 +628,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ],
         ) if warm else None
 
+        # The data cache's claim, where there is one (a repo with pins), also keeps the
+        # exports' served detections between runs (`workflows.served_cache`), as locally.
+        served_cache = loaded.config.data is not None and bool(settings.data_cache_claim)
         # Production runs on the candidate's images too (`workflows.comparison`): the
         # evaluate step finds it in the GitOps repo and reads its export from the models
         # volume, read-only. The pictures of that comparison go with the report.
@@ -640,8 +643,12 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--gitops-branch",
                 loaded.config.promotion.gitops.branch,
             ),
-            extra_env=_git_credentials(settings, helper=False),  # a private GitOps repo
-            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],
+            extra_env=[*_git_credentials(settings, helper=False),  # a private GitOps repo
+                       *([Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT)] if served_cache
+                         else [])],
+            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True),
+                          *([m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
+                            if served_cache else [])],
             outputs=[
                 Parameter(name="map50", value_from=m.ValueFrom(path=_out("map50"))),
                 Parameter(name="map", value_from=m.ValueFrom(path=_out("map"))),

@@ -19,9 +19,9 @@ stored, so the first push after a promotion finds its production's: they are
 that candidate's from its own run.
 
 The root is the data cache (`$MLOPS_DATA_CACHE`): the local runner hands it to
-every step and keeps it between runs; in a cluster only prepare-data mounts
-the data cache's claim, so evaluate there finds no cache and runs both exports
-as before until its template mounts the claim too. Entries are written
+every step and keeps it between runs; in a cluster evaluate mounts the data
+cache's claim where prepare-data does (a repo with pins and `data_cache_claim`
+in the settings), and without it runs both exports every time. Entries are written
 atomically (concurrent runs write the same bytes under the same key); a hit
 marks its entry used, and past `MAX_ENTRIES` (an entry is a few hundred kB)
 the least recently used go.

@@ -70,6 +70,11 @@ def test_rendered_cluster_documents_validate_and_keep_secrets_out_of_argv(tmp_pa
     assert "minio" not in argv and "AWS" not in argv
     volumes = {v["name"]: v for v in wt["spec"]["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["readOnly"] is True
+    # evaluate keeps the exports' served detections in the same cache (workflows.served_cache)
+    evaluate = next(t for t in wt["spec"]["templates"] if t["name"] == "evaluate")
+    container = evaluate["container"]
+    assert {"name": "data-cache", "mountPath": "/data-cache"} in container["volumeMounts"]
+    assert {"name": "MLOPS_DATA_CACHE", "value": "/data-cache"} in container["env"]
     # Its pod holds only the executor's token, allowed what argoexec does (identity check).
     from workflows.identity import identity_problems
 
