@@ -9,16 +9,14 @@ machine): every request it receives, read as RBAC reads it
 must be in the list, and every listed call must have been sent.
 """
 
-import http.server
-import json
 import pathlib
 import re
-import threading
 
 import pytest
 
 from contracts.kubeapi import request_call
 from promotion.cluster import argocd, readiness
+from tests.fixtures.kubeapi import api_stand_in
 
 MODEL = "shapes-detector"
 VALUES = {"model": MODEL, "version": "v2", "argocd_namespace": "argocd",
@@ -27,39 +25,13 @@ VALUES = {"model": MODEL, "version": "v2", "argocd_namespace": "argocd",
 
 @pytest.fixture
 def api_server():
-    """Answers every request with an empty object (200) and records (method, path)."""
-    seen: list[tuple[str, str]] = []
-
-    class Api(http.server.BaseHTTPRequestHandler):
-        def _answer(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            seen.append((self.command, self.path))
-            payload = json.dumps({"metadata": {}, "spec": {}, "status": {}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_PATCH = do_POST = do_PUT = do_DELETE = _answer
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    """Answers every request with an empty object (200) and records it."""
+    with api_stand_in(lambda *_: (200, {"metadata": {}, "spec": {}, "status": {}})) as served:
+        yield served
 
 
 def _sent(seen):
-    return {request_call(method, path) for method, path in seen}
+    return {request_call(method, path) for method, path, _ in seen}
 
 
 def test_the_argo_cd_refresher_sends_exactly_its_declared_calls(api_server):

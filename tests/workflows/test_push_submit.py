@@ -13,17 +13,16 @@ port answers the official client (201 Created, then 409 AlreadyExists for a name
 has seen, as the API server does) and keeps each request's body.
 """
 
-import http.server
 import json
 import pathlib
 import shutil
-import threading
 
 import pytest
 import yaml
 
 from contracts.kubeapi import request_call
 from local.argo.runner import run_workflow
+from tests.fixtures.kubeapi import api_stand_in
 from tests.fixtures.workflows import git, make_fake_model_repo
 from tests.manifest_validation import validate_manifest
 from workflows.config import load_config
@@ -38,37 +37,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "shapes-detector"
 
 
+def _create(method, path, body, before):
+    """201 Created, or 409 AlreadyExists for a Workflow name already created."""
+    if body["metadata"]["name"] in [b["metadata"]["name"] for _, _, b in before]:
+        return 409, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                     "reason": "AlreadyExists", "code": 409}
+    return 201, body
+
+
 @pytest.fixture
 def api_server():
     """Records (method, path, body); answers 201, or 409 for a Workflow name it has seen."""
-    seen: list[tuple[str, str, dict]] = []
-
-    class Api(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            names = [b["metadata"]["name"] for _, _, b in seen]
-            seen.append((self.command, self.path, body))
-            code = 409 if body["metadata"]["name"] in names else 201
-            payload = json.dumps(body if code == 201 else {
-                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "reason": "AlreadyExists", "code": 409}).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with api_stand_in(_create) as served:
+        yield served
 
 
 @pytest.fixture
