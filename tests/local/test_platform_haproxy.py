@@ -1,5 +1,6 @@
 """HAProxy config rendering (checked by the real `haproxy -c`) and runtime-API parsing."""
 
+import contextlib
 import hashlib
 import http.server
 import os
@@ -141,6 +142,29 @@ def test_released_socket_dir_is_removed_and_a_foreign_one_is_kept(tmp_path):
     assert not other.parent.exists()
 
 
+@contextlib.contextmanager
+def _router(tmp_path, backends, weights):
+    """HAProxy over `backends` (name -> a running loopback HTTP server) with the model
+    `shapes` split by `weights`; yields (work dir, stats port, front port) and stops
+    HAProxy and the backends, even on failure."""
+    wd = Workdir(tmp_path)
+    stats, front = free_port(), free_port()
+    wd.haproxy.mkdir(parents=True)
+    wd.haproxy_cfg.write_text(haproxy.render_config(
+        wd, stats_port=stats, frontends={"shapes": front},
+        servers={"shapes": {v: (backends[v].server_port, w) for v, w in weights.items()}}))
+    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield wd, stats, front
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for server in backends.values():
+            server.shutdown()
+            server.server_close()
+
+
 def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
     """The canary's probe asks each version through the router (`x-mlops-version`): real
     HAProxy, two static servers at 100/0 and one added at run time, each a tiny HTTP server
@@ -166,26 +190,16 @@ def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
         return server
 
     backends = {name: named(name) for name in ("v1", "v2", "v3")}
-    wd = Workdir(tmp_path)
-    stats, front = free_port(), free_port()
-    wd.haproxy.mkdir(parents=True)
-    wd.haproxy_cfg.write_text(haproxy.render_config(
-        wd, stats_port=stats, frontends={"shapes": front},
-        servers={"shapes": {"v1": (backends["v1"].server_port, 100),
-                            "v2": (backends["v2"].server_port, 0)}}))
-    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
+    with _router(tmp_path, backends, {"v1": 100, "v2": 0}) as (wd, stats, front):
+        url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
 
-    def answer(version=None):
-        headers = {"x-mlops-version": version} if version else {}
-        return requests.get(url, headers=headers, timeout=5).text
+        def answer(version=None):
+            headers = {"x-mlops-version": version} if version else {}
+            return requests.get(url, headers=headers, timeout=5).text
 
-    def up(names):
-        states = {s.name: s.up for s in RuntimeApi(wd.admin_socket()).servers_state()}
-        return all(states.get(n) for n in names)
-
-    try:
+        def up(names):
+            states = {s.name: s.up for s in RuntimeApi(wd.admin_socket()).servers_state()}
+            return all(states.get(n) for n in names)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -208,12 +222,6 @@ def test_a_version_header_pins_the_server_whatever_its_weight(tmp_path):
                   for line in latency.splitlines() if line.startswith(
                       "mlops_router_response_seconds_count")}
         assert counts == {"v1": 10}, latency  # the ten unpinned requests only
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for server in backends.values():
-            server.shutdown()
-            server.server_close()
 
 
 def _named_server(name):
@@ -261,21 +269,12 @@ def test_a_canary_step_applied_by_the_sync_keeps_the_split_from_the_first_reques
 
     backends = {name: _named_server(name) for name in ("v1", "v2")}
     ports = {name: s.server_port for name, s in backends.items()}
-    wd = Workdir(tmp_path)
-    stats, front = free_port(), free_port()
-    wd.haproxy.mkdir(parents=True)
-    wd.haproxy_cfg.write_text(haproxy.render_config(
-        wd, stats_port=stats, frontends={"shapes": front},
-        servers={"shapes": {"v1": (ports["v1"], 90), "v2": (ports["v2"], 10)}}))
-    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    session = requests.Session()
-    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
+    with _router(tmp_path, backends, {"v1": 90, "v2": 10}) as (wd, _, front):
+        session = requests.Session()
+        url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
 
-    def answers(n):
-        return [session.get(url, timeout=5).text for _ in range(n)]
-
-    try:
+        def answers(n):
+            return [session.get(url, timeout=5).text for _ in range(n)]
         api = RuntimeApi(wd.admin_socket())
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -303,12 +302,6 @@ def test_a_canary_step_applied_by_the_sync_keeps_the_split_from_the_first_reques
             api.set_weight(action.model, action.version, action.weight)
         after = answers(100)
         assert 45 <= after.count("v2") <= 55, "".join(a[-1] for a in after)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for server in backends.values():
-            server.shutdown()
-            server.server_close()
 
 
 def test_a_ready_server_slow_to_answer_its_health_route_keeps_its_clients(tmp_path):
@@ -346,16 +339,8 @@ def test_a_ready_server_slow_to_answer_its_health_route_keeps_its_clients(tmp_pa
 
     backend = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=backend.serve_forever, daemon=True).start()
-    wd = Workdir(tmp_path)
-    front = free_port()
-    wd.haproxy.mkdir(parents=True)
-    wd.haproxy_cfg.write_text(haproxy.render_config(
-        wd, stats_port=free_port(), frontends={"shapes": front},
-        servers={"shapes": {"v1": (backend.server_port, 100)}}))
-    proc = subprocess.Popen(haproxy.command(binaries.which("haproxy"), wd),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
-    try:
+    with _router(tmp_path, {"v1": backend}, {"v1": 100}) as (wd, _, front):
+        url = f"http://127.0.0.1:{front}/v2/models/shapes/infer"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -377,8 +362,3 @@ def test_a_ready_server_slow_to_answer_its_health_route_keeps_its_clients(tmp_pa
         while RuntimeApi(wd.admin_socket()).servers_state()[0].up:
             assert time.monotonic() < deadline, "a crashed server stayed UP"
             time.sleep(0.1)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        backend.shutdown()
-        backend.server_close()
