@@ -1,10 +1,13 @@
 """Submit a commit of a model repo to an Argo Server, through Hera's WorkflowsService.
 
-Two calls, both idempotent: the WorkflowTemplate is created, or updated
-when it exists; then a Workflow referencing it is created for the commit.
-The Workflow's name is `<model>-<sha[:12]>` (as the Sensor names it), so a
-second submit of the same commit is refused by the server and reported as
-"already submitted" instead of training twice.
+One call: the commit's pipeline Workflow, rendered from the checkout's
+`mlops.yaml` with the whole spec inline, exactly as a push's `submit-pipeline`
+step creates it (`workflows.push.child_workflow`), labelled `trigger: cli`. No
+shared WorkflowTemplate is written: two submits of different commits in flight
+would race on it, and a run would read whichever was written last. The
+Workflow's name is `<model>-<sha[:12]>` (as a push names it), so a second
+submit of the same commit is refused by the server and reported as "already
+submitted" instead of training twice.
 
 The token comes from the environment (`ARGO_TOKEN`, what `argo auth token`
 prints), never from a flag that would land in shell history.
@@ -14,16 +17,16 @@ import os
 import pathlib
 import subprocess
 from dataclasses import dataclass
-from typing import cast
+from typing import Any
 
 from hera.exceptions import AlreadyExists, HeraException
-from hera.workflows import Parameter, Workflow, WorkflowsService, WorkflowTemplate
+from hera.workflows import WorkflowsService
 from hera.workflows import models as m
 
 from contracts.errors import ExitCode, MlopsError
 from workflows.config import LoadedConfig
 from workflows.errors import ConfigError
-from workflows.pipeline import build_workflow_template, workflow_name
+from workflows.push import child_workflow
 from workflows.settings import PipelineSettings
 
 TOKEN_ENV = "ARGO_TOKEN"
@@ -47,8 +50,6 @@ class Submission:
 
     workflow: str
     namespace: str
-    template: str
-    template_action: str  # created | updated
     created: bool  # False: the workflow for this commit already existed
     parameters: dict[str, str]
 
@@ -76,21 +77,12 @@ def commit_parameters(
 
 def build_submission(
     loaded: LoadedConfig, settings: PipelineSettings, params: dict[str, str]
-) -> Workflow:
-    """The Workflow for one commit, referencing the model's WorkflowTemplate."""
-    model = loaded.config.model
-    return Workflow(
-        name=workflow_name(model, params["revision"]),
-        namespace=settings.namespace,
-        labels={"mlops.dev/model": model, "mlops.dev/trigger": "cli"},
-        workflow_template_ref=m.WorkflowTemplateRef(name=model),
-        arguments=[Parameter(name=k, value=v) for k, v in params.items()],
-    )
-
-
-def _built(wt: WorkflowTemplate) -> m.WorkflowTemplate:
-    # Hera types build() as any of its workflow kinds; a WorkflowTemplate builds one.
-    return cast(m.WorkflowTemplate, wt.build())
+) -> dict[str, Any]:
+    """The commit's pipeline Workflow, inline, as a push creates it (labelled `trigger: cli`)."""
+    workflow = child_workflow(loaded, settings, repo=params["repo"], revision=params["revision"],
+                              ref=params["ref"], annotations={})
+    workflow["metadata"]["labels"]["mlops.dev/trigger"] = "cli"
+    return workflow
 
 
 def submit(
@@ -102,7 +94,7 @@ def submit(
     token: str | None = None,
     verify_ssl: bool = True,
 ) -> Submission:
-    """Create-or-update the template, then create the commit's Workflow."""
+    """Create the commit's pipeline Workflow (inline; already there: not created again)."""
     token = token if token is not None else os.environ.get(TOKEN_ENV)
     service = WorkflowsService(
         host=server.rstrip("/") + "/",
@@ -110,28 +102,11 @@ def submit(
         namespace=settings.namespace,
         verify_ssl=verify_ssl,
     )
-    wt = build_workflow_template(loaded, settings)
-    name = str(wt.name)
+    workflow = build_submission(loaded, settings, params)
     try:
         try:
-            service.create_workflow_template(
-                m.WorkflowTemplateCreateRequest(template=_built(wt)), namespace=settings.namespace
-            )
-            action = "created"
-        except AlreadyExists:
-            current = service.get_workflow_template(name, namespace=settings.namespace)
-            updated = _built(wt)
-            updated.metadata.resource_version = current.metadata.resource_version
-            service.update_workflow_template(
-                name,
-                m.WorkflowTemplateUpdateRequest(template=updated),
-                namespace=settings.namespace,
-            )
-            action = "updated"
-        wf = build_submission(loaded, settings, params)
-        try:
             service.create_workflow(
-                m.WorkflowCreateRequest(workflow=cast(m.Workflow, wf.build())),
+                m.WorkflowCreateRequest(workflow=m.Workflow.model_validate(workflow)),
                 namespace=settings.namespace,
             )
             created = True
@@ -142,10 +117,8 @@ def submit(
     except OSError as exc:  # connection refused, DNS, TLS
         raise ArgoUnavailable(f"Argo Server {server}: cannot connect ({exc})") from exc
     return Submission(
-        workflow=wf.name or "",
+        workflow=workflow["metadata"]["name"],
         namespace=settings.namespace,
-        template=wt.name or "",
-        template_action=action,
         created=created,
         parameters=params,
     )

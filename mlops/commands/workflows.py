@@ -50,7 +50,6 @@ def _submit(args: argparse.Namespace) -> int:
 
     params = commit_parameters(loaded.repo_dir, args.repo_url, args.revision, args.ref)
     result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.insecure)
-    print(f"WorkflowTemplate {result.namespace}/{result.template}: {result.template_action}")
     if result.created:
         print(
             f"Workflow {result.namespace}/{result.workflow}: submitted ({params['revision'][:12]})"

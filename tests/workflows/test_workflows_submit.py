@@ -4,8 +4,10 @@ The Argo Server cannot run here (it needs a Kubernetes API server and the
 workflow controller), so this test serves the few endpoints Hera's
 WorkflowsService calls from a local HTTP server that records each request
 and answers like Argo does (409 AlreadyExists for a duplicate name). What
-is asserted is what we send: a valid Workflow that references the template
-with the commit's parameters, and the token from the environment.
+is asserted is what we send: one valid Workflow with the commit's pipeline
+inline (as a push's submit step creates it: workflows/push.py), the commit's
+parameters, and the token from the environment; no shared WorkflowTemplate,
+which two submits in flight would race on.
 """
 
 import http.server
@@ -87,7 +89,7 @@ def argo_server(port):
         thread.join(timeout=5)
 
 
-def test_submit_sends_a_valid_workflow_referencing_the_template(
+def test_submit_sends_the_commits_pipeline_inline(
     fake_model_repo, argo_server, monkeypatch, capsys
 ):
     monkeypatch.setenv("ARGO_TOKEN", "s3cret-token")
@@ -105,30 +107,26 @@ def test_submit_sends_a_valid_workflow_referencing_the_template(
     assert f"Workflow ml/fake-detector-{sha[:12]}: submitted" in capsys.readouterr().out
 
     posts = [r for r in argo_server.requests if r["method"] == "POST"]
-    assert [r["path"] for r in posts] == ["/api/v1/workflow-templates/ml", "/api/v1/workflows/ml"]
+    assert [r["path"] for r in posts] == ["/api/v1/workflows/ml"]  # no template written
     assert all(r["auth"] == "Bearer s3cret-token" for r in argo_server.requests)
-    template = posts[0]["body"]["template"]
-    validate_manifest(
-        {"apiVersion": "argoproj.io/v1alpha1", "kind": "WorkflowTemplate", **template}
-    )
-    assert template["metadata"]["name"] == "fake-detector"
-
-    workflow = posts[1]["body"]["workflow"]
+    workflow = posts[0]["body"]["workflow"]
     validate_manifest({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", **workflow})
     assert workflow["metadata"]["name"] == f"fake-detector-{sha[:12]}"
     assert workflow["metadata"]["namespace"] == "ml"
-    assert workflow["spec"]["workflowTemplateRef"] == {"name": "fake-detector"}
-    params = {p["name"]: p["value"] for p in workflow["spec"]["arguments"]["parameters"]}
-    assert params == {
+    assert workflow["metadata"]["labels"]["mlops.dev/trigger"] == "cli"
+    assert "workflowTemplateRef" not in workflow["spec"]
+    # the pipeline rendered from this checkout, whole: the DAG and its training template
+    names = {t["name"] for t in workflow["spec"]["templates"]}
+    assert {"checkout", "train", "evaluate", "gate", "propose"} <= names
+    params = {p["name"]: p.get("value") for p in workflow["spec"]["arguments"]["parameters"]}
+    assert {k: params[k] for k in ("repo", "revision", "ref")} == {
         "repo": "https://git.example.com/team/fake-detector.git",
         "revision": sha,
         "ref": "refs/heads/main",
     }
 
 
-def test_second_submit_updates_the_template_and_starts_nothing_new(
-    fake_model_repo, argo_server, capsys
-):
+def test_second_submit_of_a_commit_starts_nothing_new(fake_model_repo, argo_server, capsys):
     url = f"http://127.0.0.1:{argo_server.server_port}"
     args = [
         "workflows",
@@ -142,11 +140,8 @@ def test_second_submit_updates_the_template_and_starts_nothing_new(
     assert cli(args) == 0
     capsys.readouterr()
     assert cli(args) == 0
-    out = capsys.readouterr().out
-    assert "WorkflowTemplate mlops/fake-detector: updated" in out
-    assert "already submitted for this commit" in out
-    puts = [r for r in argo_server.requests if r["method"] == "PUT"]
-    assert len(puts) == 1 and puts[0]["body"]["template"]["metadata"]["resourceVersion"] == "1"
+    assert "already submitted for this commit" in capsys.readouterr().out
+    assert [r for r in argo_server.requests if r["method"] == "PUT"] == []
     workflows = [k for k in argo_server.objects if k[0] == "workflow"]
     assert len(workflows) == 1
 
