@@ -69,7 +69,10 @@ def _post(server, body):
 
 def test_an_idle_server_answers_inline_with_the_same_bytes_as_its_threads(
         model_server, trained_model, request_body):
-    inline = model_server(trained_model.model_dir)
+    # A generous threshold: on a loaded machine this model's inference alone can pass the
+    # default 20 ms (CI saw 5 of 12 inline once); what is tested is that an idle server
+    # answers inline, not how fast this machine is.
+    inline = model_server(trained_model.model_dir, "--inline-max-ms", "1000")
     threads = model_server(trained_model.model_dir, "--inline-max-ms", "0")
     answers = {}
     for name, server in (("inline", inline), ("threads", threads)):
