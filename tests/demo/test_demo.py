@@ -331,6 +331,20 @@ def test_the_demo_pins_week_1_then_week_2_and_shows_the_data_diff(tmp_path, capf
     assert "data/shapes.lock" in tracked
 
 
+def test_the_demos_children_cache_their_bytecode_in_the_work_dir(tmp_path, monkeypatch):
+    """Under PYTHONDONTWRITEBYTECODE (common in CI and containers), the demo's children still
+    write bytecode, into the work dir's cache the prefix names, and the next child reads it:
+    with the prefix set and writing off, every rank, launcher and server compiled paddle from
+    source (4-4.8 CPU-s an import instead of 1.0-1.4)."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    demo = Demo(argparse.Namespace(workdir=str(tmp_path / "w"), example="shapes-detector"))
+    env = demo.env()
+    prefix = pathlib.Path(env["PYTHONPYCACHEPREFIX"])
+    assert prefix.is_relative_to(demo.work)
+    subprocess.run([sys.executable, "-c", "import yaml"], env=env, check=True, timeout=60)
+    assert list(prefix.rglob("yaml/__init__.*.pyc"))  # the prefix mirrors the source's path
+
+
 def test_the_load_plays_the_val_images_prepare_data_laid_out(tmp_path):
     """With pins the checkout holds no images: the demo's load reads the val split from
     the run's prepared data (an example without pins: from its checkout's data/val)."""

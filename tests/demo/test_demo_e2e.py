@@ -126,6 +126,8 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR
     versions = [s["version"] for s in outcomes.values()]
     assert len(set(versions)) == len(versions)  # every push is its own version
+    # its processes shared one bytecode cache in the work dir (tests/demo/test_demo.py)
+    assert list((work / "cache" / "pycache").rglob("paddle/__init__.*.pyc"))
 
 
 def test_the_bad_labels_run_names_the_classes_in_its_verdict_and_report(demo_all):
