@@ -75,8 +75,10 @@ def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[
     # check is whole
     extra = tuple(pathlib.Path(p) for p in
                   os.environ.get("MLOPS_TEST_OUTSIDE_SKIP", "").split(os.pathsep) if p)
+    # scripts/test.sh runs mypy beside the tests with its cache in MYPY_CACHE_DIR
+    mypy_cache = tuple(pathlib.Path(p) for p in [os.environ.get("MYPY_CACHE_DIR", "")] if p)
     return roots, (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info", store_root(),
-                   *extra)
+                   *mypy_cache, *extra)
 
 
 @pytest.fixture(scope="module")
