@@ -15,6 +15,11 @@ export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/paddle-
 coproc MYPY { python3 -m mypy 2>&1; echo "mypy exit $?"; }
 exec {types_fd}<&"${MYPY[0]}"  # bash drops MYPY's fds once mypy ends: keep our own
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# Bytecode is written (into __pycache__ dirs, which git and the image builds ignore): with
+# PYTHONDONTWRITEBYTECODE set, as in CI and container environments, each xdist worker
+# rewrote and compiled every test module again at collection (9 CPU-s a worker instead of
+# 4.5, measured 2026-11-27), before the demo's worker could start the demo.
+unset PYTHONDONTWRITEBYTECODE
 # Three workers (pytest-xdist; MLOPS_TEST_WORKERS to change), a whole module per worker at a
 # time, modules handed out in collection order (tests/conftest.py puts the slow ones first):
 # the demo's end-to-end run trains on one worker, first in line for the CPU (tests/conftest.py),
