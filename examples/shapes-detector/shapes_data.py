@@ -107,7 +107,7 @@ def _contrasting_colour(rng, background):
     return tuple(255 - b for b in background)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)
 def _grid(size):
     """(y, x) of every pixel, 0..1, in float32 steps (as the data was first drawn), as float64."""
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / (size - 1)
