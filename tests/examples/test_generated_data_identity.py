@@ -5,7 +5,9 @@ rest on this data, so a change that makes generation cheaper (PNG encoder option
 vectorised drawing) must keep every decoded pixel and every annotation byte. The
 digests below were computed from the generators as they were on 2026-11-27 (main at
 4dc1045), before any such change; a PNG option may change the files' bytes, never
-what they decode to.
+what they decode to. (Computed on this project's machines: x86-64, numpy 2.4.6, Pillow
+13.0.0. numpy's normal() and libm's cos/sin feed the pixels, so another platform may
+draw other data, and this test says so.)
 """
 
 import hashlib
