@@ -74,56 +74,42 @@ def load_split(data_dir: str | pathlib.Path, split: str,
 
 
 class SplitImages:
-    """A split's images as `load_split`'s array would give them (``images[i]``,
-    ``images[idx]``, ``len``, ``shape``), each decoded when first asked for and kept.
-
-    A run that trains no step (``--epochs 0``: production's weights re-exported with a
-    drill's flags) opens none (the example's 1,600 cost a rank ~0.9 CPU-s to decode up
-    front), and each of W ranks decodes only the images its share of the batches takes.
-    The pixels are `load_split`'s, the same decode: training is unchanged.
+    """A split's images as `load_split`'s array, decoded all together when first used (an
+    image, a batch, ``shape``): a run that trains no step (``--epochs 0``: production's
+    weights re-exported with a drill's flags) opens none of them (the example's 1,600
+    cost a rank ~0.9 CPU-s), and a run that trains decodes them before its first step,
+    as it did before. (Decoding each image when a batch first takes it made the other
+    ranks of a 2-worker job wait in the gradient all-reduce, and cost more than it saved.)
     """
 
     def __init__(self, paths: list[pathlib.Path]) -> None:
         self._paths = paths
-        self._decoded: dict[int, np.ndarray] = {}
+        self._array: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._paths)
 
+    def _decoded(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.stack([_decode(path) for path in self._paths])
+        return self._array
+
     @property
     def shape(self) -> tuple[int, ...]:
-        """(N, H, W, 3), H and W from the first image (all share them, as in a stack)."""
-        return (len(self._paths), *self._image(0).shape) if self._paths else (0,)
-
-    def _image(self, index: int) -> np.ndarray:
-        index = range(len(self._paths))[index]  # negative indices; IndexError past the end
-        image = self._decoded.get(index)
-        if image is None:
-            image = _decode(self._paths[index])
-            seen = next(iter(self._decoded.values()), image)
-            if image.shape != seen.shape:  # a stack of them would have failed
-                raise ValueError(f"{self._paths[index]}: {image.shape[1]}x{image.shape[0]} "
-                                 f"pixels, the split's others {seen.shape[1]}x{seen.shape[0]}")
-            self._decoded[index] = image
-        return image
+        """(N, H, W, 3)."""
+        return self._decoded().shape
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        if isinstance(key, (int, np.integer)):
-            return self._image(int(key))
-        indices = range(len(self._paths))[key] if isinstance(key, slice) else np.asarray(key)
-        if len(indices) == 0:
-            return np.empty((0, *self.shape[1:]), np.uint8)
-        return np.stack([self._image(int(i)) for i in indices])
+        return self._decoded()[key]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        stacked = self[:]
-        return stacked if dtype is None else stacked.astype(dtype)
+        return self._decoded() if dtype is None else self._decoded().astype(dtype)
 
 
 def training_split(data_dir: str | pathlib.Path, subset: int,
                    make_with: str) -> tuple[str, SplitImages, dict[str, Any], list[Any]]:
     """(dataset digest, images, COCO dict, image entries) of the train split a run trains on
-    (``subset`` > 0: its first N images), decoded as the run asks for them (`SplitImages`);
+    (``subset`` > 0: its first N images), decoded when the run first uses them (`SplitImages`);
     a `TrainError` saying how to make one when
     ``data_dir`` holds no dataset (``make_with``: the repo's generator script)."""
     from modelkit.errors import TrainError
