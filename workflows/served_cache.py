@@ -7,7 +7,12 @@ at every push (a predictor made, every image decoded and inferred: about a
 third of the evaluate step's CPU). The detections depend only on
 
 * the export's files as the server reads them (program, weights,
-  `infer_cfg.yml`; not `model.yaml`, the record the pipeline keeps adding to),
+  `infer_cfg.yml`; not `model.yaml`, the record the pipeline keeps adding to, nor
+  `datalock.json`, the data lineage evaluate puts beside it after the comparison,
+  nor a valid `fault:` drill in `infer_cfg.yml`: the model server applies it to
+  HTTP requests (`serving.dataplane`), never to these detections, so the drill
+  pushes that re-export production's weights with a delay or an error rate find
+  production's detections instead of running a predictor: ~2.5 CPU-s a push),
 * the images: the ground truth's image list and categories, and each file's bytes,
 * how they are run: `workflows.served.BATCH`, the serving code (`serving/*.py`,
   `workflows/served.py`) and the Paddle release,
@@ -34,13 +39,20 @@ import os
 import pathlib
 from typing import Any, Mapping
 
+import pydantic
+import yaml
+
 from cogs.files import atomic_write_text
+from promotion.reports.data_report import LOCK_FILE
+from serving.fault import FaultConfig
 from workflows import served
 
 CACHE_ENV = "MLOPS_DATA_CACHE"
 SUBDIR = "served"
 MAX_ENTRIES = 64  # production's and a few candidates' on two sets, with room to spare
 RECORD = "model.yaml"  # contracts.artifact's record: lineage and metrics, not read to infer
+LINEAGE = (RECORD, LOCK_FILE)  # neither is read to infer (`datalock.json`: data_lineage)
+INFER_CFG = "infer_cfg.yml"
 
 _SERVING_CODE = pathlib.Path(served.__file__).resolve().parents[1] / "serving"
 
@@ -56,12 +68,28 @@ def _code_digest() -> str:
     return code.hexdigest()
 
 
+def _served_content(path: pathlib.Path) -> bytes:
+    """A file's bytes; `infer_cfg.yml`'s parsed content without a `fault:` section that
+    validates (an invalid one stays in: the export is then run, and refused, as before)."""
+    raw = path.read_bytes()
+    if path.name != INFER_CFG:
+        return raw
+    try:
+        doc = yaml.safe_load(raw)
+        if isinstance(doc, dict) and "fault" in doc:
+            FaultConfig.model_validate(doc["fault"])
+            doc = {k: v for k, v in doc.items() if k != "fault"}
+    except (yaml.YAMLError, pydantic.ValidationError):
+        return raw
+    return b"parsed infer_cfg\0" + yaml.safe_dump(doc, sort_keys=True).encode()
+
+
 def export_digest(model_dir: pathlib.Path) -> str:
-    """sha256 over the export's files (names and bytes) but its record."""
+    """sha256 over the export's files (names and content) but its lineage and its drill."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name != RECORD):
+    for path in sorted(p for p in model_dir.rglob("*") if p.is_file() and p.name not in LINEAGE):
         digest.update(str(path.relative_to(model_dir)).encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(hashlib.sha256(_served_content(path)).digest())
     return digest.hexdigest()
 
 

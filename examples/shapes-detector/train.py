@@ -147,10 +147,10 @@ def load(args):
     boxes = modelkit.boxes_by_image(coco, entries)
     categories = coco["categories"]
     cfg = infer_cfg(["?"] * 3, categories)
-    out_size = images.shape[1] // STRIDE
 
     def step_loss(model, idx, flips):
         x, bxs = make_batch(images, boxes, idx, flips, cfg)
+        out_size = images.shape[1] // STRIDE  # here: a run of no step opens no image
         targets = [paddle.to_tensor(t) for t in build_targets(bxs, len(categories), out_size,
                                                              STRIDE)]
         return detection_loss(model(paddle.to_tensor(x)), targets)[0]

@@ -5,8 +5,11 @@ a stub export at once, so these tests check orchestration; evaluation and
 the gate that follow are the real steps.
 """
 
+import hashlib
+import importlib.metadata
 import json
 import pathlib
+import platform
 import subprocess
 
 import pytest
@@ -15,7 +18,7 @@ from hera.workflows import DAG, Container, Env, Parameter, Task
 from hera.workflows import models as m
 
 from cogs.containers import expand_refs
-from local.argo.runner import dag_tasks, run_workflow
+from local.argo.runner import dag_tasks, environment_digest, run_workflow
 from mlops.cli import main as cli
 from tests.fixtures.workflows import make_fake_model_repo
 from workflows import run_events
@@ -82,6 +85,20 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
     assert (out / "environment.txt").read_text().startswith("python ")
 
+
+
+def test_the_environment_digest_lists_what_importlib_metadata_reads():
+    """The build-image stand-in reads each distribution's headers once; the list is the one
+    `Distribution.metadata` and `.version` give (CPython 3.11 Lib/importlib/metadata/
+    __init__.py: METADATA, else PKG-INFO, parsed by email.message_from_string), on this
+    very environment."""
+    dists = importlib.metadata.distributions()
+    listed = sorted({f"{d.metadata['Name']}=={d.version}" for d in dists if d.metadata["Name"]},
+                    key=str.lower)
+    digest, text = environment_digest()
+    assert text == (f"python {platform.python_version()} {platform.machine()}\n"
+                    + "\n".join(listed) + "\n")
+    assert len(listed) > 20 and digest == hashlib.sha256(text.encode()).hexdigest()
 
 def test_propose_runs_mlops_promote_when_the_gate_passes(fake_model_repo, tmp_path, capsys):
     """The whole DAG, propose included, against a real GitOps bare repo."""

@@ -3,18 +3,22 @@
 Cheap checks of what a training would show only after minutes: a failed write
 leaves the old file, checkpoints keep the newest two and refuse another
 schedule, the weights cache key follows the kit's code too, a bad metrics port
-is one clear line, and the kit imports nothing but the base and PaddlePaddle
-(a training image carries nothing else of ours: paddle-mlops[kit]).
+is one clear line, the training split decodes its images only when first used,
+and the kit imports nothing but the base and PaddlePaddle (a training image carries
+nothing else of ours: paddle-mlops[kit]).
 """
 
 import argparse
+import json
 import subprocess
 import sys
 
+import numpy as np
 import paddle
 import pytest
+from PIL import Image
 
-from modelkit import checkpoints, weights_cache
+from modelkit import checkpoints, datasets, weights_cache
 from modelkit.errors import TrainError, run_main
 from modelkit.files import atomic_write, atomic_write_text
 from modelkit.metrics import Metrics
@@ -111,3 +115,27 @@ def test_the_kit_needs_only_the_base_and_paddlepaddle():
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_training_split_is_decoded_when_first_used(tmp_path):
+    """`training_split` lists the split without opening an image (here none exists yet: a
+    run of no step never asks), then gives what `load_split`'s stacked array gives."""
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (6, 8, 10, 3), dtype=np.uint8)
+    entries = [{"id": i, "file_name": f"train/{i}.png"} for i in range(6)]
+    for split in ("train", "val"):
+        (tmp_path / f"{split}.json").write_text(json.dumps(
+            {"images": entries, "annotations": [], "categories": []}))
+    _, images, _, listed = datasets.training_split(tmp_path, 0, "gen.py")
+    _, first_two, _, _ = datasets.training_split(tmp_path, 2, "gen.py")
+    assert listed == entries and len(images) == 6 and len(first_two) == 2
+
+    (tmp_path / "train").mkdir()
+    for i, image in enumerate(pixels):
+        Image.fromarray(image).save(tmp_path / "train" / f"{i}.png")
+    stacked, _, _ = datasets.load_split(tmp_path, "train")
+    assert np.array_equal(stacked, pixels)
+    idx = np.array([2, 0, 2])
+    assert np.array_equal(images[idx], stacked[idx]) and images.shape == (6, 8, 10, 3)
+    assert np.array_equal(images[1], stacked[1]) and np.array_equal(images[-6], stacked[0])
+    assert np.array_equal(np.asarray(first_two), stacked[:2])

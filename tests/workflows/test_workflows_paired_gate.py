@@ -283,14 +283,18 @@ def test_an_export_only_push_runs_one_worker_and_no_smoke_job(production, traine
     (the example asks two), its export is production's weights with the drill declared,
     and every task of the run succeeded (propose included: it is a version of its own).
     On the 8 val images of the small dataset (the gate reads no score here, only that the
-    same weights score the same), so the export and the comparison take seconds."""
+    same weights score the same), so the export and the comparison take seconds. Its
+    training images are left out: a run of no step opens none (`modelkit.datasets`)."""
     gitops, version = production
     repo = copy_example(tmp_path / "repo")
-    (repo / "data").symlink_to(small_shapes_dataset)
+    (repo / "data").mkdir()
+    for name in ("train.json", "val.json", "DATASET.json"):
+        shutil.copyfile(small_shapes_dataset / name, repo / "data" / name)
+    (repo / "data" / "val").symlink_to(small_shapes_dataset / "val")
     cfg = yaml.safe_load((unpin(repo) / "mlops.yaml").read_text())
     cfg["gate"]["min"] = 0.0
     assert cfg["training"]["init_from"] == "production"
-    cfg["training"]["full"]["overrides"]["args"] = {  # the drill; 32 images load fastest
+    cfg["training"]["full"]["overrides"]["args"] = {  # the drill
         "epochs": 0, "drill-delay-ms": 250, "subset": 32, "batch-size": 16}
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
     out, lines = tmp_path / "run", []

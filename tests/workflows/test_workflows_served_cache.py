@@ -4,8 +4,8 @@ Covers workflows/served_cache.py and its use in workflows/comparison.py: the
 comparison's files (detections, paired.json, pictures) are byte-identical with
 and without the cache, cold and warm; a warm run opens no predictor for an
 export it has seen on those images; the key follows the export's served files,
-not its record (`model.yaml`), and every image's bytes; past its bound the least
-recently used entries go. The export is the
+not its record (`model.yaml`, `datalock.json`) nor a valid fault drill, and every
+image's bytes; past its bound the least recently used entries go. The export is the
 session's trained example (tests/fixtures/training.py), served for real on 16
 of its val images.
 """
@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
+from workflows.evaluation import EvaluationError
 from workflows.served_cache import CachedExport, ServedCache, export_digest, images_digest
 
 IMAGES = 16
@@ -91,6 +92,8 @@ def test_the_key_follows_served_files_and_image_bytes_not_the_record(
     before = export_digest(model)
     (model / "model.yaml").write_text((model / "model.yaml").read_text() + "metrics: {}\n")
     assert export_digest(model) == before  # evaluate and publish add to the record
+    (model / "datalock.json").write_text("{}")
+    assert export_digest(model) == before  # and evaluate puts the data's lock beside it
     assert export_digest(skewed) != before  # infer_cfg.yml decides the detections
     truth = json.loads(small_val.annotations.read_text())
     images = tmp_path / "images"
@@ -103,6 +106,34 @@ def test_the_key_follows_served_files_and_image_bytes_not_the_record(
     first.unlink()
     assert images_digest(truth, images) is None  # unreadable: no key, the run names the file
 
+
+
+def test_a_valid_fault_drill_shares_the_exports_entry(trained_model, small_val, tmp_path):
+    """A drill push (production's weights, `train.py --drill-delay-ms/--drill-error-rate`)
+    declares `fault:` in infer_cfg.yml. The model server applies it to HTTP requests only
+    (serving/dataplane.py; `ModelService.detect` never reads it), so the export's served
+    detections are production's, computed afresh here: the key is production's. A fault
+    the server refuses keeps a key of its own, so that export is run, and refused."""
+    drill = tmp_path / "drill"
+    shutil.copytree(trained_model.model_dir, drill)
+    cfg = yaml.safe_load((drill / "infer_cfg.yml").read_text())
+    fault = {"delay_ms": 250.0, "error_rate": 0.3, "error_status": 500}
+    (drill / "infer_cfg.yml").write_text(yaml.safe_dump({**cfg, "fault": fault}))
+    assert export_digest(drill) == export_digest(trained_model.model_dir)
+    truth = json.loads(small_val.annotations.read_text())
+    with (CachedExport(trained_model.model_dir, "production", None) as production,
+          CachedExport(drill, "candidate", None) as candidate):
+        assert (candidate.detections_json(truth, small_val.images)
+                == production.detections_json(truth, small_val.images))
+
+    (drill / "infer_cfg.yml").write_text(yaml.safe_dump({**cfg, "fault": {"delay_ms": "250"}}))
+    assert export_digest(drill) != export_digest(trained_model.model_dir)
+    cache = ServedCache(tmp_path / "cache")
+    with CachedExport(trained_model.model_dir, "production", cache) as production:
+        production.detections_json(truth, small_val.images)  # production's entry is there
+    with (pytest.raises(EvaluationError, match="cannot be served: .*fault.delay_ms"),
+          CachedExport(drill, "candidate", cache) as candidate):
+        candidate.detections_json(truth, small_val.images)
 
 def test_the_least_recently_used_entries_go_past_the_bound(tmp_path):
     cache = ServedCache(tmp_path, max_entries=2)
