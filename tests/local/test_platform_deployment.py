@@ -87,6 +87,9 @@ def test_servers_start_from_their_deployment_and_a_bad_probe_gets_no_traffic(
 
     # A canary whose readiness probe asks the wrong path: it runs, never gets traffic.
     docs = model_documents(MODEL, versions, stable="v-1", canary="v-2", canary_weight=10)
+    # v-1's Deployment as committed above: without its arg the sync would restart v-1 once
+    # more, and the check of its 90 % below would race that restart (seen 08:00 UTC)
+    _container(docs, "v-1")["args"] += ["--max-in-flight", "7"]
     _container(docs, "v-2")["readinessProbe"]["httpGet"]["path"] = "/no-such-path"
     # Probed every second until its first success (the startup probe's period; 2 s by
     # default): the three probes below that never pass cost 3 s of waiting, not 6.
