@@ -91,8 +91,8 @@ def markdown(root: pathlib.Path) -> str:
            "machine named in each file (where it says). Compare numbers within one file.", "",
            "| results file | made by | what it measures |", "|---|---|---|"]
     docs: dict[pathlib.Path, str] = {}
-    for script in scripts:
-        docs[script] = ast.get_docstring(ast.parse(script.read_text())) or ""
+    for path in scripts:
+        docs[path] = ast.get_docstring(ast.parse(path.read_text())) or ""
     sections: list[str] = []
     for result in results:
         script = script_for(result, scripts)

@@ -29,7 +29,8 @@ def section_id(path: tuple[str, ...]) -> str:
     return "-".join(re.sub(r"[^a-z0-9]+", "-", p.lower()).strip("-") for p in path)
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
+def _subcommands(parser: argparse.ArgumentParser,
+                 ) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
     """(name, help, parser) of each sub-command, in the order they were added."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

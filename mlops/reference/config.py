@@ -120,9 +120,10 @@ class _Page:
         if "default" in node:
             return f"`{_json(node['default'])}`"
         if field is not None and not field.is_required():
-            from pydantic_core import to_jsonable_python
+            from pydantic import TypeAdapter
 
-            return f"`{_json(to_jsonable_python(field.get_default(call_default_factory=True)))}`"
+            value = field.get_default(call_default_factory=True)
+            return f"`{_json(TypeAdapter(Any).dump_python(value, mode='json'))}`"
         return ""
 
     def section(self, path: str, node: dict[str, Any], model: type | None,

@@ -1,10 +1,11 @@
 """JSON Schemas of the three configuration files, from the pydantic models that read them.
 
-| name | the file | its model |
-|---|---|---|
-| `mlops.yaml` | a model repo's `mlops.yaml` | `workflows.config.ModelRepoConfig`, its `promotion.canary` the canary policy |
-| `settings` | the platform settings (`--settings settings.yaml`) | `workflows.settings.PipelineSettings` |
-| `canary-policy` | a canary policy (`promotion.canary` of `mlops.yaml`) | `promotion.decision.policy.CanaryPolicy` |
+- `mlops.yaml`: a model repo's `mlops.yaml`, from `workflows.config.ModelRepoConfig`, its
+  `promotion.canary` the canary policy's schema;
+- `settings`: the platform settings (`--settings settings.yaml`), from
+  `workflows.settings.PipelineSettings`;
+- `canary-policy`: a canary policy (`promotion.canary` of `mlops.yaml`), from
+  `promotion.decision.policy.CanaryPolicy`.
 
 The package ships them (`mlops/schemas/<name>.schema.json`, package data) so an editor
 can validate and complete the files (`# yaml-language-server: $schema=...`) and

@@ -237,7 +237,11 @@ class QualitySpec(_Frozen):
 class CanaryPolicy(_Frozen):
     """Steps, interval, statistics and limits of one model's canary."""
 
-    steps: tuple[int, ...] = (10, 25, 50, 100)
+    steps: tuple[int, ...] = Field(
+        default=(10, 25, 50, 100),
+        # what `_steps` checks, said to an editor too (the order is `_steps`'s alone)
+        json_schema_extra={"items": {"type": "integer", "minimum": 1, "maximum": 100},
+                           "minItems": 1})
     interval: float = 60.0  # Flagger's default; >= 2 scrape intervals of a 30s Prometheus
     min_requests: int = Field(default=200, ge=1)
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
