@@ -69,7 +69,7 @@ DEFAULT_PARAMS = {
     "seed": 1234,
     "image_size": 128,
     "num_train": 1600,
-    "num_val": 200,
+    "num_val": 500,
     "min_objects": 2,
     "max_objects": 6,
     "min_size": 14,
