@@ -32,13 +32,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "shapes-detector"
 
 
-def run(nproc, work, data_dir, steps, batch):
+def run(nproc, work, data_dir, steps, batch, extra=()):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", GLOG_minloglevel="2")
     flags = ["--output-dir", str(work / "out"), "--checkpoint-dir", str(work / "ckpt"),
              "--data-dir", str(data_dir), "--batch-size", str(batch), "--max-steps", str(steps),
              "--subset", str(20 * batch),
-             "--log-every", "5", "--checkpoint-every", str(10 * steps)]
+             "--log-every", "5", "--checkpoint-every", str(10 * steps), *extra]
     if nproc == 1:
         cmd = [sys.executable, str(EXAMPLE / "train.py"), *flags]
     else:
