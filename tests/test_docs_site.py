@@ -40,7 +40,8 @@ def test_the_site_builds_strictly_with_its_generated_pages(tmp_path):
     proc = _mkdocs(ROOT / "mkdocs.yml", site)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for page in ("index.html", "getting-started/index.html", "concepts/index.html",
-                 "gate/index.html", "guides/evaluation/index.html", "guides/canary/index.html", "cluster/index.html",
+                 "gate/index.html", "guides/evaluation/index.html", "guides/canary/index.html",
+                 "cluster/index.html",
                  "security/index.html", "reference/cli/index.html",
                  "reference/mlops-yaml/index.html", "reference/settings/index.html",
                  "reference/canary-policy/index.html", "benchmarks/index.html"):
