@@ -114,6 +114,11 @@ class _Page:
                     parts.append(f"{sign} {branch[key]}")
             if "pattern" in branch:
                 parts.append(f"matches `{branch['pattern']}`")
+            items = branch.get("items")
+            if isinstance(items, dict) and "$ref" not in items:
+                inner = _Page.bounds(items)
+                if inner:
+                    parts.append(f"each {inner}")
         return "; ".join(dict.fromkeys(parts))
 
     def default(self, node: dict[str, Any], field: Any) -> str:
