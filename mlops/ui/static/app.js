@@ -369,7 +369,7 @@ function listen() {
   state.source = null;
   const name = page();
   if (!window.EventSource || name === "compare") return;
-  const source = new EventSource(`api/events?page=${name}`);
+  const source = new EventSource(`api/events?page=${encodeURIComponent(name)}`);
   source.addEventListener("page", (ev) => {
     state.pushedAt = Date.now();
     state.mode = "pushed";
