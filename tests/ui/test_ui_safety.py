@@ -129,12 +129,14 @@ def test_every_answer_carries_the_csp_and_its_companions(ui_repo):
 
 # -- finding 14: event streams are capped --------------------------------------------------
 
-def _open_stream(port: int, source: str) -> tuple[socket.socket, int]:
-    """A raw event-stream request from `source` (a loopback address): the socket, kept
-    open, and the status the UI answered."""
+def _open_stream(port: int, source: str, user: str = "") -> tuple[socket.socket, int]:
+    """A raw event-stream request from `source` (a loopback address), as the auth proxy's
+    `user` if given: the socket, kept open, and the status the UI answered."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30,
                                     source_address=(source, 0))
-    sock.sendall(b"GET /api/events?page=runs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    proxy = f"X-Forwarded-User: {user}\r\n" if user else ""
+    sock.sendall(f"GET /api/events?page=runs HTTP/1.1\r\nHost: 127.0.0.1\r\n{proxy}\r\n"
+                 .encode())
     head = b""
     while b"\r\n" not in head:
         chunk = sock.recv(1)
@@ -173,6 +175,19 @@ def test_event_streams_beyond_the_caps_are_refused_and_slots_come_back(ui_repo):
         for sock in opened:
             sock.close()
         _until(lambda: slots.count() == 0, "every slot freed")
+
+
+def test_behind_the_auth_proxy_each_signed_in_person_is_a_client(ui_repo):
+    """Every request comes from the proxy's address there: counted by the person the proxy
+    signed in, or one person's tabs would use up everyone's streams."""
+    config = UiConfig(gitops=str(ui_repo.gitops), proxy_user=True, max_streams_per_client=1)
+    with Served(config) as app:
+        a, status_a = _open_stream(app.port, "127.0.0.1", "ada@example.com")
+        b, status_b = _open_stream(app.port, "127.0.0.1", "grace@example.com")
+        again, status_again = _open_stream(app.port, "127.0.0.1", "ada@example.com")
+        for sock in (a, b, again):
+            sock.close()
+    assert (status_a, status_b, status_again) == (200, 200, 429)
 
 
 def test_stream_slots_count_per_server_and_per_client():
