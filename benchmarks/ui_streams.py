@@ -24,9 +24,8 @@ import sys
 import tempfile
 import time
 
-from _platform import ROOT, machine, summary  # first: it puts the repo root on sys.path
-
 import requests
+from _platform import ROOT, machine, summary  # first: it puts the repo root on sys.path
 
 from mlops.ui.app import UiConfig
 from tests.fixtures.ui import Served, make_ui_repo
