@@ -50,9 +50,10 @@ FINISHED = ("Succeeded", "Failed", "Error", "Died")
 
 
 def gate_view(run: Mapping[str, Any], record: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """What the gate made of a run: `verdict` (passed, refused, failed, running, pending,
-    not reached) and `reason`, from the gate step's outputs (`passed`, `reason`), else the
-    run record's `gate`, else the run's state (pure)."""
+    """What the gate made of a run: `verdict` (passed, review, refused, failed, running,
+    pending, not reached) and `reason`, from the gate step's outputs (`passed`, `outcome`,
+    `reason`), else the run record's `gate`, else the run's state (pure). `review` is the
+    gate's inconclusive outcome: proposed for a person to decide."""
     gate = next((s for s in run.get("steps") or [] if "gate" in str(s.get("task", ""))), None)
     outputs = (gate or {}).get("outputs") or {}
     verdict = (record or {}).get("gate")
@@ -60,10 +61,13 @@ def gate_view(run: Mapping[str, Any], record: Mapping[str, Any] | None = None) -
     passed = str(outputs.get("passed", "")).lower()
     if passed not in ("true", "false") and isinstance(verdict.get("passed"), bool):
         passed = str(verdict["passed"]).lower()
-    if passed in ("true", "false"):
+    outcome = str(outputs.get("outcome") or verdict.get("outcome") or "")
+    if passed in ("true", "false") or outcome == "review":
         reason = (outputs.get("reason") or verdict.get("reason") or
                   (gate or {}).get("message") or "")
-        return {"verdict": "passed" if passed == "true" else "refused", "reason": str(reason)}
+        word = "review" if outcome == "review" else \
+            "passed" if passed == "true" else "refused"
+        return {"verdict": word, "reason": str(reason)}
     status, task, message = run.get("status", ""), run.get("task", ""), run.get("message", "")
     if gate is not None and gate.get("state") in ("Failed", "Error"):
         return {"verdict": "failed", "reason": str(gate.get("message") or

@@ -313,6 +313,9 @@ def test_a_fault_says_what_kind_of_failure_it_was(prometheus_replay):
     ({"status": "Succeeded", "steps": []},
      {"gate": {"passed": False, "reason": "FAIL: no better than production"}},
      "refused", "FAIL: no better than production"),
+    ({"steps": [{"task": "gate", "state": "Succeeded", "outputs": {
+        "passed": "false", "outcome": "review", "reason": "REVIEW: inconclusive at n=200"}}]},
+     None, "review", "REVIEW: inconclusive at n=200"),
     ({"status": "Failed", "task": "train", "message": "exit code 1",
       "steps": [{"task": "train", "state": "Failed", "outputs": {}}]}, None,
      "not reached", "train failed before the gate: exit code 1"),
