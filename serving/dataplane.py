@@ -80,12 +80,20 @@ class ServerSettings:
 
 class BodyBudget:
     """The bytes of request bodies this process holds (being read or in flight) and
-    the most it may: `take` refuses what does not fit, 503, since a retry may. Used
+    the most it may: what does not fit is refused (503: a retry may fit). Used
     on the event loop only."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, on_change: Callable[[int], None] = lambda held: None
+                 ) -> None:
+        """`on_change(held)` after every change (the server's gauge)."""
         self.total = total
         self.held = 0
+        self.on_change = on_change
+
+    def add(self, size: int) -> None:
+        """`size` more bytes held (less when negative)."""
+        self.held += size
+        self.on_change(self.held)
 
     def refuse_unless_fits(self, size: int) -> None:
         """`Unavailable` when `size` more bytes would not fit now."""
@@ -109,13 +117,14 @@ class BodyCharge:
     def take(self, size: int) -> None:
         """Count `size` more bytes of this request's body; `Unavailable` past the budget."""
         self.budget.refuse_unless_fits(size)
-        self.budget.held += size
+        self.budget.add(size)
         self.size += size
 
     def release(self) -> None:
         """Give back everything this request took (idempotent)."""
-        self.budget.held -= self.size
-        self.size = 0
+        if self.size:
+            self.budget.add(-self.size)
+            self.size = 0
 
     def keep_until(self, running: "asyncio.Future[Any]") -> None:
         """Give the bytes back when `running` ends, not at `release` (an abandoned
@@ -123,7 +132,7 @@ class BodyCharge:
         size, self.size = self.size, 0
 
         def give_back(_: "asyncio.Future[Any]") -> None:
-            self.budget.held -= size
+            self.budget.add(-size)
 
         running.add_done_callback(give_back)
 
@@ -161,8 +170,9 @@ class ServerState:
         self.load_error: str | None = None
         self.not_ready_reason: str | None = None  # why it cannot answer (warm-up failed)
         self.in_flight = 0
-        self.bodies = BodyBudget(settings.limits.body_budget(settings.max_in_flight,
-                                                             settings.max_body_bytes))
+        self.bodies = BodyBudget(
+            settings.limits.body_budget(settings.max_in_flight, settings.max_body_bytes),
+            self.metrics.buffered.set)
         self.on_load_failure: Callable[[], None] = lambda: None
         #: The event loop (set by the app's lifespan): the loader warms its predictor.
         self.loop: asyncio.AbstractEventLoop | None = None

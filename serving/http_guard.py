@@ -37,6 +37,9 @@ from serving.limits import HttpLimits
 
 log = logging.getLogger("serving.server")
 
+#: After a refusal, the most seconds what the client still sends is read and dropped.
+LINGER_SECONDS = 2.0
+
 
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing (httptools reports it as a parser
@@ -55,6 +58,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_fields = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None
+        self._lingering = False  # refused: what still arrives is read and dropped
 
     # ---- the connection ------------------------------------------------------------
 
@@ -67,7 +71,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        while data and not self.transport.is_closing():
+        if self._lingering:
+            return
+        while data and not self.transport.is_closing() and not self._lingering:
             if self._head_open:
                 if self._head_timer is None:  # the first byte of a new request's head
                     self._arm_head_timer()
@@ -78,7 +84,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 piece, data = data, b""
             super().data_received(piece)
             if (self._head_open and self._head_bytes >= self.limits.max_header_bytes
-                    and not self.transport.is_closing()):
+                    and not self.transport.is_closing() and not self._lingering):
                 self._refuse(431, f"request line and headers exceed "
                                   f"{self.limits.max_header_bytes} bytes")
                 return
@@ -134,7 +140,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` with an OIP error body and close the connection (or only
-        close it, when an earlier request's answer is still being made on it)."""
+        close it, when an earlier request's answer is still being made on it).
+
+        The close lingers (as nginx's `lingering_close`): the answer is sent and our
+        side of the connection shut, then what the client still sends (the rest of its
+        headers, its body) is read and dropped for up to `LINGER_SECONDS`. Closing at
+        once, with its bytes unread, makes the kernel reset the connection, and the
+        client loses the answer it was sent."""
         self._cancel_head_timer()
         log.debug("refused a request from %s: %d %s", self.client, status, message)
         if self.cycle is not None and not self.cycle.response_complete:
@@ -148,7 +160,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\n"
                     b"connection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self._lingering = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.flow.resume_reading()
+        self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
 
 def guarded_protocol(limits: HttpLimits) -> type[GuardedHttpToolsProtocol]:
