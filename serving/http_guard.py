@@ -41,11 +41,6 @@ log = logging.getLogger("serving.server")
 LINGER_SECONDS = 2.0
 
 
-class _Refused(Exception):
-    """Raised from a parser callback to stop parsing (httptools reports it as a parser
-    error, which uvicorn answers with `send_400_response`: ours sends the refusal)."""
-
-
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """`HttpToolsProtocol` refusing heads that are too large, too many or too slow."""
 
@@ -57,7 +52,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._header_fields = 0
         self._head_timer: asyncio.TimerHandle | None = None
-        self._refusal: tuple[int, str] | None = None
         self._lingering = False  # refused: what still arrives is read and dropped
 
     # ---- the connection ------------------------------------------------------------
@@ -91,31 +85,37 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ---- parser callbacks ------------------------------------------------------------
 
+    # Once refused, the parser may still be fed the rest of the read it was refused in:
+    # nothing of it reaches the app.
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._lingering:
+            return
         self._header_fields += 1
         if self._header_fields > self.limits.max_headers:
-            self._refusal = (431, f"more than {self.limits.max_headers} header fields")
-            raise _Refused()
+            self._refuse(431, f"more than {self.limits.max_headers} header fields")
+            return
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self._lingering:
+            return
         self._head_open = False
         self._cancel_head_timer()
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._lingering:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._lingering:
+            return
         super().on_message_complete()
         # The next bytes on this connection start the next request's head.
         self._head_open = True
         self._head_bytes = 0
         self._header_fields = 0
-
-    def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a parser error; a refusal of ours raised it."""
-        if self._refusal is not None:
-            self._refuse(*self._refusal)
-        else:
-            super().send_400_response(msg)
 
     # ---- the head's timer and the refusal ---------------------------------------------
 
@@ -148,6 +148,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         once, with its bytes unread, makes the kernel reset the connection, and the
         client loses the answer it was sent."""
         self._cancel_head_timer()
+        self._lingering = True
         log.debug("refused a request from %s: %d %s", self.client, status, message)
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.close()
@@ -160,7 +161,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\n"
                     b"connection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
-        self._lingering = True
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.flow.resume_reading()
