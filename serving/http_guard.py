@@ -37,8 +37,11 @@ from serving.limits import HttpLimits
 
 log = logging.getLogger("serving.server")
 
-#: After a refusal, the most seconds what the client still sends is read and dropped.
+#: After a refusal, what the client still sends is read and dropped until it has been
+#: silent this many seconds, or for at most `LINGER_MAX_SECONDS` (nginx's
+#: `lingering_timeout` and `lingering_time`, 5 s and 30 s there).
 LINGER_SECONDS = 2.0
+LINGER_MAX_SECONDS = 30.0
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -53,6 +56,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_fields = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._lingering = False  # refused: what still arrives is read and dropped
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     # ---- the connection ------------------------------------------------------------
 
@@ -62,10 +66,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
+            self._linger_on()
             return
         while data and not self.transport.is_closing() and not self._lingering:
             if self._head_open:
@@ -144,9 +151,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
         The close lingers (as nginx's `lingering_close`): the answer is sent and our
         side of the connection shut, then what the client still sends (the rest of its
-        headers, its body) is read and dropped for up to `LINGER_SECONDS`. Closing at
-        once, with its bytes unread, makes the kernel reset the connection, and the
-        client loses the answer it was sent."""
+        headers, its body) is read and dropped until it stops (`LINGER_SECONDS`,
+        `LINGER_MAX_SECONDS`). Closing at once, with its bytes unread, makes the
+        kernel reset the connection, and the client loses the answer it was sent."""
         self._cancel_head_timer()
         self._lingering = True
         log.debug("refused a request from %s: %d %s", self.client, status, message)
@@ -164,7 +171,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.flow.resume_reading()
-        self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        self.loop.call_later(LINGER_MAX_SECONDS, self.transport.close)
+        self._linger_on()
+
+    def _linger_on(self) -> None:
+        """The client sent more while lingering: close after `LINGER_SECONDS` more."""
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+        self._linger_timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
 
 def guarded_protocol(limits: HttpLimits) -> type[GuardedHttpToolsProtocol]:

@@ -83,9 +83,10 @@ def with_mpf(jpeg: bytes) -> bytes:
     """`jpeg` with an APP2 "MPF" segment (CIPA DC-007 Multi-Picture Format) declaring two
     images, as a camera's MPO or a phone's JPEG with a gain map carries one: Pillow then
     opens it as an `MpoImageFile`, whose format is "MPO" (issue 41, finding 2). The
-    segment is what Pillow's `JpegImagePlugin.jpeg_factory` and `MpoImagePlugin` read:
-    a TIFF header, an IFD with MPFVersion, NumberOfImages (2) and MPEntry, and two
-    16-byte entries (the first image's, then one more)."""
+    segment is what Pillow reads (python-pillow/Pillow: src/PIL/JpegImagePlugin.py
+    `jpeg_factory`, an MPO when NumberOfImages > 1; src/PIL/MpoImagePlugin.py): a TIFF
+    header, an IFD with MPFVersion, NumberOfImages (2) and MPEntry, and two 16-byte
+    entries (the first image's, then one more)."""
     entries_at = 8 + 2 + 3 * 12 + 4  # after the TIFF header and the IFD
     ifd = struct.pack("<H", 3)
     ifd += struct.pack("<HHI4s", 0xB000, 7, 4, b"0100")  # MPFVersion
@@ -98,8 +99,10 @@ def with_mpf(jpeg: bytes) -> bytes:
 
 
 def with_junk(jpeg: bytes) -> bytes:
-    """`jpeg` with one junk byte after its first segment: libjpeg warns ("extraneous
-    bytes before marker") and Pillow skips it, both decode on."""
+    """`jpeg` with one junk byte after its first segment: libjpeg warns ("Corrupt JPEG
+    data: 1 extraneous bytes before marker", libjpeg-turbo jdmarker.c `next_marker`)
+    and Pillow skips it ("Skip non-0xFF junk", JpegImagePlugin.py `_open`); both decode
+    on."""
     first_end = 4 + struct.unpack(">H", jpeg[4:6])[0]
     return jpeg[:first_end] + b"\x00" + jpeg[first_end:]
 
