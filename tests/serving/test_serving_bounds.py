@@ -41,6 +41,7 @@ import pytest
 import requests
 from PIL import Image
 
+from mlops.cli import main
 from serving.protocol import Tensor
 from serving.service import light_request
 from tests.fixtures.serving import served
@@ -113,6 +114,21 @@ def _peak_rss(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmHWM")
+
+
+# ---- the limits' bounds --------------------------------------------------------------------
+
+def test_limits_out_of_bounds_are_user_errors(tiny_model_dir, capsys):
+    """In-process, through the console script's entry point: refused before anything is
+    served, naming the flag and its bounds (`serving.limits.BOUNDS`)."""
+    for flags, words in (
+            (["--max-headers", "0"], "--max-headers must be between 8 and 1000"),
+            (["--max-header-bytes", str(1 << 30)], "--max-header-bytes must be between"),
+            (["--header-timeout", "nan"], "--header-timeout must be between 0.1 and 300"),
+            (["--max-buffered-bytes", "4096"], "must be at least --max-body-bytes")):
+        code = main(["serve", str(tiny_model_dir), "--port", "1", *flags])
+        assert code != 0
+        assert words in capsys.readouterr().err, flags
 
 
 # ---- finding 6: what runs on the event loop ---------------------------------------------
