@@ -251,6 +251,8 @@ class ServerState:
             try:  # ready means it answered: a sample request, as a client sends it
                 service.warm_up()
                 service.answer_sample()
+                # Worked out here on the loader thread, not at a first request on the loop.
+                log.debug("light requests: at most %d values", service.light_elements)
             except ServingError as exc:  # live, never ready, and the probe says why
                 self.not_ready_reason = f"warm-up inference failed: {exc}"
                 log.error("model %s version %s is not ready: %s", settings.model_name,

@@ -31,6 +31,7 @@ Everything here runs on a predictor worker thread (`PredictorPool.submit`).
 """
 
 import dataclasses
+import functools
 import io
 from typing import Any, Callable
 
@@ -129,11 +130,17 @@ class ModelService:
         if self.ppdet is None:
             self.roles = self._output_roles()
         self.classes = frozenset(self.cfg.class_names())
-        #: A light request's most values (`light_request`): one warm-up inference's.
-        self.light_elements = sum(int(a.size) for a in self._warm_feeds().values())
-        #: The largest body that may hold a light request (as JSON, at most ~25 bytes a
-        #: value): a larger one is not parsed on the event loop to find out.
-        self.light_body_bytes = 32 * self.light_elements + 64 * 1024
+
+    @functools.cached_property
+    def light_elements(self) -> int:
+        """A light request's most values (`light_request`): one warm-up inference's."""
+        return sum(int(a.size) for a in self._warm_feeds().values())
+
+    @functools.cached_property
+    def light_body_bytes(self) -> int:
+        """The largest body that may hold a light request (as JSON, at most ~25 bytes a
+        value): a larger one is not parsed on the event loop to find out."""
+        return 32 * self.light_elements + 64 * 1024
 
     def _example_cfg(self) -> InferConfig:
         """The example's `infer_cfg.yml` (what the CenterNet path reads)."""
