@@ -157,8 +157,12 @@ def summary(verdicts: list[dict]) -> dict:
     return {
         "trials": len(verdicts),
         "passed": outcomes.count("pass"),
-        "inconclusive": outcomes.count("inconclusive"),
+        "inconclusive": outcomes.count("review"),
         "failed": outcomes.count("fail"),
+        # the rule before this one: every set's own interval above -max_regression
+        "every_set_above_margin": sum(
+            all(s["difference"]["low"] >= -v["max_regression"] for s in v["sets"])
+            for v in verdicts),
         "pooled_interval_width": _spread([v["difference"]["high"] - v["difference"]["low"]
                                           for v in verdicts]),
         "power_for_an_equal_candidate": _spread([p["power"] for p in plans]),

@@ -57,7 +57,7 @@ import pathlib
 import shutil
 import threading
 import time
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Protocol
 
 from contracts.traffic import TrafficError, read_routes
 from gitops import layout
@@ -71,9 +71,10 @@ from promotion.controller_metrics import ControllerMetrics
 from promotion.decision import answers, quality
 from promotion.decision.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
 from promotion.decision.observations import Observations, PairedAnswers, histogram_quantile
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.policy import CanaryPolicy, PolicyError
 from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
 from promotion.gitrepo import apply
+from promotion.gitrepo.policy_file import folder_policy
 from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
 from promotion.metrics.probe import AnswersProbe
@@ -394,14 +395,8 @@ class Controller:
     # -- one model -------------------------------------------------------------------------
 
     def _policy(self, root: pathlib.Path, folder: layout.ModelState) -> CanaryPolicy:
-        raw = folder.extra.get(apply.POLICY_FILE)
-        policy = load_policy(raw if isinstance(raw, Mapping) else {},
-                             f"apps/{folder.model}/{apply.POLICY_FILE}")
-        if policy.metrics.namespace is None:  # the models live where the repo deploys them
-            namespace = layout.load_config(root).namespace
-            policy = policy.model_copy(update={
-                "metrics": policy.metrics.model_copy(update={"namespace": namespace})})
-        return policy
+        # The one reading `mlops ui` shares (the models' namespace from mlops-gitops.yaml).
+        return folder_policy(folder, layout.load_config(root))
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
         """Bring one model forward by every window that is due."""
