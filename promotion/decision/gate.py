@@ -217,6 +217,10 @@ class PairedGateResult(GateResult):
     plan: Plan
 
 
+#: What an inconclusive comparison becomes, by `gate.inconclusive`.
+_INCONCLUSIVE: dict[str, Outcome] = {"review": "review", "fail": "fail", "pass": "pass"}
+
+
 def _set_verdict(config: GateConfig, name: str, paired: PairedResult) -> SetVerdict:
     diff = paired.difference[config.metric]
     worse = [c.name for c in paired.classes
@@ -288,7 +292,7 @@ def evaluate_paired_gate(config: GateConfig, pooled: PairedResult,
     elif comparison == "non-inferior":
         outcome = "pass"
     else:
-        outcome = {"review": "review", "fail": "fail", "pass": "pass"}[config.inconclusive]
+        outcome = _INCONCLUSIVE[config.inconclusive]
         reasons.append(
             f"the {pooled.images} images cannot tell (an equally good candidate is shown "
             f"non-inferior {the_plan.power:.0%} of the time; about {the_plan.images_needed} "

@@ -305,8 +305,8 @@ def compare_sets(sets: Sequence[SetMatches], resamples: int = 1000, seed: int = 
             warnings.simplefilter("ignore", RuntimeWarning)
             sd = np.nanstd(draws, axis=0)
         distinguished = np.isfinite(sd) & (sd > 0)
-        for j in np.flatnonzero(distinguished):
-            deviations.append(np.abs(draws[:, j] - est[j]) / sd[j])
+        for i in np.flatnonzero(distinguished).tolist():
+            deviations.append(np.abs(draws[:, i] - est[i]) / sd[i])
         parts.append((ks, est, sd, distinguished))
     critical = _critical(deviations, confidence)
     family = len(deviations)
@@ -314,13 +314,15 @@ def compare_sets(sets: Sequence[SetMatches], resamples: int = 1000, seed: int = 
     for s, boot, (ks, est, sd, distinguished) in zip(sets, boots, parts):
         names = s.class_names
         classes = []
-        for j, k in enumerate(ks):
-            cid = s.candidate.category_ids[k]
+        for j, column in enumerate(ks.tolist()):
+            cid = s.candidate.category_ids[column]
             half = critical * sd[j] if distinguished[j] else 0.0
             classes.append(ClassDifference(
                 category_id=cid, name=names.get(cid, str(cid)),
-                candidate=_interval(boot.ap_c[0, 0, k], boot.bs_c[:, 0, k], confidence),
-                production=_interval(boot.ap_p[0, 0, k], boot.bs_p[:, 0, k], confidence),
+                candidate=_interval(boot.ap_c[0, 0, column], boot.bs_c[:, 0, column],
+                                    confidence),
+                production=_interval(boot.ap_p[0, 0, column], boot.bs_p[:, 0, column],
+                                     confidence),
                 difference=Interval(estimate=float(est[j]), low=float(est[j] - half),
                                     high=float(est[j] + half)),
                 distinguished=bool(distinguished[j]),

@@ -287,7 +287,7 @@ def propose(
                        else production_model_dir(current, the_plan.stable))
     # An inconclusive gate (`gate.inconclusive: review`) proposes all the same, for a human:
     # the title says so, and no automatic approval merges it.
-    review = bool(gate) and gate.get("outcome") == "review"
+    review = gate is not None and gate.get("outcome") == "review"
     title = the_plan.title + (REVIEW_TITLE if review else "")
     body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,
                              approval=approval, model_uri=uri, bootstrap=the_plan.bootstrap,
