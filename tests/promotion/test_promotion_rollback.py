@@ -280,7 +280,9 @@ def test_rollback_serves_the_previous_version_from_its_original_manifest(promote
     before = _git(repo, "rev-parse", "main").strip()
 
     assert cli(["rollback", MODEL, "--gitops", str(repo), "--by", "alice"]) == 0
-    out = capsys.readouterr().out
+    note, out = capsys.readouterr().out.split("\n", 1)
+    # No runtime to ask (no platform work dir, no --readiness): one commit, and it says so.
+    assert note.startswith("note: readiness not checked (--readiness none)")
     assert out.startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")
     assert f"model files: {dirs['v1']} (weights sha256 checked)" in out
 
