@@ -34,10 +34,14 @@ def _rollback(args: argparse.Namespace) -> int:
     from promotion.gitrepo.steering import rollback_to
 
     readiness = readiness_from_args(args)
+    elsewhere = _other_platform(args) if args.readiness is None else None
+    if elsewhere:  # $MLOPS_WORKDIR names a platform that serves another repo
+        print(f"note: {elsewhere}", flush=True)
+        readiness = None
     if readiness is None:
-        print("note: readiness not checked (--readiness none): the version rolled back to "
-              "takes the traffic in the commit that brings it back, before it is ready; "
-              "pass --readiness local|kubernetes to bring it up first", flush=True)
+        print("note: readiness not checked: the version rolled back to takes the traffic "
+              "in the commit that brings it back, before it is ready; pass --readiness "
+              "local|kubernetes to bring it up first", flush=True)
     else:
         print(f"readiness: {_runtime(args)}", flush=True)
     lines = rollback_to(
@@ -48,6 +52,31 @@ def _rollback(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, flush=True))
     print("\n".join(lines))
     return 0
+
+
+def _other_platform(args: argparse.Namespace) -> str | None:
+    """Why the local platform found by default does not serve `--gitops` (None: it does).
+
+    Asked only when `--readiness` was not given: a work dir in the environment that
+    syncs another GitOps repo would never report the version ready."""
+    workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
+    if not workdir:
+        return None
+    # lazy (import cost): `mlops --help` does not load it
+    from local.platform.workdir import Workdir, load_config
+
+    config = load_config(Workdir(pathlib.Path(workdir)))
+    if config is None:
+        return f"no local platform in {workdir}; readiness not asked there"
+
+    def key(repo: str) -> str:
+        local = "://" not in repo and not repo.startswith("git@")
+        return str(pathlib.Path(repo).expanduser().resolve()) if local else repo.rstrip("/")
+
+    if key(config.gitops) != key(args.gitops):
+        return (f"the local platform in {workdir} syncs {config.gitops}, not {args.gitops}; "
+                "readiness not asked there")
+    return None
 
 
 def _seconds(text: str) -> float:

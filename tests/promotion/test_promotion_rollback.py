@@ -337,7 +337,8 @@ def test_rollback_serves_the_previous_version_from_its_original_manifest(promote
     assert cli(["rollback", MODEL, "--gitops", str(repo), "--by", "alice"]) == 0
     note, out = capsys.readouterr().out.split("\n", 1)
     # No runtime to ask (no platform work dir, no --readiness): one commit, and it says so.
-    assert note.startswith("note: readiness not checked (--readiness none)")
+    assert note.startswith("note: readiness not checked: the version rolled back to takes "
+                           "the traffic in the commit that brings it back")
     assert out.startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")
     assert f"model files: {dirs['v1']} (weights sha256 checked)" in out
 
@@ -625,3 +626,22 @@ def test_a_version_that_does_not_become_ready_leaves_the_traffic_where_it_was(
     assert f"`git revert {first[:12]}`" in err
     assert _main_split(repo) == (["deployment-v1.yaml", "deployment-v2.yaml"], [("stable", 100)],
                                  [("stable", "v2")])
+
+
+def test_a_platform_that_syncs_another_repo_is_not_asked(promoted, tmp_path):
+    """$MLOPS_WORKDIR names a local platform serving some other GitOps repo: it would never
+    report v1 ready, so the rollback does not wait on it (and says why)."""
+    repo, _, _ = promoted
+    platform = tmp_path / "platform"
+    platform.mkdir()
+    (platform / "platform.json").write_text('{"gitops": "/elsewhere/gitops.git"}')
+    env = {**os.environ, "MLOPS_WORKDIR": str(platform)}
+    done = subprocess.run([sys.executable, "-m", "mlops", "rollback", MODEL, "--gitops",
+                           str(repo)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (f"note: the local platform in {platform} syncs /elsewhere/gitops.git, "
+                        f"not {repo}; readiness not asked there")
+    assert lines[1].startswith("note: readiness not checked")
+    assert lines[2].startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")
