@@ -443,18 +443,15 @@ class Controller:
 
         interval = float(self.config.interval or policy.interval)
         # A promotion asked for moves all the traffic to the candidate: only once it is
-        # ready (make-before-break, issue 43). Waiting, it gets its first step that way.
+        # ready (make-before-break, issue 43); a waiting one gets its first step first.
         promote = committed.requested == "promote"
         if committed.requested is not None and not (promote and committed.phase is Phase.WAITING):
-            answer = self.readiness.check(model, committed.candidate,
-                                          folder.deployments.get(committed.candidate)) \
-                if promote else None
-            if answer is not None and not answer.ready:
-                if answer.lasting:
-                    return [self._apply(folder, track,
-                                        _cannot_serve(policy, track.state, answer, now), now)]
-                self._log_wait(model, f"promotion waits for the candidate: {answer.reason}")
-                return []
+            if promote:
+                answer = self.readiness.check(model, committed.candidate,
+                                              folder.deployments.get(committed.candidate))
+                if not answer.ready:  # `mlops canary abort` still ends it at once
+                    self._log_wait(model, f"promotion waits for the candidate: {answer.reason}")
+                    return []
             empty = Observations(window_seconds=interval)
             return [self._apply(folder, track, decide(policy, track.state, empty, now), now)]
         if committed.phase is Phase.PAUSED:
@@ -845,8 +842,8 @@ def _cannot_serve(policy: CanaryPolicy, state: CanaryState, answer: Readiness,
     rollback is the one `decide_ready` makes at the timeout, with the runtime's reason
     and without the wait (same cause, `not-ready`, so the trail reads alike)."""
     waiting = decide_ready(policy, state, False, answer.reason, now)
-    if not isinstance(waiting, Hold):
-        return waiting  # ready_timeout passed too: its own rollback
+    if state.phase is not Phase.WAITING or not isinstance(waiting, Hold):
+        return waiting  # not a waiting candidate, or ready_timeout passed: decide_ready's
     waited = (now - (state.started_at or now)).total_seconds()
     reason = (f"cannot become ready: {answer.reason} (a failure no wait fixes; rolled back "
               f"after {waited:.0f}s, not after ready_timeout {policy.ready_timeout:.0f}s)")

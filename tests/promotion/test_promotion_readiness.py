@@ -181,7 +181,7 @@ def test_a_candidate_that_cannot_become_ready_is_rolled_back_at_once(tmp_path, p
 def test_a_promotion_asked_for_waits_until_the_candidate_is_ready(tmp_path, promotion_repo):
     """Make-before-break for a person's promote too: it moves all the traffic to the
     candidate, so a candidate that is not ready (its pod restarting, say) is promoted
-    only once it is; one that cannot become ready is rolled back instead."""
+    only once it is."""
     merge_to_main(promotion_repo, "v2", TEST_POLICY)  # ready: at its first step
     merged = float(git(promotion_repo, "log", "-1", "--format=%ct", "main").strip())
     apply.human_commit(WriteBack(str(promotion_repo)), "main", MODEL, "promote", "carol",
