@@ -77,9 +77,10 @@ def _runtime(args: argparse.Namespace) -> str:
     return str(args.readiness or ("local" if workdir else "none"))
 
 
-def _readiness(args: argparse.Namespace) -> Any:
-    """Who tells whether a merged candidate is deployed and ready
-    (`promotion.cluster.readiness`)."""
+def readiness_from_args(args: argparse.Namespace) -> Any:
+    """Who tells whether a version is deployed and ready (`promotion.cluster.readiness`), as
+    `--readiness`, `--readiness-namespace` and `--platform-workdir` say (`mlops rollback`
+    asks the same)."""
     # lazy (import cost): `mlops --help` does not load it
     from local.platform.workdir import Workdir
     from promotion.cluster.readiness import KubernetesReadiness
@@ -156,7 +157,7 @@ def build(args: argparse.Namespace) -> Controller:
     default = RUNTIME_PRESETS.get(_runtime(args), "model")
     logging.getLogger("mlops.controller").info(
         "metrics preset: %s", args.preset or f"each model's, or {default} (the runtime's default)")
-    readiness = _readiness(args)
+    readiness = readiness_from_args(args)
     return Controller(config, _sources(args.prometheus, args.preset, default),
                       metrics=ControllerMetrics(),
                       notifier=notifier, refresher=refresher, commenter=_commenter(args),
