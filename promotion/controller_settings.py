@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import pydantic
 
+from cogs.options import explain
 from contracts.errors import ExitCode, MlopsError
 from promotion.cluster.deploy import CLUSTER_GIT_POLL, CLUSTER_WORKERS, METRICS_PORT
 from promotion.controller import ControllerConfig
@@ -41,10 +42,6 @@ class SettingsError(MlopsError):
     """An option the controller cannot run with; the message names the flag."""
 
     exit_code = ExitCode.BAD_INPUT
-
-
-def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
 
 
 class ControllerSettings(pydantic.BaseModel):
@@ -140,7 +137,7 @@ class ControllerSettings(pydantic.BaseModel):
         try:
             return cls(**given)
         except pydantic.ValidationError as exc:
-            raise SettingsError(_explain(exc)) from None
+            raise SettingsError(explain(exc)) from None
 
     @classmethod
     def in_cluster(cls, options: Mapping[str, Any]) -> ControllerSettings:
@@ -185,34 +182,3 @@ class ControllerSettings(pydantic.BaseModel):
     def logging_level(self) -> int:
         """The `logging` level `log_level` names."""
         return int(getattr(logging, self.log_level.upper()))
-
-
-_BOUNDS = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than"),
-           "less_than_equal": ("le", "at most")}
-
-
-def _explain(exc: pydantic.ValidationError) -> str:
-    """One line per bad option, naming its flag and the value given."""
-    lines = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else ""
-        ctx = error.get("ctx") or {}
-        if error["type"] in _BOUNDS:
-            key, words = _BOUNDS[error["type"]]
-            problem = f"must be {words} {_shown(ctx[key])}"
-        elif error["type"] == "value_error":
-            problem = str(ctx.get("error", error["msg"]))
-        else:
-            problem = error["msg"][:1].lower() + error["msg"][1:]
-        if not field:  # a rule over several options: its message names them
-            lines.append(problem)
-        else:
-            lines.append(f"{_flag(field)} {_shown(error['input'])}: {problem}")
-    return "; ".join(lines)
-
-
-def _shown(value: Any) -> str:
-    """A value as it was typed: numbers plain (`0`, not `0.0`), text quoted."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
-    return repr(value)

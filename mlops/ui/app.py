@@ -56,6 +56,7 @@ from mlops.ui.actions import Actions, http_status
 from mlops.ui.argo import ArgoRuns
 from mlops.ui.guard import SecurityHeaders, StreamSlots
 from mlops.ui.live import live_rates
+from mlops.ui.settings import PROXY_USER_HEADER
 from mlops.ui.source import GitopsSource
 from mlops.ui.stream import Shared, page_events
 from promotion.metrics.live import RUNTIME_PRESETS
@@ -63,8 +64,6 @@ from promotion.metrics.live import RUNTIME_PRESETS
 STATIC = pathlib.Path(__file__).with_name("static")
 log = logging.getLogger("mlops.ui")
 
-#: The header oauth2-proxy sets to the signed-in person when it proxies (`--pass-user-headers`).
-PROXY_USER_HEADER = "X-Forwarded-User"
 #: The header a proxy that is not beside the UI on loopback proves itself with.
 PROXY_SECRET_HEADER = "X-Mlops-Proxy-Secret"
 
