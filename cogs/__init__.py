@@ -5,4 +5,5 @@ ours. Modules, one job each:
 
 * ``files``  -- atomic writes (tmp in the same dir, then rename) and lenient JSON reads
 * ``ports``  -- free loopback ports
+* ``options`` -- a settings model's refusal as one line naming the flags
 """

@@ -13,10 +13,9 @@ import pkgutil
 
 from contracts.errors import ExitCode, MlopsError
 from mlops.cli import main
+from tests.rooms import ROOMS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
-         "mlops")
 
 
 def test_each_exit_code_has_one_meaning():

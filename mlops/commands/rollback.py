@@ -29,11 +29,11 @@ import pathlib
 def _rollback(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
     from gitops.people import current_user
-    from mlops.commands.controller import _runtime, readiness_from_args
+    from mlops.commands.controller import readiness_from_args
     from promotion.gitrepo.rollback import DEFAULT_WAIT
     from promotion.gitrepo.steering import rollback_to
 
-    readiness = readiness_from_args(args)
+    runtime, readiness = readiness_from_args(args)
     elsewhere = _other_platform(args) if args.readiness is None else None
     if elsewhere:  # $MLOPS_WORKDIR names a platform that serves another repo
         print(f"note: {elsewhere}", flush=True)
@@ -43,7 +43,7 @@ def _rollback(args: argparse.Namespace) -> int:
               "in the commit that brings it back, before it is ready; pass --readiness "
               "local|kubernetes to bring it up first", flush=True)
     else:
-        print(f"readiness: {_runtime(args)}", flush=True)
+        print(f"readiness: {runtime}", flush=True)
     lines = rollback_to(
         args.gitops, args.model, current_user(args.by), to=args.to, branch=args.branch,
         workdir=pathlib.Path(args.workdir) if args.workdir else None,
