@@ -38,6 +38,12 @@ CLUSTER_WORKDIR = "/work"
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
+#: Where the models run: a Kubernetes cluster, the local platform, or neither known. One
+#: alias for the controller's and the UI's settings: two `Literal`s of the same values in
+#: another order are equal, and `typing`'s cache may hand one's order to the other's
+#: error messages.
+Runtime = Literal["kubernetes", "local", "none"]
+
 class SettingsError(MlopsError):
     """An option the controller cannot run with; the message names the flag."""
 
@@ -72,7 +78,7 @@ class ControllerSettings(pydantic.BaseModel):
     metrics_addr: str = "127.0.0.1"
     webhook: str | None = None
     """Slack-compatible webhook URL (a secret: from the environment by preference)."""
-    readiness: Literal["kubernetes", "local", "none"] | None = None
+    readiness: Runtime | None = None
     """Who says a merged candidate is deployed and ready (None: local with a platform
     work dir, else none)."""
     readiness_namespace: str = "models"

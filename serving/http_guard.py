@@ -31,6 +31,9 @@ import json
 import logging
 from typing import Any
 
+# The parser under uvicorn's protocol: a dependency of ours (pyproject), named here so a
+# missing wheel fails at import, naming it, rather than inside uvicorn.
+import httptools  # noqa: F401
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from serving.limits import HttpLimits

@@ -10,7 +10,7 @@ identity that cannot sign a commit, is refused when the manifests are made.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 import pydantic
 
@@ -18,6 +18,7 @@ from cogs.options import explain
 from gitops.git import line_problem
 from gitops.people import current_user
 from mlops.errors import UserError
+from promotion.controller_settings import Runtime
 
 __all__ = ["DEFAULT_PORT", "ENVIRONMENT", "LOOPBACK", "PROXY_USER_HEADER", "UiSettings"]
 
@@ -44,7 +45,7 @@ class UiSettings(pydantic.BaseModel):
     gitops: str | None = None
     branch: str | None = None
     prometheus: str | None = None
-    runtime: Literal["local", "kubernetes", "none"] | None = None
+    runtime: Runtime | None = None
     runs: tuple[str, ...] = ()
     argo_server: str | None = None
     argo_namespace: str | None = None
