@@ -34,6 +34,9 @@ def _plan_lines(gate: Mapping[str, Any]) -> list[str]:
     plan = gate.get("plan")
     if not isinstance(plan, Mapping):
         return []
+    if plan["sd"] == 0:
+        return [f"**Sample size.** The two models' detections do not differ on any of these "
+                f"{plan['images']} images: every resample gives the same difference.", ""]
     lines = [f"**Sample size.** On these {plan['images']} images this run's interval rules out "
              f"a regression larger than {plan['rules_out']:.4f}; an equally good candidate "
              f"is shown non-inferior by {plan['margin']:.4f} {plan['power']:.1%} of the time "
