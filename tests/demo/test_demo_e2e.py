@@ -91,7 +91,8 @@ def demo_all(tmp_path_factory):
         [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
          "--keep-running", "--timeout", "1200"],
         capture_output=True, text=True, cwd=work.parent, timeout=3600,
-        env={**os.environ, "TMPDIR": str(_system_tmp())})  # as a user runs it
+        # as a user runs it: the pushes' build-image builds the example's Dockerfile with podman
+        env={**os.environ, "TMPDIR": str(_system_tmp()), "MLOPS_IMAGE_BUILD": "podman"})
     try:
         yield work, proc, before
     finally:
