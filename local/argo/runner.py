@@ -13,7 +13,8 @@ list of steps. For each task, in `depends` order:
   runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
   the model repo's image built from the step's own script and env by the
   `image_builder` the caller passes (`mlops run` passes podman's,
-  `mlops.images.stepbuild`), else a digest of the Python environment; `submit-pipeline`:
+  `mlops.images.stepbuild`), else a digest of the Python environment; `registry-push`: nothing
+  to push to, the built image's name passed on; `submit-pipeline`:
   the push Workflow's step, whose rendered pipeline Workflow goes to `submit=`
   instead of the Kubernetes API;
   `paddlejob`: the rendered PaddleJob itself, one process per worker pod
@@ -69,6 +70,7 @@ from workflows.expressions import (
 from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
     ARGO_METRIC_PREFIX,
+    BUILD_TASK,
     DATA_CACHE_ENV,
     LOCAL_ANNOTATION,
     MODELS_ENV,
@@ -251,6 +253,15 @@ def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, *,
     (outputs / "image").write_text(f"local/{ctx.model}-train@sha256:{digest}")
 
 
+def _standin_push(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
+    """push-image: no registry here; the image build-image made stays where it is (the local
+    store, or the environment digest's name), and that is the image the jobs are given."""
+    built = ctx.scope.get(f"tasks.{BUILD_TASK}.outputs.parameters.image", "")
+    log.write(f"no registry here: the image stays in the local store ({built or 'none'}); "
+              "the cluster's push-image pushes it with crane and outputs it by digest\n")
+    (outputs / "image").write_text(built)
+
+
 def _standin_submit(ctx: _Ctx, outputs: pathlib.Path, log: Any, argv: list[str]) -> None:
     """The push Workflow's submit step: the same args parsed and the same child Workflow
     rendered as in the cluster (`workflows.steps.submit_pipeline`), handed to this
@@ -275,6 +286,7 @@ def _standin_submit(ctx: _Ctx, outputs: pathlib.Path, log: Any, argv: list[str])
 STANDINS: dict[str, Callable[..., None]] = {
     "checkout": _standin_checkout,
     "environment-digest": _standin_environment,
+    "registry-push": _standin_push,
 }
 
 

@@ -342,7 +342,8 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
                for p in pods if p.token_mounted}
     assert holders == {
         # argoexec of every step reports results; of the two training steps applies the job
-        **{step: "mlops-executor" for step in ("checkout", "build-image", "find-production",
+        **{step: "mlops-executor" for step in ("checkout", "build-image", "push-image",
+                                                "find-production",
                                                 "prepare-data",
                                                "evaluate", "gate", "publish-model", "propose",
                                                "record-outcome")},
