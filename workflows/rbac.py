@@ -85,6 +85,11 @@ def build_rbac(settings: PipelineSettings) -> list[dict[str, Any]]:
     paddlejob_rules = [
         {"apiGroups": ["batch.paddlepaddle.org"], "resources": ["paddlejobs"],
          "verbs": ["create", "get", "patch"]},
+        # setOwnerReference: Argo names the Workflow as owner with blockOwnerDeletion, which
+        # the OwnerReferencesPermissionEnforcement admission plugin (OpenShift's default)
+        # allows only to who may update the owner's finalizers (workflows.identity)
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows/finalizers"],
+         "verbs": ["update"]},
         *executor_rules,
     ]
     sensor_rules = [
