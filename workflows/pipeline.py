@@ -275,7 +275,8 @@ def _step_args(name: str, *extra: str) -> list[str]:
 
 
 def paddlejob_manifest(
-    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings
+    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
+    *, deadline: int | None = None,
 ) -> dict[str, Any]:
     """The PaddleJob for one training job (`which` is `smoke` or `full`).
 
@@ -283,7 +284,10 @@ def paddlejob_manifest(
     runs the model repo's own command from the checkout on the shared
     workspace, in the image built for this commit. `/dev/shm` is a memory
     emptyDir because NCCL/Gloo and Paddle's DataLoader use shared memory and
-    the container default (64 MiB) makes collective jobs crash.
+    the container default (64 MiB) makes collective jobs crash. `deadline`: the step's
+    `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step at its
+    deadline it stops only its own pod, and the job's pods would train on until the
+    Workflow is deleted (their owner); the kubelet ends each worker at the same deadline.
     """
     model = loaded.config.model
     out_dir = f"$(MLOPS_OUT)/{which}"
@@ -333,6 +337,7 @@ def paddlejob_manifest(
                         **({"imagePullSecrets": _pull_secrets(settings)}
                            if settings.image_pull_secrets else {}),
                         "restartPolicy": "Never",
+                        **({"activeDeadlineSeconds": deadline} if deadline else {}),
                         "automountServiceAccountToken": False,  # training needs no API
                         "securityContext": pod_security(settings.run_as_user),
                         "containers": [
@@ -388,7 +393,7 @@ def _training_template(
     deadline: int,
     settings: PipelineSettings,
 ) -> Resource:
-    manifest = paddlejob_manifest(loaded, job, which, settings)
+    manifest = paddlejob_manifest(loaded, job, which, settings, deadline=deadline)
     return Resource(
         name=name,
         # `apply` with a fixed name is idempotent: a retried step adopts the

@@ -305,3 +305,15 @@ def test_every_step_container_requests_cpu_and_memory(tmp_path):
                                                                            "memory": "6Gi"}
     assert templates["gate"]["container"]["resources"] == \
         _templates(docs[0])["gate"]["container"]["resources"]
+
+
+def test_the_paddlejob_workers_stop_at_their_steps_deadline():
+    """Issue 42 (harmless list): at a training step's activeDeadlineSeconds Argo stops the
+    step's own pod; the PaddleJob's workers, other pods, trained on until the Workflow (their
+    owner) was deleted. The worker pods carry the same deadline, which the kubelet enforces."""
+    doc = _rendered()
+    templates = _templates(doc)
+    for name in ("smoke-train", "train"):
+        job = yaml.safe_load(templates[name]["resource"]["manifest"])
+        pod = job["spec"]["worker"]["template"]["spec"]
+        assert pod["activeDeadlineSeconds"] == templates[name]["activeDeadlineSeconds"], name
