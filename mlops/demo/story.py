@@ -38,7 +38,6 @@ from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.errors import UserError
-from mlops.images.podman import STORE_ENV, default_store_dir
 from promotion.decision.state import CanaryState, Phase, StateError, load_state
 from workflows import run_events
 
@@ -102,10 +101,6 @@ class Demo:
         # rank, launcher, server and command compiled paddle and the rest from source again
         # (`import paddle` 4-4.8 CPU-s instead of 1.0-1.4, measured 2026-11-27).
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        # The pushes' build-image builds the model repo's image with podman (`mlops run`,
-        # mlops.images.stepbuild) in the user's image store, not in the work dir's cache:
-        # its layers (the training base's PaddlePaddle, ~1 GB) outlive a demo.
-        env.setdefault(STORE_ENV, str(default_store_dir()))
         env.update({
             "TMPDIR": str(self.work / "tmp"),
             "MPLCONFIGDIR": str(self.work / "cache" / "matplotlib"),

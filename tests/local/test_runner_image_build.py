@@ -57,7 +57,8 @@ def test_the_runner_hands_the_builder_the_steps_own_script_and_env(fake_model_re
     sha = result.task("checkout").outputs["revision"]
     assert env["IMAGE"].endswith(f"-train:{sha}")
     assert script == BUILD_SCRIPT
-    assert "built by the test's builder" in (tmp_path / "run" / "logs" / "build-image.log").read_text()
+    log = (tmp_path / "run" / "logs" / "build-image.log").read_text()
+    assert "built by the test's builder" in log
     assert not (tmp_path / "run" / "environment.txt").exists()
 
 

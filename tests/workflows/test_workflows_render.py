@@ -312,6 +312,8 @@ def test_rbac_grants_exactly_what_each_account_needs(docs):
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "create"),
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "get"),
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "patch"),
+        # setOwnerReference under OwnerReferencesPermissionEnforcement (issue 42, B7)
+        ("mlops-paddlejob", "argoproj.io", "workflows/finalizers", "update"),
         ("mlops-paddlejob", "argoproj.io", "workflowtaskresults", "create"),
         ("mlops-paddlejob", "argoproj.io", "workflowtaskresults", "patch"),
         ("mlops-sensor", "argoproj.io", "workflows", "create"),
