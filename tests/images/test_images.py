@@ -49,6 +49,7 @@ import yaml
 from datapins.snapshot import snapshot
 from datapins.sources import open_source
 from local.platform.podspec import probe_of
+from mlops.errors import UserError
 from mlops.images import runner
 from mlops.images.build import IMAGES, build_all
 from mlops.images.podrun import podman_run_argv
@@ -58,7 +59,7 @@ from promotion.cluster.deploy import controller_manifests
 from tests.fixtures.common import free_port
 from tests.fixtures.training import copy_example
 from workflows.config import load_config
-from workflows.pipeline import build_workflow_template
+from workflows.pipeline import BUILD_SCRIPT, build_workflow_template
 from workflows.settings import PipelineSettings
 
 # A cold build (a changed kit or lock) takes minutes in the first test's setup: more than
@@ -157,6 +158,23 @@ def test_the_example_builds_from_its_own_context_as_the_pipelines_step_builds_it
     again = build_for_step(env, step["container"]["args"][0], store=built_images.store,
                            log=lines.append)
     assert (again.image, again.built) == (first.image, False)
+
+
+def test_a_requirement_only_our_wheel_could_meet_fails_the_local_build(built_images, tmp_path):
+    """The local build gets what the cluster's BuildKit gets and nothing else: the model-repo
+    kit by name, which `mlops images build` once offered from a mounted wheelhouse, must fail
+    here as it fails in a cluster (issue 42, A1: the defect would have shown here first)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    # the examples' Dockerfile before the fix: not FROM the training base (which has the kit)
+    (repo / "Dockerfile").write_text("FROM python:3.11-slim\nCOPY requirements.txt .\n"
+                                     "RUN pip install --no-cache-dir -r requirements.txt\n")
+    (repo / "requirements.txt").write_text("paddle-mlops[kit]==0.1.0\n")
+    env = {"MLOPS_REPO": str(repo), "IMAGE": "registry.example.com/mlops/x-train:0",
+           "BASE_IMAGE": "registry.example.com/mlops/training-base:0.1.0-cpu"}
+    with pytest.raises(UserError, match="as it would in the cluster") as failed:
+        build_for_step(env, BUILD_SCRIPT, store=built_images.store, log=lambda line: None)
+    assert "No matching distribution found for paddle-mlops" in str(failed.value)
 
 
 def test_an_unchanged_rebuild_reuses_every_layer(built_images):
