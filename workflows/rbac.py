@@ -1,8 +1,8 @@
 """The least RBAC the pipeline and its trigger need, as plain manifests.
 
 Six accounts, each with one job: the step pods' (no rights and no token:
-the image build with unconfined seccomp and registry credentials, the
-training code and every tool step can reach no API), Argo's executor's
+the image build with unconfined seccomp, the push with the registry's
+credentials, the training code and every tool step can reach no API), Argo's executor's
 (argoexec reports results through `workflowtaskresults`), the PaddleJob
 resource templates' executor's (argoexec runs kubectl with it: applies and
 polls PaddleJobs, and reports results), the Sensor's (submits the push
