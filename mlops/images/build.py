@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 
 from mlops.errors import UserError
 from mlops.images.base import PYTHON_SLIM, ensure_base
-from mlops.images.context import DIGEST_LABEL, context_digest
+from mlops.images.context import DIGEST_LABEL, KIT_LABEL, context_digest, paths_digest
 from mlops.images.podman import Store, require_tools
 
 __all__ = ["IMAGES", "TRAINING_BASE", "ImageSpec", "build_after", "build_all", "build_argv",
@@ -76,6 +76,9 @@ class ImageSpec:
     tags: tuple[str, ...] = ()    #: more names for the same image
     #: The key of the image this one is built FROM (passed as BASE_IMAGE): built first.
     base: str = ""
+    #: Files (relative to the context) whose digest is labelled `KIT_LABEL`: what the images
+    #: built FROM this one use of it (a change elsewhere leaves them valid).
+    kit: tuple[str, ...] = ()
 
 
 IMAGES: tuple[ImageSpec, ...] = (
@@ -92,6 +95,10 @@ IMAGES: tuple[ImageSpec, ...] = (
     ImageSpec("training-base", f"localhost/mlops/training-base:{TAG}", ".",
               build_args=(("PADDLE", "1"), ("EXTRA", "kit")), target="training-base",
               tags=(TRAINING_BASE,),
+              # modelkit imports contracts and cogs (.importlinter); pyproject and the lock
+              # its dependencies; the Dockerfile how they are installed
+              kit=("Dockerfile", "pyproject.toml", "requirements.lock", "modelkit",
+                   "contracts", "cogs"),
               role="training base image: PaddlePaddle and the kit (BASE_IMAGE of model repos)"),
     ImageSpec("shapes-detector", f"localhost/mlops/shapes-detector:{TAG}",
               "examples/shapes-detector", base="training-base",
@@ -141,7 +148,7 @@ def pip_conf(*, cert: bool = True) -> str:
 def podman_build_argv(context: pathlib.Path, dockerfile: pathlib.Path,
                       build_args: dict[str, str], names: Sequence[str], *,
                       ca: pathlib.Path | None, pip_conf_path: pathlib.Path | None,
-                      digest: str = "", target: str = "") -> list[str]:
+                      digest: str = "", target: str = "", kit: str = "") -> list[str]:
     """`podman build` arguments (pure: nothing runs): the Dockerfile and context, the build
     arguments, the names, and this network's CA bundle with its pip.conf, read-only."""
     argv = ["build", "--pull=never", "--layers", "--network=host", "--format=oci",
@@ -158,6 +165,8 @@ def podman_build_argv(context: pathlib.Path, dockerfile: pathlib.Path,
         argv += ["--volume", f"{pip_conf_path}:{PIP_CONF_IN_BUILD}:ro"]
     if digest:
         argv += ["--label", f"{DIGEST_LABEL}={digest}"]
+    if kit:
+        argv += ["--label", f"{KIT_LABEL}={kit}"]
     return [*argv, str(context)]
 
 
@@ -167,7 +176,16 @@ def build_argv(spec: ImageSpec, root: pathlib.Path, *, ca: pathlib.Path | None,
     context = (root / spec.context).resolve()
     return podman_build_argv(context, context / spec.dockerfile, build_arg_values(spec),
                              [spec.name, *spec.tags], ca=ca, pip_conf_path=pip_conf_path,
-                             digest=digest, target=spec.target)
+                             digest=digest, target=spec.target, kit=kit_key(root, spec))
+
+
+def kit_key(root: pathlib.Path, spec: ImageSpec) -> str:
+    """The digest labelled `KIT_LABEL` on `spec`'s image ("" for an image without `kit`)."""
+    if not spec.kit:
+        return ""
+    args = ",".join(f"{k}={v}" for k, v in sorted(build_arg_values(spec).items()))
+    return paths_digest((root / spec.context).resolve(), spec.kit,
+                        extra=f"target={spec.target};{args}")
 
 
 def prepare_store(store: Store, ca: pathlib.Path | None,
@@ -204,13 +222,6 @@ def build_all(
     with open(store.root / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per store (two test sessions)
         return _build(root, specs, store, ca, conf, log)
-
-
-def up_to_date(root: pathlib.Path, spec: ImageSpec, store: Store) -> bool:
-    """Whether the store's image of `spec` was built from its current inputs (no build)."""
-    labels = store.image_labels(spec.name)
-    digest = _digest(root, spec, store)
-    return labels is not None and digest is not None and labels.get(DIGEST_LABEL) == digest
 
 
 def build_after(specs: Sequence[ImageSpec]) -> dict[str, str | None]:

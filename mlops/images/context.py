@@ -25,10 +25,13 @@ from typing import Mapping
 
 from mlops.errors import UserError
 
-__all__ = ["DIGEST_LABEL", "context_digest", "context_files"]
+__all__ = ["DIGEST_LABEL", "KIT_LABEL", "context_digest", "context_files", "paths_digest"]
 
 #: The label every image built by `mlops` carries: the digest of what it was built from.
 DIGEST_LABEL = "org.paddle-mlops.inputs"
+#: The training base's second label: the digest of what a training image uses of it (the kit,
+#: what it imports, the dependencies and the Dockerfile), `paths_digest`.
+KIT_LABEL = "org.paddle-mlops.kit"
 
 
 def _patterns(context: pathlib.Path) -> list[str]:
@@ -79,4 +82,23 @@ def context_digest(context: pathlib.Path, dockerfile: pathlib.Path,
             field("link", name, os.readlink(path))
         else:
             field("file", name, "x" if info.st_mode & 0o111 else "-", path.read_bytes())
+    return h.hexdigest()
+
+
+def paths_digest(root: pathlib.Path, paths: tuple[str, ...], *, extra: str = "") -> str:
+    """sha256 (hex) of the files under `paths` (relative to `root`; bytecode left out) and
+    `extra`, in a fixed order: a narrower key than `context_digest` for what one use of an
+    image depends on."""
+    h = hashlib.sha256()
+    for part in (extra,):
+        h.update(len(part.encode()).to_bytes(8, "big") + part.encode())
+    for name in paths:
+        top = root / name
+        files = [top] if top.is_file() else sorted(
+            f for f in top.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+            and f.suffix != ".pyc")
+        for path in files:
+            rel = str(path.relative_to(root)).encode()
+            data = path.read_bytes()
+            h.update(len(rel).to_bytes(8, "big") + rel + len(data).to_bytes(8, "big") + data)
     return h.hexdigest()

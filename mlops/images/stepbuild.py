@@ -17,9 +17,11 @@ training base is built (or found current) first when the step names it
 and pip in a `RUN` gets this network's CA bundle, read-only (`mlops.images.build`).
 
 An image built from the same inputs (`mlops.images.context`: the Dockerfile, the
-build arguments, the base's ID, the files the `.dockerignore` leaves in) is used
-again without calling `podman build`: a push that changes only `mlops.yaml` or a
-data pin costs a digest and one `podman image exists`.
+build arguments, the base, the files the `.dockerignore` leaves in) is used again
+without calling `podman build`: a push that changes only `mlops.yaml` or a data pin
+costs a digest and a few `podman image inspect`s. The project's training base counts
+by its kit (`_ensure_base`): a change to the pipeline's or the server's code rebuilds
+neither it nor the model images here.
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ import time
 from typing import Callable, Mapping
 
 from mlops.errors import UserError
-from mlops.images.build import HOST_CA, IMAGES, build_all, podman_build_argv, prepare_store
-from mlops.images.build import up_to_date as base_up_to_date
-from mlops.images.context import context_digest
+from mlops.images.build import (
+    HOST_CA,
+    IMAGES,
+    build_all,
+    kit_key,
+    podman_build_argv,
+    prepare_store,
+)
+from mlops.images.context import KIT_LABEL, context_digest
 from mlops.images.podman import Store
 
 __all__ = ["MODES", "MODE_ENV", "StepBuild", "build_args_of", "build_for_step",
@@ -79,14 +87,23 @@ def _local_name(env: Mapping[str, str], digest: str) -> str:
 
 
 def _ensure_base(name: str, store: Store, log: Callable[[str], None]) -> str:
-    """The ID of BASE_IMAGE `name`: the project's training base is built or found current;
-    another image must already be in the store."""
+    """What the model image's digest keys its base on. The project's training base: built
+    unless the store's carries the current kit (`KIT_LABEL`: the kit, what it imports, the
+    dependencies; a change to serving or the controller leaves a training image valid), and
+    keyed on that kit digest, so its rebuild for another reason (`mlops images build`, the
+    image tier) does not rebuild every model image. Another base must already be in the
+    store, keyed on its ID."""
     ours = [spec for spec in IMAGES if name in (spec.name, *spec.tags)]
     if ours and (ROOT / "Dockerfile").is_file():
-        if not all(base_up_to_date(ROOT, spec, store) for spec in ours):
+        spec = ours[0]
+        kit = kit_key(ROOT, spec)
+        labels = store.image_labels(name) or {}
+        if not kit or labels.get(KIT_LABEL) != kit:
             log(f"build-image: making the training base {name} (mlops images build "
-                f"--only {ours[0].key})")
-            build_all(ROOT, ours, store=store, log=log)
+                f"--only {spec.key})")
+            build_all(ROOT, [spec], store=store, log=log)
+        if kit:
+            return f"kit:{kit}"
     image_id = store.image_id(name)
     if image_id is None:
         raise UserError(

@@ -119,3 +119,28 @@ def test_the_digest_sees_what_the_build_sees_and_nothing_else(tmp_path):
     # without a .dockerignore the whole context counts, as it does for BuildKit
     (repo / ".dockerignore").unlink()
     assert "mlops.yaml" in context_files(repo)
+
+
+def test_the_training_base_counts_by_its_kit_for_the_models_built_from_it(tmp_path):
+    """The local build-image keys the model image on the training base's kit (the kit, what
+    it imports, the dependencies, the Dockerfile), not on its image ID: a change to the
+    pipeline's or the server's code, which the base carries but no training image uses,
+    rebuilds neither the base nor the model images in a run; a kit change does."""
+    from mlops.images.build import IMAGES, kit_key
+
+    spec = next(s for s in IMAGES if s.key == "training-base")
+    for name in ("Dockerfile", "pyproject.toml", "requirements.lock", "modelkit", "contracts",
+                 "cogs", "serving"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, tmp_path / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, tmp_path / name)
+    first = kit_key(tmp_path, spec)
+    (tmp_path / "serving" / "server.py").write_text("# another server\n")
+    assert kit_key(tmp_path, spec) == first
+    (tmp_path / "modelkit" / "__init__.py").write_text(
+        (tmp_path / "modelkit" / "__init__.py").read_text() + "\n# a kit change\n")
+    assert kit_key(tmp_path, spec) != first
+    assert kit_key(tmp_path, next(s for s in IMAGES if s.key == "train")) == ""
