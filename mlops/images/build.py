@@ -25,7 +25,7 @@ wheel), exactly as in a cluster.
 Each image carries the digest of its inputs (`mlops.images.context`: the
 Dockerfile, build arguments, the base image's ID, the context's files as its
 `.dockerignore` leaves them); an image whose label matches is not built again
-(a podman call saved: ~1.5 s even when every layer is cached). Otherwise layers
+(a `podman build` saved, which takes seconds even with every layer cached). Otherwise layers
 are cached in the store (`--layers`), so a source change rebuilds only the
 layers after the source `COPY`.
 """
