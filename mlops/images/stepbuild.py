@@ -145,7 +145,25 @@ def build_for_step(env: Mapping[str, str], script: str, *, store: Store | None =
                         f"{proc.returncode}), as it would in the cluster:\n{tail}")
     seconds = round(time.monotonic() - start, 2)
     log(f"build-image: built {name} ({seconds} s)")
+    _prune(store, name)
     return StepBuild(name, True, digest, seconds)
+
+
+#: The images of one model repo the store keeps (each another set of build inputs).
+KEEP = 5
+
+
+def _prune(store: Store, name: str) -> None:
+    """Untag all but the newest KEEP images of `name`'s repository (podman's own prune then
+    frees their layers): each change of a repo's Dockerfile, requirements or code makes one."""
+    repository = name.rsplit(":", 1)[0]
+    proc = store.podman("images", "--filter", f"reference={repository}", "--sort", "created",
+                        "--format", "{{.Repository}}:{{.Tag}}", check=False)
+    names = [line for line in proc.stdout.split() if line and line != name]
+    # newest first (`--sort created` lists the newest first)
+    stale = names[KEEP - 1:]
+    if stale:
+        store.podman("rmi", "--force", *stale, check=False)
 
 
 #: `mlops run`'s choice (`--image-build`, else this variable): `auto` builds with podman when
