@@ -3,9 +3,12 @@
 Three stages, each finished before the next begins, so a bad dataset leaves no
 workspace half-made: fetch every pinned file into the cache (verifying its digest on
 the way in), validate (schema, ids, categories, boxes, decoding, overlap between
-splits), then link the files into `dest` as the COCO layout (`annotations/<split>.json`,
-`images/<file_name>`) with the lock beside them (`dest/datalock.json`). A second
-prepare of the same lock into the same `dest` finds that lock and does nothing.
+splits), then link the files into `dest` as the COCO layout training reads
+(`annotations/<split>.json`, `images/<file_name>`) with the lock beside them
+(`dest/datalock.json`), whatever layout the lock was made from (`datapins.layouts`): a
+split's images come from its `image_root`, and a VOC split's annotations are written as
+COCO from its pinned XML files (`datapins.voc`). A second prepare of the same lock into
+the same `dest` finds that lock and does nothing.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import pathlib
 from typing import Sequence
 
 from datapins.cache import Cache
-from datapins.coco import parse_coco
+from datapins.coco import CocoFile, parse_coco
 from datapins.errors import DataError
-from datapins.lock import DataLock, dumps, read_lock
+from datapins.lock import DataLock, SplitPin, dumps, read_lock
 from datapins.snapshot import IMAGES
 from datapins.sources import Source, bounded_map
 from datapins.validate import Problem, check_images, check_overlap, check_split
+from datapins.voc import parse_labels, parse_list, parse_xml, to_coco
 
 __all__ = ["PrepareReport", "prepare"]
 
@@ -67,7 +71,8 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
     # Each pinned file once; its cache entry is found again from its digest, so no
     # per-file path object outlives the fetch (100k of them were tens of MB).
     unique = {(p.path, p.sha256): p for split in lock.splits.values()
-              for p in (split.annotations, *split.images)}
+              for p in (split.annotations, *split.files, *split.images)}
+    placed = _placement(lock)  # before any fetch: a clash needs no download to be seen
     misses = bytes_fetched = 0
     # closing: zip stops at the pins' end without finishing `hits` (bounded_map's docstring)
     with contextlib.closing(bounded_map(lambda p: cache.fetch(source, p)[1],
@@ -78,13 +83,16 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
                 bytes_fetched += pin.size
 
     problems: list[Problem] = []
-    for split in lock.splits.values():  # one parsed annotation file in memory at a time
-        coco = parse_coco(cache.entry(split.annotations.sha256).read_bytes(),
-                          split.annotations.path)
+    converted: dict[str, bytes] = {}  # split -> its COCO annotations, made from VOC
+    for name, split in lock.splits.items():  # one parsed annotation file in memory at a time
+        coco, made, voc_problems = _annotations(split, cache)
+        problems += voc_problems
+        if made is not None:
+            converted[name] = made
         pinned = {p.path: p.sha256 for p in split.images}
         images: list[tuple[str, pathlib.Path]] = []
         for img in coco.images:
-            rel = f"{IMAGES}/{img.file_name}"
+            rel = split.image_path(img.file_name)
             if rel not in pinned:
                 problems.append(Problem(split.annotations.path, f"image id {img.id}",
                                         f"{rel} is not pinned in the lock"))
@@ -98,8 +106,53 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
     if problems:
         raise _refuse(lock, problems)
 
-    for pin in unique.values():
-        Cache.place(cache.entry(pin.sha256), dest / pin.path)
+    for target, sha256 in placed.items():
+        Cache.place(cache.entry(sha256), dest / target)
+    for name, data in converted.items():
+        (dest / "annotations").mkdir(parents=True, exist_ok=True)
+        (dest / "annotations" / f"{name}.json").write_bytes(data)
     marker.write_text(dumps(lock))
     return PrepareReport(files=len(unique), fetched=misses, hits=len(unique) - misses,
                          bytes_fetched=bytes_fetched)
+
+
+def _annotations(split: SplitPin, cache: Cache,
+                 ) -> tuple[CocoFile, bytes | None, list[Problem]]:
+    """(parsed COCO, the COCO bytes when made from VOC, the conversion's problems)."""
+    if split.format == "coco":
+        return (parse_coco(cache.entry(split.annotations.sha256).read_bytes(),
+                           split.annotations.path), None, [])
+    files = {f.path: f.sha256 for f in split.files}
+    pairs = parse_list(cache.entry(split.annotations.sha256).read_bytes(), split.annotations.path)
+    xml_paths = {split.image_path(xml) for _, xml in pairs}
+    label_files = [p for p in files if p not in xml_paths]
+    labels = parse_labels(cache.entry(files[label_files[0]]).read_bytes() if label_files
+                          else None)
+    entries = []
+    for image, xml in pairs:
+        path = split.image_path(xml)
+        entries.append((image, path, parse_xml(cache.entry(files[path]).read_bytes(), path)))
+    data, problems = to_coco(entries, labels)
+    return parse_coco(data, split.annotations.path), data, problems
+
+
+def _placement(lock: DataLock) -> dict[str, str]:
+    """{path under dest: sha256} of every file training reads: each split's COCO annotations
+    at `annotations/<split>.json` (a VOC split's are written, not linked) and its images at
+    `images/<file_name>`; DataError when two splits would put different files at one path."""
+    placed: dict[str, str] = {}
+    owner: dict[str, str] = {}
+
+    def put(target: str, sha256: str, split: str) -> None:
+        if placed.setdefault(target, sha256) != sha256:
+            raise DataError(f"splits {owner[target]} and {split} both put a file at {target} "
+                            "with different content; rename one (its file_name)")
+        owner.setdefault(target, split)
+
+    for name, split in lock.splits.items():
+        if split.format == "coco":
+            put(f"annotations/{name}.json", split.annotations.sha256, name)
+        cut = len(split.image_root) + 1 if split.image_root else 0
+        for pin in split.images:
+            put(f"{IMAGES}/{pin.path[cut:]}", pin.sha256, name)
+    return placed

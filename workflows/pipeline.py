@@ -94,6 +94,7 @@ PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 WORKFLOW_OUTPUTS = {
     "map50": "tasks.evaluate.outputs.parameters.map50",
     "gate-passed": "tasks.gate.outputs.parameters.passed",
+    "gate-outcome": "tasks.gate.outputs.parameters.outcome",
     "gate-reason": "tasks.gate.outputs.parameters.reason",
     "version": "tasks.propose.outputs.parameters.version",
     "pr-url": "tasks.propose.outputs.parameters.pr-url",
@@ -760,6 +761,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             extra_mounts=[_models_read_only()],
             outputs=[
                 Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
+                # pass, review (inconclusive, proposed for a human's judgement) or fail
+                Parameter(name="outcome", value_from=m.ValueFrom(path=_out("outcome"))),
                 Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
                 Parameter(name="value", value_from=m.ValueFrom(path=_out("value"))),
                 Artifact(
@@ -775,6 +778,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     labels=[
                         model_label,
                         Label(key="passed", value="{{outputs.parameters.passed}}"),
+                        Label(key="outcome", value="{{outputs.parameters.outcome}}"),
                     ],
                     value="1",
                 ),

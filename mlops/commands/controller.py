@@ -29,10 +29,6 @@ if TYPE_CHECKING:
     from promotion.decision.policy import CanaryPolicy
     from promotion.metrics.prometheus import PrometheusSource
 
-#: The preset a policy gets when it names none: the router's view of the runtime
-#: the controller reads readiness from (what clients see), `model` without one.
-RUNTIME_PRESETS = {"local": "haproxy", "kubernetes": "istio", "none": "model"}
-
 
 def _sources(url: str, preset: str | None, default: str = "model") -> Any:
     # lazy (import cost): `mlops --help` does not load it
@@ -81,9 +77,10 @@ def _runtime(args: argparse.Namespace) -> str:
     return str(args.readiness or ("local" if workdir else "none"))
 
 
-def _readiness(args: argparse.Namespace) -> Any:
-    """Who tells whether a merged candidate is deployed and ready
-    (`promotion.cluster.readiness`)."""
+def readiness_from_args(args: argparse.Namespace) -> Any:
+    """Who tells whether a version is deployed and ready (`promotion.cluster.readiness`), as
+    `--readiness`, `--readiness-namespace` and `--platform-workdir` say (`mlops rollback`
+    asks the same)."""
     # lazy (import cost): `mlops --help` does not load it
     from local.platform.workdir import Workdir
     from promotion.cluster.readiness import KubernetesReadiness
@@ -153,10 +150,14 @@ def build(args: argparse.Namespace) -> Controller:
         checkpoint_every=args.checkpoint_every, report_url=args.report_url,
         git_poll=args.git_poll, workers=args.workers,
     )
+    # lazy (import cost): `mlops --help` does not load it. One table for the controller
+    # and `mlops ui`: the preset a policy that names none reads with, by runtime.
+    from promotion.metrics.live import RUNTIME_PRESETS
+
     default = RUNTIME_PRESETS.get(_runtime(args), "model")
     logging.getLogger("mlops.controller").info(
         "metrics preset: %s", args.preset or f"each model's, or {default} (the runtime's default)")
-    readiness = _readiness(args)
+    readiness = readiness_from_args(args)
     return Controller(config, _sources(args.prometheus, args.preset, default),
                       metrics=ControllerMetrics(),
                       notifier=notifier, refresher=refresher, commenter=_commenter(args),

@@ -5,7 +5,8 @@ GitOps repo `mlops up` serves and its Prometheus. Pages: Models (weights, phase,
 live rates, the decision timeline, canary controls), Runs (`--runs DIR`: the
 local runs' steps and logs), Proposals (PRs with their evaluation report and an
 Approve button). Every button is the same commit as its CLI command, signed
-with the name in the page (default: `--by` or the current user).
+with the name in the page (default: `--by` or the current user) -- with `--token`,
+always with `--by` (the token's identity), with `--proxy-user` as the signed-in person.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def ui_config(args: argparse.Namespace) -> Any:
         reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
         models_root=pathlib.Path(args.models_root) if args.models_root else None,
         actions=not args.read_only, token=args.token or None, user=current_user(args.by),
-        proxy_user=args.proxy_user, namespace=args.namespace,
+        proxy_user=args.proxy_user, runtime=args.runtime,
         workdir=root if platform is not None else None,
         argo_server=args.argo_server,
         argo_namespace=args.argo_namespace or _settings(args).namespace, forge=forge)
@@ -91,8 +92,18 @@ def _serve(args: argparse.Namespace) -> int:
                         "client can send: run the proxy beside the UI and bind 127.0.0.1 (as "
                         "`mlops ui manifests --proxy-user` does), or set --proxy-secret (or "
                         "$MLOPS_UI_PROXY_SECRET), which the proxy sends as X-Mlops-Proxy-Secret")
-    print(f"mlops ui: http://{args.host}:{args.port}/  (GitOps {config.gitops}"
-          f"{', Prometheus ' + config.prometheus if config.prometheus else ''})", flush=True)
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.git import line_problem, redact
+
+    problem = line_problem(config.user)
+    if problem:  # it signs every action: a commit trailer
+        raise UserError(f"--by {config.user!r}: {problem}")
+    shown = f"GitOps {redact(config.gitops)}"
+    if config.prometheus:
+        shown += f", Prometheus {redact(config.prometheus)}"
+    if config.token and not config.proxy_user:
+        shown += f"; actions with the token sign as {config.user!r}"
+    print(f"mlops ui: http://{args.host}:{args.port}/  ({shown})", flush=True)
     # Open event streams (pushed updates) end within a tick of Ctrl-C; do not wait longer.
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=2)
@@ -116,7 +127,7 @@ def _manifests(args: argparse.Namespace) -> int:
                         argo_namespace=args.argo_namespace or settings.namespace,
                         argo_secret=args.argo_secret, argo_ca_configmap=args.argo_ca_configmap,
                         argo_insecure=args.argo_insecure, forge=args.forge,
-                        forge_secret=args.forge_secret,
+                        forge_secret=args.forge_secret, token_identity=args.token_identity,
                         image_pull_secrets=settings.image_pull_secrets)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
@@ -133,8 +144,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--branch", default=None)
     p.add_argument("--prometheus", default=None,
                    help="Prometheus URL for live rates (default: the platform's; '' for none)")
-    p.add_argument("--namespace", default="default",
-                   help="namespace label of the serving pods in Prometheus's series")
+    p.add_argument("--runtime", choices=["local", "kubernetes", "none"], default=None,
+                   help="where the models run: the metrics preset a canary policy that "
+                        "names none is read with, as `mlops controller run` picks it "
+                        "(local: haproxy, kubernetes: istio, none: model; default: local "
+                        "with a platform work dir, else none). The models' namespace is the "
+                        "GitOps repo's (mlops-gitops.yaml), as the controller reads it"),
     p.add_argument("--runs", action="append", default=[], metavar="DIR",
                    help="a run's --out dir or a runs dir of the post-receive hook (repeatable)")
     p.add_argument("--argo-server", metavar="URL", default=os.environ.get("ARGO_SERVER_URL"),
@@ -160,9 +175,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the models volume, for Rollback (as `mlops rollback --models-root`)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--by", help="who the buttons act as (default: the current user)")
+    p.add_argument("--by", help="who the buttons act as (default: the current user); with "
+                                "--token, the token's identity: every action signs as it")
     p.add_argument("--token", default=os.environ.get("MLOPS_UI_TOKEN"),
-                   help="actions need this bearer token (default: $MLOPS_UI_TOKEN)")
+                   help="actions need this bearer token (default: $MLOPS_UI_TOKEN); they "
+                        "sign as --by, whatever a request says")
     p.add_argument("--read-only", action="store_true", help="no buttons, every POST refused")
     p.add_argument("--proxy-user", action="store_true",
                    help="take the person from the auth proxy's header (--proxy-header); "
@@ -186,6 +203,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "--proxy-user")
     man.add_argument("--token-secret", default=None,
                      help="Secret with key 'token' that actions need (with --enable-actions)")
+    man.add_argument("--token-identity", default="ui-token",
+                     help="who actions with the token are signed as (a shared token names "
+                          "no person; default: ui-token)")
     man.add_argument("--proxy-user", action="store_true",
                      help="oauth2-proxy in the pod in front of the UI (which listens on "
                           "127.0.0.1); actions signed as its X-Forwarded-User")

@@ -8,11 +8,19 @@ Behind an auth proxy (`proxy_user`) the person is the ONE configured header
 (`proxy_header`), and only from a request that proves it came through the
 proxy: by the proxy's shared secret in `X-Mlops-Proxy-Secret` when one is set,
 else by the UI listening on loopback where only the proxy beside it can reach
-it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). The
-name a request signs with (`by`, or the proxy's header) must be one line of
-printable text: it becomes a commit trailer (`gitops.git.line_problem`).
+it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). With a
+token (`--token`, shared by whoever holds it) the person is the token's identity,
+the `--by` the UI was started with: a request cannot name someone else (`by` naming
+another person is a 403), so a merge is never authored as whoever the request says
+(issue 41, finding 15). Only on a UI with neither (loopback, one machine) does the
+page's "as" field name the person. The
+name a request signs with must be one line of printable text: it becomes a commit
+trailer (`gitops.git.line_problem`).
 A refusal is `{"error": "<the CLI's one-line message>"}` with a 4xx; anything
-unexpected is logged here and answered with one line, never a traceback.
+unexpected is logged here and answered with one line, never a traceback. Nothing the
+UI answers or prints carries a URL's credentials (`gitops.git.redact`: `/api/info`,
+every error, the start-up line; issue 41, finding 16), and every answer carries the
+headers of `mlops.ui.guard` (a strict Content-Security-Policy).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from starlette.staticfiles import StaticFiles
 
 from contracts.errors import ExitCode, MlopsError
 from gitops.forges import registry
-from gitops.git import line_problem
+from gitops.git import line_problem, redact
 from local.platform import lifecycle
 from local.platform.workdir import Workdir
 from mlops.errors import UserError
@@ -46,9 +54,11 @@ from mlops.ui import proposals as proposal_pages
 from mlops.ui import runs as run_pages
 from mlops.ui.actions import Actions, http_status
 from mlops.ui.argo import ArgoRuns
+from mlops.ui.guard import SecurityHeaders, StreamSlots
 from mlops.ui.live import live_rates
 from mlops.ui.source import GitopsSource
-from mlops.ui.stream import page_events
+from mlops.ui.stream import Shared, page_events
+from promotion.metrics.live import RUNTIME_PRESETS
 
 STATIC = pathlib.Path(__file__).with_name("static")
 log = logging.getLogger("mlops.ui")
@@ -66,13 +76,17 @@ class UiConfig:
     gitops: str
     branch: str = "main"
     prometheus: str | None = None
-    namespace: str = "default"
+    runtime: str | None = None
+    """Where the models run (`local`, `kubernetes`, `none`): the preset a policy that names
+    none reads with, as the controller picks it (`RUNTIME_PRESETS`). None: `local` with a
+    platform work dir, else `none`."""
     runs: list[pathlib.Path] = field(default_factory=list)
     reports: pathlib.Path | None = None
     models_root: pathlib.Path | None = None
     actions: bool = True
     token: str | None = None
     user: str = "human"
+    """Who acts: with a token, the token's identity (a request cannot name another)."""
     proxy_user: bool = False
     """Take the person from the auth proxy's header (in a cluster)."""
     proxy_header: str = PROXY_USER_HEADER
@@ -93,6 +107,11 @@ class UiConfig:
     allowed_hosts: list[str] | None = None
     """`Host` headers answered (None: any). On loopback, `mlops ui` allows only loopback
     names, so a page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) gets 400."""
+    max_streams: int = 32
+    """Event streams open at once, all clients (beyond: 503, the page polls)."""
+    max_streams_per_client: int = 8
+    """Event streams open at once from one client address (or signed-in person behind
+    the proxy); beyond: 429."""
 
 
 class UiError(UserError):
@@ -105,8 +124,16 @@ class NotFound(UserError):
     exit_code = ExitCode.NOT_FOUND
 
 
-def _fail(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _fail(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": redact(message)}, status_code=status, headers=headers)
+
+
+class Refused(Exception):
+    """An action refused before it runs: its HTTP status and the one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlette:
@@ -134,20 +161,33 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             return result if isinstance(result, Response) else JSONResponse(result)
         return endpoint
 
+    def proxied(request: Request) -> bool:
+        """The request came through the auth proxy (its secret, or loopback beside it)."""
+        if config.proxy_secret is None:
+            return True
+        given = request.headers.get(PROXY_SECRET_HEADER, "")
+        return hmac.compare_digest(given.encode(), config.proxy_secret.encode())
+
     def who(request: Request, body: dict[str, Any]) -> str:
         if config.proxy_user:
-            if config.proxy_secret is not None:
-                given = request.headers.get(PROXY_SECRET_HEADER, "")
-                if not hmac.compare_digest(given.encode(), config.proxy_secret.encode()):
-                    raise PermissionError(f"this request did not come through the auth proxy "
-                                          f"(no valid {PROXY_SECRET_HEADER})")
+            if not proxied(request):
+                raise Refused(401, f"this request did not come through the auth proxy "
+                                   f"(no valid {PROXY_SECRET_HEADER})")
             name = request.headers.get(config.proxy_header, "").strip()
             if not name:
-                raise PermissionError(f"no signed-in user from the auth proxy "
-                                      f"({config.proxy_header})")
+                raise Refused(401, f"no signed-in user from the auth proxy "
+                                   f"({config.proxy_header})")
             return name
-        name = str(body.get("by") or "").strip()
-        return name or config.user
+        named = str(body.get("by") or "").strip()
+        if config.token:
+            # A shared token says who holds it, not who they are: it acts as its identity.
+            if named and named != config.user:
+                raise Refused(403, f"who acts (\"by\"): {named!r} -- this UI's token acts as "
+                                   f"{config.user!r} (its identity, `mlops ui --by`); a "
+                                   "request cannot sign as someone else. For one name per "
+                                   "person, sign in through the auth proxy (--proxy-user)")
+            return config.user
+        return named or config.user
 
     async def action(request: Request, run: Callable[[str], str]) -> Response:
         if not config.actions:
@@ -165,8 +205,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             body = {}
         try:
             person = who(request, body if isinstance(body, dict) else {})
-        except PermissionError as exc:
-            return _fail(401, str(exc))
+        except Refused as exc:
+            return _fail(exc.status, str(exc))
         problem = line_problem(person)
         if problem:
             where = config.proxy_header if config.proxy_user else '"by"'
@@ -174,11 +214,16 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         return await guarded(lambda _r: {"message": run(person)})(request)
 
     def info(request: Request) -> dict[str, Any]:
-        return {"gitops": config.gitops, "branch": config.branch, "actions": config.actions,
-                "token": bool(config.token), "user": config.user,
-                "proxy_user": config.proxy_user, "prometheus": config.prometheus,
+        # No token needed to read this: every URL without its credentials.
+        return {"gitops": redact(config.gitops), "branch": config.branch,
+                "actions": config.actions, "token": bool(config.token), "user": config.user,
+                "identity": config.user if config.token and not config.proxy_user else None,
+                "proxy_user": config.proxy_user,
+                "prometheus": redact(config.prometheus) if config.prometheus else None,
+                "runtime": runtime, "preset": default_preset,
                 "runs": [str(r) for r in config.runs] +
-                ([f"{config.argo_server} ({config.argo_namespace})"] if argo else [])}
+                ([f"{redact(config.argo_server or '')} ({config.argo_namespace})"]
+                 if argo else [])}
 
     def platform() -> tuple[dict[str, Any], str | None]:
         if config.workdir is None:
@@ -189,8 +234,12 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         except MlopsError as exc:
             return {}, str(exc)
 
-    #: The preset a policy that names none is read with: the runtime's router view.
-    default_preset = "haproxy" if config.workdir is not None else "model"
+    #: The preset a policy that names none is read with: the runtime's router view, from
+    #: the table the controller picks its default from.
+    runtime = config.runtime or ("local" if config.workdir is not None else "none")
+    if runtime not in RUNTIME_PRESETS:
+        raise UiError(f"runtime {runtime!r}: choose one of {', '.join(RUNTIME_PRESETS)}")
+    default_preset = RUNTIME_PRESETS[runtime]
 
     def models(request: Request | None = None) -> dict[str, Any]:
         snap = src.snapshot()
@@ -199,7 +248,7 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         for name, current in sorted(snap.models.items()):
             live = None
             if config.prometheus:
-                live = live_rates(config.prometheus, current, namespace=config.namespace,
+                live = live_rates(config.prometheus, current, config=snap.config,
                                   default=default_preset)
             versions = (served.get(name) or {}).get("versions") if config.workdir else None
             views.append(model_pages.model_view(current, src.history(name), live,
@@ -208,7 +257,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         return {"tip": snap.tip, "models": views, "platform_error": problem}
 
     def model_charts(name: str, minutes: float = 15.0, fetch: bool = True) -> dict[str, Any]:
-        current = src.snapshot(fetch=fetch).models.get(name)
+        snap = src.snapshot(fetch=fetch)
+        current = snap.models.get(name)
         if current is None:
             raise NotFound(f"no model {name!r} in apps/ of {config.gitops}")
         state, _ = model_pages.canary_state(current)
@@ -217,7 +267,7 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         history = src.weight_history(name, since=now - live_charts.MAX_SPAN)
         return live_charts.charts(config.prometheus, current, history,
                                   model_pages.timeline(src.history(name)), started, now,
-                                  minutes=minutes, namespace=config.namespace,
+                                  minutes=minutes, config=snap.config,
                                   default=default_preset)
 
     def charts(request: Request) -> dict[str, Any]:
@@ -270,21 +320,39 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             return await action(request, lambda by: actions.rollback(model, by))
         return await action(request, lambda by: actions.canary(model, verb, by))
 
-    pages: dict[str, Callable[[], dict[str, Any]]] = {
-        "models": models, "proposals": lambda: proposals(None), "runs": lambda: runs(None)}
+    def all_charts() -> list[dict[str, Any]]:
+        snap = src.snapshot(fetch=False)
+        return [model_charts(m, fetch=False) for m in sorted(snap.models)]
+
+    # One build per tick for every open stream of a page (ten tabs cost what one costs).
+    pages: dict[str, Shared[dict[str, Any]]] = {
+        "models": Shared(models), "proposals": Shared(lambda: proposals(None)),
+        "runs": Shared(lambda: runs(None))}
+    shared_charts = Shared(all_charts)
+    slots = StreamSlots(config.max_streams, config.max_streams_per_client)
+
+    def client_of(request: Request) -> str:
+        """Whose streams count together: the signed-in person behind the auth proxy (every
+        request comes from the proxy's address there), else the client's address."""
+        if config.proxy_user and proxied(request):
+            person = request.headers.get(config.proxy_header, "").strip()
+            if person:
+                return f"user:{person}"
+        return f"addr:{request.client.host if request.client else '?'}"
 
     async def events(request: Request) -> Response:
         """Server-sent events: the page's document when it changes (`event: page`), and on
-        the Models page each model's charts (`event: charts`); the page polls if this fails."""
+        the Models page each model's charts (`event: charts`); the page polls if this fails
+        (or is refused: beyond the caps of `slots`)."""
         name = request.query_params.get("page", "models")
         if name not in pages:
             return _fail(400, f"events: page={name!r}: choose one of {', '.join(pages)}")
-        charts_of = None
-        if name == "models":
-            def charts_of() -> list[dict[str, Any]]:
-                snap = src.snapshot(fetch=False)
-                return [model_charts(m, fetch=False) for m in sorted(snap.models)]
-        return page_events(request, pages[name], charts_of, stopping)
+        client = client_of(request)
+        refused = slots.take(client)
+        if refused is not None:
+            return _fail(refused[0], refused[1], {"Retry-After": "10"})
+        return page_events(request, pages[name], shared_charts if name == "models" else None,
+                           stopping, release=lambda: slots.give(client))
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
@@ -313,6 +381,8 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ], lifespan=lifespan)
     app.state.stopping = stopping
+    app.state.streams = slots
     if config.allowed_hosts:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, on every answer
     return app

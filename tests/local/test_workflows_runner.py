@@ -83,7 +83,8 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert run["status"] == "Succeeded" and run["gate"]["passed"] is True and run["finished_at"]
     assert not (out / "outcome.json").exists()
     prom = (out / "metrics.prom").read_text()
-    assert 'argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
+    assert ('argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true",'
+            'outcome="pass"} 1' in prom)
     assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
     assert (out / "environment.txt").read_text().startswith("python ")
 
