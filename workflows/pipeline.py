@@ -151,7 +151,8 @@ BASE_PULL_AUTH = "/var/run/mlops/base-pull"  # build-image's, when `base_pull_se
 # crane pushes the tarball and writes the pushed reference, `<repository>@sha256:...`
 # (go-containerregistry cmd/crane/doc/crane_push.md: `--image-refs`); Argo trims the one
 # trailing newline of an output file (workflow/executor/executor.go SaveParameters, v3.7.9).
-# No shell: the kubelet expands $(VAR) from the container's env.
+# No shell: the kubelet expands $(VAR) from the container's env; `crane` is found on the
+# image's PATH (ko, which builds it, adds /ko-app, where the binary is, to PATH).
 PUSH_ARGS = ["push", "$(IMAGE_TAR)", "$(IMAGE)", "--image-refs", "$(MLOPS_OUTPUTS)/image"]
 
 
