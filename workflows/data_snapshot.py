@@ -76,6 +76,8 @@ def build_snapshot_cron(loaded: LoadedConfig, settings: PipelineSettings) -> dic
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
                          *[_plain(mnt) for mnt in data_mounts(settings)]],
         "securityContext": _plain(_restricted()),
+        # it reads every pinned file to hash it (as prepare-data does)
+        "resources": settings.resources_for("prepare-data"),
     }
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if settings.data_claim:

@@ -1,6 +1,7 @@
 """The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
 
-checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
+checkout -> build-image -> push-image -> smoke-train -> train -> evaluate -> gate ->
+publish-model -> propose
 (and the exit handler, record-outcome); with dataset pins (`mlops.yaml` data:),
 checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`).
 No smoke-train where it cannot catch anything (the full job trains no step, or
@@ -17,7 +18,8 @@ without Kubernetes needs to act it out, in a form Argo itself ignores:
   runner expands the same names to local directories.
 * templates that only make sense in a cluster (git clone into a volume, an
   image build, a PaddleJob) carry the annotation `mlops.dev/local`, naming
-  the local stand-in: `checkout`, `environment-digest`, `paddlejob` (the
+  the local stand-in: `checkout`, `environment-digest` (the image build: podman
+  where installed, `mlops.images.stepbuild`), `registry-push`, `paddlejob` (the
   rendered PaddleJob itself, run as paddle-operator would: one process per
   worker pod, see `workflows.paddlejob_local`).
 
@@ -82,6 +84,7 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret
 PROPOSAL_OUTPUTS = "$(MLOPS_OUT)/full/proposal"
 PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
 ENTRYPOINT = "pipeline"
+BUILD_TASK = "build-image"
 EXIT_HANDLER = "record-outcome"
 PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 # What the Argo UI shows as the workflow's outputs (the entrypoint DAG's outputs):
@@ -121,18 +124,36 @@ CHECKOUT_SCRIPT = (
     'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
     'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
 )
-# Build and push the training image for the commit, with a registry layer cache.
+# Build the training image for the commit from the checkout, into a docker-format tarball on
+# the workspace: no registry credential in this container, whose Dockerfile is the pusher's
+# (issue 41, finding 11). BuildKit's layer cache, where a claim is configured, is one folder
+# of this model's (its subPath), exported beside the one read and swapped in after.
 BUILD_SCRIPT = (
     "set -eu\n"
-    'mkdir -p "$MLOPS_OUTPUTS"\n'
+    'mkdir -p "$MLOPS_OUTPUTS" "$(dirname "$IMAGE_TAR")"\n'
+    'if [ -d "$BUILD_CACHE" ]; then\n'
+    '  if [ -f "$BUILD_CACHE/current/index.json" ]; then\n'
+    '    set -- --import-cache type=local,src="$BUILD_CACHE/current"; fi\n'
+    '  set -- "$@" --export-cache type=local,dest="$BUILD_CACHE/next",mode=max\n'
+    "fi\n"
     "buildctl-daemonless.sh build --frontend dockerfile.v0 "
     '--local context="$MLOPS_REPO" --local dockerfile="$MLOPS_REPO" '
     '--opt build-arg:BASE_IMAGE="$BASE_IMAGE" '
-    '--output type=image,name="$IMAGE",push=true '
-    '--import-cache type=registry,ref="$CACHE" '
-    '--export-cache type=registry,ref="$CACHE",mode=max\n'
-    'printf %s "$IMAGE" > "$MLOPS_OUTPUTS/image"\n'
+    '--output type=docker,name="$IMAGE",dest="$IMAGE_TAR" "$@"\n'
+    'if [ -d "$BUILD_CACHE/next" ]; then\n'
+    '  rm -rf "$BUILD_CACHE/current" && mv "$BUILD_CACHE/next" "$BUILD_CACHE/current"; fi\n'
 )
+# Where build-image leaves the image and push-image reads it (on the run's workspace).
+IMAGE_TAR = f"{WORKSPACE}/out/image/image.tar"
+BUILD_CACHE_MOUNT = "/build-cache"
+REGISTRY_AUTH = "/var/run/mlops/registry"  # push-image's DOCKER_CONFIG (the push credential)
+BASE_PULL_AUTH = "/var/run/mlops/base-pull"  # build-image's, when `base_pull_secret` is set
+# crane pushes the tarball and writes the pushed reference, `<repository>@sha256:...`
+# (go-containerregistry cmd/crane/doc/crane_push.md: `--image-refs`); Argo trims the one
+# trailing newline of an output file (workflow/executor/executor.go SaveParameters, v3.7.9).
+# No shell: the kubelet expands $(VAR) from the container's env; `crane` is found on the
+# image's PATH (ko, which builds it, adds /ko-app, where the binary is, to PATH).
+PUSH_ARGS = ["push", "$(IMAGE_TAR)", "$(IMAGE)", "--image-refs", "$(MLOPS_OUTPUTS)/image"]
 
 
 def workflow_name(model: str, sha: str) -> str:
@@ -146,6 +167,13 @@ def _out(path: str) -> str:
 
 def _workspace_mount() -> m.VolumeMount:
     return m.VolumeMount(name="workspace", mount_path=WORKSPACE)
+
+
+def _models_read_only() -> m.VolumeMount:
+    """The models volume where serving reads it, read-only: the steps that read production's
+    export or record through its `file://` model-uri (find-production, evaluate, gate,
+    propose)."""
+    return m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)
 
 
 def _restricted() -> m.SecurityContext:
@@ -214,7 +242,8 @@ def _tool_container(
 
     The tool image running ``mlops ARGS``, the path env (plus ``extra_env``),
     the workspace volume (plus ``extra_mounts``), the restricted security
-    context, the step deadline and retries on infrastructure errors only.
+    context, the settings' CPU and memory for ``name`` (requests and limits),
+    the step deadline and retries on infrastructure errors only.
     ``fields`` go to :class:`Container` as they are (outputs, metrics, ...).
     """
     return Container(
@@ -226,6 +255,7 @@ def _tool_container(
         volume_mounts=[_workspace_mount(), m.VolumeMount(name="tmp", mount_path="/tmp"),
                        *extra_mounts],
         security_context=security_context or _restricted(),
+        resources=m.ResourceRequirements.model_validate(settings.resources_for(name)),
         active_deadline_seconds=settings.step_deadline_seconds if deadline is None else deadline,
         retry_strategy=_infra_retry(settings) if retry else None,
         **fields,
@@ -247,7 +277,8 @@ def _step_args(name: str, *extra: str) -> list[str]:
 
 
 def paddlejob_manifest(
-    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings
+    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
+    *, deadline: int | None = None,
 ) -> dict[str, Any]:
     """The PaddleJob for one training job (`which` is `smoke` or `full`).
 
@@ -255,7 +286,10 @@ def paddlejob_manifest(
     runs the model repo's own command from the checkout on the shared
     workspace, in the image built for this commit. `/dev/shm` is a memory
     emptyDir because NCCL/Gloo and Paddle's DataLoader use shared memory and
-    the container default (64 MiB) makes collective jobs crash.
+    the container default (64 MiB) makes collective jobs crash. `deadline`: the step's
+    `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step at its
+    deadline it stops only its own pod, and the job's pods would train on until the
+    Workflow is deleted (their owner); the kubelet ends each worker at the same deadline.
     """
     model = loaded.config.model
     out_dir = f"$(MLOPS_OUT)/{which}"
@@ -305,6 +339,7 @@ def paddlejob_manifest(
                         **({"imagePullSecrets": _pull_secrets(settings)}
                            if settings.image_pull_secrets else {}),
                         "restartPolicy": "Never",
+                        **({"activeDeadlineSeconds": deadline} if deadline else {}),
                         "automountServiceAccountToken": False,  # training needs no API
                         "securityContext": pod_security(settings.run_as_user),
                         "containers": [
@@ -360,7 +395,7 @@ def _training_template(
     deadline: int,
     settings: PipelineSettings,
 ) -> Resource:
-    manifest = paddlejob_manifest(loaded, job, which, settings)
+    manifest = paddlejob_manifest(loaded, job, which, settings, deadline=deadline)
     return Resource(
         name=name,
         # `apply` with a fixed name is idempotent: a retried step adopts the
@@ -524,7 +559,13 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")],
                 ),
             ),
-            m.Volume(name="buildkit-state", empty_dir=m.EmptyDirVolumeSource()),
+            *([m.Volume(name="base-pull-auth", secret=m.SecretVolumeSource(
+                secret_name=settings.base_pull_secret,
+                items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")]))]
+              if settings.base_pull_secret else []),
+            *([m.Volume(name="build-cache", persistent_volume_claim=(
+                m.PersistentVolumeClaimVolumeSource(claim_name=settings.build_cache_claim)))]
+              if settings.build_cache_claim else []),
             m.Volume(name="tmp", empty_dir=m.EmptyDirVolumeSource()),
             # Where serving reads models (`serving.manifests`): publish writes, propose reads.
             m.Volume(
@@ -569,28 +610,33 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         # private buildkitd as uid 1000 for this one build). Chosen over
         # Kaniko: Google archived Kaniko in 2025 (only third-party forks are
         # maintained), while BuildKit is the maintained engine behind
-        # `docker build`, runs without privileges, and caches layers in the
-        # registry. Rootless BuildKit needs seccomp/AppArmor unconfined
-        # (user namespaces) and the no-process-sandbox flag inside a pod.
-        # Registry credentials come from a dockerconfigjson Secret mounted as
-        # ~/.docker/config.json, never from parameters.
+        # `docker build`, runs without privileges, and caches layers. Rootless
+        # BuildKit needs seccomp/AppArmor unconfined (user namespaces) and the
+        # no-process-sandbox flag inside a pod, so the pushed Dockerfile's RUN
+        # steps can see buildkitd's processes and files: this container gets no
+        # registry credential (issue 41, finding 11). It writes the image as a
+        # tarball on the workspace; push-image, a container of its own that runs
+        # no code of the commit, pushes it with the push credential. Its state
+        # (buildkitd's root) is under HOME, the /tmp emptyDir.
         build_image = tool_container(
-            "build-image",
+            BUILD_TASK,
             [BUILD_SCRIPT],
             image=settings.buildkit_image,
             command=["sh", "-c"],
             extra_env=[
                 Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
-                Env(name="CACHE", value=f"{image_repo}:buildcache"),
+                Env(name="IMAGE_TAR", value=IMAGE_TAR),
                 Env(name="BASE_IMAGE", value=loaded.full.image),
+                Env(name="BUILD_CACHE", value=BUILD_CACHE_MOUNT),
                 Env(name="BUILDKITD_FLAGS", value="--oci-worker-no-process-sandbox"),
-                Env(name="DOCKER_CONFIG", value="/home/user/.docker"),
+                *([Env(name="DOCKER_CONFIG", value=BASE_PULL_AUTH)]
+                  if settings.base_pull_secret else []),
             ],
             extra_mounts=[
-                m.VolumeMount(
-                    name="registry-auth", mount_path="/home/user/.docker", read_only=True
-                ),
-                m.VolumeMount(name="buildkit-state", mount_path="/home/user/.local/share/buildkit"),
+                *([m.VolumeMount(name="base-pull-auth", mount_path=BASE_PULL_AUTH,
+                                 read_only=True)] if settings.base_pull_secret else []),
+                *([m.VolumeMount(name="build-cache", mount_path=BUILD_CACHE_MOUNT,
+                                 sub_path=model)] if settings.build_cache_claim else []),
             ],
             security_context=m.SecurityContext(
                 seccomp_profile=m.SeccompProfile(type="Unconfined"),
@@ -598,8 +644,25 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 run_as_user=1000,
                 run_as_group=1000,
             ),
-            outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
             annotations={LOCAL_ANNOTATION: "environment-digest"},
+        )
+        # The push credential's one container: crane on build-image's tarball, the
+        # dockerconfigjson Secret mounted read-only as DOCKER_CONFIG, no shell, no code of
+        # the commit. Its output is the pushed image by digest, which the PaddleJobs run.
+        push_image = tool_container(
+            "push-image",
+            PUSH_ARGS,
+            image=settings.crane_image,
+            command=["crane"],
+            extra_env=[
+                Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
+                Env(name="IMAGE_TAR", value=IMAGE_TAR),
+                Env(name="DOCKER_CONFIG", value=REGISTRY_AUTH),
+            ],
+            extra_mounts=[m.VolumeMount(name="registry-auth", mount_path=REGISTRY_AUTH,
+                                        read_only=True)],
+            outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
+            annotations={LOCAL_ANNOTATION: "registry-push"},
         )
 
         prepare = _prepare_data_template(loaded, settings, tool_container)
@@ -623,6 +686,9 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.branch,
             ),
             extra_env=_git_credentials(settings, helper=False),
+            # production's export is on the models volume (its `file://` model-uri): without
+            # it every full job trained from scratch (issue 42, B1)
+            extra_mounts=[_models_read_only()],
             outputs=[
                 Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir"))),
                 Parameter(name="version", value_from=m.ValueFrom(path=_out("version"))),
@@ -647,7 +713,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             extra_env=[*_git_credentials(settings, helper=False),  # a private GitOps repo
                        *([Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT)] if served_cache
                          else [])],
-            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True),
+            extra_mounts=[_models_read_only(),
                           *([m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
                             if served_cache else [])],
             outputs=[
@@ -692,6 +758,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             ),
             retry=False,  # the verdict is an output, not an error to retry
             extra_env=_git_credentials(settings, helper=False),  # a private GitOps repo
+            # production's model.yaml (metrics, dataset lock) behind its file:// model-uri
+            extra_mounts=[_models_read_only()],
             outputs=[
                 Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
                 # pass, review (inconclusive, proposed for a human's judgement) or fail
@@ -773,7 +841,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                           value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
             ],
             extra_env=[*models_env, *forge_env, *_git_credentials(settings, helper=False)],
-            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],
+            extra_mounts=[_models_read_only()],
         )
 
         tool_container(
@@ -818,13 +886,14 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         ]
         with DAG(name=ENTRYPOINT, outputs=dag_outputs):
             t_checkout = Task(name="checkout", template=checkout)
-            t_build = Task(name="build-image", template=build_image, depends="checkout")
+            t_build = Task(name=BUILD_TASK, template=build_image, depends="checkout")
+            Task(name="push-image", template=push_image, depends=BUILD_TASK)
             if prepare is not None:
                 Task(name="prepare-data", template=prepare, depends="checkout")
             image_arg = Parameter(
-                name="image", value="{{tasks.build-image.outputs.parameters.image}}"
+                name="image", value="{{tasks.push-image.outputs.parameters.image}}"
             )
-            inputs = "build-image && prepare-data" if prepare is not None else "build-image"
+            inputs = "push-image && prepare-data" if prepare is not None else "push-image"
             if smoke is not None:
                 Task(name="smoke-train", template=smoke, arguments=[image_arg], depends=inputs)
             train_args = [image_arg]

@@ -104,6 +104,7 @@ def build_push_template(loaded: LoadedConfig, settings: PipelineSettings) -> dic
             "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"},
                              {"name": "tmp", "mountPath": "/tmp"}],
             "securityContext": checkout["container"].get("securityContext"),
+            "resources": settings.resources_for(SUBMIT_STEP),
             # A broken mlops.yaml's one-line error becomes the container's termination
             # message, which Argo shows as the step's message in the UI (operator.go
             # inferFailedReason appends `terminated.message`, v3.7.9).

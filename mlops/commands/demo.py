@@ -11,8 +11,16 @@ from mlops.demo import scenarios
 
 def _demo(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
-    from mlops.demo.story import play
+    import os
 
+    from mlops.demo.story import play
+    from mlops.images.podman import STORE_ENV, default_store_dir
+
+    # The pushes' build-image builds the model repo's image with podman (`mlops run`,
+    # mlops.images.stepbuild) in the user's image store, named here before the demo points
+    # its children's XDG_CACHE_HOME into the work dir: the store's layers (the training
+    # base's PaddlePaddle, ~1 GB) outlive a demo.
+    os.environ.setdefault(STORE_ENV, str(default_store_dir()))
     return play(args)
 
 

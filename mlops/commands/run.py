@@ -1,10 +1,13 @@
 """`mlops run PATH`: run a push of the model repo locally (the same two Workflows as Argo)."""
 
 import argparse
+import os
 import pathlib
 from typing import Any
 
 from mlops.errors import UserError
+
+MODE_ENV = "MLOPS_IMAGE_BUILD"  # mlops.images.stepbuild.MODE_ENV (not imported: start-up cost)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -14,6 +17,7 @@ def _run(args: argparse.Namespace) -> int:
     # lazy (import cost): every `mlops` start registers this command; these pull Hera's
     # models (seconds), pydantic, numpy (the gate's statistics) and serving options
     from local.argo.runner import run_workflow
+    from mlops.images.stepbuild import step_builder
     from workflows.config import load_config
     from workflows.pipeline import PARAMETERS
     from workflows.push import PUSH_PARAMETERS, build_push_template
@@ -21,6 +25,9 @@ def _run(args: argparse.Namespace) -> int:
 
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
+    # build-image: the model repo's Dockerfile built with podman, from what the cluster's step
+    # gives BuildKit (mlops.images.stepbuild); the environment digest without podman
+    builder = step_builder(args.image_build or os.environ.get(MODE_ENV) or "auto")
     params = {}
     for item in args.param or []:
         name, sep, value = item.partition("=")
@@ -41,6 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     result = run_workflow(
         submitted[0], loaded.repo_dir, out,
         parameters={k: v for k, v in params.items() if k not in PUSH_PARAMETERS},
+        image_builder=builder,
     )
     return 0 if result.status == "Succeeded" else 1
 
@@ -60,4 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="workflow parameter (repo, revision, ref, gitops-repo)",
     )
+    parser.add_argument(
+        "--image-build", choices=("auto", "podman", "record"),
+        help="build-image: build the repo's Dockerfile with podman as the cluster's step "
+        "builds it (podman; auto: when podman is installed, the default) or record the "
+        f"environment instead (record); default ${MODE_ENV} or auto")
     parser.set_defaults(func=_run)

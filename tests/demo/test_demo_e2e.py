@@ -91,7 +91,8 @@ def demo_all(tmp_path_factory):
         [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
          "--keep-running", "--timeout", "1200"],
         capture_output=True, text=True, cwd=work.parent, timeout=3600,
-        env={**os.environ, "TMPDIR": str(_system_tmp())})  # as a user runs it
+        # as a user runs it: the pushes' build-image builds the example's Dockerfile with podman
+        env={**os.environ, "TMPDIR": str(_system_tmp()), "MLOPS_IMAGE_BUILD": "podman"})
     try:
         yield work, proc, before
     finally:
@@ -131,6 +132,22 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     assert len(set(versions)) == len(versions)  # every push is its own version
     # its processes shared one bytecode cache in the work dir (tests/demo/test_demo.py)
     assert list((work / "cache" / "pycache").rglob("paddle/__init__.*.pyc"))
+
+
+def test_every_push_built_the_model_repos_image_as_the_cluster_step_does(demo_all):
+    """Issue 42: with podman here, each push's build-image builds the model repo's own
+    Dockerfile from its checkout and the step's BASE_IMAGE (mlops.images.stepbuild), or
+    finds the image those very inputs made; the jobs are given that image."""
+    work, _, _ = demo_all
+    runs = sorted((work / "runs").glob("*/out/run.json"))
+    assert len(runs) >= 7
+    for run_file in runs:
+        run = json.loads(run_file.read_text())
+        tasks = {t["name"]: t for t in run["tasks"]}
+        image = tasks["push-image"]["outputs"]["image"]
+        assert image.startswith("localhost/mlops/shapes-detector-train:"), (run_file, image)
+        log = (run_file.parent / "logs" / "build-image.log").read_text()
+        assert "build-image: built " in log or "not built again" in log, log
 
 
 def test_the_bad_labels_run_names_the_classes_in_its_verdict_and_report(demo_all):

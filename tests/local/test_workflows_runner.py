@@ -34,8 +34,8 @@ from workflows.expressions import (
 from workflows.pipeline import PATH_ENV, build_workflow_template
 from workflows.settings import load_settings
 
-PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "publish-model",
-            "propose"]
+PIPELINE = ["checkout", "build-image", "push-image", "smoke-train", "train", "evaluate", "gate",
+            "publish-model", "propose"]
 
 
 def _wt(repo):
@@ -51,7 +51,7 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     result = run_workflow(_wt(fake_model_repo), fake_model_repo, out, echo=_quiet)
     assert [t.name for t in result.tasks] == [*PIPELINE, "record-outcome"]
     phases = {t.name: t.phase for t in result.tasks}
-    assert all(phases[n] == "Succeeded" for n in PIPELINE[:6] + ["record-outcome"]), phases
+    assert all(phases[n] == "Succeeded" for n in PIPELINE[:7] + ["record-outcome"]), phases
     # The gate passed, but no GitOps repo is configured: `when` ends the run at the gate.
     assert phases["publish-model"] == phases["propose"] == "Skipped"
     assert "gitops-repo" in result.task("propose").message
@@ -62,6 +62,8 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert (
         result.task("build-image").outputs["image"].startswith("local/fake-detector-train@sha256:")
     )
+    # no registry: push-image passes the built image on, and the jobs are given that
+    assert result.task("push-image").outputs["image"] == result.task("build-image").outputs["image"]
     assert result.task("evaluate").outputs["map50"] == "1.000000"
     assert result.task("gate").outputs["passed"] == "true"
     assert result.task("train").outputs["job"] == f"{result.workflow}-full"
@@ -73,8 +75,8 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert f"training_commit: {sha}" in text and f"workflow_id: {result.workflow}" in text, text
     # Records a user can find.
     run = json.loads((out / "run.json").read_text())
-    assert [t["name"] for t in run["tasks"]][:8] == PIPELINE
-    assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:6])
+    assert [t["name"] for t in run["tasks"]][:9] == PIPELINE
+    assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:7])
     assert "'--max-steps', '20'" in (out / "logs" / "smoke-train.log").read_text()
     assert "PASS" in (out / "report.md").read_text()
     # run.json is the one record: the exit handler's outcome is folded in, its file gone.
@@ -173,7 +175,8 @@ def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
     events = run_events.read(tmp_path / "run")
     started = [e.task for e in events if e.kind == "task_started"]
     finished_ = {e.task: e.phase for e in events if e.kind == "task_finished"}
-    assert started == ["checkout", "build-image", "smoke-train", "train", "record-outcome"]
+    assert started == ["checkout", "build-image", "push-image", "smoke-train", "train",
+                       "record-outcome"]
     assert finished_ == phases
     assert [e.kind for e in (events[0], events[-1])] == ["run_started", "run_finished"]
     assert run_events.finished(events).phase == "Failed"

@@ -21,6 +21,7 @@ import yaml
 
 from gitops import git as gitcli
 from mlops import cli
+from serving.manifests import MODELS_MOUNT
 from tests.fixtures.production import fake_model_dir
 from workflows.config import load_config
 from workflows.events import (
@@ -245,3 +246,75 @@ def test_metric_names_are_the_ones_prometheus_stores():
         # Queries in the docs use the stored name, never the bare one.
         assert ARGO_METRIC_PREFIX + name in docs, name
         assert re.search(rf"(?<!{ARGO_METRIC_PREFIX}){name}\b", docs) is None, name
+
+
+def test_every_step_that_reads_production_mounts_the_models_volume():
+    """Issue 42, B1: find-production resolves production's export through its `file://`
+    model-uri, on the models volume; it did not mount it, printed "not readable here;
+    training from scratch", and every full job in a cluster trained from scratch. Every step
+    that reads production from the GitOps repo (find-production, evaluate, gate) mounts the
+    volume where serving reads it, read-only."""
+    doc = _rendered()
+    volumes = {v["name"]: v for v in doc["spec"]["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "mlops-models"
+    readers = {name: t for name, t in _templates(doc).items()
+               if "--production-from-gitops" in (t.get("container") or {}).get("args", [])}
+    assert set(readers) == {"find-production", "evaluate", "gate"}
+    for name, tmpl in readers.items():
+        mounts = {m["name"]: m for m in tmpl["container"]["volumeMounts"]}
+        assert mounts.get("models", {}).get("mountPath") == MODELS_MOUNT, name
+        assert mounts["models"]["readOnly"] is True, name
+
+
+def _containers(doc: dict) -> list[tuple[str, dict]]:
+    spec = doc["spec"].get("workflowSpec") or doc["spec"]
+    return [(t["name"], t["container"]) for t in spec["templates"] if t.get("container")]
+
+
+def test_every_step_container_requests_cpu_and_memory(tmp_path):
+    """Issue 42, B8: checkout, build-image and every tool step rendered no resources, so a
+    namespace with a compute ResourceQuota and no LimitRange refused their pods ("must
+    specify requests.cpu, requests.memory ...": Kubernetes' ResourceQuota admission) and
+    evaluate ran Paddle inference as BestEffort. Every container of the pipeline, the push
+    Workflow and the data snapshot now has requests and limits for both; a setting changes
+    one step and keeps the others."""
+    from workflows.data_snapshot import build_snapshot_cron
+    from workflows.push import build_push_template
+
+    repo = tmp_path / "shapes-detector"  # the example with a scheduled snapshot
+    repo.mkdir()
+    config = yaml.safe_load((EXAMPLE / "mlops.yaml").read_text())
+    config["data"]["snapshot"] = {"source": "/data/shapes", "schedule": "0 6 * * 1"}
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    loaded = load_config(repo)
+    settings = PipelineSettings()
+    docs = [build_workflow_template(loaded, settings).to_dict(),
+            build_push_template(loaded, settings), build_snapshot_cron(loaded, settings)]
+    seen = []
+    for doc in docs:
+        for name, container in _containers(doc):
+            resources = container.get("resources") or {}
+            for kind in ("requests", "limits"):
+                assert set(resources.get(kind) or {}) >= {"cpu", "memory"}, (name, kind)
+            seen.append(name)
+    assert {"checkout", "build-image", "push-image", "evaluate", "gate", "submit-pipeline",
+            "record-outcome", "snapshot"} <= set(seen)
+    tuned = PipelineSettings(step_resources={"evaluate": {
+        "cpu": "3", "memory": "6Gi", "cpu_limit": "4", "memory_limit": "8Gi"}})
+    templates = _templates(build_workflow_template(loaded, tuned).to_dict())
+    assert templates["evaluate"]["container"]["resources"]["requests"] == {"cpu": "3",
+                                                                           "memory": "6Gi"}
+    assert templates["gate"]["container"]["resources"] == \
+        _templates(docs[0])["gate"]["container"]["resources"]
+
+
+def test_the_paddlejob_workers_stop_at_their_steps_deadline():
+    """Issue 42 (harmless list): at a training step's activeDeadlineSeconds Argo stops the
+    step's own pod; the PaddleJob's workers, other pods, trained on until the Workflow (their
+    owner) was deleted. The worker pods carry the same deadline, which the kubelet enforces."""
+    doc = _rendered()
+    templates = _templates(doc)
+    for name in ("smoke-train", "train"):
+        job = yaml.safe_load(templates[name]["resource"]["manifest"])
+        pod = job["spec"]["worker"]["template"]["spec"]
+        assert pod["activeDeadlineSeconds"] == templates[name]["activeDeadlineSeconds"], name

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import io
 import pathlib
+import re
 
 import pytest
 
@@ -78,6 +79,11 @@ def test_every_workflow_container_parses_with_the_cli():
         command = container.get("command")
         if command == ["sh", "-c"]:
             continue  # checkout and the image build: shell, tested by the runner's tests
+        if command == ["crane"]:  # push-image: `crane push TAR IMAGE --image-refs FILE`
+            env = {e["name"] for e in container["env"]}
+            refs = re.findall(r"\$\((\w+)\)", " ".join(container["args"]))
+            assert container["args"][0] == "push" and refs and set(refs) <= env, refs
+            continue
         assert command == ["mlops"], \
             f"template {template['name']}: command {command} is neither `mlops` nor `sh -c`"
         parsed[template["name"]] = parse_mlops(container["args"], f"template {template['name']}")
@@ -128,6 +134,9 @@ def test_the_controller_deployment_parses_with_the_cli(forge, workers):
     assert (args.gitops, args.forge) == ("https://git.example.com/ml/gitops.git", forge)
     # a fleet: models analysed at once (issue 31), 8 unless the manifests say otherwise
     assert args.workers == workers.get("workers", 8)
+    # issue 42 (harmless list): a window is read once Prometheus scraped its end; the
+    # guide's Prometheus (Istio's addon) scrapes every 15 s, so 0 judged its last 15 s unseen
+    assert args.settle >= 2 * 15
 
 
 def test_controller_manifests_take_workers_and_refuse_a_bad_count(capsys):
