@@ -11,6 +11,7 @@ runs once per session and every test reads its results.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -25,6 +26,7 @@ from gitops.forges.local import LocalForge
 from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops.demo.story import Demo
+from tests.demo import writes
 from tests.fixtures.images import store_root
 
 # The demo runs in the first test's setup: pyproject.toml's 900 s per test is too short for it
@@ -33,70 +35,77 @@ pytestmark = [pytest.mark.slow, pytest.mark.critical_path, pytest.mark.timeout(2
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _snapshot(roots: tuple[pathlib.Path, ...], skip: tuple[pathlib.Path, ...]) -> dict[str, tuple]:
-    """Every file under `roots` (outside `skip`, bytecode caches and the test tools' own
-    caches, which other workers' tests write in the checkout meanwhile) with its
-    mtime and size. Two snapshots are compared, not mtimes against the wall
-    clock: a file server's clock may run ahead of ours.
-
-    GNU find walks, not os.walk: $HOME alone holds ~300,000 files here (toolchains,
-    Python), which cost os.walk and lstat ~7 CPU-s and 9 s a walk on the demo's critical
-    path, find ~2. As os.walk would: symlinks to directories are not files (`! -xtype
-    d`), and files that vanish during the walk (other workers' temp files) are skipped."""
-    pruned = [("-name", name) for name in ("__pycache__", ".pytest_cache", ".hypothesis")]
-    pruned += [("-path", str(s)) for s in skip]  # find's -path matches as fnmatch does
-    expr = [arg for i, (test, pattern) in enumerate(pruned)
-            for arg in ([] if i == 0 else ["-o"]) + [test, pattern]]
-    walk = subprocess.run(
-        ["find", *map(str, roots), "(", *expr, ")", "-prune", "-o", "!", "-xtype", "d",
-         "-printf", "%p\\0%T@\\0%s\\0"],
-        capture_output=True, timeout=600)
-    assert walk.returncode in (0, 1), walk.stderr.decode(errors="replace")[-2000:]  # 1: vanished
-    fields = walk.stdout.split(b"\0")[:-1]
-    return {fields[i].decode(errors="surrogateescape"): (fields[i + 1], fields[i + 2])
-            for i in range(0, len(fields), 3)}
-
-
 def _system_tmp() -> pathlib.Path:
     """The machine's temp dir (tests/conftest.py gives each xdist worker its own)."""
     return pathlib.Path(os.environ.get("MLOPS_TEST_SYSTEM_TMP") or tempfile.gettempdir())
 
 
 def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[pathlib.Path, ...]]:
-    """$HOME, the checkout and /tmp; skipping pytest's own temp root (it holds
-    the work dir), git's and pip's files in the checkout, and the podman store
-    tests/images/test_images.py builds into on the other worker (its TMPDIR included:
-    tests/fixtures/images.py)."""
+    """Where the snapshot records what was there before the demo: $HOME, the checkout,
+    /tmp and the other shared temp dirs; skipping, for the walk's cost, pytest's own temp
+    root (it holds the work dir), git's files in the checkout and the podman store
+    tests/images/test_images.py builds into (tests/fixtures/images.py). A path the demo
+    touches there has no known prior state: only its absence afterwards clears it."""
     pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
-    roots = (pathlib.Path.home(), ROOT, _system_tmp())
-    # MLOPS_TEST_OUTSIDE_SKIP (paths or glob patterns joined by os.pathsep):
-    # directories another program on the machine writes while the suite runs
-    # (a developer's shell logging its jobs under /tmp); unset, as in CI, the
-    # check is whole
-    extra = tuple(pathlib.Path(p) for p in
-                  os.environ.get("MLOPS_TEST_OUTSIDE_SKIP", "").split(os.pathsep) if p)
-    # scripts/test.sh runs mypy beside the tests with its cache in MYPY_CACHE_DIR
-    mypy_cache = tuple(pathlib.Path(p) for p in [os.environ.get("MYPY_CACHE_DIR", "")] if p)
-    return roots, (pytest_tmp, ROOT / ".git", ROOT / "paddle_mlops.egg-info", store_root(),
-                   *mypy_cache, *extra)
+    shared = tuple(p for p in map(pathlib.Path, ("/dev/shm", "/var/tmp")) if p.is_dir())
+    roots = (pathlib.Path.home(), ROOT, _system_tmp(), *shared)
+    return roots, (pytest_tmp, ROOT / ".git", store_root())
+
+
+@dataclasses.dataclass
+class OutsideWatch:
+    """What the outside-writes check needs: the snapshot taken before the demo, and the
+    demo's trace (tests/demo/writes.py), which goes on while the platform it left runs."""
+
+    work: pathlib.Path
+    roots: tuple[pathlib.Path, ...]
+    skip: tuple[pathlib.Path, ...]
+    before: dict[str, writes.State]
+    cannot: str | None  # why the demo could not be traced here
+    traced: writes.Traced | None = None
+
+    def changed(self, traces: list[pathlib.Path], cwds: list[pathlib.Path],
+                ignore) -> list[str]:
+        """The paths outside the work dir the traced processes left changed."""
+        found, ran = [], {}
+        for trace, cwd in zip(traces, cwds):
+            with open(trace, encoding="utf-8", errors="surrogateescape") as lines:
+                more, names = writes.parse(lines, str(cwd))
+            found += more
+            ran.update(names)
+        inside = sorted({str(self.work), os.path.realpath(self.work)})
+        return writes.changed(found, ran, inside, self.before,
+                              lambda path: writes.covered(path, self.roots, self.skip),
+                              writes.state, ignore)
 
 
 @pytest.fixture(scope="module")
 def demo_all(tmp_path_factory):
-    """Run the whole demo once, leave the platform up, yield (work dir, output,
-    snapshot of the files outside the work dir taken before it started)."""
+    """Run the whole demo once under strace, leave the platform up, yield (work dir,
+    its completed process, the `OutsideWatch` of the files outside the work dir)."""
     work = tmp_path_factory.mktemp("demo") / "w"
-    before = _snapshot(*_outside_roots(work))
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
-         "--keep-running", "--timeout", "1200"],
-        capture_output=True, text=True, cwd=work.parent, timeout=3600,
-        env={**os.environ, "TMPDIR": str(_system_tmp())})  # as a user runs it
+    watch = OutsideWatch(work, *_outside_roots(work), before={}, cannot=writes.cannot_trace())
+    watch.before = writes.snapshot(watch.roots, watch.skip)
+    argv = [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
+            "--keep-running", "--timeout", "1200"]
+    env = {**os.environ, "TMPDIR": str(_system_tmp())}  # as a user runs it
     try:
-        yield work, proc, before
+        if watch.cannot is not None:  # the other tests still read the demo's results
+            proc = subprocess.run(argv, capture_output=True, text=True, cwd=work.parent,
+                                  timeout=3600, env=env)
+        else:
+            out, err = work.parent / "demo.stdout", work.parent / "demo.stderr"
+            watch.traced = writes.Traced(work.parent / "demo.strace", argv, work.parent, env,
+                                         out, err)
+            code = watch.traced.wait_command(timeout=3600)
+            proc = subprocess.CompletedProcess(argv, code, out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+        yield work, proc, watch
     finally:
         subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(work / "platform")],
                        capture_output=True, timeout=120)
+        if watch.traced is not None:
+            watch.traced.stop()
 
 
 def _summary(work: pathlib.Path) -> dict:
@@ -216,19 +225,28 @@ def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
 
 
 def test_mlops_down_leaves_no_process_and_nothing_is_written_outside_the_work_dir(demo_all):
-    work, proc, before = demo_all
+    """Nothing the demo's processes (and `mlops down`'s) wrote outside the work dir is
+    left changed. Only their own writes count, read from their system calls
+    (tests/demo/writes.py): what other processes on the machine write meanwhile (other
+    xdist workers, other jobs) is theirs. A temporary file the demo removed itself is
+    not a change."""
+    work, proc, watch = demo_all
+    assert watch.cannot is None, watch.cannot
     platform = work / "platform"
     assert procs.processes_of(str(platform)), "with --keep-running the platform stays up"
-    down = subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(platform)],
-                          capture_output=True, text=True, timeout=120)
+    down_trace = work.parent / "down.strace"
+    down = subprocess.run([*writes.strace_argv(down_trace), sys.executable, "-m", "mlops",
+                           "down", "--workdir", str(platform)],
+                          capture_output=True, text=True, timeout=120, cwd=work.parent)
     assert down.returncode == 0, down.stderr
     assert procs.processes_of(str(platform)) == []
-    # the rest of /tmp, $HOME and the checkout must not have changed while the demo ran
-    alive = _pids()
-    after = _snapshot(*_outside_roots(work))
-    alive |= _pids()  # alive when the walk began or when it ended
-    outside = sorted(path for path, stat in after.items()
-                     if before.get(path) != stat and not _another_live_paddle(path, alive))
+    # the trace ends when the last process the demo started has exited, the platform's
+    # and any other
+    left = watch.traced.wait_trace(timeout=60)
+    assert left == [], [f"{pid}: {writes.command_line(pid)}" for pid in left]
+    alive = _pids()  # and those alive when a path is looked at
+    outside = watch.changed([watch.traced.trace, down_trace], [work.parent, work.parent],
+                            ignore=lambda path: _another_live_paddle(path, alive | _pids()))
     assert outside == []
 
 
@@ -242,9 +260,9 @@ def _another_live_paddle(path: str, alive: set[str]) -> bool:
     Every `paddle.jit.to_static` writes `~/.cache/paddle/to_static_tmp/<pid>/`
     (paddle/jit/dy2static/utils.py `get_temp_dir`) and removes it when that
     process exits. After `mlops down` no demo process is alive (checked above),
-    so a live pid there is another xdist worker's test exporting a model at this
-    moment (CI failed on exactly that once); a dead demo process's leftovers
-    still count."""
+    so a live pid there is another process's that was given a demo process's pid
+    after it (an xdist worker's test exporting a model at this moment); a dead
+    demo process's leftovers still count."""
     scratch = pathlib.Path.home() / ".cache" / "paddle" / "to_static_tmp"
     parts = pathlib.Path(path).relative_to(scratch).parts if path.startswith(
         str(scratch) + os.sep) else ()
