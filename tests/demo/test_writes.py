@@ -112,7 +112,8 @@ def test_the_command_ends_before_the_trace_when_it_leaves_a_process(tmp_path, st
     with open(traced.trace) as lines:
         found, ran = writes.parse(lines, str(tmp_path))
     late = [w for w in found if w.path == str(tmp_path / "late")]
-    assert late and "-c import pathlib" in ran[late[0].pid]  # the daemon's write, after its parent exited
+    # the lingering process's write, after its parent exited
+    assert late and "-c import pathlib" in ran[late[0].pid]
     # the command's stdout and stderr are the caller's descriptors, not the tree's writes
     assert not [w for w in found if w.path in (str(tmp_path / "out"), str(tmp_path / "err"))]
 
