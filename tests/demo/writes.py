@@ -44,6 +44,8 @@ TRACED = CREATE_OR_MODIFY + NAME_CALLS + TREE_CALLS
 
 #: Flags that make an open a write (`O_CREAT` creates even with `O_RDONLY`).
 WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_TMPFILE")
+#: Those of them that can come with O_RDONLY (which is 0: the other two replace it).
+READ_ONLY_AND = ("O_CREAT", "O_TRUNC", "O_TMPFILE")
 
 
 def strace_argv(trace: os.PathLike[str] | str) -> list[str]:
@@ -85,28 +87,23 @@ _SIMPLE_ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "v": b"\v", "f": b"\f", "
 def unescape(text: str) -> str:
     """strace's C-style escapes (`\\n`, `\\"`, `\\303`, `\\x41`) back to the name's bytes,
     decoded as the file system's names are (`os.fsdecode`)."""
+    if "\\" not in text:
+        return text
     out = bytearray()
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 == len(text):
-            out += ch.encode("utf-8", "surrogateescape")
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "x":
-            out.append(int(text[i + 2:i + 4], 16))
-            i += 4
-        elif nxt in "01234567":
-            j = i + 1
-            while j < min(i + 4, len(text)) and text[j] in "01234567":
-                j += 1
-            out.append(int(text[i + 1:j], 8))
-            i = j
+    for match in _ESCAPE.finditer(text):
+        plain, hexa, octal, other = match.groups()
+        if plain is not None:
+            out += plain.encode("utf-8", "surrogateescape")
+        elif hexa is not None:
+            out.append(int(hexa, 16))
+        elif octal is not None:
+            out.append(int(octal, 8))
         else:
-            out += _SIMPLE_ESCAPES.get(nxt, nxt.encode())
-            i += 2
+            out += _SIMPLE_ESCAPES.get(other, other.encode("utf-8", "surrogateescape"))
     return os.fsdecode(bytes(out))
+
+
+_ESCAPE = re.compile(r"([^\\]+)|\\x([0-9a-fA-F]{2})|\\([0-7]{1,3})|\\(.?)", re.S)
 
 
 @dataclasses.dataclass
@@ -114,6 +111,14 @@ class _Arg:
     raw: str  # the argument as printed, strings and decorations left in
     strings: list[str]  # its quoted strings, unescaped
     fd_path: str | None  # the path strace decorated a descriptor with (`3</x>`)
+
+
+_TOKEN = re.compile(
+    r'"((?:[^"\\]|\\.)*)"'  # a string
+    r"|<((?:[^>\\]|\\.)*)>"  # a descriptor's decoration
+    r"|([{\[])|([}\]])|(,)"
+    r'|([^"<{}\[\],]+)',
+    re.S)
 
 
 def _split_args(text: str) -> list[_Arg]:
@@ -124,33 +129,21 @@ def _split_args(text: str) -> list[_Arg]:
     strings: list[str] = []
     fd_path: str | None = None
     depth = 0
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "\"<":
-            end = ">" if ch == "<" else '"'
-            j = i + 1
-            while j < len(text) and text[j] != end:
-                j += 2 if text[j] == "\\" else 1
-            body = unescape(text[i + 1:j])
-            if ch == '"':
-                strings.append(body)
-            elif depth == 0:
-                fd_path = body
-            raw.append(text[i:j + 1])
-            i = j + 1
-            continue
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        elif ch == "," and depth == 0:
+    for match in _TOKEN.finditer(text):
+        quoted, decorated, opening, closing, comma, _ = match.groups()
+        if comma is not None and depth == 0:
             args.append(_Arg("".join(raw).strip(), strings, fd_path))
             raw, strings, fd_path = [], [], None
-            i += 1
             continue
-        raw.append(ch)
-        i += 1
+        if quoted is not None:
+            strings.append(unescape(quoted))
+        elif decorated is not None and depth == 0:
+            fd_path = unescape(decorated)
+        elif opening is not None:
+            depth += 1
+        elif closing is not None:
+            depth -= 1
+        raw.append(match.group(0))
     if raw or strings:
         args.append(_Arg("".join(raw).strip(), strings, fd_path))
     return args
@@ -201,6 +194,8 @@ def _parents(lines: Sequence[tuple[int, str, list[_Arg], str]]) -> dict[int, tup
 
 def _parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, str, list[_Arg], str]]:
     for line in lines:
+        if "O_RDONLY" in line and not any(flag in line for flag in READ_ONLY_AND):
+            continue  # most of the trace: a read-only open (or one that names O_RDONLY)
         match = _LINE.match(line.rstrip("\n"))
         if match is None:  # strace's own notes; a line of another form
             continue
