@@ -2,7 +2,6 @@
 # Set up a fresh machine: Debian's prometheus and haproxy (real services the
 # local platform and the tests run), chromium and its driver (the UI's browser
 # tests), podman, runc and mmdebstrap (`mlops images build` and the image tier),
-# strace (the demo's test reads what the demo writes from its system calls),
 # git and kubectl checks, and this project with the Python dependencies pinned
 # in requirements.lock.
 set -euo pipefail
@@ -19,9 +18,6 @@ command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 # The UI's Argo Server stand-in serves TLS with a certificate made by openssl in the test.
 command -v openssl >/dev/null || missing+=(openssl)
-# The demo's end-to-end test runs the demo under strace to see which files its own
-# processes write outside its work dir (tests/demo/writes.py).
-command -v strace >/dev/null || missing+=(strace)
 # `mlops images build` builds every image we ship with podman (runc: crun fails on
 # hybrid cgroup hosts) from a base mmdebstrap makes of Debian packages (no registry).
 # Installed with their recommended packages, as on the machine where the image tier

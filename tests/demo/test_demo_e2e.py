@@ -26,8 +26,7 @@ from gitops.forges.local import LocalForge
 from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops.demo.story import Demo
-from tests.demo import writes
-from tests.fixtures.images import store_root
+from tests.demo import outside
 
 # The demo runs in the first test's setup: pyproject.toml's 900 s per test is too short for it
 pytestmark = [pytest.mark.slow, pytest.mark.critical_path, pytest.mark.timeout(2700)]
@@ -40,72 +39,49 @@ def _system_tmp() -> pathlib.Path:
     return pathlib.Path(os.environ.get("MLOPS_TEST_SYSTEM_TMP") or tempfile.gettempdir())
 
 
-def _outside_roots(work: pathlib.Path) -> tuple[tuple[pathlib.Path, ...], tuple[pathlib.Path, ...]]:
-    """Where the snapshot records what was there before the demo: $HOME, the checkout,
-    /tmp and the other shared temp dirs; skipping, for the walk's cost, pytest's own temp
-    root (it holds the work dir), git's files in the checkout and the podman store
-    tests/images/test_images.py builds into (tests/fixtures/images.py). A path the demo
-    touches there has no known prior state: only its absence afterwards clears it."""
-    pytest_tmp = next(p for p in work.parents if p.name.startswith("pytest-of-"))
-    shared = tuple(p for p in map(pathlib.Path, ("/dev/shm", "/var/tmp")) if p.is_dir())
-    roots = (pathlib.Path.home(), ROOT, _system_tmp(), *shared)
-    return roots, (pytest_tmp, ROOT / ".git", store_root())
+def _outside_roots() -> tuple[pathlib.Path, ...]:
+    """Where the demo must write nothing: $HOME, the checkout and the machine's /tmp
+    (its work dir aside)."""
+    return pathlib.Path.home(), ROOT, _system_tmp()
 
 
 @dataclasses.dataclass
-class OutsideWatch:
-    """What the outside-writes check needs: the snapshot taken before the demo, and the
-    demo's trace (tests/demo/writes.py), which goes on while the platform it left runs."""
+class Outside:
+    """How the demo ran: in a mount namespace whose overlays keep what it writes outside
+    its work dir apart (tests/demo/outside.py), or, where none can be made, plainly."""
 
-    work: pathlib.Path
-    roots: tuple[pathlib.Path, ...]
-    skip: tuple[pathlib.Path, ...]
-    before: dict[str, writes.State]
-    cannot: str | None  # why the demo could not be traced here
-    traced: writes.Traced | None = None
-
-    def changed(self, traces: list[pathlib.Path], cwds: list[pathlib.Path],
-                ignore) -> list[str]:
-        """The paths outside the work dir the traced processes left changed."""
-        found, ran = [], {}
-        for trace, cwd in zip(traces, cwds):
-            with open(trace, encoding="utf-8", errors="surrogateescape") as lines:
-                more, names = writes.parse(lines, str(cwd))
-            found += more
-            ran.update(names)
-        inside = sorted({str(self.work), os.path.realpath(self.work)})
-        return writes.changed(found, ran, inside, self.before,
-                              lambda path: writes.covered(path, self.roots, self.skip),
-                              writes.state, ignore)
+    isolated: outside.Isolated | None
+    cannot: str | None  # why it ran plainly
 
 
 @pytest.fixture(scope="module")
 def demo_all(tmp_path_factory):
-    """Run the whole demo once under strace, leave the platform up, yield (work dir,
-    its completed process, the `OutsideWatch` of the files outside the work dir)."""
+    """Run the whole demo once, leave the platform up, yield (work dir, its completed
+    process, `Outside`). Only the demo's own processes see the overlays: what other
+    processes on the machine write meanwhile is theirs."""
     work = tmp_path_factory.mktemp("demo") / "w"
-    watch = OutsideWatch(work, *_outside_roots(work), before={}, cannot=writes.cannot_trace())
-    watch.before = writes.snapshot(watch.roots, watch.skip)
+    work.mkdir()  # bind-mounted through the overlays: it must exist
     argv = [sys.executable, "-m", "mlops", "demo", "--workdir", str(work), "--scenario", "all",
             "--keep-running", "--timeout", "1200"]
     env = {**os.environ, "TMPDIR": str(_system_tmp())}  # as a user runs it
+    out, err = work.parent / "demo.stdout", work.parent / "demo.stderr"
+    isolated = outside.Isolated(_outside_roots(), work, argv, work.parent, env, out, err,
+                                work.parent / "namespace.log")
+    watch = Outside(isolated, isolated.started())
     try:
         if watch.cannot is not None:  # the other tests still read the demo's results
+            watch.isolated = None
             proc = subprocess.run(argv, capture_output=True, text=True, cwd=work.parent,
                                   timeout=3600, env=env)
         else:
-            out, err = work.parent / "demo.stdout", work.parent / "demo.stderr"
-            watch.traced = writes.Traced(work.parent / "demo.strace", argv, work.parent, env,
-                                         out, err)
-            code = watch.traced.wait_command(timeout=3600)
+            code = isolated.wait_command(timeout=3600)
             proc = subprocess.CompletedProcess(argv, code, out.read_text(errors="replace"),
                                                err.read_text(errors="replace"))
         yield work, proc, watch
     finally:
         subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(work / "platform")],
                        capture_output=True, timeout=120)
-        if watch.traced is not None:
-            watch.traced.stop()
+        isolated.stop()
 
 
 def _summary(work: pathlib.Path) -> dict:
@@ -225,48 +201,28 @@ def test_the_canary_report_and_plot_exist_for_each_canary(demo_all):
 
 
 def test_mlops_down_leaves_no_process_and_nothing_is_written_outside_the_work_dir(demo_all):
-    """Nothing the demo's processes (and `mlops down`'s) wrote outside the work dir is
-    left changed. Only their own writes count, read from their system calls
-    (tests/demo/writes.py): what other processes on the machine write meanwhile (other
-    xdist workers, other jobs) is theirs. A temporary file the demo removed itself is
-    not a change."""
+    """Nothing the demo's processes wrote under $HOME, the checkout or /tmp outside its
+    work dir is left changed; and after `mlops down` none of them is left, the platform's
+    or any other. Only their own writes count: they ran in a mount namespace whose
+    overlays hold what they wrote (tests/demo/outside.py); other processes on the
+    machine (other xdist workers, other jobs) write to the real directories. A temporary
+    file the demo removed itself is not a change; nor is Python's bytecode cache.
+
+    So Paddle's `~/.cache/paddle/to_static_tmp/<pid>/` (every `paddle.jit.to_static`
+    writes one and removes it when its process exits: paddle/jit/dy2static/utils.py
+    `get_temp_dir`) counts when a demo process left one, and another process's (an
+    xdist worker's test exporting a model meanwhile, which failed CI once) cannot show."""
     work, proc, watch = demo_all
     assert watch.cannot is None, watch.cannot
     platform = work / "platform"
     assert procs.processes_of(str(platform)), "with --keep-running the platform stays up"
-    down_trace = work.parent / "down.strace"
-    down = subprocess.run([*writes.strace_argv(down_trace), sys.executable, "-m", "mlops",
-                           "down", "--workdir", str(platform)],
-                          capture_output=True, text=True, timeout=120, cwd=work.parent)
+    down = subprocess.run([sys.executable, "-m", "mlops", "down", "--workdir", str(platform)],
+                          capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stderr
     assert procs.processes_of(str(platform)) == []
-    # the trace ends when the last process the demo started has exited, the platform's
-    # and any other
-    left = watch.traced.wait_trace(timeout=60)
-    assert left == [], [f"{pid}: {writes.command_line(pid)}" for pid in left]
-    alive = _pids()  # and those alive when a path is looked at
-    outside = watch.changed([watch.traced.trace, down_trace], [work.parent, work.parent],
-                            ignore=lambda path: _another_live_paddle(path, alive | _pids()))
-    assert outside == []
-
-
-def _pids() -> set[str]:
-    return {p.name for p in pathlib.Path("/proc").iterdir() if p.name.isdigit()}
-
-
-def _another_live_paddle(path: str, alive: set[str]) -> bool:
-    """A file in Paddle's @to_static scratch dir of a process alive during the walk.
-
-    Every `paddle.jit.to_static` writes `~/.cache/paddle/to_static_tmp/<pid>/`
-    (paddle/jit/dy2static/utils.py `get_temp_dir`) and removes it when that
-    process exits. After `mlops down` no demo process is alive (checked above),
-    so a live pid there is another process's that was given a demo process's pid
-    after it (an xdist worker's test exporting a model at this moment); a dead
-    demo process's leftovers still count."""
-    scratch = pathlib.Path.home() / ".cache" / "paddle" / "to_static_tmp"
-    parts = pathlib.Path(path).relative_to(scratch).parts if path.startswith(
-        str(scratch) + os.sep) else ()
-    return bool(parts) and parts[0] in alive
+    left = watch.isolated.left_behind()
+    assert left == [], [outside.command_line(pid) for pid in left]
+    assert watch.isolated.changes() == []
 
 
 def test_a_second_run_on_the_same_work_dir_replaces_the_first(demo_all):
