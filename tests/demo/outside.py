@@ -227,9 +227,18 @@ def _opaque(path: pathlib.Path, privileged: bool) -> bool:
         return False
 
 
+#: A new directory that holds no file is not a change, as the check never counted
+#: one: the demo's training steps, run locally with their pod's `HOME=/tmp`
+#: (workflows/pipeline.py), make Paddle's empty `~/.cache/paddle/dataset` (made at
+#: import: paddle/dataset/common.py `must_mkdirs(DATA_HOME)`) and
+#: `~/.cache/paddle/to_static_tmp` (whose `<pid>` entry each process removes) there.
+EMPTY_DIRECTORIES = "not counted"
+
+
 def changes_in(upper: pathlib.Path, lower: pathlib.Path, privileged: bool = True) -> list[str]:
     """The changes an overlay's upper layer holds over its lower directory (the real
-    one, as it is now), one line each; Python's bytecode caches aside (`BYTECODE`)."""
+    one, as it is now), one line each; Python's bytecode caches aside (`BYTECODE`),
+    and new directories holding no file (`EMPTY_DIRECTORIES`)."""
     found = []
     for top, dirs, files in os.walk(upper):
         rel_top = pathlib.Path(top).relative_to(upper)
@@ -248,9 +257,10 @@ def changes_in(upper: pathlib.Path, lower: pathlib.Path, privileged: bool = True
                 found.append(f"{real}: removed")
             elif stat.S_ISDIR(st.st_mode):
                 if was is None or not stat.S_ISDIR(was.st_mode):
-                    found.append(f"{real}: new directory "
-                                 f"({sum(len(f) for _, _, f in os.walk(entry))} files in it)")
                     dirs.remove(name)  # all of it is new
+                    held = sum(len(f) for _, _, f in os.walk(entry))
+                    if held:  # empty directories are not counted (EMPTY_DIRECTORIES)
+                        found.append(f"{real}: new directory ({held} files in it)")
                 elif _opaque(entry, privileged) and set(os.listdir(real)) - set(os.listdir(entry)):
                     found.append(f"{real}: removed and made again (entries gone)")
             elif was is None:

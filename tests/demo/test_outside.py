@@ -25,10 +25,12 @@ TREE = textwrap.dedent("""
         pass
     (root / "tmp.x").write_text("x"); os.unlink(root / "tmp.x")   # transient
     pathlib.Path("at-start").write_text("s")            # relative to the cwd it started in
+    (root / "empty" / "dirs").mkdir(parents=True)         # not counted
     (root / "made" / "deep").mkdir(parents=True)
     (root / "made" / "deep" / "f").write_text("f")
     (root / "dir" / "inner").write_text("changed")      # in an existing directory
-    os.chdir(root / "dir"); os.mkdir("relative")         # a relative path
+    os.chdir(root / "dir"); os.mkdir("relative")         # relative paths
+    pathlib.Path("relative/f").write_text("r")
     (root / "dir" / "__pycache__").mkdir(); (root / "dir" / "__pycache__" / "m.pyc").write_text("")
     s = socket.socket(socket.AF_UNIX); s.bind(str(root / "sock")); s.close()
     print("done", flush=True)
