@@ -14,18 +14,21 @@ caller reads them.
 After the run, the upper layers are the changes: a file there is new or modified
 (compared with the real one: a file only opened for writing is copied up unchanged,
 its mtime kept), a whiteout (a 0/0 character device) is a removal, a directory is
-new unless the real one exists. A temporary file the command made and removed leaves
-nothing. The layers are read through `/proc/<pid>/root` of the command's parent,
-which keeps the namespace alive until the caller is done.
+new unless the real one exists (and counted when it holds a file). A temporary file
+the command made and removed leaves nothing. The layers are read through
+`/proc/<pid>/root` of the command's parent, which keeps the namespace alive until the
+caller is done.
 
 Linux overlayfs (Documentation/filesystems/overlayfs.rst: whiteouts, opaque
-directories, copy-up keeping timestamps; `userxattr` for an unprivileged mount, 5.11+).
+directories, `userxattr` for an unprivileged mount, 5.11+). The same document calls
+the overlay's view undefined (not a crash) where the lower layer changes while it is
+mounted, as /tmp and $HOME do under other processes: the command sees its own files
+there and the ones it reads (Python, the checkout), not theirs.
 As root the namespace needs no more; as another user it is a user namespace mapping
-that user to root (`unshare --map-root-user`). Per process it costs nothing measurable
-once the overlay's dentries are warm (`import paddle`, 10 runs in one namespace:
-1.236 CPU-s against 1.244 outside); tracing the demo's system calls with strace instead
-cost ~90 CPU-s of strace for its ~800,000 traced calls (the git sync loop and the
-Python imports open files all the time).
+that user to root (`unshare --map-root-user`). A process in it stops nowhere; tracing
+the demo's system calls with strace instead stopped it at every file a Python import
+or a git command opens (benchmarks/outside_writes.py measures both on `import paddle`,
+benchmarks/results/outside_writes.json).
 """
 
 from __future__ import annotations
