@@ -8,8 +8,7 @@ bash scripts/setup.sh
 # tests, their report waiting in a pipe: mypy takes 25 CPU-seconds cold and 1 with its
 # incremental cache, kept between runs in this machine's cache dir (mypy checks each
 # module's hash, so a fresh clone elsewhere reuses it; MYPY_CACHE_DIR is mypy's own
-# variable, and the demo's test skips that dir when it checks nothing is written outside
-# its work dir). (Settings in pyproject.toml: [tool.ruff] and [tool.mypy].)
+# variable). (Settings in pyproject.toml: [tool.ruff] and [tool.mypy].)
 python3 -m ruff check .
 export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/paddle-mlops/mypy}"
 coproc MYPY { python3 -m mypy 2>&1; echo "mypy exit $?"; }

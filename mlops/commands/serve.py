@@ -199,14 +199,10 @@ def run_serve(args: argparse.Namespace) -> int:
     return serve(model, settings, log_level=args.log_level)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run_load_command(args: argparse.Namespace) -> int:
     """Run the load generator and print its report."""
     # lazy (import cost): `mlops --help` does not load it; it pulls pysimdjson
-    from serving.loadgen import LoadError, default_images_dir, load_images, run_load
+    from serving.loadgen import LoadError, Stop, default_images_dir, load_images, run_load
 
     images_dir = args.images or default_images_dir()
     try:
@@ -214,18 +210,19 @@ def run_load_command(args: argparse.Namespace) -> int:
     except LoadError as exc:
         raise UserError(str(exc)) from None
     # SIGTERM ends the run like Ctrl-C: stop sending, then report what was sent.
-    signal.signal(signal.SIGTERM, _interrupt)
-    report = run_load(
-        args.url,
-        rps=args.rps,
-        duration=args.duration,
-        images=images,
-        model=args.model,
-        concurrency_cap=args.concurrency_cap,
-        timeout=args.timeout,
-        route=args.route,
-        seed=args.seed,
-    )
+    with Stop.on_signals((signal.SIGINT, signal.SIGTERM)) as stop:
+        report = run_load(
+            args.url,
+            rps=args.rps,
+            duration=args.duration,
+            images=images,
+            model=args.model,
+            concurrency_cap=args.concurrency_cap,
+            timeout=args.timeout,
+            route=args.route,
+            seed=args.seed,
+            stop=stop,
+        )
     print(report.summary())
     if args.json_out is not None:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
