@@ -5,4 +5,5 @@ ours. Modules, one job each:
 
 * ``files``  -- atomic writes (tmp in the same dir, then rename) and lenient JSON reads
 * ``ports``  -- free loopback ports
+* ``text``   -- someone else's text made safe for a terminal or a one-line record
 """
