@@ -71,9 +71,10 @@ from promotion.controller_metrics import ControllerMetrics
 from promotion.decision import answers, quality
 from promotion.decision.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
 from promotion.decision.observations import Observations, PairedAnswers, histogram_quantile
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.policy import CanaryPolicy, PolicyError
 from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
-from promotion.gitrepo import apply
+from promotion.gitrepo import apply, platform_policy
+from promotion.gitrepo.platform_policy import load_platform_policy
 from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
 from promotion.metrics.probe import AnswersProbe
@@ -395,12 +396,19 @@ class Controller:
 
     def _policy(self, root: pathlib.Path, folder: layout.ModelState) -> CanaryPolicy:
         raw = folder.extra.get(apply.POLICY_FILE)
-        policy = load_policy(raw if isinstance(raw, Mapping) else {},
-                             f"apps/{folder.model}/{apply.POLICY_FILE}")
+        where = f"apps/{folder.model}/{apply.POLICY_FILE}"
+        config = layout.load_config(root)
+        # The platform's bounds again, on what the repo says now: the file came through a
+        # proposal, but what reached git is judged here, not trusted (issue 41, #4).
+        policy, loosened = load_platform_policy(config.policy).bounded(
+            raw if isinstance(raw, Mapping) else {}, where)
+        if loosened:
+            log.warning("%s: %s loosens the platform's policy (%s: %s); judged with the "
+                        "platform's values instead", folder.model, where, platform_policy.WHERE,
+                        ", ".join(loosened))
         if policy.metrics.namespace is None:  # the models live where the repo deploys them
-            namespace = layout.load_config(root).namespace
             policy = policy.model_copy(update={
-                "metrics": policy.metrics.model_copy(update={"namespace": namespace})})
+                "metrics": policy.metrics.model_copy(update={"namespace": config.namespace})})
         return policy
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
