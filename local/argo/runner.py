@@ -66,6 +66,7 @@ from workflows.expressions import (
 )
 from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
+    ALLOW_PROTOCOL_ENV,
     ARGO_METRIC_PREFIX,
     DATA_CACHE_ENV,
     LOCAL_ANNOTATION,
@@ -433,6 +434,11 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     }
     if not container:
         container_env = dict(PATH_ENV)
+    if container_env.get(ALLOW_PROTOCOL_ENV):
+        # The forge's stand-in here is a directory (a bare repo): git reaches it with its
+        # `file` transport, as the volumes above stand in for the pod's mounts. No token
+        # travels over it.
+        container_env[ALLOW_PROTOCOL_ENV] += ":file"
     env = {**container_env, **local_paths}
     mounts = _mounts(container_env, local_paths)
     where = f"template {tmpl['name']}"
