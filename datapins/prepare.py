@@ -13,17 +13,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pathlib
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from datapins.cache import Cache
 from datapins.coco import parse_coco
-from datapins.errors import DataError
+from datapins.errors import DataDigestMismatch, DataError
 from datapins.lock import DataLock, dumps, read_lock
 from datapins.snapshot import IMAGES
-from datapins.sources import Source, bounded_map
+from datapins.sources import Source, bounded_map, hash_chunks
 from datapins.validate import Problem, check_images, check_overlap, check_split
 
-__all__ = ["PrepareReport", "prepare"]
+__all__ = ["PrepareReport", "prepare", "verify_placed"]
 
 MARKER = "datalock.json"
 _SHOWN = 20  # problems listed in the error; the count says how many more
@@ -103,3 +103,42 @@ def prepare(lock: DataLock, dest: pathlib.Path, cache: Cache, source: Source,
     marker.write_text(dumps(lock))
     return PrepareReport(files=len(unique), fetched=misses, hits=len(unique) - misses,
                          bytes_fetched=bytes_fetched)
+
+
+def _chunks(path: pathlib.Path, size: int = 1 << 20) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        while chunk := fh.read(size):
+            yield chunk
+
+
+def verify_placed(lock: DataLock, dest: pathlib.Path, splits: Sequence[str]) -> None:
+    """Check that `splits` of `lock` are in `dest` as pinned, byte for byte, or raise
+    `DataDigestMismatch` naming each file that is not.
+
+    A workspace is checked once, when `prepare` places it; whatever runs after it on the
+    same volume (the training job runs the pushed repo's own code) could replace a file
+    (issue 41, finding 5: the val annotations were rewritten and a failing candidate
+    passed the gate). So a reader that judges with the data (evaluation) checks again
+    what it reads. Files are hashed as they are now, through symlinks; extra files are
+    not looked at (nothing reads a file the lock does not name)."""
+    wrong = []
+    for name in splits:
+        split = lock.splits[name]
+        for pin in (split.annotations, *split.images):
+            path = dest / pin.path
+            try:
+                sha, size = hash_chunks(_chunks(path))
+            except OSError as exc:
+                wrong.append(f"{path}: cannot be read ({exc.strerror or exc})")
+                continue
+            if (sha, size) != (pin.sha256, pin.size):
+                wrong.append(f"{path}: sha256 {sha} ({size} bytes), pinned {pin.sha256} "
+                             f"({pin.size} bytes)")
+    if wrong:
+        shown = [f"  {w}" for w in wrong[:_SHOWN]]
+        if len(wrong) > _SHOWN:
+            shown.append(f"  ... and {len(wrong) - _SHOWN} more")
+        raise DataDigestMismatch(
+            f"dataset {lock.name} ({lock.digest[:19]}...): {len(wrong)} file(s) of "
+            f"{', '.join(splits)} changed after prepare-data verified them (a step after it "
+            "wrote to the prepared data); nothing is judged on them:\n" + "\n".join(shown))

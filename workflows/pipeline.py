@@ -118,12 +118,16 @@ FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": 
 
 # Clone the pushed commit into the workspace; fresh on every (re)try. The URL and the
 # sha come from the webhook's payload: `--` keeps a URL from being read as an option
-# (`--upload-pack=...`), and the revision must be a commit id.
+# (`--upload-pack=...`), and the revision must be a commit id. The training jobs' output
+# folders are made here, as the steps' user: the PaddleJob mounts them as subPaths
+# (`_training_mounts`), and a missing subPath is made by the kubelet, as root, with the
+# volume root's mode (kubernetes pkg/kubelet/kubelet_pods.go makeMounts, SafeMakeDir).
 CHECKOUT_SCRIPT = (
     "set -eu\n"
     'case "$REVISION" in ""|*[!0-9a-f]*) echo "revision $REVISION: not a commit id" >&2; '
     "exit 2;; esac\n"
-    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT" && mkdir -p "$MLOPS_OUT" "$MLOPS_OUTPUTS"\n'
+    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT"\n'
+    'mkdir -p "$MLOPS_OUT/smoke" "$MLOPS_OUT/full" "$MLOPS_OUTPUTS"\n'
     'git clone --no-checkout -- "$REPO_URL" "$MLOPS_REPO"\n'
     'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
     'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
@@ -330,7 +334,7 @@ def paddlejob_manifest(
                                 "resources": resources,
                                 "securityContext": container_security(read_only_root=False),
                                 "volumeMounts": [
-                                    {"name": "workspace", "mountPath": WORKSPACE},
+                                    *_training_mounts(loaded, which),
                                     {"name": "dshm", "mountPath": "/dev/shm"},
                                     # Its own model's exports only, not every team's
                                     # (issue 41, finding 10): production's is under it.
@@ -359,6 +363,27 @@ def paddlejob_manifest(
             },
         },
     }
+
+
+def _training_mounts(loaded: LoadedConfig, which: str) -> list[dict[str, Any]]:
+    """The workspace as the training pods see it: the pushed repo's code runs there.
+
+    Its own output folder writable; the checkout (the `mlops.yaml` and lock files later
+    steps read) and the prepared data (what evaluation judges) read-only, through
+    subPaths of the same claim. The whole workspace was writable, and a training job
+    replaced the verified val annotations: a failing candidate passed the gate (issue 41,
+    finding 5). The local runner honours the same `readOnly` (`workflows.paddlejob_local`).
+    """
+    out = PATH_ENV["MLOPS_OUT"]
+    mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": PATH_ENV["MLOPS_REPO"], "subPath": "repo",
+         "readOnly": True},
+        {"name": "workspace", "mountPath": f"{out}/{which}", "subPath": f"out/{which}"},
+    ]
+    if loaded.config.data:
+        mounts.append({"name": "workspace", "mountPath": f"{out}/data", "subPath": "out/data",
+                       "readOnly": True})
+    return mounts
 
 
 def _warm_start(loaded: LoadedConfig, which: str) -> bool:

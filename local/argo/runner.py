@@ -299,9 +299,17 @@ def _standin_paddlejob(
 ) -> None:
     """The PaddleJob as paddle-operator would run it: `workflows.paddlejob_local`."""
     name = manifest["metadata"]["name"]
+    # Its `readOnly` mounts (the checkout, the prepared data) read-only here too, each
+    # worker in a mount namespace of its own (`paddlejob_local.read_only_argv`).
+    read_only = paddlejob_local.read_only_dirs(manifest, mounts)
+    problem = paddlejob_local.read_only_problem() if read_only else None
+    if problem:
+        log.write(f"PaddleJob {name}: its read-only mounts stay writable on this machine "
+                  f"({problem}); evaluation verifies the prepared data again\n")
     try:
         specs = paddlejob_local.worker_specs(
-            manifest, port=free_port(), mounts=mounts, local_env=local_env)
+            manifest, port=free_port(), mounts=mounts, local_env=local_env,
+            read_only=() if problem else read_only)
     except (paddlejob_local.PaddleJobFailed, ValueError) as exc:
         raise _TaskFailed(f"PaddleJob {name}: {exc}") from None
     log.write(
