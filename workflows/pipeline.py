@@ -798,6 +798,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.forge,
                 "--branch",
                 loaded.config.promotion.gitops.branch,
+                "--model",  # the bound name, not the one the trained export's record says
+                model,
                 "--outputs",
                 PROPOSAL_OUTPUTS,
                 *[arg for name in settings.image_pull_secrets
