@@ -4,7 +4,8 @@ Every error meant for a person derives from :class:`MlopsError` and carries an
 :class:`ExitCode` saying what went wrong in a way a script can branch on
 (retry later, ask a human, fix the input). The CLI prints ``error: <message>``
 on stderr and exits with that code; nothing meant for a person is a traceback.
-The README's exit-code table is this enum (a test holds them equal).
+The CLI reference's exit-code table is generated from this enum and its `#:` comments
+(`mlops/reference/cli.py`; tests/test_docs_site.py holds them equal).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ unset PYTHONDONTWRITEBYTECODE
 # time, modules handed out in collection order (tests/conftest.py puts the slow ones first):
 # the demo's end-to-end run trains on one worker, first in line for the CPU (tests/conftest.py),
 # while the other two share the rest; a third worker fills the cores while tests wait on
-# servers (README, "Layout", has the numbers). The example is still trained once
+# servers (docs/development.md, "Tests", says why). The example is still trained once
 # (tests/fixtures/training.py shares it between the workers).
 status=0
 python3 -m pytest -n "${MLOPS_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@" \

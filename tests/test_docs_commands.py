@@ -1,6 +1,7 @@
-"""The `mlops` commands the README and docs/cluster.md show are the ones that exist.
+"""The `mlops` commands the README and the documentation site show are the ones that exist.
 
-Every `mlops ...` line of their shell blocks is parsed by the real CLI
+Every `mlops ...` line of their shell blocks (the README and every page under docs/) is
+parsed by the real CLI
 parser (an unknown flag or a removed subcommand fails here); the cluster
 guide's render, lint and controller-manifests commands are then run as
 written, with its own `settings.yaml`, and their output must lint clean.
@@ -19,7 +20,7 @@ import pytest
 from mlops import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "docs" / "cluster.md"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SAMPLES = {"$URL": "http://127.0.0.1:8080", "$PROM": "http://127.0.0.1:9090",
            "$SHA": "0" * 40, "PORT": "9090"}
 
@@ -56,17 +57,18 @@ def exported(path: pathlib.Path) -> set[str]:
     return names
 
 
-ALL = [(path.name, argv) for path in DOCS for argv in mlops_commands(path)]
+ALL = [(str(path.relative_to(ROOT)), argv) for path in DOCS for argv in mlops_commands(path)]
 
 
 def test_the_docs_show_commands():
-    assert len([a for name, a in ALL if name == "cluster.md"]) >= 10
-    assert len([a for name, a in ALL if name == "README.md"]) >= 20
+    assert len([a for name, a in ALL if name == "docs/cluster.md"]) >= 10
+    assert len([a for name, a in ALL if name.startswith("docs/guides/")]) >= 40
+    assert len([a for name, a in ALL if name == "docs/getting-started.md"]) >= 2
 
 
 @pytest.mark.parametrize("doc, argv", ALL, ids=[" ".join(a[:3]) for _, a in ALL])
 def test_each_command_parses(doc, argv, monkeypatch, tmp_path):
-    for name in exported(next(p for p in DOCS if p.name == doc)):
+    for name in exported(ROOT / doc):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     parser = cli.build_parser()
     try:

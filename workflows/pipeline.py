@@ -92,6 +92,7 @@ PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 WORKFLOW_OUTPUTS = {
     "map50": "tasks.evaluate.outputs.parameters.map50",
     "gate-passed": "tasks.gate.outputs.parameters.passed",
+    "gate-outcome": "tasks.gate.outputs.parameters.outcome",
     "gate-reason": "tasks.gate.outputs.parameters.reason",
     "version": "tasks.propose.outputs.parameters.version",
     "pr-url": "tasks.propose.outputs.parameters.pr-url",
@@ -735,6 +736,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             extra_env=git_env(helper=False),  # a private GitOps repo
             outputs=[
                 Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
+                # pass, review (inconclusive, proposed for a human's judgement) or fail
+                Parameter(name="outcome", value_from=m.ValueFrom(path=_out("outcome"))),
                 Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
                 Parameter(name="value", value_from=m.ValueFrom(path=_out("value"))),
                 Artifact(
@@ -750,6 +753,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     labels=[
                         model_label,
                         Label(key="passed", value="{{outputs.parameters.passed}}"),
+                        Label(key="outcome", value="{{outputs.parameters.outcome}}"),
                     ],
                     value="1",
                 ),

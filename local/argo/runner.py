@@ -766,9 +766,9 @@ def _print_summary(result: RunResult, echo: Echo) -> None:
     if result.output("map50"):
         echo(f"  mAP@0.5: {result.output('map50')}   mAP@[.5:.95]: {result.output('map')}")
     if result.output("passed"):
-        echo(
-            f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - "
-            f"{result.output('reason')}"
-        )
+        word = {"pass": "PASSED", "review": "REVIEW (inconclusive: proposed for a person)",
+                "fail": "FAILED"}.get(result.output("outcome") or "",
+                                      "PASSED" if result.output("passed") == "true" else "FAILED")
+        echo(f"  gate:    {word} - {result.output('reason')}")
     echo(f"  report:  {out / 'report.md'}")
     echo(f"  timings: {out / 'run.json'}   logs: {out / 'logs'}/")

@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="metric preset the controller reads (haproxy|model; default: the "
                         "platform's router view, haproxy: latency and errors as clients see "
                         "them; model reads only the servers' own histograms)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the training seed of every push (default: the example's); "
+                        "no outcome of the demo depends on it")
     parser.add_argument("--show-every", type=float, default=5.0, metavar="SECONDS",
                         help="how often the canary's per-version numbers are printed")
     parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",

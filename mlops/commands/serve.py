@@ -8,6 +8,7 @@ import signal
 import sys
 
 from mlops.errors import UserError
+from serving import limits as http_limits
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--decode-timeout", type=float, default=5.0, metavar="S",
                        help="seconds one request's images may take to decode and prepare; "
                             "then 400 (default 5)")
+    http_limits.add_flags(serve)
     serve.add_argument("--math-threads", type=int, default=1,
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float, default=30.0,
@@ -164,6 +166,11 @@ def run_serve(args: argparse.Namespace) -> int:
     images = ImageOptions(max_request_pixels, args.decode_timeout, bool(reduced))
     if not 0 <= args.inline_max_ms <= 1000:  # also refuses nan
         raise UserError("--inline-max-ms must be between 0 and 1000")
+    try:  # the request-head and body-memory limits, bounded in serving.limits
+        limits = http_limits.from_args(args)
+        limits.body_budget(args.max_in_flight, args.max_body_bytes)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     threads = args.threads if args.threads is not None else max(1, default_threads() // workers)
     if threads < 1:
         raise UserError("--threads must be at least 1")
@@ -184,6 +191,7 @@ def run_serve(args: argparse.Namespace) -> int:
         batch_timeout_ms=batch_timeout_ms,
         inline_max_ms=args.inline_max_ms,
         images=images,
+        limits=limits,
     )
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"

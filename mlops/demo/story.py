@@ -81,6 +81,8 @@ class Demo:
         # pushes (serving flags only) reuse the weights of the production they copy.
         self.production_args: dict[str, Any] = {
             "weights-cache": str(self.work / "cache" / "weights")}
+        if getattr(args, "seed", None) is not None:  # every push trains with this seed
+            self.production_args["seed"] = args.seed
         self.tty = sys.stdout.isatty()
 
     # -- narration and commands --------------------------------------------------------------
@@ -457,6 +459,9 @@ class Demo:
         if stable is None:
             raise DemoError(f"{self.model} has no stable version to canary {version} against; "
                             "the first push must be promoted before a scenario plays")
+        if (run.get("gate") or {}).get("outcome") == "review":
+            print(f"the gate could not decide on {version}: its PR is marked for review "
+                  f"({run['gate']['reason']}); the demo reviews it and approves")
         self.set_load(self.args.rps)  # the canary is judged under the full load
         record["marks"]["approved"] = self.approve(version)
         record["marks"]["canary_start"] = self.wait_served({stable: 90, version: 10})

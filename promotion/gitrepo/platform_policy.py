@@ -52,6 +52,9 @@ _PLATFORM_ONLY = ("metrics", "alpha", "insufficient_evidence", "faults")
 WHERE = "mlops-gitops.yaml: policy"
 
 
+#: How much an inconclusive gate lets through: a model may be stricter than the platform.
+_LENIENCY = {"fail": 0, "review": 1, "pass": 2}
+
 class PlatformPolicy(BaseModel):
     """The `policy:` section of `mlops-gitops.yaml` (every key optional)."""
 
@@ -89,6 +92,14 @@ class PlatformPolicy(BaseModel):
         if "max_regression" in bounds and model.max_regression > self.gate.max_regression:
             problems.append(f"max_regression {model.max_regression:g} is above the platform's "
                             f"{self.gate.max_regression:g}")
+        if ("class_max_regression" in bounds
+                and model.class_max_regression > self.gate.class_max_regression):
+            problems.append(f"class_max_regression {model.class_max_regression:g} is above "
+                            f"the platform's {self.gate.class_max_regression:g}")
+        if ("inconclusive" in bounds and _LENIENCY[model.inconclusive]
+                > _LENIENCY[self.gate.inconclusive]):
+            problems.append(f"inconclusive {model.inconclusive} (the platform's is "
+                            f"{self.gate.inconclusive})")
         if ("worse_classes" in bounds and self.gate.worse_classes == "fail"
                 and model.worse_classes != "fail"):
             problems.append("worse_classes report (the platform fails a class worse beyond "

@@ -122,7 +122,8 @@ def test_the_demo_exits_0_and_every_scenario_ends_as_expected(demo_all):
     bad = outcomes["bad-labels"]
     assert bad["outcome"] == "gate_refused", bad
     assert set(bad["worse_classes"]) >= {"circle", "square"}, bad["reason"]
-    assert "holdout: " in bad["reason"] and "significantly worse for" in bad["reason"]
+    assert "worse beyond the class margin" in bad["reason"], bad["reason"]
+    assert "circle on holdout" in bad["reason"] and "square on holdout" in bad["reason"]
     assert bad["pull_requests"] == []
     assert outcomes["low-map"]["outcome"] == "gate_refused"
     assert outcomes["low-map"]["pull_requests"] == []  # stopped at the gate: no PR

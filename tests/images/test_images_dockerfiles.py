@@ -13,6 +13,7 @@ from mlops.images.build import (
     build_argv,
     pip_conf,
 )
+from tests.rooms import ROOMS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted([ROOT / "Dockerfile", *ROOT.glob("examples/*/Dockerfile")])
@@ -82,10 +83,9 @@ def test_the_project_dockerfile_copies_every_package_the_distribution_ships():
     """The tool images are built from the source the Dockerfile COPYs: a room added to
     pyproject.toml's packages but not to the Dockerfile is missing from every image, and
     `mlops` (whose CLI imports every command module) fails to start there. The image
-    tier found exactly that when `datapins/` was added."""
-    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "packages"]["find"]["include"]
-    packages = {pattern.rstrip("*") for pattern in include}
+    tier found exactly that when `datapins/` was added. The distribution ships every room
+    (tests/test_architecture.py checks pyproject's packages.find against them)."""
+    packages = set(ROOMS)
     copied = {line.split()[1] for line in _instructions(ROOT / "Dockerfile")
               if line.startswith("COPY") and len(line.split()) == 3}
     assert packages <= copied, f"not copied into the images: {sorted(packages - copied)}"

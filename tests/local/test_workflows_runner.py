@@ -81,7 +81,8 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert run["status"] == "Succeeded" and run["gate"]["passed"] is True and run["finished_at"]
     assert not (out / "outcome.json").exists()
     prom = (out / "metrics.prom").read_text()
-    assert 'argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
+    assert ('argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true",'
+            'outcome="pass"} 1' in prom)
     assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
     assert (out / "environment.txt").read_text().startswith("python ")
 
@@ -332,5 +333,7 @@ def test_an_export_naming_another_model_is_neither_judged_nor_published(tmp_path
                            "refs/heads/mlops/"], capture_output=True, text=True).stdout == ""
     # publish's own check, should an export get past evaluate
     from workflows.steps import publish
+    (tmp_path / "models").mkdir()
     with pytest.raises(StepError, match="a repo publishes only under its own name"):
         publish.run(str(tmp_path / "run"), str(tmp_path / "models"), repo=str(repo))
+    assert not any((tmp_path / "models").iterdir())

@@ -202,7 +202,8 @@ def test_the_argo_ui_shows_the_runs_outputs_and_report():
     templates = _templates(doc)
     dag = templates[doc["spec"]["entrypoint"]]
     outputs = {p["name"]: p["valueFrom"] for p in dag["outputs"]["parameters"]}
-    assert set(outputs) == {"map50", "gate-passed", "gate-reason", "version", "pr-url"}
+    assert set(outputs) == {"map50", "gate-passed", "gate-outcome", "gate-reason", "version",
+                            "pr-url"}
     tasks = {t["name"]: t["template"] for t in dag["dag"]["tasks"]}
     for name, source in outputs.items():
         # Each reads a task that exists and an output its template declares; a task that

@@ -134,10 +134,9 @@ def test_controller_manifests_take_workers_and_refuse_a_bad_count(capsys):
     base = ["controller", "manifests", "--gitops", "https://g/r.git", "--prometheus", "http://p"]
     assert main([*base, "--workers", "3"]) == 0
     assert "- --workers\n        - '3'" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exit_:
-        main([*base, "--workers", "0"])
+    code = main([*base, "--workers", "0"])  # the settings' bound (a user error), as `run`'s
     err = capsys.readouterr().err
-    assert exit_.value.code != 0 and "--workers" in err and "at least 1" in err
+    assert code != 0 and "--workers" in err and "at least 1" in err
 
 
 def test_the_run_a_push_starts_parses_with_the_cli(tmp_path):

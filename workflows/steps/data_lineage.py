@@ -13,13 +13,14 @@ import pathlib
 import shutil
 from typing import Any
 
+from datapins.cache import Cache
 from datapins.errors import DataDigestMismatch, DataError
 from datapins.lock import read_lock
 from datapins.prepare import MARKER, verify_placed
 from promotion.reports.data_report import LOCK_FILE
 from workflows.config import LoadedConfig
 from workflows.errors import StepError
-from workflows.steps.prepare_data import DATA_DIR, repo_lock
+from workflows.steps.prepare_data import DATA_DIR, default_cache, repo_lock
 
 RECORD_LOCK = LOCK_FILE  # beside model.yaml; the PR diffs it against production's
 
@@ -56,7 +57,10 @@ def pinned_lock(loaded: LoadedConfig, out: str | pathlib.Path) -> pathlib.Path |
             f"{path}: {prepared.name} {prepared.digest} is not the lock of "
             f"{loaded.path.name}'s pins ({expected.name} {expected.digest}); a step after "
             "prepare-data changed it: nothing is judged on this data")
-    verify_placed(expected, path.parent, [s for s in EVALUATED if s in expected.splits])
+    for note in verify_placed(expected, path.parent,
+                              [s for s in EVALUATED if s in expected.splits],
+                              Cache(default_cache())):
+        print(f"note: {note}", flush=True)
     return path
 
 
