@@ -14,6 +14,8 @@ import enum
 import sys
 from typing import TextIO
 
+from cogs.text import printable
+
 __all__ = ["ExitCode", "MlopsError", "report"]
 
 
@@ -41,5 +43,7 @@ def report(exc: BaseException, stream: TextIO | None = None) -> int | None:
     code; None for anything else (a bug: let it raise, with its traceback)."""
     if not isinstance(exc, MlopsError):
         return None
-    print(f"error: {exc}", file=stream or sys.stderr, flush=True)
+    # A message may quote what a pusher wrote (a field of mlops.yaml, a dataset's name):
+    # its controls are shown escaped, never sent to the terminal (`cogs.text`).
+    print(f"error: {printable(str(exc))}", file=stream or sys.stderr, flush=True)
     return int(exc.exit_code)

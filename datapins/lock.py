@@ -49,6 +49,7 @@ import pydantic
 import pydantic.dataclasses
 
 from cogs.files import atomic_write_text
+from cogs.text import printable
 from datapins.errors import DataError
 
 __all__ = ["DataLock", "FilePin", "SplitPin", "dataset_digest", "read_lock", "write_lock"]
@@ -123,6 +124,16 @@ class DataLock(pydantic.BaseModel):
     layout: str = "coco"
     """The layout the dataset was read from (`datapins.layouts`); `coco` is this project's."""
     splits: dict[str, SplitPin]
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        # The name is shown to reviewers (the PR body, `mlops data diff`, the UI) and is
+        # written by whoever pushed the lock: one line of printable text (issue 41, #17).
+        if printable(value, lines=False) != value:
+            raise ValueError(f"{printable(value, lines=False)!r}: one line of printable text "
+                             "only (no control or bidi characters)")
+        return value
 
     @pydantic.field_validator("splits")
     @classmethod

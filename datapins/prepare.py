@@ -16,18 +16,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pathlib
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from datapins.cache import Cache
 from datapins.coco import CocoFile, parse_coco
-from datapins.errors import DataError
+from datapins.errors import DataDigestMismatch, DataError
 from datapins.lock import DataLock, SplitPin, dumps, read_lock
 from datapins.snapshot import IMAGES
-from datapins.sources import Source, bounded_map
+from datapins.sources import Source, bounded_map, hash_chunks
 from datapins.validate import Problem, check_images, check_overlap, check_split
 from datapins.voc import parse_labels, parse_list, parse_xml, to_coco
 
-__all__ = ["PrepareReport", "prepare"]
+__all__ = ["PrepareReport", "prepare", "verify_placed"]
 
 MARKER = "datalock.json"
 _SHOWN = 20  # problems listed in the error; the count says how many more
@@ -136,7 +136,7 @@ def _annotations(split: SplitPin, cache: Cache,
     return parse_coco(data, split.annotations.path), data, problems
 
 
-def _placement(lock: DataLock) -> dict[str, str]:
+def _placement(lock: DataLock, names: Sequence[str] | None = None) -> dict[str, str]:
     """{path under dest: sha256} of every file training reads: each split's COCO annotations
     at `annotations/<split>.json` (a VOC split's are written, not linked) and its images at
     `images/<file_name>`; DataError when two splits would put different files at one path."""
@@ -150,9 +150,69 @@ def _placement(lock: DataLock) -> dict[str, str]:
         owner.setdefault(target, split)
 
     for name, split in lock.splits.items():
+        if names is not None and name not in names:
+            continue
         if split.format == "coco":
             put(f"annotations/{name}.json", split.annotations.sha256, name)
         cut = len(split.image_root) + 1 if split.image_root else 0
         for pin in split.images:
             put(f"{IMAGES}/{pin.path[cut:]}", pin.sha256, name)
     return placed
+
+
+def _sha256(path: pathlib.Path, size: int = 1 << 20) -> str:
+    def chunks() -> Iterator[bytes]:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(size):
+                yield chunk
+    return hash_chunks(chunks())[0]
+
+
+def verify_placed(lock: DataLock, dest: pathlib.Path, splits: Sequence[str],
+                  cache: Cache | None = None) -> list[str]:
+    """Check that `splits` of `lock` are in `dest` as `prepare` placed them, byte for byte,
+    or raise `DataDigestMismatch` naming each file that is not; returns notes on what
+    could not be checked here.
+
+    A workspace is checked once, when `prepare` places it; whatever runs after it on the
+    same volume (the training job runs the pushed repo's own code) could replace a file
+    (issue 41, finding 5: the val annotations were rewritten and a failing candidate
+    passed the gate). So a reader that judges with the data (evaluation) checks again
+    what it reads. Files are hashed as they are now, through symlinks; extra files are
+    not looked at (nothing reads a file the lock does not name). A VOC split's COCO file
+    is made, not pinned: it is made again from the cache's pinned files when `cache`
+    has them, else named in the notes."""
+    expected = _placement(lock, splits)
+    notes = []
+    for name in splits:
+        split = lock.splits[name]
+        if split.format == "coco":
+            continue
+        try:
+            made = _annotations(split, cache)[1] if cache is not None else None
+        except (OSError, DataError):
+            made = None
+        if made is None:
+            notes.append(f"{dest / 'annotations' / f'{name}.json'}: made from VOC files the "
+                         "cache here does not hold; not checked again")
+        else:
+            expected[f"annotations/{name}.json"] = hash_chunks(iter([made]))[0]
+    wrong = []
+    for target, sha256 in expected.items():
+        path = dest / target
+        try:
+            found = _sha256(path)
+        except OSError as exc:
+            wrong.append(f"{path}: cannot be read ({exc.strerror or exc})")
+            continue
+        if found != sha256:
+            wrong.append(f"{path}: sha256 {found}, prepared {sha256}")
+    if wrong:
+        shown = [f"  {w}" for w in wrong[:_SHOWN]]
+        if len(wrong) > _SHOWN:
+            shown.append(f"  ... and {len(wrong) - _SHOWN} more")
+        raise DataDigestMismatch(
+            f"dataset {lock.name} ({lock.digest[:19]}...): {len(wrong)} file(s) of "
+            f"{', '.join(splits)} changed after prepare-data verified them (a step after it "
+            "wrote to the prepared data); nothing is judged on them:\n" + "\n".join(shown))
+    return notes

@@ -81,8 +81,8 @@ from promotion.decision.analysis import (
 from promotion.decision.observations import Observations, PairedAnswers, histogram_quantile
 from promotion.decision.policy import CanaryPolicy, PolicyError
 from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
-from promotion.gitrepo import apply
-from promotion.gitrepo.policy_file import folder_policy
+from promotion.gitrepo import apply, platform_policy
+from promotion.gitrepo.policy_file import bounded_folder_policy
 from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
 from promotion.metrics.probe import AnswersProbe
@@ -403,8 +403,14 @@ class Controller:
     # -- one model -------------------------------------------------------------------------
 
     def _policy(self, root: pathlib.Path, folder: layout.ModelState) -> CanaryPolicy:
-        # The one reading `mlops ui` shares (the models' namespace from mlops-gitops.yaml).
-        return folder_policy(folder, layout.load_config(root))
+        # The one reading `mlops ui` shares (the models' namespace from mlops-gitops.yaml),
+        # within the platform's bounds again (issue 41, finding 4).
+        policy, loosened = bounded_folder_policy(folder, layout.load_config(root))
+        if loosened:
+            log.warning("%s: apps/%s/%s loosens the platform's policy (%s: %s); judged with "
+                        "the platform's values instead", folder.model, folder.model,
+                        apply.POLICY_FILE, platform_policy.WHERE, ", ".join(loosened))
+        return policy
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
         """Bring one model forward by every window that is due."""

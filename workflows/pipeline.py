@@ -58,6 +58,7 @@ from cogs.pods import container_security, pod_security
 from contracts.names import SHA_CHARS
 from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
+from workflows.binding import git_scope
 from workflows.config import LoadedConfig
 from workflows.jobplan import full_job, plan_annotations, smoke_needed
 from workflows.resources import ResourceTemplate
@@ -113,14 +114,25 @@ PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
 # and that is the name the local runner writes and the docs query.
 ARGO_METRIC_PREFIX = "argo_workflows_"
 
+# git's own: the transports it may use, colon-separated (git(1) ENVIRONMENT). Set in
+# every step that holds the git token, to the platform's schemes (`workflows.binding`).
+ALLOW_PROTOCOL_ENV = "GIT_ALLOW_PROTOCOL"
 # The env var each forge client reads its API token from (gitops/forges/*).
 FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
 
-# Clone the pushed commit into the workspace; fresh on every (re)try.
+# Clone the pushed commit into the workspace; fresh on every (re)try. The URL and the
+# sha come from the webhook's payload: `--` keeps a URL from being read as an option
+# (`--upload-pack=...`), and the revision must be a commit id. The training jobs' output
+# folders are made here, as the steps' user: the PaddleJob mounts them as subPaths
+# (`_training_mounts`), and a missing subPath is made by the kubelet, as root, with the
+# volume root's mode (kubernetes pkg/kubelet/kubelet_pods.go makeMounts, SafeMakeDir).
 CHECKOUT_SCRIPT = (
     "set -eu\n"
-    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT" && mkdir -p "$MLOPS_OUT" "$MLOPS_OUTPUTS"\n'
-    'git clone --no-checkout "$REPO_URL" "$MLOPS_REPO"\n'
+    'case "$REVISION" in ""|*[!0-9a-f]*) echo "revision $REVISION: not a commit id" >&2; '
+    "exit 2;; esac\n"
+    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT"\n'
+    'mkdir -p "$MLOPS_OUT/smoke" "$MLOPS_OUT/full" "$MLOPS_OUTPUTS"\n'
+    'git clone --no-checkout -- "$REPO_URL" "$MLOPS_REPO"\n'
     'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
     'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
 )
@@ -193,15 +205,20 @@ def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
     )
 
 
-def _git_credentials(settings: PipelineSettings, *, helper: bool) -> list[Env | SecretEnv]:
+def _git_credentials(settings: PipelineSettings, *, helper: bool,
+                     scope: dict[str, Any]) -> list[Env | SecretEnv]:
     """The git token from the settings' Secret as MLOPS_GIT_TOKEN (optional: public repos
-    need none). `helper`: also point plain git at the credential helper through env
-    (the checkout pod runs git itself; `mlops` steps go through `gitops.git`, which adds
-    the helper on its own)."""
+    need none), the servers it may go to and the transports git may use there (`scope`,
+    `workflows.binding.git_scope`: the platform's, never a URL a step is handed).
+    `helper`: also point plain git at the credential helper through env (the checkout
+    pod runs git itself; `mlops` steps go through `gitops.git`, which adds the helper on
+    its own)."""
     env: list[Env | SecretEnv] = [
         SecretEnv(name=gitcli.TOKEN_ENV, secret_name=settings.git_secret,
                   secret_key=settings.git_secret_key, optional=True),
         Env(name=gitcli.USERNAME_ENV, value=settings.git_username),
+        Env(name=gitcli.HOSTS_ENV, value=" ".join(scope["hosts"])),
+        Env(name=ALLOW_PROTOCOL_ENV, value=":".join(scope["schemes"])),
     ]
     if helper:
         env += [Env(name=k, value=v) for k, v in gitcli.credential_config_env().items()]
@@ -353,10 +370,12 @@ def paddlejob_manifest(
                                 "resources": resources,
                                 "securityContext": container_security(read_only_root=False),
                                 "volumeMounts": [
-                                    {"name": "workspace", "mountPath": WORKSPACE},
+                                    *_training_mounts(loaded, which),
                                     {"name": "dshm", "mountPath": "/dev/shm"},
-                                    *([{"name": "models", "mountPath": MODELS_MOUNT,
-                                        "readOnly": True}] if warm else []),
+                                    # Its own model's exports only, not every team's
+                                    # (issue 41, finding 10): production's is under it.
+                                    *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
+                                        "subPath": model, "readOnly": True}] if warm else []),
                                 ],
                             }
                         ],
@@ -380,6 +399,27 @@ def paddlejob_manifest(
             },
         },
     }
+
+
+def _training_mounts(loaded: LoadedConfig, which: str) -> list[dict[str, Any]]:
+    """The workspace as the training pods see it: the pushed repo's code runs there.
+
+    Its own output folder writable; the checkout (the `mlops.yaml` and lock files later
+    steps read) and the prepared data (what evaluation judges) read-only, through
+    subPaths of the same claim. The whole workspace was writable, and a training job
+    replaced the verified val annotations: a failing candidate passed the gate (issue 41,
+    finding 5). The local runner honours the same `readOnly` (`workflows.paddlejob_local`).
+    """
+    out = PATH_ENV["MLOPS_OUT"]
+    mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": PATH_ENV["MLOPS_REPO"], "subPath": "repo",
+         "readOnly": True},
+        {"name": "workspace", "mountPath": f"{out}/{which}", "subPath": f"out/{which}"},
+    ]
+    if loaded.config.data:
+        mounts.append({"name": "workspace", "mountPath": f"{out}/data", "subPath": "out/data",
+                       "readOnly": True})
+    return mounts
 
 
 def _warm_start(loaded: LoadedConfig, which: str) -> bool:
@@ -491,6 +531,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
     model = loaded.config.model
     image_repo = settings.training_image(model)
     tool_container = partial(_tool_container, settings=settings, env=_tool_env(model))
+    # The git token with where it may go (`workflows.binding`): the platform's servers.
+    git_env = partial(_git_credentials, settings, scope=git_scope(loaded, settings))
     model_label = Label(key="model", value=model)
     smoke_job = loaded.smoke.model_copy(update={"workers": 1})  # smoke is always one worker
 
@@ -600,7 +642,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             extra_env=[
                 Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
                 Env(name="REVISION", value="{{workflow.parameters.revision}}"),
-                *_git_credentials(settings, helper=True),
+                *git_env(helper=True),
             ],
             outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
             annotations={LOCAL_ANNOTATION: "checkout"},
@@ -685,7 +727,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--gitops-branch",
                 loaded.config.promotion.gitops.branch,
             ),
-            extra_env=_git_credentials(settings, helper=False),
+            extra_env=git_env(helper=False),
             # production's export is on the models volume (its `file://` model-uri): without
             # it every full job trained from scratch (issue 42, B1)
             extra_mounts=[_models_read_only()],
@@ -710,7 +752,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--gitops-branch",
                 loaded.config.promotion.gitops.branch,
             ),
-            extra_env=[*_git_credentials(settings, helper=False),  # a private GitOps repo
+            extra_env=[*git_env(helper=False),  # a private GitOps repo
                        *([Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT)] if served_cache
                          else [])],
             extra_mounts=[_models_read_only(),
@@ -757,7 +799,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.branch,
             ),
             retry=False,  # the verdict is an output, not an error to retry
-            extra_env=_git_credentials(settings, helper=False),  # a private GitOps repo
+            extra_env=git_env(helper=False),  # a private GitOps repo
             # production's model.yaml (metrics, dataset lock) behind its file:// model-uri
             extra_mounts=[_models_read_only()],
             outputs=[
@@ -828,6 +870,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.forge,
                 "--branch",
                 loaded.config.promotion.gitops.branch,
+                "--model",  # the bound name, not the one the trained export's record says
+                model,
                 "--outputs",
                 PROPOSAL_OUTPUTS,
                 *[arg for name in settings.image_pull_secrets
@@ -840,7 +884,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 Parameter(name="pr-url",
                           value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
             ],
-            extra_env=[*models_env, *forge_env, *_git_credentials(settings, helper=False)],
+            extra_env=[*models_env, *forge_env, *git_env(helper=False)],
             extra_mounts=[_models_read_only()],
         )
 

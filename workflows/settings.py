@@ -120,6 +120,14 @@ class PipelineSettings(BaseModel):
     git_secret: str = Field(default="mlops-git", pattern=_NAME)
     git_secret_key: str = "token"
     git_username: str = "x-access-token"  # GitHub's; GitLab and Gitea accept any name with a token
+    # Where that token may go (`scheme://host[:port]`, e.g. https://gitea.example.com): the
+    # git servers of the model repos. The GitOps repo's server is added from the push
+    # template's binding, and GitHub's for `model_forge: github`. The credential helper
+    # answers no other server, and git in those steps speaks only these schemes
+    # (`workflows.binding.git_scope`; issue 41, finding 1). A private model repo on
+    # Gitea or GitLab needs its server here.
+    git_hosts: list[Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?$")]] = \
+        Field(default_factory=list)
     # Triggers.
     branch: str = "main"
     # Where the model repo lives: which push payload the Sensor reads. GitHub
@@ -174,6 +182,17 @@ class PipelineSettings(BaseModel):
         """The `resources` of the step container `template`."""
         chosen = self.step_resources.get(template) or self.step_resources["default"]
         return chosen.manifest()
+
+    def git_host_origins(self) -> list[str]:
+        """`git_hosts` as the credential helper compares them, GitHub's first where the
+        model repos live there."""
+        hosts = ["https://github.com"] if self.model_forge == "github" else []
+        for host in self.git_hosts:
+            scheme, _, rest = host.partition("://")
+            value = f"{scheme.lower()}://{rest.lower()}"
+            if value not in hosts:
+                hosts.append(value)
+        return hosts
 
     def training_image(self, model: str) -> str:
         """The repository the per-commit training image is pushed to."""

@@ -69,6 +69,7 @@ from workflows.expressions import (
 )
 from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
+    ALLOW_PROTOCOL_ENV,
     ARGO_METRIC_PREFIX,
     BUILD_TASK,
     DATA_CACHE_ENV,
@@ -330,9 +331,17 @@ def _standin_paddlejob(
 ) -> None:
     """The PaddleJob as paddle-operator would run it: `workflows.paddlejob_local`."""
     name = manifest["metadata"]["name"]
+    # Its `readOnly` mounts (the checkout, the prepared data) read-only here too, each
+    # worker in a mount namespace of its own (`paddlejob_local.read_only_argv`).
+    read_only = paddlejob_local.read_only_dirs(manifest, mounts)
+    problem = paddlejob_local.read_only_problem() if read_only else None
+    if problem:
+        log.write(f"PaddleJob {name}: its read-only mounts stay writable on this machine "
+                  f"({problem}); evaluation verifies the prepared data again\n")
     try:
         specs = paddlejob_local.worker_specs(
-            manifest, port=free_port(), mounts=mounts, local_env=local_env)
+            manifest, port=free_port(), mounts=mounts, local_env=local_env,
+            read_only=() if problem else read_only)
     except (paddlejob_local.PaddleJobFailed, ValueError) as exc:
         raise _TaskFailed(f"PaddleJob {name}: {exc}") from None
     log.write(
@@ -465,6 +474,11 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     }
     if not container:
         container_env = dict(PATH_ENV)
+    if container_env.get(ALLOW_PROTOCOL_ENV):
+        # The forge's stand-in here is a directory (a bare repo): git reaches it with its
+        # `file` transport, as the volumes above stand in for the pod's mounts. No token
+        # travels over it.
+        container_env[ALLOW_PROTOCOL_ENV] += ":file"
     env = {**container_env, **local_paths}
     mounts = _mounts(container_env, local_paths)
     where = f"template {tmpl['name']}"

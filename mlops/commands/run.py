@@ -18,6 +18,7 @@ def _run(args: argparse.Namespace) -> int:
     # models (seconds), pydantic, numpy (the gate's statistics) and serving options
     from local.argo.runner import run_workflow
     from mlops.images.stepbuild import step_builder
+    from workflows.binding import binding_for
     from workflows.config import load_config
     from workflows.pipeline import PARAMETERS
     from workflows.push import PUSH_PARAMETERS, build_push_template
@@ -36,10 +37,15 @@ def _run(args: argparse.Namespace) -> int:
                 f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(PARAMETERS)}"
             )
         params[name] = value
-    out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
+    # What the platform binds this repo to (`workflows.binding`): `--model` and a given
+    # `gitops-repo` (the hook passes both from the bare repo's config), else this
+    # commit's own values -- you run your own repo. The push's submit step refuses a
+    # commit that names others, as in the cluster.
+    binding = binding_for(loaded, model=args.model, gitops_repo=params.get("gitops-repo"))
+    out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / binding.model
     submitted: list[dict[str, Any]] = []
     pushed = run_workflow(
-        build_push_template(loaded, settings), loaded.repo_dir, out / "push",
+        build_push_template(loaded, settings, binding), loaded.repo_dir, out / "push",
         parameters={k: v for k, v in params.items() if k in PUSH_PARAMETERS},
         submit=submitted.append,
     )
@@ -62,6 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("path", help="model repo (directory with mlops.yaml)")
     parser.add_argument("--out", help="run directory (default: ./mlops-out/<model>)")
     parser.add_argument("--settings", help="platform settings YAML (same file as for render)")
+    parser.add_argument("--model", help="the model this repo is bound to (a commit whose "
+                        "mlops.yaml names another is refused; default: its own)")
     parser.add_argument(
         "--param",
         action="append",

@@ -42,6 +42,7 @@ class PolicyError(MlopsError, ValueError):
     exit_code = ExitCode.BAD_INPUT
 
 
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NUM = r"\d+(?:\.\d+)?"
 _DURATION = re.compile(rf"^(?:(?P<h>{_NUM})h)?(?:(?P<m>{_NUM})m)?(?:(?P<s>{_NUM})s)?$")
 #: What a duration field accepts, for its JSON Schema (the validators below parse it):
@@ -114,7 +115,19 @@ class MetricsSpec(_Frozen):
     namespace: str | None = None
     """The models' namespace in the queries' `$namespace`. Unset (the norm): the GitOps
     repo's namespace (`mlops-gitops.yaml`), where Argo CD deploys the models; a
-    different value matches no series, and `mlops gitops lint` refuses it."""
+    different value matches no series, and `mlops gitops lint` refuses it. A
+    Kubernetes namespace name (RFC 1123 label): it becomes a PromQL label value, and
+    a quote in it once rewrote the query (issue 41, finding 4); the platform's to set
+    (`promotion.gitrepo.platform_policy`)."""
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is not None and not _NAMESPACE.fullmatch(value):
+            raise ValueError(f"namespace {value!r}: a Kubernetes namespace name (lowercase "
+                             "letters, digits and '-', at most 63, starting and ending with "
+                             "a letter or digit)")
+        return value
 
     @model_validator(mode="after")
     def _known(self) -> MetricsSpec:

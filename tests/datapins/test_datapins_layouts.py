@@ -330,3 +330,30 @@ def test_the_lock_of_this_projects_layout_is_written_as_before(coco_dataset, tmp
     text = (tmp_path / "w.lock").read_text()
     for key in ('"layout"', '"image_root"', '"format": "', '"files"'):
         assert key not in text
+
+
+def test_a_prepared_voc_split_is_verified_again_as_placed(tmp_path, monkeypatch):
+    """Issue 41, finding 5, for a VOC pin: its COCO file is made, not linked, so it is
+    made again from the cache's pinned XML files and compared; without that cache it
+    is named as not checked, never passed silently. Images are checked by their pins."""
+    from datapins.errors import DataDigestMismatch
+    from datapins.prepare import verify_placed
+
+    lock = _voc_pin(tmp_path, monkeypatch)
+    _prepare(lock, tmp_path, tmp_path / "dataset" / "voc", labels=["person", "bus"])
+    ws, cache = tmp_path / "ws", Cache(tmp_path / "cache")
+    assert verify_placed(lock, ws, ["val"], cache) == []
+    val = ws / "annotations" / "val.json"
+    coco = json.loads(val.read_text())
+    coco["annotations"][0]["bbox"] = [0.0, 0.0, 1.0, 1.0]
+    val.unlink()  # a hard link of nothing here, but replaced as training would
+    val.write_text(json.dumps(coco))
+    with pytest.raises(DataDigestMismatch, match=r"annotations/val\.json: sha256"):
+        verify_placed(lock, ws, ["val"], cache)
+    notes = verify_placed(lock, ws, ["train"], Cache(tmp_path / "elsewhere"))
+    assert len(notes) == 1 and "train.json: made from VOC files" in notes[0]
+    image = next((ws / "images").rglob("*.jpg"))
+    image.unlink()
+    image.write_bytes(b"not the pinned image")
+    with pytest.raises(DataDigestMismatch, match=r"images/.*\.jpg: sha256"):
+        verify_placed(lock, ws, ["train", "val"], cache)

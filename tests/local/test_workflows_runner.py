@@ -317,3 +317,26 @@ def test_cli_run_rejects_unknown_parameters(fake_model_repo, tmp_path, capsys):
     )
     assert "NAME one of repo, revision, ref, gitops-repo" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_export_naming_another_model_is_neither_judged_nor_published(tmp_path, empty_gitops):
+    """Issue 41, finding 10: the pushed training code writes the export's `model.yaml`,
+    and its `name` chose where publish put the weights and which `apps/<name>/` propose
+    changed. The repo's model is `shapes-a`; its train.py records `fake-detector`."""
+    repo = make_fake_model_repo(tmp_path / "a", model="shapes-a")
+    result = run_workflow(_wt(repo), repo, tmp_path / "run", echo=_quiet,
+                          parameters={"gitops-repo": str(empty_gitops)})
+    assert result.status == "Failed"
+    evaluate = result.task("evaluate")
+    assert evaluate.phase == "Failed"
+    assert "name 'fake-detector' is not this repo's model ('shapes-a')" in \
+        pathlib.Path(evaluate.log).read_text()
+    assert not (tmp_path / "run" / "models" / "fake-detector").exists()
+    assert subprocess.run(["git", "-C", str(empty_gitops), "for-each-ref", "--format=%(refname)",
+                           "refs/heads/mlops/"], capture_output=True, text=True).stdout == ""
+    # publish's own check, should an export get past evaluate
+    from workflows.steps import publish
+    (tmp_path / "models").mkdir()
+    with pytest.raises(StepError, match="a repo publishes only under its own name"):
+        publish.run(str(tmp_path / "run"), str(tmp_path / "models"), repo=str(repo))
+    assert not any((tmp_path / "models").iterdir())

@@ -126,7 +126,8 @@ def test_git_token_reaches_checkout_gate_and_propose_from_the_secret_only():
 
 def test_the_checkout_pods_git_asks_the_helper_for_the_token(tmp_path):
     """Real git reads GIT_CONFIG_COUNT/KEY/VALUE from the rendered env and runs the helper."""
-    env_rendered = {e["name"]: e["value"] for e in _env(_templates(_rendered())["checkout"])
+    rendered = _rendered(git_hosts=["https://git.example.com"])
+    env_rendered = {e["name"]: e["value"] for e in _env(_templates(rendered)["checkout"])
                     if "value" in e}
     assert env_rendered["GIT_CONFIG_KEY_0"] == "credential.helper"
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_TERMINAL_PROMPT": "0",
@@ -137,6 +138,18 @@ def test_the_checkout_pods_git_asks_the_helper_for_the_token(tmp_path):
                             capture_output=True, env={**base, gitcli.TOKEN_ENV: "s3cret"})
     assert filled.returncode == 0, filled.stderr
     assert "username=x-access-token" in filled.stdout and "password=s3cret" in filled.stdout
+
+    # Issue 41, finding 1: the helper answered any host, so a repo URL from the webhook's
+    # payload (or a GitOps URL from a pushed mlops.yaml) received the token. Another
+    # server, another port or plain http of the same one: no answer.
+    for other in ("protocol=https\nhost=attacker.example\n",
+                  "protocol=https\nhost=git.example.com:8443\n",
+                  "protocol=http\nhost=git.example.com\n",
+                  "protocol=https\nhost=git.example.com.attacker.example\n"):
+        refused = subprocess.run(["git", "credential", "fill"], input=other + "path=x.git\n\n",
+                                 text=True, capture_output=True,
+                                 env={**base, gitcli.TOKEN_ENV: "s3cret"})
+        assert refused.returncode != 0 and "s3cret" not in refused.stdout, other
 
     # No Secret mounted (optional): the helper stays silent and git, with no prompt, gives up
     # rather than sending an empty password.
@@ -161,11 +174,28 @@ def test_the_checkout_script_clones_the_pushed_commit(tmp_path):
                 "MLOPS_REPO": str(tmp_path / "ws" / "repo"), "MLOPS_OUT": str(tmp_path / "ws/out"),
                 "MLOPS_OUTPUTS": str(tmp_path / "outputs"), "REPO_URL": str(origin),
                 "REVISION": sha})
-    done = subprocess.run([*checkout["command"], *checkout["args"]], env=env,
+    assert env["GIT_ALLOW_PROTOCOL"] == "https"
+    # The forge here is a directory: git's `file` transport, as the local runner maps it.
+    local = {**env, "GIT_ALLOW_PROTOCOL": "https:file"}
+    done = subprocess.run([*checkout["command"], *checkout["args"]], env=local,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "outputs" / "revision").read_text().strip() == sha
     assert (tmp_path / "ws" / "repo" / "a.txt").read_text() == "one\n"
+
+    # The URL and the sha come from the webhook's payload (issue 41): a transport that
+    # runs commands, an option in the URL's place and an option as the revision all stop
+    # the step before anything runs.
+    marker = tmp_path / "pwned"
+    for url, revision in ((f"ext::sh -c touch% {marker}", sha),
+                          (f"--upload-pack=touch {marker}", sha),
+                          (str(origin), "--output=x"),
+                          (f"file://{origin}", sha)):
+        bad = subprocess.run([*checkout["command"], *checkout["args"]],
+                             env={**env, "REPO_URL": url, "REVISION": revision},
+                             capture_output=True, text=True)
+        assert bad.returncode != 0, (url, revision)
+        assert not marker.exists(), url
 
 
 def test_the_argo_ui_shows_the_runs_outputs_and_report():
@@ -318,3 +348,15 @@ def test_the_paddlejob_workers_stop_at_their_steps_deadline():
         job = yaml.safe_load(templates[name]["resource"]["manifest"])
         pod = job["spec"]["worker"]["template"]["spec"]
         assert pod["activeDeadlineSeconds"] == templates[name]["activeDeadlineSeconds"], name
+
+
+def test_the_training_pod_mounts_only_its_own_models_exports():
+    """Issue 41, finding 10: the warm-started PaddleJob mounted the whole models volume,
+    every team's weights, into a pod that runs the pushed repo's code. It mounts its own
+    model's folder (production's export, which `--init-from` names, is under it)."""
+    (full,) = [j for j in _paddlejobs(_rendered()) if j["metadata"]["labels"]["mlops.dev/job"]
+               == "full"]
+    spec = full["spec"]["worker"]["template"]["spec"]
+    (mount,) = [v for v in spec["containers"][0]["volumeMounts"] if v["name"] == "models"]
+    assert mount == {"name": "models", "mountPath": "/models/shapes-detector",
+                     "subPath": "shapes-detector", "readOnly": True}

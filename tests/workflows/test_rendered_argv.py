@@ -152,8 +152,12 @@ def test_the_run_a_push_starts_parses_with_the_cli(tmp_path):
     args = parse_mlops(mlops_run_args(tmp_path / "repo", tmp_path / "out",
                                       "https://git.example.com/ml/gitops.git"), "post-receive hook")
     assert args.command == "run" and args.param == ["gitops-repo=https://git.example.com/ml/gitops.git"]
-    assert parse_mlops(mlops_run_args(tmp_path / "repo", tmp_path / "out", ""), "hook").param \
-        in (None, [])
+    # The hook's GitOps repo and model are the platform's: passed even when empty, so the
+    # pushed mlops.yaml cannot fill them in (issue 41, findings 1 and 10).
+    none = parse_mlops(mlops_run_args(tmp_path / "repo", tmp_path / "out", ""), "hook")
+    assert none.param == ["gitops-repo="] and none.model is None
+    bound = parse_mlops(mlops_run_args(tmp_path / "repo", tmp_path / "out", "", "shapes"), "hook")
+    assert bound.model == "shapes"
 
 
 def test_a_flag_the_cli_lacks_fails_the_parse():

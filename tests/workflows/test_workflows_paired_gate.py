@@ -229,8 +229,8 @@ def test_init_from_production_renders_a_find_production_step_feeding_the_full_jo
     args = full["containers"][0]["args"]
     assert args[args.index("--init-from") + 1] == "{{inputs.parameters.init-from}}"
     assert args.index("--init-from") < args.index("--epochs")
-    assert {"name": "models", "mountPath": "/models", "readOnly": True} in full[
-        "containers"][0]["volumeMounts"]
+    assert {"name": "models", "mountPath": "/models/shapes-detector", "readOnly": True,
+            "subPath": "shapes-detector"} in full["containers"][0]["volumeMounts"]
     assert "--init-from" not in worker("smoke-train")["containers"][0]["args"]
     cfg["training"].pop("init_from")
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
