@@ -179,8 +179,10 @@ class Demo:
             path.mkdir(parents=True, exist_ok=True)
         print(f"work dir: {self.work}  (every command below runs there)")
         self.mlops("gitops", "init", str(self.gitops))
+        # The hook binds the repo to its model and GitOps repo, as a cluster's push template
+        # does: a push naming another model or GitOps repo is refused (docs/security.md).
         self.mlops("hooks", "init-bare", str(self.model_bare), "--gitops", str(self.gitops),
-                   "--runs-dir", str(self.runs))
+                   "--model", self.model, "--runs-dir", str(self.runs))
         controller_port = free_port()
         self.mlops("up", "--workdir", str(self.platform), "--gitops", str(self.gitops),
                    "--controller-port", str(controller_port))
