@@ -19,7 +19,12 @@ import pydantic
 
 from cogs.options import explain
 from contracts.errors import ExitCode, MlopsError
-from promotion.cluster.deploy import CLUSTER_GIT_POLL, CLUSTER_WORKERS, METRICS_PORT
+from promotion.cluster.deploy import (
+    CLUSTER_GIT_POLL,
+    CLUSTER_SETTLE,
+    CLUSTER_WORKERS,
+    METRICS_PORT,
+)
 from promotion.controller import ControllerConfig
 from promotion.metrics.live import RUNTIME_PRESETS
 from promotion.metrics.presets import PRESET_NAMES
@@ -149,11 +154,13 @@ class ControllerSettings(pydantic.BaseModel):
     def in_cluster(cls, options: Mapping[str, Any]) -> ControllerSettings:
         """The settings of the controller `controller manifests` deploys: readiness from
         the API, its work dir on the reports claim, /metrics for Prometheus, and a
-        forge-friendly git poll and a fleet's workers unless `options` say otherwise.
+        forge-friendly git poll, a fleet's workers and two scrapes' settle unless `options`
+        say otherwise.
         Nothing is read from this machine's environment."""
         defaults = {"readiness": "kubernetes", "workdir": CLUSTER_WORKDIR,
                     "metrics_port": METRICS_PORT, "metrics_addr": "0.0.0.0",
-                    "git_poll": CLUSTER_GIT_POLL, "workers": CLUSTER_WORKERS}
+                    "git_poll": CLUSTER_GIT_POLL, "workers": CLUSTER_WORKERS,
+                    "settle": CLUSTER_SETTLE}
         given = {k: v for k, v in options.items() if v is not None}
         return cls.from_options({**defaults, **given}, environ={})
 
