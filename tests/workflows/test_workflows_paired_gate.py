@@ -307,8 +307,8 @@ def test_an_export_only_push_runs_one_worker_and_no_smoke_job(production, traine
     phases = {t["name"]: t["phase"] for t in run["tasks"]}
     assert result.status == run["status"] == "Succeeded", "\n".join(lines)
     assert "smoke-train" not in phases and set(phases.values()) == {"Succeeded"}, phases
-    assert [*phases] == ["checkout", "build-image", "find-production", "train", "evaluate",
-                         "gate", "publish-model", "propose", "record-outcome"]
+    assert [*phases] == ["checkout", "build-image", "push-image", "find-production", "train",
+                         "evaluate", "gate", "publish-model", "propose", "record-outcome"]
     assert not (out / "smoke").exists()
     assert any("smoke-train: skipped: the full job trains no step (epochs: 0)" in line
                for line in lines), lines
