@@ -40,6 +40,7 @@ source and the field (:class:`PodRunError`).
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 from typing import Any, Mapping, Sequence
 
@@ -137,6 +138,10 @@ def _volumes(pod: Mapping[str, Any], container: Mapping[str, Any], claims: Mappi
             host = claims[claim].rstrip("/")
             if mount.get("subPath"):
                 host = f"{host}/{mount['subPath']}"
+                # the kubelet makes a subPath that does not exist yet (kubernetes:
+                # pkg/volume/util/subpath/subpath_linux.go, doSafeMakeDir); podman refuses
+                # a missing source ("statfs ...: no such file or directory")
+                pathlib.Path(host).mkdir(parents=True, exist_ok=True)
             read_only = bool(mount.get("readOnly") or volume["persistentVolumeClaim"].get(
                 "readOnly"))
             argv += ["--volume", f"{host}:{path}:{'ro' if read_only else 'rw'}"]

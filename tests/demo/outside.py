@@ -77,26 +77,32 @@ def _unshare() -> list[str]:
     return ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]
 
 
-def _setup_script(roots: Sequence[pathlib.Path], work: pathlib.Path, cwd: pathlib.Path) -> str:
+def _setup_script(roots: Sequence[pathlib.Path], through: Sequence[pathlib.Path],
+                  cwd: pathlib.Path) -> str:
     """The shell lines that make the namespace's view, then exec the command in `cwd`
     (entered again by its path: the directory inherited from before the mounts is the
-    real one, and writes relative to it would bypass the overlay)."""
-    for path in (*roots, work):
+    real one, and writes relative to it would bypass the overlay). `through` (the work
+    dir first) stay the real directories: mounted back over the overlays."""
+    for path in (*roots, *through):
         if any(ch in str(path) for ch in ",:\\"):
             raise ValueError(f"{path}: overlay options cannot name a path with , : or \\")
     options = "" if _privileged() else ",userxattr"
     q = shlex.quote
     lines = ["set -e", f"mount -t tmpfs -o mode=700 mlops-outside {LAYERS}"]
-    covered = any(work.is_relative_to(r) for r in roots)
-    if covered:  # keep the real work dir reachable while the overlay hides it
-        lines += [f"mkdir {LAYERS}/work-dir", f"mount --bind {q(str(work))} {LAYERS}/work-dir"]
+    # keep each real directory reachable while the overlays hide it
+    kept = [(i, path) for i, path in enumerate(through)
+            if any(path.is_relative_to(r) for r in roots)]
+    for i, path in kept:
+        lines += [f"mkdir {LAYERS}/through-{i}",
+                  f"mount --bind {q(str(path))} {LAYERS}/through-{i}"]
     for i, root in enumerate(roots):
         layer = LAYERS / str(i)
         lines += [f"mkdir -p {layer}/upper {layer}/work",
                   f"mount -t overlay mlops-outside -o lowerdir={q(str(root))},"
                   f"upperdir={layer}/upper,workdir={layer}/work{options} {q(str(root))}"]
-    if covered:
-        lines += [f"mount --bind {LAYERS}/work-dir {q(str(work))}", f"umount {LAYERS}/work-dir"]
+    for i, path in kept:
+        lines += [f"mount --bind {LAYERS}/through-{i} {q(str(path))}",
+                  f"umount {LAYERS}/through-{i}"]
     return "\n".join([*lines, f"cd -- {q(str(cwd))}", 'exec "$@"'])
 
 
@@ -115,15 +121,18 @@ _WRAPPER = ("import os, subprocess, sys\n"
 
 
 class Isolated:
-    """A command run where its writes outside `work` under `roots` are kept apart."""
+    """A command run where its writes outside `work` under `roots` are kept apart.
+    `through`: other directories the command writes for real, not judged (each must
+    exist: a store whose own driver cannot run on an overlay, say)."""
 
     def __init__(self, roots: Sequence[pathlib.Path], work: pathlib.Path, argv: Sequence[str],
                  cwd: pathlib.Path, env: dict[str, str], out: pathlib.Path, err: pathlib.Path,
-                 messages: pathlib.Path):
+                 messages: pathlib.Path, through: Sequence[pathlib.Path] = ()):
         self.roots = top_roots(roots)
         self.work = pathlib.Path(os.path.realpath(work))
         self.messages = messages
-        script = _setup_script(self.roots, self.work, cwd)
+        script = _setup_script(self.roots, [self.work, *(pathlib.Path(os.path.realpath(p))
+                                                          for p in through)], cwd)
         with open(messages, "wb") as to_messages, open(out, "wb") as stdout, \
                 open(err, "wb") as stderr:
             fds = (stdout.fileno(), stderr.fileno())

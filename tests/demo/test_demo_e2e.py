@@ -27,6 +27,7 @@ from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops.demo.story import Demo
 from tests.demo import outside
+from tests.fixtures.images import store_root
 
 # The demo runs in the first test's setup: pyproject.toml's 900 s per test is too short for it
 pytestmark = [pytest.mark.slow, pytest.mark.critical_path, pytest.mark.timeout(2700)]
@@ -66,8 +67,13 @@ def demo_all(tmp_path_factory):
     # as a user runs it: the pushes' build-image builds the example's Dockerfile with podman
     env = {**os.environ, "TMPDIR": str(_system_tmp()), "MLOPS_IMAGE_BUILD": "podman"}
     out, err = work.parent / "demo.stdout", work.parent / "demo.stderr"
+    # podman's store stays the real one: its overlay driver cannot run over an overlay
+    # ("'overlay' is not supported over overlayfs"), and its writes are podman's, as
+    # before (the images' tier builds into the same store)
+    store = store_root()
+    store.mkdir(parents=True, exist_ok=True)
     isolated = outside.Isolated(_outside_roots(), work, argv, work.parent, env, out, err,
-                                work.parent / "namespace.log")
+                                work.parent / "namespace.log", through=[store])
     watch = Outside(isolated, isolated.started())
     try:
         if watch.cannot is not None:  # the other tests still read the demo's results

@@ -116,3 +116,26 @@ def test_nested_roots_share_one_overlay(tmp_path):
     assert outside.top_roots([a / "b", a, tmp_path / "c"]) == [a, tmp_path / "c"]
     with pytest.raises(ValueError, match="cannot watch /"):
         outside.top_roots([pathlib.Path("/")])
+
+
+def test_a_directory_passed_through_is_written_for_real_and_not_judged(tmp_path, roots):
+    """`through`: a store whose own driver cannot run over an overlay (podman's) stays the
+    real directory, as the work dir does; what is written there is not the command's
+    outside write."""
+    root, work = roots
+    store = root / "store"
+    store.mkdir()
+    code = ("import pathlib, sys; root = pathlib.Path(sys.argv[1]); "
+            "(root / 'store' / 'layer').write_text('l'); (root / 'stray').write_text('s')")
+    isolated = outside.Isolated([root], work, [sys.executable, "-c", code, str(root)], root,
+                                dict(os.environ), tmp_path / "out", tmp_path / "err",
+                                tmp_path / "messages", through=[store])
+    try:
+        assert isolated.started() is None
+        assert isolated.wait_command(timeout=60) == 0, (tmp_path / "err").read_text()
+        found = sorted(line.split(" (")[0] for line in isolated.changes())
+    finally:
+        isolated.stop()
+    assert (store / "layer").read_text() == "l"  # the real store has it
+    assert not (root / "stray").exists()  # the overlay kept the stray write apart ...
+    assert found == [f"{root}/stray: new"]  # ... and reports it, and only it

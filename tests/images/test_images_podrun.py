@@ -108,7 +108,13 @@ def test_the_paddlejob_workers_get_the_operators_env_and_the_shm_emptydir(tmp_pa
         assert env["PADDLE_TRAINERS_NUM"] == "2"
         assert env["PADDLE_TRAINER_ENDPOINTS"].count(",") == 1
         assert env["MLOPS_OUT"] == "/workspace/out" and "PATH" not in env
-        assert _pairs(argv, "--volume") == [f"{tmp_path}:/workspace:rw"]
+        # the workspace as the training pod sees it (issue 41, finding 5): the checkout and
+        # the prepared data read-only, its own output folder writable, each a subPath,
+        # made where missing as the kubelet makes one
+        assert _pairs(argv, "--volume") == [f"{tmp_path}/repo:/workspace/repo:ro",
+                                            f"{tmp_path}/out/smoke:/workspace/out/smoke:rw",
+                                            f"{tmp_path}/out/data:/workspace/out/data:ro"]
+        assert (tmp_path / "out" / "smoke").is_dir()
         assert _pairs(argv, "--tmpfs") == [
             f"/dev/shm:rw,exec,nosuid,nodev,mode=1777,size={512 * 2**20}"]
         assert _pairs(argv, "--workdir") == ["/workspace/repo"]

@@ -201,18 +201,24 @@ HOSTILE = "<img src=x onerror=window.__pwned=1>"
 
 
 def _commit_policy(gitops: pathlib.Path, policy: dict, tmp_path: pathlib.Path) -> None:
+    """The platform's canary policy (`mlops-gitops.yaml`'s `policy:`, the operator's):
+    custom queries are the platform's to write, a model's own are bounded away."""
     work = tmp_path / "policy-edit"
     subprocess.run(["git", "clone", "-q", str(gitops), str(work)], check=True)
-    (work / "apps/det/canary-policy.yaml").write_text(yaml.safe_dump(policy))
+    config = work / "mlops-gitops.yaml"
+    doc = (yaml.safe_load(config.read_text()) if config.is_file() else None) or {}
+    doc.setdefault("policy", {}).setdefault("canary", {}).update(policy)
+    config.write_text(yaml.safe_dump(doc))
     git = ["git", "-c", "user.name=Op", "-c", "user.email=op@example.com"]
-    subprocess.run([*git, "commit", "-qam", "custom queries"], cwd=work, check=True)
+    subprocess.run(["git", "add", "mlops-gitops.yaml"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qm", "custom queries"], cwd=work, check=True)
     subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=work, check=True)
 
 
 def test_hostile_text_from_prometheus_and_the_forge_runs_no_script(chromium, repo, tmp_path,
                                                                      prometheus_replay):
-    """A real Prometheus quotes a query's text in its error: a custom query (the GitOps
-    repo's canary policy) whose regex is `(<img src=x onerror=...>` comes back as
+    """A real Prometheus quotes a query's text in its error: a custom query (the platform's
+    canary policy in the GitOps repo) whose regex is `(<img src=x onerror=...>` comes back as
     `invalid regular expression in label_replace(): (<img ...>` (HTTP 422). charts.js put
     that error, and each panel's title, into `innerHTML`: the onerror ran with the page's
     token. Now it is text in the page (the fault's raw details), no image element exists,
