@@ -138,10 +138,7 @@ def _volumes(pod: Mapping[str, Any], container: Mapping[str, Any], claims: Mappi
             host = claims[claim].rstrip("/")
             if mount.get("subPath"):
                 host = f"{host}/{mount['subPath']}"
-                # the kubelet makes a subPath that does not exist yet (kubernetes:
-                # pkg/volume/util/subpath/subpath_linux.go, doSafeMakeDir); podman refuses
-                # a missing source ("statfs ...: no such file or directory")
-                pathlib.Path(host).mkdir(parents=True, exist_ok=True)
+                _make_sub_path(pathlib.Path(host))
             read_only = bool(mount.get("readOnly") or volume["persistentVolumeClaim"].get(
                 "readOnly"))
             argv += ["--volume", f"{host}:{path}:{'ro' if read_only else 'rw'}"]
@@ -150,6 +147,17 @@ def _volumes(pod: Mapping[str, Any], container: Mapping[str, Any], claims: Mappi
             raise PodRunError(f"{field}: volume {mount.get('name')!r} is a {kinds}; only "
                               "emptyDir and persistentVolumeClaim are run here")
     return argv
+
+
+def _make_sub_path(path: pathlib.Path) -> None:
+    """A subPath that does not exist yet is made, as the kubelet makes one (kubernetes:
+    pkg/volume/util/subpath/subpath_linux.go, doSafeMakeDir); podman refuses a missing
+    source ("statfs ...: no such file or directory"). It is as writable as the folder it
+    is in (the pipeline's checkout makes the pod's own output folders so in a cluster)."""
+    if path.exists():
+        return
+    path.mkdir(parents=True)
+    path.chmod(path.parent.stat().st_mode & 0o7777)
 
 
 def podman_run_argv(
