@@ -80,6 +80,12 @@ class PairedAnswers(BaseModel):
     relabelled: int = Field(default=0, ge=0)
     pairs: dict[str, int] = Field(default_factory=dict)
     """Relabelled pairs by `stable label -> canary label`, for the reason."""
+    matched_images: int = Field(default=0, ge=0)
+    """Images with at least one matched pair: the check's units."""
+    renamed_images: int = Field(default=0, ge=0)
+    """Of those, images where most matched pairs carry another label."""
+    classes: dict[str, tuple[int, int]] = Field(default_factory=dict)
+    """Per stable class: (images with a matched box of it, of those renamed by majority)."""
     error: str | None = None
 
     @classmethod

@@ -162,9 +162,23 @@ class Statistics(BaseModel):
     quality: dict[str, tuple[float, ...]] = Field(default_factory=dict)
     """Per model-quality check: poor answers, canary vs stable (`stats.QUALITY_GRID`)."""
     class_mix: dict[str, tuple[float, ...]] = Field(default_factory=dict)
-    """The class-mix check, per class and direction (`<class>+`, `<class>-`)."""
+    """The class-mix check, per class and direction (`<class>+`, `<class>-`), per image."""
+    distribution: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    """The answers' distribution, per signal and bound (`top_score<=0.9`)."""
+    stable_latency: dict[float, float] = Field(default_factory=dict)
+    """Stable's latency buckets over the rollout's counted windows: the latency test's
+    bound for a window is set from them *before* the window is seen."""
 
-    @field_validator("quality", "class_mix")
+    @field_validator("stable_latency", mode="before")
+    @classmethod
+    def _parse_buckets(cls, value: Any) -> Any:
+        return _parse_histogram(value)
+
+    @field_serializer("stable_latency")
+    def _dump_buckets(self, latency: dict[float, float]) -> dict[str, Any]:
+        return _dump_histogram(latency)
+
+    @field_validator("quality", "class_mix", "distribution")
     @classmethod
     def _quality_len(cls, value: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
         for name, lam in value.items():
