@@ -305,20 +305,29 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def latency_bound(policy: CanaryPolicy, stable_before: Histogram | None) -> float | None:
-    """The slow-request bound of the latency test for the next window, in seconds:
-    `max_latency_ratio` x stable's p99 (at least `min_latency_difference_ms` above it)
-    over stable's counted windows *before* it; None before stable has any.
+def latency_bound(policy: CanaryPolicy, stable_before: Histogram | None,
+                  pooled: Histogram | None = None) -> float | None:
+    """The slow-request bound of the latency test for a window, in seconds:
+    `max_latency_ratio` x a p99 (and at least `min_latency_difference_ms` above it).
 
-    Fixed before the window is seen, the bound cannot depend on either version's
-    sample in it, so under "both versions are as fast" the canary's share of the
-    window's slow requests is its share of requests (Binomial), whatever the bound
-    is. A bound from the window's own stable sample broke that: with identical
-    versions it rolled back 3 % (lognormal latency) to 15 % (2 % of requests 5x
-    slower) of canaries held an hour, at a stated 0.4 %. Stable's alone, not the
-    pool: a canary slow on every request with more than 1 % of the traffic would
-    drag a pooled p99 up to its own latency and never count as slow."""
-    p99 = histogram_quantile(0.99, stable_before) if stable_before else None
+    The p99 is stable's over its counted windows *before* this one. Fixed before
+    the window is seen, the bound cannot depend on either version's sample in it,
+    so under "both versions are as fast" the canary's share of the window's slow
+    requests is its share of requests (Binomial), whatever the bound. A bound
+    from the window's own stable sample broke that: with identical versions it
+    rolled back 3 % (lognormal latency) to 15 % (2 % of requests 5x slower) of
+    canaries held an hour, at a stated 0.4 %. Stable's, not the pool's: a canary
+    slow on every request with more than 1 % of the traffic drags a pooled p99
+    up to its own latency and never counts as slow.
+
+    Before stable has any counted window (the rollout's first), the p99 of the
+    window's pooled sample (`pooled`, both versions): under the null the pooled
+    requests are exchangeable, so given the pool the canary's slow ones are a
+    random draw of its size (hypergeometric, within the binomial test's
+    bound), which keeps the first window valid at the cost of that blind spot.
+    None: no p99 to take."""
+    source = stable_before or pooled
+    p99 = histogram_quantile(0.99, source) if source else None
     if p99 is None:
         return None
     return max(p99 * policy.max_latency_ratio, p99 + policy.min_latency_difference_ms / 1000)
@@ -333,9 +342,10 @@ def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any, obs: Observations
     above_limit = count_above(c, policy.max_p99_ms / 1000)
     if above_limit is not None:
         lim = stats.update_limit(lim, above_limit[0], above_limit[1], stats.P99_TAIL)
-    bound = latency_bound(policy, stable_before)
+    pooled = merge_histograms(c, s)
+    bound = latency_bound(policy, stable_before, pooled)
     if s and bound is not None:
-        edges = sorted(le for le in merge_histograms(c, s) if not math.isinf(le))
+        edges = sorted(le for le in pooled if not math.isinf(le))
         slow_c, slow_s = count_above(c, bound, edges), count_above(s, bound, edges)
         if slow_c is not None and slow_s is not None:
             rel = stats.update_relative(rel, slow_c[0], slow_s[0], slow_c[1], slow_s[1])
