@@ -48,7 +48,12 @@ the rollback):
   interval (benchmarks/canary.py's `bad` case);
 - `label_swap`: the two commonest of a 60/30/10 mix swapped, 40 requests/s, the
   demo's 10 s interval and 100 requests a step (benchmarks/canary_quality.py's
-  `skewed-swapped`), without the probe: the class mix alone.
+  `skewed-swapped`), with the paired answers probe as by default;
+  `label_swap_class_mix` without it: the class mix alone.
+
+Promotion (`promote.*`): healthy canaries and a harmless retrain (class shares
+moved by 2 points, scores a fifth of a logit lower) at the default settings and
+at the demo's (10 s, 100 requests a step): promoted, and the seconds it took.
 
 The errors and label-swap delays are compared with `baseline` (the same cases
 run on the code before this change; `--baseline FILE` reads them from that run's
@@ -226,7 +231,11 @@ def _probe(rng: np.random.Generator, case: Case, images: int = 32, val: int = 50
     set) answered by both versions, compared by the check's own code."""
     from promotion.decision import answers as answers_check
     from promotion.decision.answers import Box
-    from workflows.probe_set import stratified_sample
+    try:
+        from workflows.probe_set import stratified_sample
+    except ImportError:  # older code shipped the first images by file name
+        def stratified_sample(classes: Any, k: int, rng: Any) -> list[int]:
+            return list(range(min(k, len(classes))))
 
     check = CanaryPolicy().quality.answers
     assert check is not None
@@ -313,6 +322,15 @@ CASES = {
                                 Version(latency_sigma=0.5, slow_share=0.02), held=True),
     "held_hour.crowd_15pct": Case("crowd_15pct", Version(Answers(mix=SKEWED, crowd=0.15)),
                                   Version(Answers(mix=SKEWED, crowd=0.15)), held=True),
+    "held_hour.harmless_retrain": Case(
+        "harmless_retrain", Version(Answers(mix=(0.351, 0.301, 0.348), shift=-0.2)),
+        IDENTICAL, held=True),
+    "promote.healthy": Case("healthy", IDENTICAL, IDENTICAL),
+    "promote.healthy_demo": Case("healthy_demo", IDENTICAL, IDENTICAL, horizon=1800,
+                                 interval=10.0, min_requests=100),
+    "promote.retrain_demo": Case("retrain_demo",
+                                 Version(Answers(mix=(0.351, 0.301, 0.348), shift=-0.2)),
+                                 IDENTICAL, horizon=1800, interval=10.0, min_requests=100),
     "detect.score_shift": Case("score_shift", Version(Answers(shift=-1.0)), IDENTICAL),
     "detect.rare_swap": Case("rare_swap", Version(Answers(mix=TEN, names=(1, 0, *range(2, 10)))),
                              Version(Answers(mix=TEN)), probe=True),
@@ -320,7 +338,10 @@ CASES = {
                                interval=5.0, rate=100.0),
     "detect.label_swap": Case("label_swap", Version(Answers(mix=SKEWED, names=(1, 0, 2))),
                               Version(Answers(mix=SKEWED)), horizon=1800, interval=10.0,
-                              min_requests=100),
+                              min_requests=100, probe=True),
+    "detect.label_swap_class_mix": Case(
+        "label_swap_class_mix", Version(Answers(mix=SKEWED, names=(1, 0, 2))),
+        Version(Answers(mix=SKEWED)), horizon=1800, interval=10.0, min_requests=100),
 }
 HELD_RUNS_AT_LEAST = 300
 
@@ -341,6 +362,11 @@ def run_case(rng: np.random.Generator, key: str, runs: int) -> dict[str, Any]:
     for r in rolled:
         for name in r["failed"]:
             row["by_check"][name] = row["by_check"].get(name, 0) + 1
+    promoted = [r for r in results if r["outcome"] == "promote"]
+    if promoted:
+        secs = np.array([r["seconds"] for r in promoted])
+        row["seconds_to_promotion_p50"] = float(np.percentile(secs, 50))
+        row["seconds_to_promotion_p90"] = float(np.percentile(secs, 90))
     if rolled:
         reqs = np.array([r["canary_requests"] for r in rolled])
         row["canary_requests_to_rollback_p50"] = float(np.percentile(reqs, 50))
@@ -349,6 +375,9 @@ def run_case(rng: np.random.Generator, key: str, runs: int) -> dict[str, Any]:
           f"{low:.2%}..{high:.2%}) by {row['by_check']}"
           + (f"; canary requests to rollback p50 {row['canary_requests_to_rollback_p50']:.0f} "
              f"p90 {row['canary_requests_to_rollback_p90']:.0f}" if rolled else "")
+          + (f"; promoted {len(promoted)}, s to promotion p50 "
+             f"{row['seconds_to_promotion_p50']:.0f} p90 {row['seconds_to_promotion_p90']:.0f}"
+             if promoted else "")
           + f"  [{row['seconds']:.0f}s]", flush=True)
     return row
 

@@ -375,7 +375,8 @@ def _quality_check(policy: CanaryPolicy, qc: QualityCheck, state: CanaryState, c
     family = quality.family_log_e(state.statistics.quality, policy.quality.checks)
     v = quality.judge(policy.quality, qc, state.statistics.quality.get(qc.name),
                       canary.quality.get(qc.signal), stable.quality.get(qc.signal),
-                      min_answers=policy.min_requests, alpha=policy.alpha, family=family)
+                      min_answers=policy.min_requests, alpha=policy.alpha, family=family,
+                      pass_log_lr=state.pass_evidence.get(qc.name))
     return Check(name=name, verdict=v.verdict, value=v.canary_share, threshold=v.stable_share,
                  samples=v.samples, statistic=v.statistic, detail=v.detail)
 
@@ -393,7 +394,8 @@ def _class_mix_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
     verdict, statistic, threshold, samples, detail = class_mix.judge(
         policy.quality, state.statistics.class_mix, canary.classes, stable.classes,
         _images(canary.quality), _images(stable.quality),
-        policy.quality.min_answers or policy.min_requests, alpha=policy.alpha)
+        policy.quality.min_answers or policy.min_requests, alpha=policy.alpha,
+        pass_evidence=state.pass_evidence)
     return Check(name="quality_class_mix", verdict=verdict, samples=samples,
                  statistic=statistic, threshold=threshold, detail=detail)
 
@@ -579,6 +581,14 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
             for c in policy.quality.checks}
     state = state.with_(
         canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
+        pass_evidence=class_mix.update_pass(
+            {c.name: quality.update_pass(state.pass_evidence.get(c.name), c,
+                                         obs.canary.quality.get(c.signal),
+                                         obs.stable.quality.get(c.signal))
+             for c in policy.quality.checks} | {
+                k: v for k, v in state.pass_evidence.items() if k.startswith(class_mix.PASS_KEY)},
+            policy.quality, obs.canary.classes, obs.stable.classes,
+            _images(obs.canary.quality), _images(obs.stable.quality)),
         statistics=Statistics(relative=_floats(relative), limit=_floats(limit),
                               latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim),
                               quality=qual,

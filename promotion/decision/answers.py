@@ -29,8 +29,11 @@ images together, the share of renamed images gets an exact one-sided
 binomial test against `max_share` (the share a harmless retrain may reach
 for one class; a swap or a rotation renames 100 % of a class's images), and
 the tests are combined by Holm's step-down at the check's share of the
-policy's `alpha` (`stats.ALPHA_SHARES["answers"]`): a rollback when any is
-rejected, naming the classes. Per class, a swap of two rare classes is seen
+policy's `alpha` (`stats.ALPHA_SHARES["answers"]`), over Tarone's testable
+hypotheses (a class with too few images to ever be rejected is left out of
+the count): a rollback when any is rejected, naming the classes. A class
+needs about 9 images in the probe (0.35^9 < 0.001/11) to be judged on its
+own; fewer still count in the pooled test. Per class, a swap of two rare classes is seen
 as soon as the probe holds enough of their images; pooled over all boxes it
 was drowned by the common ones (0 % caught for a 5 % <-> 3 % swap among ten
 classes). Fewer than `min_matched` images with a matched box (a probe set
@@ -62,7 +65,7 @@ from promotion.decision.observations import PairedAnswers
 from promotion.decision.policy import AnswersCheck
 
 __all__ = ["Box", "PairedAnswers", "compare", "holm", "iou", "judge", "lower_bound", "match",
-           "p_value"]
+           "p_value", "testable"]
 
 Verdict = Literal["pass", "fail", "unknown", "skipped"]
 
@@ -180,14 +183,27 @@ def lower_bound(k: int, n: int, confidence: float) -> float:
     return lo
 
 
-def holm(p_values: Mapping[str, float], alpha: float) -> list[str]:
+def testable(min_p: Mapping[str, float], alpha: float) -> int:
+    """Tarone's (1990) number of testable hypotheses: the smallest K such that at most K of
+    them could reach alpha / K at all (their smallest achievable p-value). A class with two
+    images in the probe can never be rejected at a small level; counting it in the family
+    would only weaken the others. The smallest achievable p-value depends on the units
+    alone, not on the answers, so the family-wise level is kept."""
+    for k in range(1, len(min_p) + 1):
+        if sum(p <= alpha / k for p in min_p.values()) <= k:
+            return k
+    return max(1, len(min_p))
+
+
+def holm(p_values: Mapping[str, float], alpha: float, family: int | None = None) -> list[str]:
     """The hypotheses Holm's step-down rejects at family-wise level `alpha` (Holm 1979):
     sorted by p-value, the j-th smallest (from 0) is rejected while each so far is at
-    most alpha / (m - j)."""
+    most alpha / (m - j), m the family's size (`family`, e.g. Tarone's `testable`; all the
+    hypotheses when None)."""
     rejected = []
-    m = len(p_values)
+    m = len(p_values) if family is None else family
     for j, (name, p) in enumerate(sorted(p_values.items(), key=lambda kv: (kv[1], kv[0]))):
-        if p > alpha / (m - j):
+        if j >= m or p > alpha / (m - j):
             break
         rejected.append(name)
     return rejected
@@ -218,7 +234,9 @@ def judge(check: AnswersCheck | None, answers: PairedAnswers | None,
     units = {POOLED: (n, answers.renamed_images), **answers.classes}
     p_values = {name: p_value(k, m, check.max_share) for name, (m, k) in units.items() if m}
     level = alpha * stats.ALPHA_SHARES["answers"]
-    rejected = holm(p_values, level)
+    family = testable({name: p_value(m, m, check.max_share) for name, (m, _) in units.items()
+                       if m}, level)
+    rejected = holm(p_values, level, family)
     worst = min(p_values, key=lambda name: (p_values[name], name))
     m_w, k_w = units[worst]
     examples = ", ".join(f"{pair} x{c}" for pair, c in
@@ -229,6 +247,6 @@ def judge(check: AnswersCheck | None, answers: PairedAnswers | None,
         f"most renamed: {worst} {k_w}/{m_w} images"
     detail = (f"{head}; {answers.relabelled}/{answers.matched} matched boxes labelled "
               f"differently{f': {examples}' if examples else ''} (harmless up to "
-              f"{check.max_share:.0%} of a class's images; exact binomial per class, Holm at "
-              f"{level:.2g}; {counts})")
+              f"{check.max_share:.0%} of a class's images; exact binomial per class, Holm "
+              f"over {family} testable at {level:.2g}; {counts})")
     return ("fail" if rejected else "pass"), k_w / m_w, check.max_share, n, detail

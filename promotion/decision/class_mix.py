@@ -39,19 +39,23 @@ set by how many images name it; a label map rotated on a perfectly balanced
 mix moves no share and is the paired answers' (`answers.py`) to see.
 
 To pass a step the canary needs `min_answers` images, no rejection, and each
-class's share shown inside the margins around stable's by the anytime-valid
-confidence sequences of both (`stats.confidence_sequence`, at
-`quality.pass_confidence`, each version at half the miss rate).
+class's share shown inside the pass margins around stable's (`pass_ratio`,
+`pass_difference`: wider than the rollback margins, the indifference zone of a
+two-sided sequential design), each way, at `quality.pass_confidence` over
+every look of the step: by the step's two-sample test below the ratio
+(`update_pass`) or by both versions' anytime-valid confidence sequences within
+the difference (`stats.confidence_sequence`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from promotion.decision import stats
 from promotion.decision.policy import QualitySpec
 
-__all__ = ["judge", "shares", "threshold", "update"]
+__all__ = ["PASS_KEY", "judge", "shares", "threshold", "update", "update_pass"]
 
 from typing import Literal
 
@@ -95,6 +99,35 @@ def update(log_lr: Mapping[str, tuple[float, ...]] | None, spec: QualitySpec,
     return out
 
 
+PASS_KEY = "class_mix:"
+"""Prefix of the class mix's keys in the step's `pass_evidence` (`<prefix><class>+|-`)."""
+
+
+def update_pass(evidence: Mapping[str, tuple[float, ...]] | None, spec: QualitySpec,
+                canary: Mapping[str, float] | None, stable: Mapping[str, float] | None,
+                canary_images: float, stable_images: float) -> dict[str, tuple[float, ...]]:
+    """Add one window to the step's evidence that each class is *within* the pass margin:
+    `<class>+`, the canary's share below `pass_ratio` x stable's; `<class>-`, stable's
+    below `pass_ratio` x the canary's (the rollback tests pointed the other way)."""
+    out = dict(evidence or {})
+    check = spec.class_mix
+    if check is None or not canary or not stable or canary_images <= 0 or stable_images <= 0:
+        return out
+    n_c, n_s = float(canary_images), float(stable_images)
+    initial = tuple(stats.initial(stats.PASS_GRID))
+    for name in _keys(canary, stable):
+        x_c = min(n_c, max(0.0, float(canary.get(name, 0))))
+        x_s = min(n_s, max(0.0, float(stable.get(name, 0))))
+        up, down = f"{PASS_KEY}{name}+", f"{PASS_KEY}{name}-"
+        out[up] = tuple(float(v) for v in stats.update_relative(
+            out.get(up, initial), x_c, x_s, n_c, n_s, grid=stats.PASS_GRID,
+            null_ratio=check.pass_ratio))
+        out[down] = tuple(float(v) for v in stats.update_relative(
+            out.get(down, initial), x_s, x_c, n_s, n_c, grid=stats.PASS_GRID,
+            null_ratio=check.pass_ratio))
+    return out
+
+
 def threshold(alpha: float) -> float:
     """The family's log e-value at which the check rejects."""
     return stats.rejection_log_threshold(alpha, stats.ALPHA_SHARES["class_mix"])
@@ -103,10 +136,12 @@ def threshold(alpha: float) -> float:
 def judge(spec: QualitySpec, log_lr: Mapping[str, tuple[float, ...]] | None,
           canary: Mapping[str, float] | None, stable: Mapping[str, float] | None,
           canary_images: float, stable_images: float, min_answers: int,
-          alpha: float = 0.01) -> tuple[Verdict, float, float, int, str]:
+          alpha: float = 0.01, pass_evidence: Mapping[str, tuple[float, ...]] | None = None
+          ) -> tuple[Verdict, float, float, int, str]:
     """(verdict, family statistic, threshold, canary images, detail) over the step's
-    counts and the rollout's tests. The statistic is the log of the average e-value of
-    every class and direction; the detail names each class's shares and those moved."""
+    counts and the rollout's tests (`pass_evidence`: the step's, `update_pass`). The
+    statistic is the log of the average e-value of every class and direction; the detail
+    names each class's shares and those moved."""
     check = spec.class_mix
     if check is None:
         return "skipped", 0.0, 0.0, 0, "class mix: off (quality.class_mix: null)"
@@ -135,7 +170,8 @@ def judge(spec: QualitySpec, log_lr: Mapping[str, tuple[float, ...]] | None,
     if failed:
         return "fail", family, limit, n_c, f"classes {', '.join(sorted(set(failed)))} " \
             f"moved: {detail}"
-    unshown = _not_shown_within(spec, canary, stable, canary_images, stable_images)
+    unshown = _not_shown_within(spec, canary, stable, canary_images, stable_images,
+                                pass_evidence or {})
     if spec.pass_confidence is not None:
         detail += (f"; every class's share shown within the margins at "
                    f"{spec.pass_confidence:.0%} confidence" if not unshown else
@@ -147,19 +183,30 @@ def judge(spec: QualitySpec, log_lr: Mapping[str, tuple[float, ...]] | None,
 
 def _not_shown_within(spec: QualitySpec, canary: Mapping[str, float],
                       stable: Mapping[str, float], canary_images: float,
-                      stable_images: float) -> list[str]:
-    """Classes whose canary share is not yet shown inside the margins around stable's
-    (both versions' anytime-valid confidence sequences, at half the miss rate each);
-    none without that rule."""
+                      stable_images: float, evidence: Mapping[str, tuple[float, ...]]
+                      ) -> list[str]:
+    """Classes not yet shown inside the pass margins around stable's share, each way
+    (`<class>+`: harm upward, `<class>-`: downward); none without that rule.
+
+    A direction is harmful when the share is beyond both `pass_ratio` x and
+    `pass_difference` points, so either shown suffices, each at half the miss rate: the
+    step's two-sample test below the ratio (`update_pass`, e-value >= 2 / miss), or the
+    versions' confidence sequences within the difference (`stats.pass_levels`)."""
     check = spec.class_mix
     if spec.pass_confidence is None or check is None or stable_images <= 0:
         return []
-    each = 1.0 - (1.0 - spec.pass_confidence) / 2
+    miss = 1.0 - spec.pass_confidence
+    enough = math.log(2.0 / miss)
+    level_c, level_s = stats.pass_levels(1.0 - miss / 2)
+    initial = tuple(stats.initial(stats.PASS_GRID))
     out = []
     for name in _keys(canary, stable):
-        c_low, c_high = stats.confidence_sequence(canary.get(name, 0.0), canary_images, each)
-        s_low, s_high = stats.confidence_sequence(stable.get(name, 0.0), stable_images, each)
-        if c_high > max(check.min_ratio * s_low, s_low + check.min_difference) or \
-                c_low < min(s_high / check.min_ratio, s_high - check.min_difference):
+        c_low, c_high = stats.confidence_sequence(canary.get(name, 0.0), canary_images, level_c)
+        s_low, s_high = stats.confidence_sequence(stable.get(name, 0.0), stable_images, level_s)
+        up = float(stats.log_e_value(evidence.get(f"{PASS_KEY}{name}+", initial))) >= enough \
+            or c_high <= s_low + check.pass_difference
+        down = float(stats.log_e_value(evidence.get(f"{PASS_KEY}{name}-", initial))) >= enough \
+            or c_low >= s_high - check.pass_difference
+        if not (up and down):
             out.append(name)
     return out

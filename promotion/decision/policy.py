@@ -165,8 +165,8 @@ class QualityCheck(_Frozen):
     at_most: float
     what: str = ""
     """How a poor answer reads in a verdict ("images with no detection")."""
-    min_ratio: float = Field(default=1.5, ge=1)
-    min_difference: float = Field(default=0.02, ge=0, lt=1)
+    min_ratio: float = Field(default=2.0, ge=1)
+    min_difference: float = Field(default=0.03, ge=0, lt=1)
 
 
 DEFAULT_QUALITY_CHECKS = (
@@ -200,19 +200,33 @@ class DistributionCheck(_Frozen):
 class ClassMixCheck(_Frozen):
     """The classes the canary names against stable's (`promotion/decision/class_mix.py`),
     per image: for each class, the share of images whose answer names it. A label map
-    off by one, two labels swapped, a class that vanished. A class fails when the
-    sequential test says its share is beyond `min_ratio` x the other version's *and*
-    it moved by at least `min_difference` (share points of images).
+    off by one, two labels swapped, a class that vanished.
 
-    Harm it is there to see: a class seen in 1.3x (or 1/1.3) as many images as stable
-    sees it; a 5 % <-> 3 % swap of two classes' boxes among ten moves their image shares
-    about 1.6x, a vanished class infinitely. The difference margin only keeps the
-    rarest classes' noise out (half a point of images): it does not hide a class under
-    3 % the way the old 3 points of detections did. What it can see at what traffic
-    is in docs/canary.md."""
+    Two margins, as a sequential test with an indifference zone has them. Rollback: the
+    test shows a class's share beyond `min_ratio` x the other version's *and* moved by
+    `min_difference` points. Harm it is there to see: a class seen in 1.2x (or 1/1.2) as
+    many images as stable sees it; a 5 % <-> 3 % swap of two classes' boxes among ten
+    moves their image shares about 1.6x, a vanished class infinitely; the difference
+    margin only keeps the rarest classes' noise out (half a point of images), it does
+    not hide a class under 3 % the way the old 3 points of detections did. Passing a
+    step: every class's share shown within `pass_ratio` x and `pass_difference` points
+    of stable's, so a canary with a class off by more than that passes a step with
+    probability at most 1 - `quality.pass_confidence`. Between the two margins a canary
+    may go either way; a tighter pass margin would hold every canary for minutes more
+    (a class in half the images needs about 700 canary images to be shown within 1.2x,
+    120 within 1.5x). What it sees at what traffic is in docs/canary.md."""
 
-    min_ratio: float = Field(default=1.3, ge=1)
+    min_ratio: float = Field(default=1.2, ge=1)
     min_difference: float = Field(default=0.005, ge=0, lt=1)
+    pass_ratio: float = Field(default=1.5, ge=1)
+    pass_difference: float = Field(default=0.01, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _margins(self) -> ClassMixCheck:
+        if self.pass_ratio < self.min_ratio or self.pass_difference < self.min_difference:
+            raise ValueError("the pass margins (pass_ratio, pass_difference) must be at least "
+                             "the rollback margins (min_ratio, min_difference)")
+        return self
 
 
 class AnswersCheck(_Frozen):
@@ -264,8 +278,8 @@ class QualitySpec(_Frozen):
     (`stats.confidence_sequence`, checked after every window, so a canary beyond
     the margins passes a step's check with probability at most 1 - this): the
     canary's share of poor answers at most max(min_ratio x stable's, stable's +
-    min_difference), with stable's share taken at its lower bound (each bound at
-    half the miss rate). Until then the step waits for more answers while the
+    min_difference), with stable's share taken at its lower bound (the two bounds
+    share the miss rate, `stats.pass_levels`). Until then the step waits for more answers while the
     test goes on. `null`: pass on `min_answers` alone, which promoted a canary 3x
     as often poor as stable (24 % vs 8 % of images) in a third of simulated
     rollouts (`benchmarks/canary_quality.py` compares both)."""

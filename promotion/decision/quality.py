@@ -23,12 +23,14 @@ The test only ever says "worse"; a step needs more than its silence. With
 of the images passed a step before the evidence could pile up (and at
 higher weights each poor answer is weaker evidence, the canary's share of
 all answers being larger). So a check passes a step only when the canary's
-own answers show it within the margins: the upper end of an anytime-valid
-confidence sequence of its share (`stats.confidence_sequence` at
-`quality.pass_confidence`, each version at half the miss rate) at most the
-share `harmful_above` names for stable's lower end. Because the sequence is
-valid at every look, a canary beyond the margins passes a step's check with
-probability at most 1 - `pass_confidence`, however long the step waits.
+own answers show it within the margins (`shown_within`): a two-sample
+sequential test over the step that its poor share is below `min_ratio` x
+stable's (`update_pass`: the error check's conditional test pointed the
+other way, its null the harm boundary), or the upper end of an anytime-valid
+confidence sequence of its share (`stats.confidence_sequence`) below stable's
+lower end + `min_difference`. Both are valid at every look, so a canary
+beyond the margins passes a step's check with probability at most 1 -
+`quality.pass_confidence`, however long the step waits.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from promotion.decision.observations import Histogram, count_above
 from promotion.decision.policy import QualityCheck, QualitySpec
 
 __all__ = ["QualityVerdict", "family_log_e", "harmful_above", "judge", "lower_bound", "mean",
-           "poor_answers", "rejection_threshold", "update", "upper_bound"]
+           "poor_answers", "rejection_threshold", "shown_within", "update", "update_pass",
+           "upper_bound"]
 
 
 def poor_answers(hist: Mapping[float, float] | None, at_most: float) -> tuple[int, int] | None:
@@ -72,6 +75,20 @@ def mean(hist: Mapping[float, float] | None) -> float | None:
         total += (count - running) * value
         running = count
     return total / running if running > 0 else None
+
+
+def update_pass(log_lr: Sequence[float] | None, check: QualityCheck,
+                canary: Mapping[float, float] | None,
+                stable: Mapping[float, float] | None) -> tuple[float, ...]:
+    """Add one window's evidence that the canary's poor share is *below* `min_ratio` x
+    stable's (the step's pass test: H0 "harmful by the ratio", alternatives `PASS_GRID`)."""
+    lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.PASS_GRID))
+    c, s = poor_answers(canary, check.at_most), poor_answers(stable, check.at_most)
+    if c is None or s is None:
+        return lam
+    new = stats.update_relative(lam, c[0], s[0], c[1], s[1], grid=stats.PASS_GRID,
+                                null_ratio=check.min_ratio)
+    return tuple(float(x) for x in new)
 
 
 def update(log_lr: Sequence[float] | None, check: QualityCheck,
@@ -123,6 +140,31 @@ def lower_bound(poor: int, answers: int, confidence: float) -> float:
     return stats.confidence_sequence(poor, answers, confidence)[0]
 
 
+def shown_within(confidence: float, check: QualityCheck, canary: tuple[int, int],
+                 stable: tuple[int, int], pass_log_lr: Sequence[float] | None
+                 ) -> tuple[bool, str]:
+    """Is the canary shown within the check's margins, at `confidence` over every look of
+    the step? Harm is both margins exceeded, so either shown suffices, each at half the
+    miss rate (a union bound): the step's two-sample test that the canary's poor share is
+    below `min_ratio` x stable's (`update_pass`, e-value >= 2 / miss), or the canary's
+    confidence sequence below stable's lower one + `min_difference` (the two sharing
+    their half, `stats.pass_levels`). (Whether shown, the detail's clause.)"""
+    miss = 1.0 - confidence
+    lam = tuple(pass_log_lr) if pass_log_lr else tuple(stats.initial(stats.PASS_GRID))
+    by_ratio = float(stats.log_e_value(lam)) >= math.log(2.0 / miss)
+    level_c, level_s = stats.pass_levels(1.0 - miss / 2)
+    upper = upper_bound(canary[0], canary[1], level_c)
+    limit = lower_bound(stable[0], stable[1], level_s) + check.min_difference
+    by_difference = upper <= limit
+    shown = by_ratio or by_difference
+    how = (f"shown below {check.min_ratio:g}x stable's share" if by_ratio else
+           f"canary's share at most {_pct(upper)}, within stable's + "
+           f"{check.min_difference:.0%} ({_pct(limit)})" if by_difference else
+           f"not yet shown within the margins (below {check.min_ratio:g}x stable's share, "
+           f"or at most {_pct(limit)}: the canary's is at most {_pct(upper)})")
+    return shown, f"{how} at {confidence:.0%} confidence (any look)"
+
+
 def rejection_threshold(alpha: float) -> float:
     """The family's log e-value at which the quality checks reject."""
     return stats.rejection_log_threshold(alpha, stats.ALPHA_SHARES["quality"])
@@ -141,10 +183,12 @@ def _pct(share: float | None) -> str:
 def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None,
           canary: Histogram | None, stable: Histogram | None,
           min_answers: int = 100, alpha: float = 0.01,
-          family: float | None = None) -> QualityVerdict:
+          family: float | None = None,
+          pass_log_lr: Sequence[float] | None = None) -> QualityVerdict:
     """The check's verdict from the rollout's test state and the step's histograms
     (`min_answers`: `spec.min_answers` when set; `alpha`: the policy's; `family`: the
-    checks' family log e-value, `family_log_e`, this check's own when None)."""
+    checks' family log e-value, `family_log_e`, this check's own when None; `pass_log_lr`:
+    the step's `update_pass` evidence)."""
     min_answers = spec.min_answers or min_answers
     lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.QUALITY_GRID))
     threshold = rejection_threshold(alpha)
@@ -168,13 +212,8 @@ def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None
         share_c - share_s >= check.min_difference
     shown = True
     if spec.pass_confidence is not None and c and s and share_s is not None:
-        each = 1.0 - (1.0 - spec.pass_confidence) / 2  # canary's and stable's bounds
-        upper = upper_bound(c[0], c[1], each)
-        margin = harmful_above(check, lower_bound(s[0], s[1], each))
-        shown = upper <= margin
-        detail += (f"; canary's share is at most {_pct(upper)} at {spec.pass_confidence:.0%} "
-                   f"confidence (any look), {'within' if shown else 'not yet shown within'} "
-                   f"the margin {_pct(margin)}")
+        shown, how = shown_within(spec.pass_confidence, check, c, s, pass_log_lr)
+        detail += f"; {how}"
     verdict: Literal["pass", "fail", "unknown", "skipped"]
     if family >= threshold and statistic >= family and worse:
         verdict = "fail"

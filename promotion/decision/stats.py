@@ -72,7 +72,9 @@ __all__ = [
     "ALPHA_SHARES",
     "confidence_sequence",
     "mean_log_e",
+    "pass_levels",
     "LIMIT_GRID",
+    "PASS_GRID",
     "QUALITY_GRID",
     "RELATIVE_GRID",
     "log_e_value",
@@ -88,6 +90,11 @@ RELATIVE_GRID: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 QUALITY_GRID: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 """Alternatives for a model-quality check: the canary's share of poor answers =
 rho x the null ratio x stable's (finer near 1: the null already has a margin)."""
+
+PASS_GRID: tuple[float, ...] = (0.2, 0.35, 0.5, 0.65, 0.8)
+"""Alternatives for passing a model-quality check: the canary's share of poor answers =
+g x the harm boundary (`min_ratio` x stable's). Below 1: the test gathers evidence that
+the canary is *not* harmful (`update_relative` with these as its grid)."""
 
 LIMIT_GRID: tuple[float, ...] = (1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 """Alternatives for the limit test: canary error rate = rho x max_error_rate."""
@@ -205,6 +212,20 @@ def mean_log_e(log_es: Sequence[float]) -> float:
     if math.isinf(top):
         return top
     return top + math.log(sum(math.exp(v - top) for v in log_es) / len(log_es))
+
+
+CANARY_MISS_SHARE = 0.8
+"""Of a pass rule's miss rate (1 - `quality.pass_confidence`), the part the canary's own
+confidence sequence gets; stable's gets the rest. Stable has most of the traffic, so its
+bound is tight at a small miss rate, and the canary's, which sets how long a step waits,
+gets the most (a tenth fewer canary answers to pass than an even split)."""
+
+
+def pass_levels(confidence: float) -> tuple[float, float]:
+    """(canary's, stable's) confidence levels of a pass rule at `confidence` in all: their
+    miss rates add up to 1 - confidence (a union bound)."""
+    miss = 1.0 - confidence
+    return 1.0 - miss * CANARY_MISS_SHARE, 1.0 - miss * (1.0 - CANARY_MISS_SHARE)
 
 
 CS_PRIOR = (0.5, 0.5)
