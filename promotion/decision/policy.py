@@ -256,8 +256,8 @@ class AnswersCheck(_Frozen):
     @classmethod
     def _gone(cls, data: Any) -> Any:
         if isinstance(data, dict) and "confidence" in data:
-            raise ValueError("'confidence' is gone: the answers check spends its share of "
-                             "promotion.canary.alpha, the canary's one false-rollback rate "
+            raise ValueError("answers.confidence is gone: the answers check spends its share "
+                             "of promotion.canary.alpha, the canary's one false-rollback rate "
                              "(docs/canary.md)")
         return data
 
@@ -295,9 +295,8 @@ class QualitySpec(_Frozen):
     @classmethod
     def _no_own_alpha(cls, data: Any) -> Any:
         if isinstance(data, dict) and "alpha" in data:
-            raise ValueError("'alpha' is gone from quality: the canary has one false-rollback "
-                             "rate, promotion.canary.alpha, shared by every check "
-                             "(docs/canary.md)")
+            raise ValueError("quality.alpha is gone: the canary has one false-rollback rate, "
+                             "promotion.canary.alpha, shared by every check (docs/canary.md)")
         return data
 
     @model_validator(mode="after")
