@@ -29,6 +29,7 @@ import json
 import pathlib
 import shutil
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,8 +97,8 @@ def choose_probe_images(annotations: pathlib.Path,
     images = doc.get("images") if isinstance(doc, dict) else None
     if not isinstance(images, list):
         raise NoProbeSet(f"{annotations}: field 'images' is not a list (COCO format)")
-    names = {i.get("id"): i.get("file_name") for i in images
-             if isinstance(i, dict) and isinstance(i.get("file_name"), str)}
+    names: dict[Any, str] = {i.get("id"): i["file_name"] for i in images
+                             if isinstance(i, dict) and isinstance(i.get("file_name"), str)}
     categories = {c.get("id"): str(c.get("name", c.get("id")))
                   for c in doc.get("categories") or [] if isinstance(c, dict)}
     classes: dict[str, set[str]] = {name: set() for name in names.values()}

@@ -22,8 +22,8 @@ from mlops.cli import main as cli
 from tests.fixtures.serving import start_server, stop_server
 from tests.fixtures.training import copy_example, unpin
 from workflows.errors import StepError
-from workflows.steps import gate, publish, smoke_train
 from workflows.probe_set import choose_probe_images, stratified_sample
+from workflows.steps import gate, publish, smoke_train
 
 
 @pytest.fixture(scope="module")
