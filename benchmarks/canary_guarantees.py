@@ -44,6 +44,10 @@ the rollback):
   32 probe images drawn at random and stratified by class from a simulated val
   set (`workflows/probe_set.stratified_sample`), once per step as the controller
   probes;
+- `latency_1p5x`, `latency_2x`: every canary request 1.5x (the margin) or 2x slower;
+- `blind_15pct`: the canary answers 15 % of images with nothing confident (11 % of
+  images without a confident box become 25 %: beyond both margins of `no_detections`);
+- `class_vanished`: ten classes, the canary names its 5 % class as another one;
 - `errors_5pct`: 5 % errors against stable's 0.1 %, 100 requests/s, a 5 s
   interval (benchmarks/canary.py's `bad` case);
 - `label_swap`: the two commonest of a 60/30/10 mix swapped, 40 requests/s, the
@@ -119,6 +123,7 @@ class Answers:
     crowd: float = 0.0  # share of crowd images
     crowd_size: int = 15
     background: float = 3.0  # low-scoring boxes an image
+    blind: float = 0.0  # share of images answered with nothing confident
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +133,7 @@ class Version:
     latency_median: float = 0.05
     latency_sigma: float = 0.3
     slow_share: float = 0.0  # requests 5x slower
+    latency_factor: float = 1.0  # every request this much slower
 
 
 def _cumulative(values: np.ndarray, bounds: tuple[float, ...]) -> dict[float, float]:
@@ -148,6 +154,8 @@ def draw(rng: np.random.Generator, n: int, v: Version) -> dict[str, Any]:
     cls = np.where(crowd[image], crowd_class[image], rng.choice(k, size=len(image), p=a.mix))
     logit = rng.normal(a.logit_mean, a.logit_sd, len(image)) + a.shift
     score = 1.0 / (1.0 + np.exp(-logit))
+    if a.blind:  # the model goes blind on some images: every score there far below 0.5
+        score = np.where((rng.random(n) < a.blind)[image], score * 0.2, score)
     confident = score >= 0.5
     named = cls if a.names is None else np.asarray(a.names)[cls]
     detections = np.bincount(image[confident], minlength=n)
@@ -161,7 +169,7 @@ def draw(rng: np.random.Generator, n: int, v: Version) -> dict[str, Any]:
     boxes_per_class = np.bincount(named[confident], minlength=k)
     per_class = images_per_class if PER_IMAGE_CLASSES else boxes_per_class
     latency = rng.lognormal(math.log(v.latency_median), v.latency_sigma, n)
-    latency = np.where(rng.random(n) < v.slow_share, latency * 5, latency)
+    latency = np.where(rng.random(n) < v.slow_share, latency * 5, latency) * v.latency_factor
     return {"requests": n, "errors": int(rng.binomial(n, v.errors)) if n else 0,
             "latency": _cumulative(latency, LATENCY_BOUNDS),
             "detections_per_image": _cumulative(detections.astype(float), DETECTION_BUCKETS),
@@ -334,6 +342,12 @@ CASES = {
     "detect.score_shift": Case("score_shift", Version(Answers(shift=-1.0)), IDENTICAL),
     "detect.rare_swap": Case("rare_swap", Version(Answers(mix=TEN, names=(1, 0, *range(2, 10)))),
                              Version(Answers(mix=TEN)), probe=True),
+    "detect.latency_1p5x": Case("latency_1p5x", Version(latency_factor=1.5), IDENTICAL),
+    "detect.latency_2x": Case("latency_2x", Version(latency_factor=2.0), IDENTICAL),
+    "detect.blind_15pct": Case("blind_15pct", Version(Answers(blind=0.15)), IDENTICAL),
+    "detect.class_vanished": Case("class_vanished",
+                                  Version(Answers(mix=TEN, names=(2, 1, *range(2, 10)))),
+                                  Version(Answers(mix=TEN))),
     "detect.errors_5pct": Case("errors_5pct", Version(errors=0.05), IDENTICAL, horizon=900,
                                interval=5.0, rate=100.0),
     "detect.label_swap": Case("label_swap", Version(Answers(mix=SKEWED, names=(1, 0, 2))),
@@ -344,6 +358,7 @@ CASES = {
         Version(Answers(mix=SKEWED)), horizon=1800, interval=10.0, min_requests=100),
 }
 HELD_RUNS_AT_LEAST = 300
+SLOW_CASES = ("detect.rare_swap", "detect.label_swap")  # the probe: a val set per step
 
 
 def run_case(rng: np.random.Generator, key: str, runs: int) -> dict[str, Any]:
