@@ -236,14 +236,6 @@ def _log_beta(a: float, b: float) -> float:
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
 
 
-def _mixture_log_m(k: float, n: float, p: float) -> float:
-    """Log of the beta-binomial mixture martingale for H0 'the share is p' after k of n."""
-    a, b = CS_PRIOR
-    p = min(max(p, 1e-15), 1.0 - 1e-15)
-    return (_log_beta(a + k, b + n - k) - _log_beta(a, b)
-            - k * math.log(p) - (n - k) * math.log1p(-p))
-
-
 def confidence_sequence(successes: float, trials: float, confidence: float) -> tuple[float, float]:
     """An anytime-valid confidence interval for a binomial share: (low, high).
 
@@ -262,14 +254,18 @@ def confidence_sequence(successes: float, trials: float, confidence: float) -> t
     k = min(max(0.0, float(successes)), n)
     if n <= 0:
         return (0.0, 1.0)
-    limit = math.log(1.0 / (1.0 - confidence))
+    a, b = CS_PRIOR
+    # log M(p) = log B(a+k, b+n-k) - log B(a, b) - k log p - (n-k) log(1-p): the beta
+    # functions do not depend on p, so they move to the limit once.
+    limit = math.log(1.0 / (1.0 - confidence)) - _log_beta(a + k, b + n - k) + _log_beta(a, b)
     centre = k / n
 
     def inside(p: float) -> bool:
-        return _mixture_log_m(k, n, p) < limit
+        p = min(max(p, 1e-15), 1.0 - 1e-15)
+        return -k * math.log(p) - (n - k) * math.log1p(-p) < limit
 
     def edge(outside: float, within: float) -> float:
-        for _ in range(60):
+        for _ in range(50):
             mid = (outside + within) / 2
             if inside(mid):
                 within = mid
