@@ -31,7 +31,8 @@ window); a false rollback is any rollback. The stated total is the policy's one
   pins it against a real Prometheus);
 - `lognormal_sigma1`: latency lognormal, median 50 ms, sigma 1.0, in the demo's 10 s
   windows (400 requests each: a bound taken from the window's own stable sample was
-  fooled there; at 60 s windows neither bound fired in 300 held hours);
+  fooled there; at 60 s windows neither bound fired in 300 held hours); the latency
+  cases measure no answers (the other cases judge those);
 - `slow_tail`: sigma 0.5, and 2 % of requests 5x slower (GC pauses, cold caches), 10 s;
 - `crowd_15pct`: a skewed class mix (60/30/10) with 15 % crowd images (15
   objects of one class).
@@ -145,8 +146,15 @@ def _cumulative(values: np.ndarray, bounds: tuple[float, ...]) -> dict[float, fl
     return out
 
 
-def draw(rng: np.random.Generator, n: int, v: Version) -> dict[str, Any]:
-    """One version's counts for n requests (one image each), as plain dicts."""
+def draw(rng: np.random.Generator, n: int, v: Version, answers: bool = True) -> dict[str, Any]:
+    """One version's counts for n requests (one image each), as plain dicts (without the
+    answers' when `answers` is False)."""
+    if not answers:
+        latency = rng.lognormal(math.log(v.latency_median), v.latency_sigma, n)
+        latency = np.where(rng.random(n) < v.slow_share, latency * 5, latency) * \
+            v.latency_factor
+        return {"requests": n, "errors": int(rng.binomial(n, v.errors)) if n else 0,
+                "latency": _cumulative(latency, LATENCY_BOUNDS)}
     a = v.answers
     k = len(a.mix)
     crowd = rng.random(n) < a.crowd
@@ -179,7 +187,10 @@ def draw(rng: np.random.Generator, n: int, v: Version) -> dict[str, Any]:
             "classes": {f"class{i}": float(c) for i, c in enumerate(per_class)}}
 
 
-def _window(counts: dict[str, Any]) -> VersionWindow:
+def _window(counts: dict[str, Any], answers: bool = True) -> VersionWindow:
+    if not answers:
+        return VersionWindow(requests=int(counts["requests"]), errors=int(counts["errors"]),
+                             latency=counts["latency"])
     return VersionWindow(requests=int(counts["requests"]), errors=int(counts["errors"]),
                          latency=counts["latency"],
                          quality={"detections_per_image": counts["detections_per_image"],
@@ -234,6 +245,8 @@ class Case:
     scrape: float | None = None  # counts read from scrapes this far apart
     reading: str = "exact"  # exact | increase (what increase() gave, for contrast)
     probe: bool = False  # the paired answers probe, once per step
+    answers: bool = True  # False: no answers measured (a latency case: the checks of the
+    # answers are skipped, and the case runs in a fifth of the time)
 
 
 def _probe(rng: np.random.Generator, case: Case, images: int = 32, val: int = 500) -> Any:
@@ -281,7 +294,7 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
     while t < case.horizon:
         t += case.interval
         weight = state.weight / 100
-        if case.scrape:
+        if case.scrape:  # (draws of the answers are skipped when the case measures none)
             parts = int(round(case.interval / case.scrape))
             windows = {}
             for name, version in (("canary", case.canary), ("stable", case.stable)):
@@ -290,7 +303,7 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
                     total = int(rng.poisson(case.rate * case.scrape))
                     n = int(rng.binomial(total, weight)) if name == "canary" else \
                         int(rng.binomial(total, 1 - weight))
-                    draws.append(draw(rng, n, version))
+                    draws.append(draw(rng, n, version, case.answers))
                 if case.reading == "increase":  # two samples inside: the last interval x2
                     windows[name] = _combine(draws[-1:], lambda v: float(round(2 * v[0])))
                 else:
@@ -300,11 +313,13 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
         else:
             total = int(rng.poisson(case.rate * case.interval))
             n_c = int(rng.binomial(total, weight))
-            canary, stable = draw(rng, n_c, case.canary), draw(rng, total - n_c, case.stable)
+            canary = draw(rng, n_c, case.canary, case.answers)
+            stable = draw(rng, total - n_c, case.stable, case.answers)
         canary_requests += n_c
         if case.probe and (probed is None or probed[0] != state.weight):
             probed = (state.weight, _probe(rng, case))
-        obs = Observations(canary=_window(canary), stable=_window(stable),
+        obs = Observations(canary=_window(canary, case.answers),
+                           stable=_window(stable, case.answers),
                            window_seconds=case.interval,
                            answers=probed[1] if case.probe and probed else None)
         decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=t))
@@ -329,10 +344,11 @@ CASES = {
     # the demo's 10 s windows: 400 requests each, where a bound from the window's own
     # stable sample was fooled (at 60 s neither bound fired in 300 held hours)
     "held_hour.lognormal_sigma1": Case("lognormal_sigma1", Version(latency_sigma=1.0),
-                                       Version(latency_sigma=1.0), held=True, interval=10.0),
+                                       Version(latency_sigma=1.0), held=True, interval=10.0,
+                                       answers=False),
     "held_hour.slow_tail": Case("slow_tail", Version(latency_sigma=0.5, slow_share=0.02),
                                 Version(latency_sigma=0.5, slow_share=0.02), held=True,
-                                interval=10.0),
+                                interval=10.0, answers=False),
     "held_hour.crowd_15pct": Case("crowd_15pct", Version(Answers(mix=SKEWED, crowd=0.15)),
                                   Version(Answers(mix=SKEWED, crowd=0.15)), held=True),
     "held_hour.harmless_retrain": Case(
