@@ -52,8 +52,8 @@ class VersionWindow(BaseModel):
     @field_validator("errors")
     @classmethod
     def _errors(cls, errors: int, info: ValidationInfo) -> int:
-        # increase() extrapolates each series on its own, so a window's errors
-        # can come out a hair above its requests; a rate above 1 means nothing.
+        # A preset's errors may count what its requests do not (HAProxy's response
+        # errors, read after the server answered): a rate above 1 means nothing.
         requests = info.data.get("requests", errors)
         return min(errors, int(requests))
 
