@@ -62,9 +62,10 @@ Promotion (`promote.*`): healthy canaries and a harmless retrain (class shares
 moved by 2 points, scores a fifth of a logit lower) at the default settings and
 at the demo's (10 s, 100 requests a step): promoted, and the seconds it took.
 
-The errors and label-swap delays are compared with `baseline` (the same cases
-run on the code before this change; `--baseline FILE` reads them from that run's
-JSON). Results: benchmarks/results/canary_guarantees.json.
+`baseline` holds the same cases run by this script on the code before this change
+(`--baseline FILE`, that run's JSON; the simulation draws the same numbers from the
+same seed on both, so a case run with the same `--seed` and rollouts compares
+decision for decision). Results: benchmarks/results/canary_guarantees.json.
 """
 
 from __future__ import annotations
@@ -424,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--detect-runs", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", default="", help="comma-separated case names")
-    parser.add_argument("--baseline", default="", help="a JSON this script wrote on the old code")
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="a JSON this script wrote on the old code (repeatable: later files "
+                             "override a case of earlier ones)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/canary_guarantees.json"))
     args = parser.parse_args(argv)
     wanted = [k for k in CASES if not args.only or k in args.only.split(",")]
@@ -439,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "canary_guarantees",
         "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "cpu": platform.machine()},
-        "seed": args.seed, "stated_total_alpha": policy.alpha,
+        "stated_total_alpha": policy.alpha,
         "alpha_shares": dict(getattr(stats, "ALPHA_SHARES", {})),
         "per_image_classes": PER_IMAGE_CLASSES,
     })
@@ -448,11 +451,17 @@ def main(argv: list[str] | None = None) -> int:
         if key.startswith("held_hour.") and runs < HELD_RUNS_AT_LEAST:
             print(f"note: {key} with {runs} < {HELD_RUNS_AT_LEAST} rollouts", flush=True)
         group, name = key.split(".", 1)
-        doc.setdefault(group, {})[name] = run_case(rng, key, runs)
+        doc.setdefault(group, {})[name] = run_case(rng, key, runs) | {"seed": args.seed}
     if args.baseline:
-        base = json.loads(pathlib.Path(args.baseline).read_text())
-        doc["baseline"] = {"from": args.baseline, "detect": base.get("detect", {})}
-    doc["seconds"] = round(time.monotonic() - started, 1)
+        baseline: dict[str, Any] = {"from": args.baseline}
+        for path in args.baseline:
+            base = json.loads(pathlib.Path(path).read_text())
+            for group in ("held_hour", "detect"):
+                for name, row in base.get(group, {}).items():
+                    baseline.setdefault(group, {})[name] = row | {"seed": base.get("seed")}
+        doc["baseline"] = baseline
+    doc["seconds"] = round(doc.get("seconds", 0.0) * bool(args.only)
+                           + time.monotonic() - started, 1)  # over the runs that wrote it
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out}")
