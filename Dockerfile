@@ -6,9 +6,14 @@
 #   --build-arg EXTRA=serve          the model server (`mlops serve`; PADDLE=1 too)
 #   --build-arg EXTRA=controller,ui  the promotion controller and the web UI
 #                                    (no PaddlePaddle)
-# `mlops images build` builds the three (and the examples' training images)
-# with podman; docs/cluster.md says where each is used in a cluster.
-FROM python:3.11-slim
+#   --target training-base --build-arg EXTRA=kit (and PADDLE=1)
+#                                    the training base image: the model-repo kit
+#                                    and PaddlePaddle, as root, for a model repo's
+#                                    Dockerfile to start FROM (the pipeline passes
+#                                    it as the build argument BASE_IMAGE)
+# `mlops images build` builds the four (and the examples' training images FROM
+# the training base) with podman; docs/cluster.md says where each is used.
+FROM python:3.11-slim AS training-base
 # git: the gate, propose and the controller read and write git repos.
 # libgomp1: paddlepaddle's libcommon.so and libdnnl.so.3 need libgomp.so.1
 # (GNU OpenMP), which python:3.11-slim lacks: without it `import paddle` fails
@@ -50,4 +55,7 @@ COPY modelkit modelkit
 COPY mlops mlops
 RUN pip install --no-cache-dir --no-deps --force-reinstall . && rm -rf /src
 WORKDIR /
+# `--target training-base` ends here, as root, so a model repo's Dockerfile FROM it can
+# still `pip install` its own requirements. The tool images run as user 1000.
+FROM training-base
 USER 1000

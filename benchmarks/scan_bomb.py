@@ -1,4 +1,5 @@
-"""The progressive-JPEG scan bomb (issue 26, finding 2): its cost before and after.
+"""The progressive-JPEG scan bomb (issue 26, finding 2; issue 41, finding 2): its cost
+before and after.
 
     python benchmarks/scan_bomb.py [--repeats 200000] [--out benchmarks/results/scan_bomb.json]
 
@@ -9,6 +10,10 @@ server used to spend on it, its decode by Pillow (the example's path) and by Ope
 (fewer, the cost is linear in scans) and the same image with its 10 scans. After: a
 real `mlops serve` (the tiny detector, defaults) answering the full bomb, and a normal
 request sent right after two bombs whose clients hung up (the review's 21 s wait).
+Issue 41: the same bomb as an MPO (an APP2 "MPF" segment: Pillow's format "MPO", which
+the scan count skipped) and with one junk byte between two segments (which the count's
+walk over the segments could not get past): their decode cost before, measured as
+above, and the server's answer now.
 """
 
 from __future__ import annotations
@@ -34,7 +39,11 @@ sys.path.insert(0, str(ROOT))
 from PIL import Image  # noqa: E402
 
 from tests.fixtures.serving import build_tiny_export, start_server, stop_server  # noqa: E402
-from tests.serving.test_serving_input_limits import scan_bomb  # noqa: E402
+from tests.serving.test_serving_input_limits import (  # noqa: E402
+    scan_bomb,
+    with_junk,
+    with_mpf,
+)
 
 
 def _decode_seconds(data: bytes) -> dict[str, float]:
@@ -65,6 +74,9 @@ def main() -> int:
         f"bomb_{args.decode_repeats}_repeats": _decode_seconds(scan_bomb(2048,
                                                                          args.decode_repeats)),
     }
+    for name, disguise in (("mpo", with_mpf), ("junk_byte", with_junk)):
+        before[f"{name}_bomb_{args.decode_repeats}_repeats"] = _decode_seconds(
+            disguise(scan_bomb(2048, args.decode_repeats)))
     per_scan = before[f"bomb_{args.decode_repeats}_repeats"]["pillow"] / args.decode_repeats
     base = pathlib.Path(tempfile.mkdtemp(prefix="mlops-bomb-"))
     server = start_server(build_tiny_export(base / "model", sturdy=True), log_dir=base)
@@ -83,6 +95,13 @@ def main() -> int:
         start = time.perf_counter()
         after_two = requests.post(url, data=normal, timeout=120)
         waited = time.perf_counter() - start
+        disguised = {}
+        for name, disguise in (("mpo", with_mpf), ("junk_byte", with_junk)):
+            start = time.perf_counter()
+            refused_too = requests.post(url, data=_body(disguise(bomb)), timeout=120)
+            disguised[name] = {"status": refused_too.status_code,
+                               "error": refused_too.json().get("error"),
+                               "seconds_to_answer": round(time.perf_counter() - start, 3)}
     finally:
         stop_server(server)
     result = {
@@ -95,7 +114,8 @@ def main() -> int:
         "after": {"status": answer.status_code, "error": answer.json().get("error"),
                   "seconds_to_answer": round(refused, 3),
                   "normal_request_after_two_abandoned_bombs": {
-                      "status": after_two.status_code, "seconds": round(waited, 3)}},
+                      "status": after_two.status_code, "seconds": round(waited, 3)},
+                  "disguised_bombs": disguised},
         "machine": {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
                     "load_after": [round(x, 2) for x in os.getloadavg()],
                     "note": "2 cores shared with other jobs running at the same time"},

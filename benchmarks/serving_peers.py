@@ -53,8 +53,8 @@ Models: every `--model DIR`; without any, both examples and a tiny export:
   example's own `train.py` on its own generated data (nothing is downloaded) as the
   pipeline trains it: two processes under `paddle.distributed.launch`, one math
   thread each, the example's defaults (16 epochs: 230 s on this 2-core machine at
-  load average ~2, about 5 minutes with the shapes training and a short run; the
-  README's 6.3 min was on a busier box). Same data, code, hyperparameters and
+  load average ~2, about 5 minutes with the shapes training and a short run; an
+  earlier run's 6.3 min was on a busier box). Same data, code, hyperparameters and
   workers give the same weights, so the benchmark serves the very model `mlops run`
   trains (v-d663c2460d38, mAP@0.5 0.982), with as many detections per answer. The
   export is cached in `benchmarks/.cache/products-yolov3-<sha256 of the example's

@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -32,13 +33,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "shapes-detector"
 
 
-def run(nproc, work, data_dir, steps, batch):
+def run(nproc, work, data_dir, steps, batch, extra=()):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", GLOG_minloglevel="2")
     flags = ["--output-dir", str(work / "out"), "--checkpoint-dir", str(work / "ckpt"),
              "--data-dir", str(data_dir), "--batch-size", str(batch), "--max-steps", str(steps),
              "--subset", str(20 * batch),
-             "--log-every", "5", "--checkpoint-every", str(10 * steps)]
+             "--log-every", "5", "--checkpoint-every", str(10 * steps), *extra]
     if nproc == 1:
         cmd = [sys.executable, str(EXAMPLE / "train.py"), *flags]
     else:
@@ -46,15 +47,18 @@ def run(nproc, work, data_dir, steps, batch):
                "--log_dir", str(work / "logs"), str(EXAMPLE / "train.py"), *flags]
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     log = proc.stdout if nproc == 1 else (work / "logs" / "workerlog.0").read_text()
     if proc.returncode != 0:
         raise SystemExit(f"{nproc}-process run failed:\n{log[-2000:]}\n{proc.stderr[-2000:]}")
     speeds = [float(m) for m in re.findall(r"^step=\d+ .*images/s=([\d.]+)", log, re.M)]
     return {"processes": nproc, "steps": steps, "global_batch": batch,
             "images": steps * batch, "images_per_second": round(statistics.mean(speeds[1:]), 2),
-            "windows": speeds, "wall_seconds": round(wall, 2),
+            "windows": speeds, "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
             "load_average_1m_before": round(load_before, 2)}
 
 

@@ -5,4 +5,6 @@ ours. Modules, one job each:
 
 * ``files``  -- atomic writes (tmp in the same dir, then rename) and lenient JSON reads
 * ``ports``  -- free loopback ports
+* ``options`` -- a settings model's refusal as one line naming the flags
+* ``text``   -- someone else's text made safe for a terminal or a one-line record
 """

@@ -4,7 +4,8 @@ Every error meant for a person derives from :class:`MlopsError` and carries an
 :class:`ExitCode` saying what went wrong in a way a script can branch on
 (retry later, ask a human, fix the input). The CLI prints ``error: <message>``
 on stderr and exits with that code; nothing meant for a person is a traceback.
-The README's exit-code table is this enum (a test holds them equal).
+The CLI reference's exit-code table is generated from this enum and its `#:` comments
+(`mlops/reference/cli.py`; tests/test_docs_site.py holds them equal).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import enum
 import sys
 from typing import TextIO
+
+from cogs.text import printable
 
 __all__ = ["ExitCode", "MlopsError", "report"]
 
@@ -40,5 +43,7 @@ def report(exc: BaseException, stream: TextIO | None = None) -> int | None:
     code; None for anything else (a bug: let it raise, with its traceback)."""
     if not isinstance(exc, MlopsError):
         return None
-    print(f"error: {exc}", file=stream or sys.stderr, flush=True)
+    # A message may quote what a pusher wrote (a field of mlops.yaml, a dataset's name):
+    # its controls are shown escaped, never sent to the terminal (`cogs.text`).
+    print(f"error: {printable(str(exc))}", file=stream or sys.stderr, flush=True)
     return int(exc.exit_code)

@@ -27,6 +27,7 @@ from contracts.errors import ExitCode, MlopsError
 __all__ = [
     "CANARY",
     "STABLE",
+    "MESH_GATEWAY",
     "SUBSET_HEADER",
     "UNPINNED",
     "VERSION_HEADER",
@@ -55,6 +56,10 @@ VERSION_HEADER = "x-mlops-version"
 #: reader here indexes. Istio turns `withoutHeaders: {h: {}}` into Envoy's inverted
 #: `present_match` (pilot/pkg/networking/core/route/route.go, `TranslateRouteMatch`).
 SUBSET_HEADER = "x-mlops-subset"
+#: Istio's name for the sidecars of the mesh among a VirtualService's `gateways`: with the
+#: list empty it is the only one; a list without it binds the routes to the Gateways named
+#: there alone (istio pilot/pkg/model/push_context.go `getGatewayNames`, 1.30).
+MESH_GATEWAY = "mesh"
 UNPINNED: list[dict[str, Any]] = [{"withoutHeaders": {SUBSET_HEADER: {}}}]
 
 
@@ -117,9 +122,13 @@ def build_route(destination: Callable[[str], dict[str, Any]], stable_weight: int
 
 def pinned_routes(destination: Callable[[str], dict[str, Any]],
                   subsets: list[str]) -> list[dict[str, Any]]:
-    """The routes after `spec.http[0]` sending `SUBSET_HEADER: <subset>` to that subset."""
+    """The routes after `spec.http[0]` sending `SUBSET_HEADER: <subset>` to that subset,
+    for callers in the mesh only (the match's `gateways: [mesh]` overrides the
+    VirtualService's own list): with a Gateway added to `spec.gateways`, a caller from
+    outside cannot pin the canary; its request with the header matches no route."""
     return [{"name": f"pinned-{subset}",
-             "match": [{"headers": {SUBSET_HEADER: {"exact": subset}}}],
+             "match": [{"headers": {SUBSET_HEADER: {"exact": subset}},
+                        "gateways": [MESH_GATEWAY]}],
              "route": [{"destination": destination(subset)}]} for subset in subsets]
 
 

@@ -21,11 +21,20 @@ short git diff::
       }
     }
 
+A dataset read from another layout than this one (`datapins.layouts`: COCO 2017's own,
+a PaddleDetection dataset YAML) says so in `layout` (`coco2017`, `ppdet-coco`,
+`ppdet-voc`), and each split says how to read it: `image_root`, the folder its
+annotations' file names are relative to (default `images`), `format` (`coco`, or `voc`:
+the annotation file is PaddleDetection's list of `image xml` lines) and `files`, the
+other files its annotations are read from (VOC's XML files and label list). Those keys
+are written only when they differ from the defaults, so a lock of this layout reads as it
+always did and keeps its digest.
+
 `digest` is the sha256 of the canonical serialisation (sorted keys, no whitespace) of
-`splits` alone: the same bytes under the same paths give the same digest wherever they
-are stored, so moving a dataset from a NAS to S3 (a new `source`) or renaming the pin
-does not change it. JSON rather than YAML: PyYAML takes seconds per 100k entries, and
-orjson reads them in milliseconds.
+`splits` alone, each split without the keys at their defaults: the same bytes under
+the same paths give the same digest wherever they are stored, so moving a dataset from
+a NAS to S3 (a new `source`) or renaming the pin does not change it. JSON rather than
+YAML: PyYAML takes seconds per 100k entries, and orjson reads them in milliseconds.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import pydantic
 import pydantic.dataclasses
 
 from cogs.files import atomic_write_text
+from cogs.text import printable
 from datapins.errors import DataError
 
 __all__ = ["DataLock", "FilePin", "SplitPin", "dataset_digest", "read_lock", "write_lock"]
@@ -70,14 +80,35 @@ class FilePin:
         return value
 
 
+IMAGE_ROOT = "images"  # where this project's own layout keeps a split's images
+
+
 class SplitPin(pydantic.BaseModel):
-    """One split: its COCO annotation file, annotation counts per class, and its images."""
+    """One split: its annotation file, annotation counts per class, and its images."""
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
 
     annotations: FilePin
     classes: dict[str, int]
     images: list[FilePin]
+    image_root: str = IMAGE_ROOT
+    """The folder (relative to the source root, '' for the root) the file names are under."""
+    format: Literal["coco", "voc"] = "coco"
+    """`coco`: the annotation file is COCO JSON; `voc`: PaddleDetection's VOC list file."""
+    files: list[FilePin] = pydantic.Field(default_factory=list)
+    """Other pinned files the annotations are read from (VOC's XML files, its label list)."""
+
+    @pydantic.field_validator("image_root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        parts = pathlib.PurePosixPath(value).parts
+        if value.startswith("/") or ".." in parts or "\\" in value:
+            raise ValueError(f"{value!r} must be a relative folder inside the source")
+        return value.strip("/")
+
+    def image_path(self, file_name: str) -> str:
+        """Where an annotation's `file_name` lives in the source."""
+        return f"{self.image_root}/{file_name}" if self.image_root else file_name
 
 
 class DataLock(pydantic.BaseModel):
@@ -90,7 +121,19 @@ class DataLock(pydantic.BaseModel):
     name: str = pydantic.Field(min_length=1)
     source: str = pydantic.Field(min_length=1)
     digest: str = pydantic.Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    layout: str = "coco"
+    """The layout the dataset was read from (`datapins.layouts`); `coco` is this project's."""
     splits: dict[str, SplitPin]
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        # The name is shown to reviewers (the PR body, `mlops data diff`, the UI) and is
+        # written by whoever pushed the lock: one line of printable text (issue 41, #17).
+        if printable(value, lines=False) != value:
+            raise ValueError(f"{printable(value, lines=False)!r}: one line of printable text "
+                             "only (no control or bidi characters)")
+        return value
 
     @pydantic.field_validator("splits")
     @classmethod
@@ -119,6 +162,15 @@ def _canonical_pieces(splits: dict[str, SplitPin]) -> Iterator[bytes]:
         yield (b"," if i else b"") + orjson.dumps(name) + b':{"annotations":'
         yield pin(split.annotations)
         yield b',"classes":' + orjson.dumps(split.classes, option=orjson.OPT_SORT_KEYS)
+        if split.files:  # keys in sorted order: annotations, classes, files, format, ...
+            yield b',"files":['
+            for j, other in enumerate(split.files):
+                yield (b"," if j else b"") + pin(other)
+            yield b"]"
+        if split.format != "coco":
+            yield b',"format":' + orjson.dumps(split.format)
+        if split.image_root != IMAGE_ROOT:
+            yield b',"image_root":' + orjson.dumps(split.image_root)
         yield b',"images":['
         for j, image in enumerate(split.images):
             yield (b"," if j else b"") + pin(image)
@@ -134,14 +186,18 @@ def dataset_digest(splits: dict[str, SplitPin]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def make_lock(name: str, source: str, splits: dict[str, SplitPin]) -> DataLock:
+def make_lock(name: str, source: str, splits: dict[str, SplitPin],
+              layout: str = "coco") -> DataLock:
     """A lock for these splits, images sorted by path, its digest computed."""
     ordered = {
         split: SplitPin(annotations=pin.annotations, classes=dict(sorted(pin.classes.items())),
-                        images=sorted(pin.images, key=lambda f: f.path))
+                        images=sorted(pin.images, key=lambda f: f.path),
+                        image_root=pin.image_root, format=pin.format,
+                        files=sorted(pin.files, key=lambda f: f.path))
         for split, pin in sorted(splits.items())
     }
-    return DataLock(name=name, source=source, digest=dataset_digest(ordered), splits=ordered)
+    return DataLock(name=name, source=source, digest=dataset_digest(ordered), splits=ordered,
+                    layout=layout)
 
 
 def _line(obj: object) -> str:
@@ -153,13 +209,24 @@ def dumps(lock: DataLock) -> str:
     """The lock file's text: stable key order, one image per line."""
     out = ["{", f'  "format": {lock.format},', f'  "kind": {_line(lock.kind)},',
            f'  "name": {_line(lock.name)},', f'  "source": {_line(lock.source)},',
-           f'  "digest": {_line(lock.digest)},', '  "splits": {']
+           f'  "digest": {_line(lock.digest)},']
+    if lock.layout != "coco":
+        out.append(f'  "layout": {_line(lock.layout)},')
+    out.append('  "splits": {')
     names = list(lock.splits)
     for i, name in enumerate(names):
         split = lock.splits[name]
         out.append(f"    {_line(name)}: {{")
         out.append(f'      "annotations": {_line(split.annotations)},')
         out.append(f'      "classes": {_line(split.classes)},')
+        if split.image_root != IMAGE_ROOT:
+            out.append(f'      "image_root": {_line(split.image_root)},')
+        if split.format != "coco":
+            out.append(f'      "format": {_line(split.format)},')
+        if split.files:
+            out.append('      "files": [')
+            out.append(",\n".join(f"        {_line(pin)}" for pin in split.files))
+            out.append("      ],")
         out.append('      "images": [')
         images = [f"        {_line(pin)}" for pin in split.images]
         if images:

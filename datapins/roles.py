@@ -34,11 +34,12 @@ def combine(locks: Mapping[str, tuple[str, DataLock]]) -> DataLock:
             raise DataError(f"{file}: no split {role!r} (its splits: "
                             f"{', '.join(sorted(lock.splits))}); data.{role} names this lock")
         split = lock.splits[role]
-        for pin in (split.annotations, *split.images):
+        for pin in (split.annotations, *split.files, *split.images):
             seen = owner.setdefault(pin.path, (pin.sha256, file))
             if seen[0] != pin.sha256:
                 raise DataError(f"{pin.path}: pinned with different content by {seen[1]} and "
                                 f"{file} (data.{role}); two roles cannot share a path")
         splits[role] = split
     names = sorted({lock.name for _, lock in locks.values()})
-    return make_lock("+".join(names), sources.pop(), splits)
+    layouts = sorted({lock.layout for _, lock in locks.values()})  # each split says how to read
+    return make_lock("+".join(names), sources.pop(), splits, layout="+".join(layouts))

@@ -60,25 +60,32 @@ def _apply(writer: WriteBack, git: Git, tip: str,
     git.run("clean", "-q", "-ffdx")
     out: list[BatchResult] = []
     for item in items:
+        # The change AND its commit are the item's: a message git refuses (a control
+        # character in a trailer) is that item's error like a change that raises; it
+        # once escaped this loop and lost every other model's decision of the pass
+        # (issue 41, finding 9).
         try:
-            item.change(git.cwd)
+            out.append(_commit_one(writer, git, item))
         except Exception as exc:  # this item's fault only: undo its edits, go on
             git.run("reset", "-q", "--hard", "HEAD")
             git.run("clean", "-q", "-ffdx")
             out.append(BatchResult("error", error=exc))
-            continue
-        git.run("add", "-A")
-        # Commit first, ask after: a change almost always stages something, and
-        # each git process is a share of a busy pass (issue 31). A refused commit
-        # with nothing staged is `unchanged`; with something staged, an error.
-        refused = writer._commit_staged(git, item.message, check=False)
-        if refused is None:
-            out.append(BatchResult("committed"))
-        elif git.ok("diff", "--cached", "--quiet"):
-            out.append(BatchResult("unchanged"))
-        else:
-            raise GitError(redact(f"git commit failed: {refused}"))
     return _with_shas(git, tip, out)
+
+
+def _commit_one(writer: WriteBack, git: Git, item: BatchItem) -> BatchResult:
+    """Run one item's change and commit it (committed or unchanged; raises otherwise)."""
+    item.change(git.cwd)
+    git.run("add", "-A")
+    # Commit first, ask after: a change almost always stages something, and
+    # each git process is a share of a busy pass (issue 31). A refused commit
+    # with nothing staged is `unchanged`; with something staged, an error.
+    refused = writer._commit_staged(git, item.message, check=False)
+    if refused is None:
+        return BatchResult("committed")
+    if git.ok("diff", "--cached", "--quiet"):
+        return BatchResult("unchanged")
+    raise GitError(redact(f"git commit failed: {refused}"))
 
 
 def _with_shas(git: Git, tip: str, results: list[BatchResult]) -> list[BatchResult]:

@@ -31,17 +31,38 @@ from gitops.errors import GitError, MessageError
 
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 
-# Reads the token from the environment when git asks; only answers "get", and
-# only when a token is set (else git goes on as if there were no helper). Public:
-# the pipeline's checkout pod gives the same helper to plain `git` through
-# GIT_CONFIG_COUNT/KEY/VALUE env (see `credential_config_env`).
+# Reads the token from the environment when git asks; only answers "get", only when
+# a token is set (else git goes on as if there were no helper), and only for a server
+# named in MLOPS_GIT_HOSTS (space-separated `scheme://host[:port]`): git writes the
+# request's `protocol=` and `host=` (host[:port]) lines on the helper's stdin
+# (gitcredentials(7), "Custom helpers"; git-credential(1), "INPUT/OUTPUT FORMAT"). It
+# once answered any host, and a pushed mlops.yaml that named its own GitOps URL
+# received the token (issue 41, finding 1). Public: the pipeline's checkout pod gives
+# the same helper to plain `git` through GIT_CONFIG_COUNT/KEY/VALUE env (see
+# `credential_config_env`).
 CREDENTIAL_HELPER = (
     '!f() { test "$1" = get || exit 0; test -n "${MLOPS_GIT_TOKEN:-}" || exit 0; '
+    'p=; h=; while IFS= read -r l; do case "$l" in protocol=*) p="${l#protocol=}";; '
+    'host=*) h="${l#host=}";; esac; done; '
+    'case " ${MLOPS_GIT_HOSTS:-} " in *" $p://$h "*) ;; *) exit 0;; esac; '
     'echo "username=${MLOPS_GIT_USERNAME:-x-access-token}"; '
     'echo "password=${MLOPS_GIT_TOKEN}"; }; f'
 )
 TOKEN_ENV = "MLOPS_GIT_TOKEN"
 USERNAME_ENV = "MLOPS_GIT_USERNAME"
+HOSTS_ENV = "MLOPS_GIT_HOSTS"
+
+
+def origin(url: str) -> str | None:
+    """`scheme://host[:port]` of a network URL (host lower-cased, no credentials), as the
+    credential helper compares it; None for a local path or an scp-like address."""
+    if "://" not in url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname:
+        return None
+    host = parts.hostname.lower()
+    return f"{parts.scheme.lower()}://{host}{f':{parts.port}' if parts.port else ''}"
 
 
 def credential_config_env() -> dict[str, str]:
@@ -100,13 +121,25 @@ class Remote:
 
 
 def remote(url_or_path: str | os.PathLike[str]) -> Remote:
-    """Split credentials out of a URL; local paths become absolute paths."""
+    """Split credentials out of a URL; local paths become absolute paths.
+
+    Where the token may go (`MLOPS_GIT_HOSTS`, read by `CREDENTIAL_HELPER`): a token
+    written in the URL goes to that URL's server only. Otherwise the environment's
+    scope holds where it is set (the pipeline's pods: the platform's servers, whatever
+    URL a step is given); where nobody set one, the server of this URL, which whoever
+    runs the command named (the operator's `--gitops https://...` with
+    `MLOPS_GIT_TOKEN` exported)."""
     text = os.fspath(url_or_path)
     if "://" not in text and not re.match(r"^[\w.-]+@[\w.-]+:", text):
         return Remote(str(pathlib.Path(text).expanduser().resolve()))
     env: dict[str, str] = {}
     parts = urllib.parse.urlsplit(text)
+    scope = origin(text)
+    if scope and HOSTS_ENV not in os.environ:
+        env[HOSTS_ENV] = scope
     if parts.password is not None or parts.username is not None:
+        if scope:
+            env[HOSTS_ENV] = scope
         host = parts.hostname or ""
         if parts.port:
             host = f"{host}:{parts.port}"

@@ -7,7 +7,8 @@ editing a shared file.
 
 Errors meant for the user (bad config, missing binary, refused promotion)
 derive from `contracts.errors.MlopsError`: the CLI prints `error: <message>`
-on stderr and exits with its `ExitCode` (the README's table), never a traceback.
+on stderr and exits with its `ExitCode` (the exit-code table of docs/reference/cli.md,
+generated from it), never a traceback.
 """
 
 import argparse

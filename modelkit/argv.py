@@ -2,6 +2,7 @@
 
     --output-dir OUT --checkpoint-dir CKPT     where the export and the checkpoints go
     --epochs --batch-size --lr --max-steps --subset --seed --log-every --checkpoint-every
+    --kernels reproducible|fast                MKL's code path pinned or not (kernels.py)
     --drill-delay-ms --drill-error-rate --drill-error-status --drill-skew   a fault drill
     --weights-cache DIR                        reuse the weights of an identical earlier run
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
+from modelkit import kernels
 from modelkit.errors import TrainError
 
 __all__ = ["check", "training_parser"]
@@ -39,6 +41,9 @@ def training_parser(description: str, *, epochs: int, lr: float, skews: Sequence
     p.add_argument("--max-steps", type=int, default=0, help="cap on total steps (0 = none)")
     p.add_argument("--subset", type=int, default=0, help="use only the first N train images")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kernels", choices=kernels.MODES, default="reproducible",
+                   help="reproducible: MKL's code path pinned (MKL_CBWR=AVX2), the same "
+                        "weights on any x86-64 CPU; fast: MKL picks the CPU's fastest path")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints")
     drill = p.add_argument_group(

@@ -63,7 +63,8 @@ class ExportContext:
         a = self.args
         return {"epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
                 "max_steps": a.max_steps, "subset": a.subset, "seed": a.seed,
-                "steps": self.total_steps, "workers": self.world}
+                "steps": self.total_steps, "workers": self.world,
+                "kernels": getattr(a, "kernel_path", "auto")}
 
 
 def drill_fault(delay_ms: float = 0.0, error_rate: float = 0.0,

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from modelkit import checkpoints, warmstart
+from modelkit import checkpoints, kernels, warmstart
 from modelkit.errors import TrainError, run_main
 from modelkit.export import ExportContext
 from modelkit.files import atomic_write_text
@@ -100,6 +100,7 @@ def _directories(args: argparse.Namespace) -> tuple[pathlib.Path, pathlib.Path]:
 def train(args: argparse.Namespace, load: Callable[[], Recipe]) -> None:
     """Run the training `args` describe; `load` reads the data and returns the recipe
     (called once the ranks are up and the metrics are served)."""
+    args.kernel_path = kernels.pin(getattr(args, "kernels", "reproducible"))  # before paddle
     import paddle  # import cost: only a run that trains pays it
     import paddle.distributed as dist  # the same
 
@@ -164,7 +165,8 @@ class _Run:
                                    weights_key(args, recipe.dataset_digest, world,
                                                recipe.code_dir,
                                                {**recipe.weights_inputs,
-                                                **warmstart.cache_inputs(args)}))
+                                                **warmstart.cache_inputs(args),
+                                                "kernels": args.kernel_path}))
                       if args.weights_cache else None)
 
     def resume(self) -> tuple[int, bool]:

@@ -30,6 +30,7 @@ import sys
 import zlib
 from typing import Any, Callable, Mapping, Sequence
 
+from contracts.errors import ExitCode
 from modelkit.datasets import MARKER
 from modelkit.files import atomic_write, atomic_write_text
 
@@ -252,7 +253,7 @@ class SyntheticCoco:
             print(self.ensure_dataset(args.data_dir, params))
         except self.error as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return int(getattr(exc, "exit_code", 2))
+            return int(getattr(exc, "exit_code", ExitCode.BAD_INPUT))
         return 0
 
 

@@ -57,7 +57,7 @@ import pathlib
 import shutil
 import threading
 import time
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Protocol
 
 from contracts.traffic import TrafficError, read_routes
 from gitops import layout
@@ -66,14 +66,23 @@ from gitops.errors import GitOpsError
 from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from gitops.writeback import Backoff, WriteBack
-from promotion.cluster.readiness import AlwaysReady, ReadinessCheck
+from promotion.cluster.readiness import AlwaysReady, Readiness, ReadinessCheck
 from promotion.controller_metrics import ControllerMetrics
 from promotion.decision import answers, quality
-from promotion.decision.analysis import Decision, Hold, Promote, decide, decide_ready, shadowed
+from promotion.decision.analysis import (
+    Decision,
+    Hold,
+    Promote,
+    Rollback,
+    decide,
+    decide_ready,
+    shadowed,
+)
 from promotion.decision.observations import Observations, PairedAnswers, histogram_quantile
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.policy import CanaryPolicy, PolicyError
 from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
-from promotion.gitrepo import apply
+from promotion.gitrepo import apply, platform_policy
+from promotion.gitrepo.policy_file import bounded_folder_policy
 from promotion.gitrepo.propose import current_state
 from promotion.metrics import MetricSource
 from promotion.metrics.probe import AnswersProbe
@@ -394,13 +403,13 @@ class Controller:
     # -- one model -------------------------------------------------------------------------
 
     def _policy(self, root: pathlib.Path, folder: layout.ModelState) -> CanaryPolicy:
-        raw = folder.extra.get(apply.POLICY_FILE)
-        policy = load_policy(raw if isinstance(raw, Mapping) else {},
-                             f"apps/{folder.model}/{apply.POLICY_FILE}")
-        if policy.metrics.namespace is None:  # the models live where the repo deploys them
-            namespace = layout.load_config(root).namespace
-            policy = policy.model_copy(update={
-                "metrics": policy.metrics.model_copy(update={"namespace": namespace})})
+        # The one reading `mlops ui` shares (the models' namespace from mlops-gitops.yaml),
+        # within the platform's bounds again (issue 41, finding 4).
+        policy, loosened = bounded_folder_policy(folder, layout.load_config(root))
+        if loosened:
+            log.warning("%s: apps/%s/%s loosens the platform's policy (%s: %s); judged with "
+                        "the platform's values instead", folder.model, folder.model,
+                        apply.POLICY_FILE, platform_policy.WHERE, ", ".join(loosened))
         return policy
 
     def reconcile(self, root: pathlib.Path, model: str) -> list[Outcome]:
@@ -434,7 +443,16 @@ class Controller:
             return [manual]
 
         interval = float(self.config.interval or policy.interval)
-        if committed.requested is not None:
+        # A promotion asked for moves all the traffic to the candidate: only once it is
+        # ready (make-before-break, issue 43); a waiting one gets its first step first.
+        promote = committed.requested == "promote"
+        if committed.requested is not None and not (promote and committed.phase is Phase.WAITING):
+            if promote:
+                answer = self.readiness.check(model, committed.candidate,
+                                              folder.deployments.get(committed.candidate))
+                if not answer.ready:  # `mlops canary abort` still ends it at once
+                    self._log_wait(model, f"promotion waits for the candidate: {answer.reason}")
+                    return []
             empty = Observations(window_seconds=interval)
             return [self._apply(folder, track, decide(policy, track.state, empty, now), now)]
         if committed.phase is Phase.PAUSED:
@@ -442,9 +460,13 @@ class Controller:
         if committed.phase is Phase.WAITING:
             # No traffic and no analysis until the runtime has applied the merge and
             # the candidate's pods are ready; then one commit gives it the first step.
+            # A failure no wait can fix ends the rollout now, not after ready_timeout.
             answer = self.readiness.check(model, committed.candidate,
                                           folder.deployments.get(committed.candidate))
-            decision = decide_ready(policy, track.state, answer.ready, answer.reason, now)
+            if not answer.ready and answer.lasting:
+                decision = _cannot_serve(policy, track.state, answer, now)
+            else:
+                decision = decide_ready(policy, track.state, answer.ready, answer.reason, now)
             return [self._apply(folder, track, decision, now)]
 
         if not track.routed:
@@ -808,6 +830,27 @@ class Controller:
                         "subject": info.subject, "commit": info.sha,
                         "time": stamp, "reason": t.get("Mlops-Reason", "")})
         return list(reversed(out))
+
+
+def _cannot_serve(policy: CanaryPolicy, state: CanaryState, answer: Readiness,
+                  now: dt.datetime) -> Decision:
+    """The rollback of a candidate that will never be ready (`Readiness.lasting`).
+
+    `decide_ready` waits `ready_timeout` (15 minutes by default) for a candidate that is
+    not ready, as it should for one that is still being applied or started; a warm-up
+    inference that fails on every try (issue 43: a 32x32 resize the graph cannot
+    reshape) waited those 15 minutes for nothing. Its evidence is `decide_ready`'s; the
+    rollback is the one `decide_ready` makes at the timeout, with the runtime's reason
+    and without the wait (same cause, `not-ready`, so the trail reads alike)."""
+    waiting = decide_ready(policy, state, False, answer.reason, now)
+    if state.phase is not Phase.WAITING or not isinstance(waiting, Hold):
+        return waiting  # not a waiting candidate, or ready_timeout passed: decide_ready's
+    waited = (now - (state.started_at or now)).total_seconds()
+    reason = (f"cannot become ready: {answer.reason} (a failure no wait fixes; rolled back "
+              f"after {waited:.0f}s, not after ready_timeout {policy.ready_timeout:.0f}s)")
+    last = LastDecision(kind="rollback", reason=reason, at=now, cause="not-ready", weight=0)
+    after = state.with_(phase=Phase.ROLLED_BACK, weight=0, requested=None, last_decision=last)
+    return Rollback(reason=reason, cause="not-ready", evidence=waiting.evidence, state=after)
 
 
 def _dedupe(points: list[dict[str, Any]]) -> list[dict[str, Any]]:

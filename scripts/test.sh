@@ -8,8 +8,7 @@ bash scripts/setup.sh
 # tests, their report waiting in a pipe: mypy takes 25 CPU-seconds cold and 1 with its
 # incremental cache, kept between runs in this machine's cache dir (mypy checks each
 # module's hash, so a fresh clone elsewhere reuses it; MYPY_CACHE_DIR is mypy's own
-# variable, and the demo's test skips that dir when it checks nothing is written outside
-# its work dir). (Settings in pyproject.toml: [tool.ruff] and [tool.mypy].)
+# variable). (Settings in pyproject.toml: [tool.ruff] and [tool.mypy].)
 python3 -m ruff check .
 export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/paddle-mlops/mypy}"
 coproc MYPY { python3 -m mypy 2>&1; echo "mypy exit $?"; }
@@ -24,7 +23,7 @@ unset PYTHONDONTWRITEBYTECODE
 # time, modules handed out in collection order (tests/conftest.py puts the slow ones first):
 # the demo's end-to-end run trains on one worker, first in line for the CPU (tests/conftest.py),
 # while the other two share the rest; a third worker fills the cores while tests wait on
-# servers (README, "Layout", has the numbers). The example is still trained once
+# servers (docs/development.md, "Tests", says why). The example is still trained once
 # (tests/fixtures/training.py shares it between the workers).
 status=0
 python3 -m pytest -n "${MLOPS_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@" \

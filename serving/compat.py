@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from serving.errors import BadRequest
-from serving.protocol import MAX_IMAGES, Tensor, datatype_to_numpy
+from serving.protocol import MAX_IMAGES, Tensor, check_unique, datatype_to_numpy
 
 # Paddle Serving elem_type -> (OIP datatype, JSON field holding the values)
 ELEM_TYPES: dict[int, tuple[str, str]] = {
@@ -108,6 +108,7 @@ def _parse_tensor_form(doc: dict[str, Any]) -> CompatRequest:
     if fetch is not None and (not isinstance(fetch, list)
                               or not all(isinstance(n, str) for n in fetch)):
         raise BadRequest("'fetch_var_names' must be a list of strings")
+    check_unique(fetch or [], "fetch_var_names")
     return CompatRequest("tensor", inputs, fetch, _log_id(doc))
 
 
@@ -141,6 +142,7 @@ def _parse_feed_form(doc: dict[str, Any]) -> CompatRequest:
         not isinstance(fetch, list) or not all(isinstance(n, str) for n in fetch)
     ):
         raise BadRequest("'fetch' must be a list of output names")
+    check_unique(fetch or [], "fetch")
     return CompatRequest("feed", inputs, fetch, _log_id(doc))
 
 

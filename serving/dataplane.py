@@ -10,8 +10,10 @@ The HTTP handlers (`serving.endpoints`) are methods over it.
   background thread (`ServerState.load`), then ready. A version that cannot
   answer its sample stays live and never ready; the ready routes say why
   (`not_ready_reason`). On SIGTERM the server reports not-ready at once.
-* **Inline runs.** A short request runs on the event loop itself when
+* **Inline runs.** A light request runs on the event loop itself when
   nothing else is in flight (`ServerSettings.inline_max_ms`).
+* **Bodies held.** The bytes of request bodies being read or in flight, within
+  one budget (`BodyBudget`, `serving.limits`).
 """
 
 import asyncio
@@ -19,11 +21,12 @@ import dataclasses
 import logging
 import time
 import traceback
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from contracts.artifact import sha256_file
-from serving.errors import ModelDirError, ServingError
+from serving.errors import ModelDirError, ServingError, Unavailable
 from serving.fault import FaultDrill
+from serving.limits import HttpLimits
 from serving.metrics import ServerMetrics
 from serving.modeldir import ModelDir
 from serving.preprocess import ImageOptions
@@ -60,15 +63,78 @@ class ServerSettings:
     #: The longest a request waits for others to join its batch.
     batch_timeout_ms: float = 0.0
     #: A request runs on the event loop itself, not handed to a predictor thread, when
-    #: nothing else is in flight, batching is off and recent requests took at most this
-    #: long (0: never). The hand-off there and back cost ~0.2 ms a request: the shapes
-    #: example's JSON request at concurrency 1 went from 0.84 to 0.94 of the bare loop
-    #: in an A/B on this 2-core machine (serving/README.md, Performance). Longer work
-    #: goes to the threads, so probes, /metrics and hang-up detection never wait behind
-    #: more than this.
+    #: nothing else is in flight, batching is off, recent requests took at most this
+    #: long (0: never), and the request is light: raw tensors of at most one warm-up
+    #: inference's size (`service.light_request`; never encoded images, whose decoding
+    #: costs what the sender chooses). The hand-off there and back cost ~0.2 ms a
+    #: request: the shapes example's JSON request at concurrency 1 went from 0.84 to
+    #: 0.94 of the bare loop in an A/B on this 2-core machine (serving/README.md,
+    #: Performance). Other work goes to the threads, so probes, /metrics and hang-up
+    #: detection never wait behind more than about this.
     inline_max_ms: float = 20.0
     #: How encoded images are decoded: pixel budget, deadline, reduced JPEG decoding.
     images: ImageOptions = ImageOptions()
+    #: Request heads (size, fields, time) and the memory bodies may hold (`serving.limits`).
+    limits: HttpLimits = HttpLimits()
+
+
+class BodyBudget:
+    """The bytes of request bodies this process holds (being read or in flight) and
+    the most it may: what does not fit is refused (503: a retry may fit). Used
+    on the event loop only."""
+
+    def __init__(self, total: int, on_change: Callable[[int], None] = lambda held: None
+                 ) -> None:
+        """`on_change(held)` after every change (the server's gauge)."""
+        self.total = total
+        self.held = 0
+        self.on_change = on_change
+
+    def add(self, size: int) -> None:
+        """`size` more bytes held (less when negative)."""
+        self.held += size
+        self.on_change(self.held)
+
+    def refuse_unless_fits(self, size: int) -> None:
+        """`Unavailable` when `size` more bytes would not fit now."""
+        if self.held + size > self.total:
+            raise Unavailable(
+                f"overloaded: request bodies held take {self.held} of {self.total} bytes, "
+                f"{size} more do not fit; retry later")
+
+    def charge(self) -> "BodyCharge":
+        """A new request's account: what it takes, given back once."""
+        return BodyCharge(self)
+
+
+class BodyCharge:
+    """One request's bytes in a `BodyBudget`."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.size = 0
+
+    def take(self, size: int) -> None:
+        """Count `size` more bytes of this request's body; `Unavailable` past the budget."""
+        self.budget.refuse_unless_fits(size)
+        self.budget.add(size)
+        self.size += size
+
+    def release(self) -> None:
+        """Give back everything this request took (idempotent)."""
+        if self.size:
+            self.budget.add(-self.size)
+            self.size = 0
+
+    def keep_until(self, running: "asyncio.Future[Any]") -> None:
+        """Give the bytes back when `running` ends, not at `release` (an abandoned
+        request's worker may still hold its body)."""
+        size, self.size = self.size, 0
+
+        def give_back(_: "asyncio.Future[Any]") -> None:
+            self.budget.add(-size)
+
+        running.add_done_callback(give_back)
 
 
 class ServerState:
@@ -104,6 +170,9 @@ class ServerState:
         self.load_error: str | None = None
         self.not_ready_reason: str | None = None  # why it cannot answer (warm-up failed)
         self.in_flight = 0
+        self.bodies = BodyBudget(
+            settings.limits.body_budget(settings.max_in_flight, settings.max_body_bytes),
+            self.metrics.buffered.set)
         self.on_load_failure: Callable[[], None] = lambda: None
         #: The event loop (set by the app's lifespan): the loader warms its predictor.
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -182,6 +251,8 @@ class ServerState:
             try:  # ready means it answered: a sample request, as a client sends it
                 service.warm_up()
                 service.answer_sample()
+                # Worked out here on the loader thread, not at a first request on the loop.
+                log.debug("light requests: at most %d values", service.light_elements)
             except ServingError as exc:  # live, never ready, and the probe says why
                 self.not_ready_reason = f"warm-up inference failed: {exc}"
                 log.error("model %s version %s is not ready: %s", settings.model_name,

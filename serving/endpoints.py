@@ -12,14 +12,20 @@ What the handlers add to the request work of `service.py`:
 * **Admission control.** At most `max_in_flight` inference requests are
   admitted; the next one is answered 503 at once instead of queueing, so an
   overload shows up as fast errors and bounded memory, not as a growing
-  queue. Admitted requests wait for one of `threads` predictor workers.
-  (uvicorn's own `limit_concurrency` is not used: it would also turn away
-  health probes and metric scrapes exactly when they matter most.)
-* **Body limit.** `Content-Length` above `max_body_bytes` is refused (413)
+  queue: checked before the body is read, and again after. Admitted requests
+  wait for one of `threads` predictor workers. (uvicorn's own
+  `limit_concurrency` is not used: it would also turn away health probes and
+  metric scrapes exactly when they matter most.)
+* **Body limits.** `Content-Length` above `max_body_bytes` is refused (413)
   before reading; a chunked body is counted while streaming and cut off at
-  the limit.
+  the limit. The bodies being read or in flight share one budget of bytes
+  (`ServerState.bodies`, `--max-buffered-bytes`): a declared length that does
+  not fit is refused (503) before reading, and bytes are charged as they
+  arrive, so a slow sender holds only what it sent.
 * **Off the event loop.** Parsing, preprocessing, the predictor and
-  serialisation all run on the worker threads; the loop only moves bytes.
+  serialisation run on the worker threads; the loop moves bytes, and runs a
+  light request itself only when nothing else is in flight (raw tensors of at
+  most one warm-up's size: `_run_unless_abandoned`).
 * **Fault drills** (`serving.fault.FaultDrill`) apply on the inference routes,
   inside the request timing and counting.
 """
@@ -34,7 +40,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from serving.dataplane import ServerState
+from serving.dataplane import BodyCharge, ServerState
 from serving.errors import (
     BadRequest,
     ClientClosed,
@@ -48,7 +54,7 @@ from serving.metrics import CONTENT_TYPE
 from serving.probe import load_probe_set
 from serving.protocol import HEADER_LENGTH, encode_json
 from serving.runtime import Abandoned
-from serving.service import ModelService, Result
+from serving.service import ModelService, Parsed, Result
 
 log = logging.getLogger("serving.server")
 
@@ -64,7 +70,7 @@ def _error(exc: ServingError) -> Response:
     return _json({"error": exc.message}, exc.status_code)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, charge: BodyCharge) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -73,24 +79,27 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise BadRequest(f"Content-Length is not an integer: {declared!r}") from None
         if length > limit:
             raise PayloadTooLarge(f"body of {length} bytes exceeds the limit of {limit} bytes")
+        charge.budget.refuse_unless_fits(length)  # 503 before reading what cannot fit
     chunks = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+        charge.take(len(chunk))  # as it arrives: a slow sender holds what it sent
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def _read_body_within(request: Request, limit: int, seconds: float) -> bytes:
+async def _read_body_within(request: Request, limit: int, seconds: float,
+                            charge: BodyCharge) -> bytes:
     """`_read_body` or `asyncio.TimeoutError` after `seconds`. On 3.11+ with
     `asyncio.timeout`, which needs no task of its own (`wait_for` made one per
     request: ~15 us of a 0.7 ms request)."""
     if sys.version_info >= (3, 11):
         async with asyncio.timeout(seconds):
-            return await _read_body(request, limit)
-    return await asyncio.wait_for(_read_body(request, limit), seconds)
+            return await _read_body(request, limit, charge)
+    return await asyncio.wait_for(_read_body(request, limit, charge), seconds)
 
 
 async def _disconnected(request: Request) -> None:
@@ -133,10 +142,11 @@ class V2Endpoints:
         return self.state.service
 
     async def _handle_inference(
-        self, request: Request, work: Callable[[ModelService, bytes, str | None], Result]
+        self, request: Request, parse: Callable[[ModelService, bytes, str | None], Parsed]
     ) -> Response:
         start = time.perf_counter()
         status = 500
+        charge = self.state.bodies.charge()
         try:
             self._check_model(request)
             service = self._ready_service()
@@ -146,24 +156,24 @@ class V2Endpoints:
                     status = injected
                     return _json({"error": self.drill.error_message()}, injected)
                 service = self._ready_service()  # a shutdown may have begun during the delay
+            # A body is not read for a request that would be refused anyway (the check is
+            # made again once it is read: slots may have filled meanwhile).
+            self._check_admission()
             # The body first, under a timeout, and only then a slot: 16 clients trickling
             # one byte each used to hold every slot and turn all inference into 503s.
             try:
                 body = await _read_body_within(request, self.settings.max_body_bytes,
-                                               self.settings.body_timeout)
+                                               self.settings.body_timeout, charge)
             except asyncio.TimeoutError:
                 raise RequestTimeout(
                     f"body not received within {self.settings.body_timeout:g} s") from None
             except ClientDisconnect:
                 raise ClientClosed("client disconnected before sending its body") from None
-            if self.state.in_flight >= self.settings.max_in_flight:
-                raise Unavailable(
-                    f"overloaded: {self.state.in_flight} requests in flight "
-                    f"(limit {self.settings.max_in_flight}); retry later"
-                )
+            self._check_admission()
             header_length = request.headers.get(HEADER_LENGTH)
             result = await self._run_unless_abandoned(
-                request, service, lambda: work(service, body, header_length))
+                request, service, lambda: parse(service, body, header_length), len(body),
+                charge)
             self.metrics.inference_duration.observe(result.inference_seconds)
             for signals in result.quality:  # a successful answer, about to be sent
                 self.metrics.observe_answer(signals)
@@ -186,21 +196,45 @@ class V2Endpoints:
             log.exception("unexpected error on %s", request.url.path)
             return _json({"error": f"internal error: {type(exc).__name__}: {exc}"}, 500)
         finally:
+            charge.release()  # a job still running keeps its body: see _run_unless_abandoned
             self.metrics.count(status)
             self.metrics.request_duration.observe(time.perf_counter() - start)
 
+    def _check_admission(self) -> None:
+        """`Unavailable` at the in-flight limit (at once: never queued)."""
+        if self.state.in_flight >= self.settings.max_in_flight:
+            raise Unavailable(
+                f"overloaded: {self.state.in_flight} requests in flight "
+                f"(limit {self.settings.max_in_flight}); retry later"
+            )
+
     async def _run_unless_abandoned(
-        self, request: Request, service: ModelService, job: Callable[[], Result]
+        self, request: Request, service: ModelService, parse: Callable[[], Parsed],
+        body_size: int, charge: BodyCharge,
     ) -> Result:
-        """Run `job` on a predictor thread while the client waits for it.
+        """Run the request on a predictor thread while the client waits for it (or,
+        when it is light and the server idle, here on the event loop).
 
         A client that hangs up gets its queued work cancelled, or its running
         work stopped at the next image or before the predictor (a normal
-        request used to wait 6 s behind two abandoned ones). The in-flight slot
-        is held until the worker is really done with it.
+        request used to wait 6 s behind two abandoned ones). The in-flight slot,
+        and the body's bytes in the budget, are held until the worker is really
+        done with them.
+
+        Inline: a body small enough to hold a light request is parsed here (that
+        costs less than the inference a light request is, and bounds it by its
+        size); a light request then runs here, anything else goes to the threads
+        already parsed. What earlier requests cost says nothing about this one: an
+        expensive request after cheap ones held the loop, and `/v2/health/live`
+        waited 2.5 s (the probe's timeout is 1 s).
         """
-        if self.state.inline_ok(service):
-            return self._run_inline(job)
+        job: Callable[[], Result] = lambda: service.answer(parse())  # noqa: E731
+        if self.state.inline_ok(service) and body_size <= service.light_body_bytes:
+            started = time.perf_counter()
+            parsed = parse()
+            if service.light(parsed):
+                return self._run_inline(lambda: service.answer(parsed), started)
+            job = lambda: service.answer(parsed)  # noqa: E731
         abandoned = Abandoned()
         future = service.pool.submit(self.state.timed, job, abandoned=abandoned)
         # The slot is taken once the work exists (nothing to give back if submit fails;
@@ -217,16 +251,19 @@ class V2Endpoints:
         if not running.done():
             abandoned.set()
             future.cancel()
+            charge.keep_until(running)  # the worker may still hold the body
             raise ClientClosed("client disconnected while its inference waited or ran")
         return running.result()
 
-    def _run_inline(self, job: Callable[[], Result]) -> Result:
-        """`job` here on the event loop (`ServerState.inline_ok`), holding a slot."""
+    def _run_inline(self, job: Callable[[], Result], started: float) -> Result:
+        """`job` here on the event loop (`ServerState.inline_ok`), holding a slot;
+        its time since `started` (its parsing too) folded into the recent work."""
         self._take_slot()
         self.metrics.inline.inc()
         try:
-            return self.state.timed(job)
+            return job()
         finally:
+            self.state.note_work(time.perf_counter() - started)
             self._give_slot()
 
     def _take_slot(self) -> None:
@@ -244,11 +281,11 @@ class V2Endpoints:
 
     async def infer(self, request: Request) -> Response:
         return await self._handle_inference(
-            request, lambda s, body, hdr: s.infer_body(body, hdr)
+            request, lambda s, body, hdr: s.parse_infer(body, hdr)
         )
 
     async def paddle_serving(self, request: Request) -> Response:
-        return await self._handle_inference(request, lambda s, body, hdr: s.compat_body(body))
+        return await self._handle_inference(request, lambda s, body, hdr: s.parse_compat(body))
 
     async def live(self, request: Request) -> Response:
         return _json({"live": True})

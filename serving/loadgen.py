@@ -12,6 +12,12 @@ the sender was against the schedule is reported separately as `lag`, so a
 generator that could not keep up is visible instead of folded into the
 server's numbers.
 
+A stop (Ctrl-C, SIGTERM: `Stop.on_signals`) is a request the send loop reads
+between two sends, never an exception raised wherever the signal lands: raised
+inside the thread pool while it started a sender thread, it left that thread
+unknown to the pool, whose request was sent and counted after the report was
+made. So the report holds exactly the requests handed over, each finished.
+
 The bodies are built once from real images (PNG/JPEG files, by default the
 example's validation set), as one BYTES tensor per request: what a client
 of a detection service sends. Each request's image is drawn at random
@@ -24,14 +30,16 @@ inputs, not different models.
 """
 
 import base64
+import contextlib
 import dataclasses
 import json
 import pathlib
+import signal
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import orjson
@@ -130,6 +138,43 @@ class LoadReport:
 
 SAMPLES_PER_STATUS = 5
 
+#: How often the send loop looks for a stop while it waits for the next send time.
+STOP_POLL_S = 0.05
+
+
+class Stop:
+    """A request to stop sending, which a signal handler may make: it only sets a flag
+    (no lock, so it cannot deadlock against the main thread it interrupts)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self) -> None:
+        self.requested = True
+
+    @classmethod
+    @contextlib.contextmanager
+    def on_signals(cls, signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)
+                   ) -> Iterator["Stop"]:
+        """A stop the first of `signals` requests (main thread only); a second one acts
+        as it did before (Ctrl-C twice interrupts at once). The handlers are put back
+        on exit."""
+        stop = cls()
+        previous = {sig: signal.getsignal(sig) for sig in signals}
+
+        def handler(signum: int, frame: object) -> None:
+            stop.request()
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        for sig in signals:
+            signal.signal(sig, handler)
+        try:
+            yield stop
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
     """p50/p90/p99/max/mean in milliseconds of values in seconds (empty -> {})."""
@@ -190,10 +235,14 @@ def run_load(
     route: str = "infer",
     binary: bool = False,
     seed: int | None = None,
+    stop: Stop | None = None,
 ) -> LoadReport:
     """Offer `rps` requests per second for `duration` seconds; returns the report.
 
-    `seed` fixes the random draw of images (None: a fresh one each run)."""
+    `seed` fixes the random draw of images (None: a fresh one each run). `stop`, once
+    requested, ends the sending early: the requests already sent finish and the report
+    covers them (`stopped_early`)."""
+    stop = stop or Stop()
     if rps <= 0 or duration <= 0:
         raise LoadError("--rps and --duration must be positive")
     if concurrency_cap < 1:
@@ -243,25 +292,26 @@ def run_load(
     scheduled = max(1, int(round(rps * duration)))
     dropped = 0
     stopped_early = False
+    handed = 0
     with ThreadPoolExecutor(max_workers=concurrency_cap, thread_name_prefix="load") as pool:
         start = time.perf_counter() + 0.05
-        try:
-            for i in range(scheduled):
-                due = start + i / rps
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                if not slots.acquire(blocking=False):
-                    dropped += 1
-                    continue
-                pool.submit(send, int(draw.integers(len(bodies))), due)
-        except KeyboardInterrupt:
-            # Stopped by the user (or SIGTERM, see the command): the requests in
-            # flight still finish (the pool waits) and the report covers them.
-            stopped_early = True
+        for i in range(scheduled):
+            due = start + i / rps
+            while (delay := due - time.perf_counter()) > 0 and not stop.requested:
+                time.sleep(min(delay, STOP_POLL_S))
+            if stop.requested:
+                stopped_early = True
+                break
+            if not slots.acquire(blocking=False):
+                dropped += 1
+                continue
+            pool.submit(send, int(draw.integers(len(bodies))), due)
+            handed += 1
         send_window = max(time.perf_counter() - start, 1e-9)
+    # the pool has waited for every request it was handed: each is in `results`
+    assert len(results) == handed, (len(results), handed)
     if stopped_early:  # the plan shrinks to the send times reached: sent + dropped
-        scheduled, duration = len(results) + dropped, min(duration, send_window)
+        scheduled, duration = handed + dropped, min(duration, send_window)
     statuses = Counter(status for status, _, _ in results)
     answered = [lat for status, lat, _ in results if status != "error"]
     ok = statuses.get("200", 0)

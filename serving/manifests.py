@@ -74,7 +74,15 @@ from typing import Any, Mapping, Sequence
 from cogs.pods import container_security, pod_security
 from contracts.errors import ExitCode, MlopsError
 from contracts.names import model_name_problem, version_problem
-from contracts.traffic import CANARY, STABLE, UNPINNED, TrafficError, build_route, pinned_routes
+from contracts.traffic import (
+    CANARY,
+    MESH_GATEWAY,
+    STABLE,
+    UNPINNED,
+    TrafficError,
+    build_route,
+    pinned_routes,
+)
 from serving.options import ServingOptions
 
 __all__ = [
@@ -426,7 +434,8 @@ def virtual_service(
     """VirtualService ``<model>`` splitting traffic between subsets ``stable`` and ``canary``.
 
     ``canary=False`` routes to ``stable`` alone and requires weights 100/0.
-    ``hosts`` default to the Service's host; ``gateways`` default to the mesh.
+    ``hosts`` default to the Service's host; ``gateways`` default to the mesh, and the
+    mesh is kept in a list that names Gateways.
     """
     _check_model(model)
     _check_port(port)
@@ -441,7 +450,10 @@ def virtual_service(
         raise ManifestError(str(exc)) from None
     spec: dict[str, Any] = {"hosts": list(hosts) if hosts else [host]}
     if gateways:
-        spec["gateways"] = list(gateways)
+        # `mesh` stays: without it the routes bind to the Gateways alone, and the mesh's
+        # callers, its weights and the controller's pinned probe lose them (MESH_GATEWAY)
+        spec["gateways"] = [*([] if MESH_GATEWAY in gateways else [MESH_GATEWAY]),
+                            *gateways]
     # http[0] is the weighted route (contracts.traffic reads it); requests pinned to a
     # subset by the canary's answers probe take the routes after it.
     pinned = pinned_routes(destination, [STABLE, CANARY] if canary else [STABLE])

@@ -125,6 +125,11 @@ class ServerMetrics:
             "model_in_flight_requests", "Inference requests admitted and not yet answered.",
             names, registry=self.registry, multiprocess_mode="livesum",
         ).labels(**self.labels)
+        self.buffered = Gauge(
+            "model_buffered_body_bytes",
+            "Bytes of request bodies held, being read or in flight (`--max-buffered-bytes`).",
+            names, registry=self.registry, multiprocess_mode="livesum",
+        ).labels(**self.labels)
         self.ready = Gauge(
             "model_ready", "1 when the model is loaded, warmed up and not shutting down.",
             names, registry=self.registry, multiprocess_mode="livemin",

@@ -44,7 +44,13 @@ from serving.ppdet_config import (
     PreprocessOp,
     ResizeOp,
 )
-from serving.preprocess import MAX_REQUEST_PIXELS, PixelBudget, check_count, open_image
+from serving.preprocess import (
+    MAX_REQUEST_PIXELS,
+    PixelBudget,
+    check_count,
+    is_jpeg,
+    open_image,
+)
 from serving.quality import InputStats, input_stats
 
 #: PaddleDetection's input names; `x` is an older export's name for `image` (infer.py).
@@ -247,7 +253,7 @@ class PPDetImages:
             header = open_image(data, what, budget)
             width, height = header.size
             reduce = (reduction(first, height, width)
-                      if reduced_decode and first is not None and header.format == "JPEG" else 1)
+                      if reduced_decode and first is not None and is_jpeg(header) else 1)
             rgb = decode_image(data, what, PixelBudget(), reduce)
             before_each()
 

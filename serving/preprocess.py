@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, JpegImagePlugin, UnidentifiedImageError
 
 from serving.errors import BadRequest
 from serving.modeldir import InputConfig
@@ -55,29 +55,32 @@ class ImageOptions:
     reduced_decode: bool = False
 
 
+_SOI = b"\xff\xd8"
 _SOS = b"\xff\xda"
 
 
 def jpeg_scans(data: bytes) -> int:
-    """How many scans (SOS markers) a JPEG has, counted without decoding it.
+    """How many scans (SOS markers, FF DA) a JPEG may have: every FF DA in its bytes,
+    counted without parsing or decoding anything.
 
-    The marker segments before the first scan are walked by their lengths (an
-    EXIF thumbnail or an ICC profile may hold the bytes FF DA); from the first
-    scan on, FF DA can only be a marker, since entropy-coded data stuffs every
-    FF with 00 (ITU T.81 B.1.1.5). Whatever follows counts too, so a trailing
-    second image counts against the limit: an over-count, never an under-count."""
-    pos = 2  # after SOI
-    while pos + 4 <= len(data):
-        if data[pos] != 0xFF:
-            return 0  # not a marker where one must be: the decoder will refuse it
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker == 0xDA:
-            return data.count(_SOS, pos)
-        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    return 0
+    An over-count, never an under-count, whatever the bytes say. Entropy-coded data
+    stuffs every FF with 00 (ITU T.81 B.1.1.5), so a real scan is always counted; what
+    else counts is FF DA inside a segment (an EXIF thumbnail's own scans, by chance in
+    an ICC profile) and whatever follows the first image (an MPO's other frames, a
+    trailing file), a few at most in a real photo. Walking the segments by their
+    lengths instead, to skip those, was bypassed: libjpeg and Pillow skip junk bytes
+    between segments and take RSTn/TEM before the first scan without a length, where
+    such a walk lost its way and counted nothing (a 2,010-scan bomb with one junk byte
+    after APP0 counted 0 and decoded)."""
+    return data.count(_SOS)
+
+
+def check_jpeg_scans(data: bytes, what: str) -> None:
+    """`BadRequest` naming `what` when `data` has more than `MAX_JPEG_SCANS` scans."""
+    scans = jpeg_scans(data)
+    if scans > MAX_JPEG_SCANS:
+        raise BadRequest(f"{what}: JPEG with {scans} scans; at most {MAX_JPEG_SCANS} "
+                         "(each scan is a pass over the whole image)")
 
 
 class Deadline:
@@ -132,7 +135,7 @@ def decode_image(data: bytes, what: str, budget: PixelBudget | None = None,
 def load_image(image: Image.Image, what: str,
                draft: tuple[int, int] | None = None) -> Image.Image:
     """Decode an image `open_image` returned (see `decode_image`)."""
-    if draft is not None and image.format == "JPEG":
+    if draft is not None and is_jpeg(image):
         image.draft("RGB", draft)
     try:
         image.load()
@@ -145,17 +148,26 @@ def open_image(data: bytes, what: str, budget: PixelBudget | None = None) -> Ima
     """One PNG or JPEG, its header read and nothing decoded yet (another decoder may
     take it from here), its pixels taken from `budget` (None: a request of its own);
     `BadRequest` naming `what`."""
+    # The scans first, on the raw bytes, for anything that starts as a JPEG: what Pillow's
+    # JPEG plugin opens (an MPO too) and what OpenCV's decoder takes (the PaddleDetection
+    # path) both start with SOI. An MPO's format is "MPO", not "JPEG": checking the
+    # format let a scan bomb with an APP2 "MPF" segment through.
+    if data.startswith(_SOI):
+        check_jpeg_scans(data, what)
     try:
         image = Image.open(io.BytesIO(data), formats=FORMATS)
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
         raise BadRequest(f"{what}: not a decodable PNG or JPEG image") from None
+    if is_jpeg(image):  # whatever it starts with (Pillow's plugin wants SOI today)
+        check_jpeg_scans(data, what)
     (budget or PixelBudget()).take(image.width, image.height, what)
-    if image.format == "JPEG":
-        scans = jpeg_scans(data)
-        if scans > MAX_JPEG_SCANS:
-            raise BadRequest(f"{what}: JPEG with {scans} scans; at most {MAX_JPEG_SCANS} "
-                             "(each scan is a pass over the whole image)")
     return image
+
+
+def is_jpeg(image: Image.Image) -> bool:
+    """Opened by Pillow's JPEG plugin: a JPEG, or an MPO (a JPEG with an APP2 "MPF"
+    segment; its `format` says "MPO", and it decodes as its first JPEG)."""
+    return isinstance(image, JpegImagePlugin.JpegImageFile)
 
 
 @dataclasses.dataclass

@@ -95,6 +95,18 @@ class InferRequest:
     binary_default: bool  # request-level `binary_data_output`
 
 
+def check_unique(names: list[str], field: str) -> None:
+    """`BadRequest` naming `field`[i] when an output is asked for a second time: each
+    repeat was one more copy of the whole tensor in the answer (a 245 KB request was
+    answered with 64 MB)."""
+    first: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in first:
+            raise BadRequest(f"{field}[{index}]: output '{name}' is asked for more than once "
+                             f"(also {field}[{first[name]}]); name each output once")
+        first[name] = index
+
+
 def parse_infer_request(body: bytes, header_length: str | None = None) -> InferRequest:
     """Parse an OIP v2 infer body (JSON, optionally followed by binary tensors).
 
@@ -139,6 +151,7 @@ def parse_infer_request(body: bytes, header_length: str | None = None) -> InferR
             out_params = out.get("parameters") or {}
             if isinstance(out_params, dict) and out_params.get("binary_data", binary_default):
                 binary_outputs.add(out["name"])
+        check_unique(outputs, "outputs")
     request_id = doc.get("id")
     return InferRequest(
         id=str(request_id) if request_id is not None else None,

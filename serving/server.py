@@ -34,6 +34,8 @@ from starlette.applications import Starlette
 
 from serving.dataplane import ServerSettings, ServerState
 from serving.endpoints import V2Endpoints
+from serving.http_guard import guarded_protocol
+from serving.limits import HttpLimits
 from serving.metrics import MULTIPROC_ENV
 from serving.modeldir import ModelDir
 from serving.supervisor import fresh_metrics_dir, supervise
@@ -73,16 +75,13 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def _fast_io() -> dict[str, str]:
-    """uvicorn's C HTTP parser and libuv event loop, named rather than left to "auto"
-    (a missing wheel must not silently fall back to h11: ~0.5 ms more per request)."""
-    options: dict[str, str] = {}
+def _fast_io(limits: HttpLimits) -> dict[str, Any]:
+    """uvicorn's C HTTP parser, with the request-head limits (`serving.http_guard`), and
+    libuv event loop, named rather than left to "auto" (h11 costs ~0.5 ms more per
+    request). httptools is a dependency: the head limits need it, so it is not probed."""
+    options: dict[str, Any] = {"http": guarded_protocol(limits)}
     with contextlib.suppress(ImportError):
-        import httptools  # noqa: F401  optional wheel: probed here, not required
-
-        options["http"] = "httptools"
-    with contextlib.suppress(ImportError):
-        import uvloop  # noqa: F401  optional wheel, as above
+        import uvloop  # noqa: F401  optional wheel: probed here, not required
 
         options["loop"] = "uvloop"
     return options
@@ -116,7 +115,7 @@ def _serve_one(model: ModelDir, settings: ServerSettings, log_level: str,
         # uvicorn hands it to asyncio.wait_for, so seconds as a float work; its hint says int.
         timeout_graceful_shutdown=settings.graceful_timeout,  # type: ignore[arg-type]
         lifespan="on",
-        **_fast_io(),  # type: ignore[arg-type]
+        **_fast_io(settings.limits),
     )
     server = _Server(config, state)
 

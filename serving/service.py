@@ -31,8 +31,9 @@ Everything here runs on a predictor worker thread (`PredictorPool.submit`).
 """
 
 import dataclasses
+import functools
 import io
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import orjson
@@ -65,6 +66,26 @@ _PADDLE_DTYPES = {
     "FLOAT32": "FP32", "FLOAT64": "FP64", "FLOAT16": "FP16", "INT64": "INT64",
     "INT32": "INT32", "INT8": "INT8", "UINT8": "UINT8", "BOOL": "BOOL",
 }
+
+
+@dataclasses.dataclass
+class Parsed:
+    """A parsed request: its input tensors, and how its outputs become the answer
+    (selection and serialisation, as the route asks: (body, binary header length))."""
+
+    inputs: list[Tensor]
+    finish: Callable[[list[Tensor]], tuple[bytes, int | None]]
+
+
+def light_request(inputs: list[Tensor], max_elements: int) -> bool:
+    """Whether a request's cost is known to be small before it runs: raw tensors of at
+    most `max_elements` values together (what one warm-up inference fed the model;
+    the cost of a convolutional network grows with its input's size). Encoded
+    images never are: a few KB of PNG or JPEG may decode to 16 Mpx, so their cost is
+    the sender's choice, whatever earlier requests cost."""
+    if any(t.datatype == "BYTES" for t in inputs):
+        return False
+    return sum(int(t.data.size) for t in inputs) <= max_elements
 
 
 @dataclasses.dataclass
@@ -109,6 +130,17 @@ class ModelService:
         if self.ppdet is None:
             self.roles = self._output_roles()
         self.classes = frozenset(self.cfg.class_names())
+
+    @functools.cached_property
+    def light_elements(self) -> int:
+        """A light request's most values (`light_request`): one warm-up inference's."""
+        return sum(int(a.size) for a in self._warm_feeds().values())
+
+    @functools.cached_property
+    def light_body_bytes(self) -> int:
+        """The largest body that may hold a light request (as JSON, at most ~25 bytes a
+        value): a larger one is not parsed on the event loop to find out."""
+        return 32 * self.light_elements + 64 * 1024
 
     def _example_cfg(self) -> InferConfig:
         """The example's `infer_cfg.yml` (what the CenterNet path reads)."""
@@ -188,28 +220,48 @@ class ModelService:
 
     def infer_body(self, body: bytes, header_length: str | None = None) -> Result:
         """OIP infer: request body -> response body (runs on a worker thread)."""
-        request = parse_infer_request(body, header_length)
-        outputs, seconds, quality = self.run_tensors(request.inputs)
-        outputs = _select(outputs, request.outputs)
-        binary = set(request.binary_outputs)
-        if request.binary_default and request.outputs is None:
-            binary = {t.name for t in outputs}
-        payload, length = encode_infer_response(
-            self.name, self.version, outputs, request.id, binary
-        )
-        return Result(payload, length, seconds, quality)
+        return self.answer(self.parse_infer(body, header_length))
 
     def compat_body(self, body: bytes) -> Result:
         """Paddle Serving `GeneralModelService/inference`: body -> body."""
+        return self.answer(self.parse_compat(body))
+
+    def parse_infer(self, body: bytes, header_length: str | None = None) -> Parsed:
+        """An OIP infer body, parsed (the first half of `infer_body`)."""
+        request = parse_infer_request(body, header_length)
+
+        def finish(outputs: list[Tensor]) -> tuple[bytes, int | None]:
+            outputs = _select(outputs, request.outputs)
+            binary = set(request.binary_outputs)
+            if request.binary_default and request.outputs is None:
+                binary = {t.name for t in outputs}
+            return encode_infer_response(self.name, self.version, outputs, request.id, binary)
+
+        return Parsed(request.inputs, finish)
+
+    def parse_compat(self, body: bytes) -> Parsed:
+        """A Paddle Serving body, parsed (the first half of `compat_body`)."""
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from None
         request = compat.parse_compat_request(doc)
-        outputs, seconds, quality = self.run_tensors(request.inputs)
-        outputs = _select(outputs, request.fetch)
-        body = encode_json(compat.encode_compat_response(request, outputs))
-        return Result(body, None, seconds, quality)
+
+        def finish(outputs: list[Tensor]) -> tuple[bytes, int | None]:
+            outputs = _select(outputs, request.fetch)
+            return encode_json(compat.encode_compat_response(request, outputs)), None
+
+        return Parsed(request.inputs, finish)
+
+    def answer(self, parsed: Parsed) -> Result:
+        """A parsed request -> its response body (the second half of `infer_body`)."""
+        outputs, seconds, quality = self.run_tensors(parsed.inputs)
+        body, header_length = parsed.finish(outputs)
+        return Result(body, header_length, seconds, quality)
+
+    def light(self, parsed: Parsed) -> bool:
+        """`light_request` for this model (`light_elements`)."""
+        return light_request(parsed.inputs, self.light_elements)
 
     def run_tensors(
         self, inputs: list[Tensor]
@@ -303,6 +355,8 @@ class ModelService:
         missing = [n for n in expected if n not in feeds]
         if missing:
             raise BadRequest(f"missing input(s): {', '.join(missing)}")
+        if self.ppdet is not None:
+            check_batch_agrees(feeds)
         return feeds
 
     def warm_up(self) -> list[np.ndarray]:
@@ -372,6 +426,21 @@ def _shape_fits(shape: tuple[int, ...], expected: tuple[int, ...]) -> bool:
     if shape and shape[0] == 0:
         return False  # an empty batch is a malformed request, not an inference
     return all(e == -1 or e == s for s, e in zip(shape, expected))
+
+
+def check_batch_agrees(feeds: dict[str, np.ndarray]) -> None:
+    """`BadRequest` naming the inputs when their batch sizes (first dimensions) differ.
+
+    A PaddleDetection export takes one `im_shape` and one `scale_factor` row per image
+    (upstream `create_inputs`); each input was checked against its own spec only, and
+    a batch of 1 with 2 rows reached Paddle's `yolo_box` and failed there (500: "Input(ImgSize)
+    dim[0] and Input(X) dim[0] should be same"), which a canary counts as the model's
+    error."""
+    sizes = {name: int(array.shape[0]) for name, array in feeds.items() if array.ndim}
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"'{name}' {size}" for name, size in sizes.items())
+        raise BadRequest(f"inputs disagree on the batch size (first dimension): {listed}; "
+                         "each image takes one row of every other input")
 
 
 def _select(outputs: list[Tensor], names: list[str] | None) -> list[Tensor]:

@@ -66,7 +66,7 @@ def _lower_priority(nice: int) -> None:
 def pytest_runtest_setup(item):
     """The demo's module (`critical_path`) sets the suite's length: a worker lowers its
     priority at its first test outside it, so the demo trains at nearly the speed it has
-    alone while the other workers use what it leaves. Measured in README, "Layout".
+    alone while the other workers use what it leaves. docs/development.md, "Tests", says why.
     Only under xdist: a developer running a module alone keeps a normal priority."""
     global _reniced
     if (_reniced or NICE <= 0 or not os.environ.get("PYTEST_XDIST_WORKER")

@@ -10,9 +10,12 @@ the target's model on one of the routes
 
 then, most of the time, mutated: a value anywhere in the JSON replaced (huge and
 negative integers, floats, strings, lists, objects, null), a key dropped or added, an
-image corrupted (bytes flipped, cut short, a scan repeated), the serialised body cut
-or spliced, the headers changed (the binary header length, the content type, a
-chunked body), the model name or version in the path changed. Every answer must be
+image corrupted (bytes flipped, cut short, a scan repeated, a junk byte between two
+segments) or made an MPO (an APP2 "MPF" segment), the outputs asked for named twice,
+the raw inputs' batch sizes made to disagree, the serialised body cut or spliced, the
+headers changed (the binary header length, the content type, a chunked body, a flood
+of header fields, one header past the size limit), the model name or version in the
+path changed. Every answer must be
 200 or 4xx: what a client sends is never the server's error (the canary counts 5xx as
 the model's). `tests/serving/test_serving_fuzz.py` runs a short budget in the suite,
 `benchmarks/fuzz.py` a long one.
@@ -32,6 +35,10 @@ import requests
 from hypothesis import strategies as st
 from PIL import Image
 
+from tests.serving.test_serving_input_limits import with_junk, with_mpf
+
+#: Output names a request may ask for: the detections', the exports' raw ones, others.
+OUTPUT_NAMES = ["bbox", "bbox_num", "labels", "fetch_name_0", "fetch_name_1", "heatmap", "x"]
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BYTES", "BF16", "", "fp32"]
 ROUTES = ("json", "binary", "images_json", "images_binary", "serving_tensor", "serving_feed")
@@ -111,7 +118,7 @@ def images(draw: st.DrawFn) -> bytes:
     image.save(out, fmt, **options)
     data = out.getvalue()
     how = draw(st.sampled_from(["none", "none", "flip", "cut", "repeat_scan", "garbage",
-                                "header_only"]))
+                                "header_only", "junk"]))
     if how == "flip" and data:
         buf = bytearray(data)
         for _ in range(draw(st.integers(1, 8))):
@@ -128,18 +135,27 @@ def images(draw: st.DrawFn) -> bytes:
         data = draw(st.binary(max_size=64))
     elif how == "header_only":
         data = data[:draw(st.integers(0, min(len(data), 40)))]
+    elif how == "junk" and fmt == "JPEG":
+        data = with_junk(data)
+    if fmt == "JPEG" and draw(st.integers(0, 3)) == 3:  # an MPO (Pillow's format "MPO")
+        data = with_mpf(data)
     return data
 
 
 # ---- valid requests -----------------------------------------------------------------------
 
 @st.composite
-def _raw_tensors(draw: st.DrawFn, target: Target) -> list[tuple[str, list[int], np.ndarray]]:
-    """The model's raw inputs: (name, shape, float32 data) of a small random batch."""
+def _raw_tensors(draw: st.DrawFn, target: Target, odd_batch: bool = False
+                 ) -> list[tuple[str, list[int], np.ndarray]]:
+    """The model's raw inputs: (name, shape, float32 data) of a small random batch;
+    `odd_batch`: one input's batch size differs from the others' (a 500 once: issue 41)."""
     batch = draw(st.integers(1, 2))
     height, width = draw(st.integers(1, 24)), draw(st.integers(1, 24))
+    odd = draw(st.integers(0, len(target.inputs) - 1)) if odd_batch else -1
     out = []
-    for name, channels in target.inputs:
+    for index, (name, channels) in enumerate(target.inputs):
+        if index == odd:
+            batch = 3 - batch
         shape = [batch, 2] if channels < 0 else [batch, channels, height, width]
         if channels < 0:  # im_shape, scale_factor: what PaddleDetection's preprocessing gives
             data = np.tile(np.asarray([height, width] if name == "im_shape" else [1.0, 1.0],
@@ -155,11 +171,13 @@ def _oip(tensors: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @st.composite
-def valid_request(draw: st.DrawFn, target: Target) -> tuple[str, dict[str, Any], bytes]:
-    """(route, JSON document, binary part) of a request the server answers 200."""
+def valid_request(draw: st.DrawFn, target: Target, odd_batch: bool = False
+                  ) -> tuple[str, dict[str, Any], bytes]:
+    """(route, JSON document, binary part) of a request the server answers 200 (its
+    images may be corrupted, its raw inputs' batch sizes disagree: `_raw_tensors`)."""
     route = draw(st.sampled_from(ROUTES))
     if route in ("json", "binary", "serving_tensor"):
-        tensors = draw(_raw_tensors(target))
+        tensors = draw(_raw_tensors(target, odd_batch))
         if route == "json":
             return route, _oip([{"name": n, "shape": s, "datatype": "FP32",
                                  "data": d.reshape(-1).tolist()} for n, s, d in tensors]), b""
@@ -214,7 +232,19 @@ def mutated_doc(draw: st.DrawFn, doc: dict[str, Any]) -> tuple[Any, list[str]]:
     for _ in range(draw(st.integers(1, 3))):
         paths = _paths(doc)
         path = draw(st.sampled_from(paths))
-        kind = draw(st.sampled_from(["replace", "replace", "drop", "add", "datatype", "shape"]))
+        kind = draw(st.sampled_from(["replace", "replace", "drop", "add", "datatype", "shape",
+                                     "outputs_twice"]))
+        if kind == "outputs_twice" and isinstance(doc, dict):
+            names = draw(st.lists(st.sampled_from(OUTPUT_NAMES), min_size=1, max_size=3))
+            names.append(draw(st.sampled_from(names)))  # one of them again
+            if "feed" in doc:
+                doc["fetch"] = names
+            elif "tensor" in doc:
+                doc["fetch_var_names"] = names
+            else:
+                doc["outputs"] = [{"name": n} for n in names]
+            notes.append(f"outputs asked for twice: {names}")
+            continue
         if not path:
             if kind == "replace":
                 doc = draw(json_values)
@@ -244,11 +274,13 @@ def mutated_doc(draw: st.DrawFn, doc: dict[str, Any]) -> tuple[Any, list[str]]:
 @st.composite
 def fuzz_request(draw: st.DrawFn, target: Target, mutate: float = 0.9) -> FuzzRequest:
     """A valid request for `target`, mutated with probability `mutate`."""
-    route, doc, binary = draw(valid_request(target))
-    notes: list[str] = []
+    odd_batch = bool(mutate) and len(target.inputs) > 1 and draw(st.integers(0, 9)) == 9
+    route, doc, binary = draw(valid_request(target, odd_batch))
+    notes: list[str] = ["inputs' batch sizes disagree"] if odd_batch else []
     # Hypothesis leans to boundary values (0 first): a change is drawn as "not 0".
     if mutate and draw(st.integers(0, 9)) < 10 * mutate:
-        doc, notes = draw(mutated_doc(json.loads(json.dumps(doc))))
+        doc, changes = draw(mutated_doc(json.loads(json.dumps(doc))))
+        notes += changes
     header = json.dumps(doc).encode()
     body = header + binary
     headers = {"Content-Type": "application/json"}
@@ -256,7 +288,7 @@ def fuzz_request(draw: st.DrawFn, target: Target, mutate: float = 0.9) -> FuzzRe
         headers["Inference-Header-Content-Length"] = str(len(header))
     if mutate and draw(st.integers(0, 9)) >= 7:
         what = draw(st.sampled_from(["cut", "splice", "header_length", "content_type",
-                                     "no_header_length"]))
+                                     "no_header_length", "header_fields", "header_size"]))
         notes.append(f"body/header: {what}")
         if what == "cut":
             body = body[:draw(st.integers(0, len(body)))]
@@ -267,6 +299,11 @@ def fuzz_request(draw: st.DrawFn, target: Target, mutate: float = 0.9) -> FuzzRe
             headers["Inference-Header-Content-Length"] = draw(st.one_of(
                 st.integers(-5, len(body) + 5).map(str),
                 st.sampled_from(["x", "1e3", str(2 ** 70), "-0", "0x10"])))
+        elif what == "header_fields":  # the limit is 100 fields (`serving.limits`)
+            for i in range(draw(st.integers(90, 160))):
+                headers[f"X-Fuzz-{i}"] = "1"
+        elif what == "header_size":  # the limit is 32 KiB of request line and headers
+            headers["X-Fuzz"] = "a" * draw(st.integers(30_000, 70_000))
         elif what == "content_type":
             headers["Content-Type"] = draw(st.sampled_from(
                 ["application/octet-stream", "text/plain", "", "multipart/form-data"]))

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pathlib
 import re
 
+from tests.rooms import ROOMS
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
-         "mlops")
 
 
 def _sections(doc: str, pattern: str) -> set[str]:

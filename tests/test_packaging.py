@@ -24,10 +24,9 @@ from packaging.utils import canonicalize_name
 
 from tests.fixtures.common import free_port
 from tests.fixtures.promotion_controller import merge_to_main
+from tests.rooms import ROOMS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ROOMS = ("cogs", "contracts", "gitops", "serving", "datapins", "promotion", "workflows", "local",
-         "mlops")
 #: Extras that cannot be in requirements.lock, and why (said in pyproject.toml too). None
 #: now: `data` (boto3) joined the lock with kubernetes 37.0.1, which accepts python-dateutil 2.x.
 OUTSIDE_THE_LOCK: dict[str, str] = {}

@@ -9,7 +9,9 @@ writes, into the run's output folder:
 * `served-<set>-candidate.json`, `served-<set>-production.json`: COCO detections;
 * `disagreements-<set>.png`, `pr-<set>.png`: the pictures the PR links;
 
-and returns one JSON-able record per set (`paired.json`, which the gate reads).
+and returns one JSON-able record per set, plus the sets pooled (`promotion.decision.
+paired.compare_sets`: each set resampled within itself, one simultaneous band over every
+class of every set), in `paired.json`, which the gate reads.
 """
 
 import contextlib
@@ -21,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from promotion.decision.coco_ap import Matched, average_precision, match_detections, mean_ap
-from promotion.decision.paired import DetectionInputError, paired_bootstrap_matched
+from promotion.decision.paired import DetectionInputError, SetMatches, compare_sets
 from promotion.reports.comparison_pictures import (
     disagreement_matched,
     plot_disagreements,
@@ -57,9 +59,9 @@ def matched_metrics(matched: Matched) -> dict[str, float]:
 
 
 def compare_on(eval_set: EvalSet, candidate: CachedExport, production: CachedExport,
-               out: pathlib.Path, production_version: str, resamples: int = RESAMPLES,
-               seed: int = SEED) -> dict[str, Any]:
-    """Both exports on one set: metrics, the paired bootstrap, detections and pictures."""
+               out: pathlib.Path, production_version: str) -> tuple[dict[str, Any], SetMatches]:
+    """Both exports on one set: metrics, detections and pictures, and the matches the
+    paired bootstrap of all sets takes."""
     truth = _load_json(eval_set.annotations, "annotations")
     check_ground_truth(truth, eval_set.annotations)
     files, texts = {}, {}
@@ -73,8 +75,6 @@ def compare_on(eval_set: EvalSet, candidate: CachedExport, production: CachedExp
         # Matched once per model: the bootstrap, the metrics and the ranking all read it.
         matched_c = match_detections(truth, cand, "candidate")
         matched_p = match_detections(truth, prod, "production")
-        paired = paired_bootstrap_matched(truth, matched_c, matched_p, resamples=resamples,
-                                          seed=seed)
     except DetectionInputError as exc:
         raise EvaluationError(f"annotations {eval_set.annotations}: {exc}") from None
     pictures = {
@@ -92,11 +92,25 @@ def compare_on(eval_set: EvalSet, candidate: CachedExport, production: CachedExp
         "annotations": str(eval_set.annotations),
         "candidate_metrics": matched_metrics(matched_c),
         "production_metrics": matched_metrics(matched_p),
-        "paired": paired.model_dump(),
         "detections": files,
         "pictures": {k: str(v) for k, v in pictures.items()},
         "most_disagreement": [{"image_id": i, "disagreement": d} for i, d in ranked[:len(shown)]],
-    }
+    }, SetMatches(name=eval_set.name, class_names=SetMatches.names_of(truth),
+                  candidate=matched_c, production=matched_p)
+
+
+def paired_doc(entries: Sequence[dict[str, Any]], matches: Sequence[SetMatches],
+               production: dict[str, Any], resamples: int = RESAMPLES,
+               seed: int = SEED) -> dict[str, Any]:
+    """`paired.json`'s content: each set's record with its paired result, and the pool."""
+    try:
+        compared = compare_sets(matches, resamples=resamples, seed=seed)
+    except DetectionInputError as exc:
+        raise EvaluationError(f"evaluation sets {', '.join(m.name for m in matches)}: "
+                              f"{exc}") from None
+    return {"production": production, "pooled": compared.pooled.model_dump(),
+            "sets": [{**entry, "paired": compared.sets[m.name].model_dump()}
+                     for entry, m in zip(entries, matches)]}
 
 
 def compare_with_production(sets: Sequence[EvalSet], candidate_dir: pathlib.Path,
@@ -110,10 +124,9 @@ def compare_with_production(sets: Sequence[EvalSet], candidate_dir: pathlib.Path
         # Each export's predictor is made once, when first needed, and runs on every set.
         candidate = stack.enter_context(CachedExport(candidate_dir, "candidate", cache))
         production = stack.enter_context(CachedExport(production_dir, "production", cache))
-        doc = {
-            "production": {"version": production_version, "model_dir": str(production_dir)},
-            "sets": [compare_on(s, candidate, production, out, production_version)
-                     for s in sets],
-        }
+        compared = [compare_on(s, candidate, production, out, production_version)
+                    for s in sets]
+    doc = paired_doc([entry for entry, _ in compared], [m for _, m in compared],
+                     {"version": production_version, "model_dir": str(production_dir)})
     (out / PAIRED_FILE).write_text(json.dumps(doc, indent=2) + "\n")
     return doc

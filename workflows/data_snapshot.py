@@ -13,6 +13,7 @@ from typing import Any
 
 from hera.workflows import Env
 
+from gitops.git import origin
 from workflows.config import LoadedConfig
 from workflows.pipeline import _git_credentials, _restricted, data_mounts, data_source_env
 from workflows.settings import PipelineSettings
@@ -55,8 +56,9 @@ def build_snapshot_cron(loaded: LoadedConfig, settings: PipelineSettings) -> dic
         return None
     model = loaded.config.model
     snap = data.snapshot
+    url = repo_url(loaded, settings)
     env: list[Any] = [
-        Env(name="REPO_URL", value=repo_url(loaded, settings)),
+        Env(name="REPO_URL", value=url),
         Env(name="BRANCH", value=settings.branch),
         Env(name="SOURCE", value=snap.source),
         Env(name="PIN_NAME", value=snap.name or model),
@@ -66,7 +68,9 @@ def build_snapshot_cron(loaded: LoadedConfig, settings: PipelineSettings) -> dic
         Env(name="BOT_EMAIL", value="mlops-data@users.noreply.example.com"),
         Env(name="HOME", value="/tmp"),
         *data_source_env(settings),
-        *_git_credentials(settings, helper=True),
+        # The token goes to the model repo's server only (`workflows.binding`).
+        *_git_credentials(settings, helper=True,
+                          scope={"hosts": [origin(url)], "schemes": ["https"]}),
     ]
     container = {
         "image": settings.tool_image,
@@ -76,6 +80,8 @@ def build_snapshot_cron(loaded: LoadedConfig, settings: PipelineSettings) -> dic
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
                          *[_plain(mnt) for mnt in data_mounts(settings)]],
         "securityContext": _plain(_restricted()),
+        # it reads every pinned file to hash it (as prepare-data does)
+        "resources": settings.resources_for("prepare-data"),
     }
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if settings.data_claim:

@@ -93,6 +93,15 @@ _KUBECTL_VERBS = {
     "delete": ("delete",),
 }
 
+#: `setOwnerReference: true` makes Argo write the Workflow as the object's controller
+#: owner with `blockOwnerDeletion: true` (operator.go executeResource, metav1.NewControllerRef,
+#: v3.7.9); under the OwnerReferencesPermissionEnforcement admission plugin (OpenShift's
+#: default) whoever sets that must be allowed to `update` the owner's `finalizers`
+#: subresource (kubernetes/kubernetes plugin/pkg/admission/gc/gc_admission.go), or the
+#: create is refused.
+OWNER_REFERENCE_CALL = ApiCall("update", "workflows", "argoproj.io", subresource="finalizers",
+                               name="{workflow}")
+
 #: The ClusterRoles and bindings every cluster has for every authenticated account
 #: (bootstrappolicy/policy.go ClusterRoles, ClusterRoleBindings).
 BOOTSTRAP: tuple[dict[str, Any], ...] = (
@@ -222,6 +231,8 @@ def kubectl_calls(template: Mapping[str, Any]) -> tuple[ApiCall, ...]:
         verbs.append("get")
     calls = [dataclasses.replace(base, verb=v, name="" if v == "create" else name)
              for v in dict.fromkeys(verbs)]
+    if resource.get("setOwnerReference"):
+        calls.append(OWNER_REFERENCE_CALL)
     return (*KUBECTL_DISCOVERY, *calls)
 
 
@@ -259,7 +270,8 @@ def _workflow_pods(doc: Mapping[str, Any], accounts: _Accounts) -> list[PodIdent
     if doc.get("kind") == "CronWorkflow":
         spec = spec.get("workflowSpec") or {}
     namespace = meta.get("namespace", "")
-    values = {"namespace": namespace, "node": "<node-id>"}
+    values = {"namespace": namespace, "node": "<node-id>",
+              "workflow": meta.get("name") or meta.get("generateName") or "<workflow>"}
     found = []
     for tmpl in spec.get("templates") or []:
         kinds = {"container", "script", "containerSet", "resource", "data"} & tmpl.keys()

@@ -36,6 +36,12 @@ the collective fails here as it would in the cluster.
 The one thing not taken from the manifest is the CPU count: a pod has the
 cores of its limit, a local worker gets `cores // replicas` OpenMP threads
 (at least 1) unless the container's env sets `OMP_NUM_THREADS` itself.
+
+A `readOnly` volume mount is honoured: with `read_only` folders each worker runs in
+its own mount namespace where they are bind-mounted read-only (`read_only_argv`;
+unshare(1), mount(8)), so a training script that writes into the prepared data or
+the checkout gets EROFS as on a read-only volume, root or not (issue 41, finding 5).
+The mounts belong to the workers' process tree only and vanish with it.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -57,6 +64,9 @@ __all__ = [
     "PaddleJobFailed",
     "WorkerSpec",
     "operator_env",
+    "read_only_argv",
+    "read_only_dirs",
+    "read_only_problem",
     "run_paddlejob",
     "worker_ips",
     "worker_specs",
@@ -112,12 +122,14 @@ def worker_specs(
     local_env: Mapping[str, str] | None = None,
     base_env: Mapping[str, str] | None = None,
     cores: int | None = None,
+    read_only: Sequence[str] = (),
 ) -> list[WorkerSpec]:
     """The processes for `manifest` (pure: nothing starts).
 
     `mounts` maps the volumes' container paths to local directories,
     `local_env` overrides the container's env (the local runner's paths),
-    `base_env` is the machine's environment (PATH...).
+    `base_env` is the machine's environment (PATH...), `read_only` the local folders
+    each worker sees read-only (`read_only_dirs`; wrapped by `read_only_argv`).
     """
     spec = manifest.get("spec") or {}
     worker = spec.get("worker") or {}
@@ -145,9 +157,65 @@ def worker_specs(
             process = local_process(container, source=source, mounts=mounts, env=env)
         except ContainerSpecError as exc:
             raise PaddleJobFailed(str(exc)) from None
-        specs.append(WorkerSpec(index=i, argv=local_argv(process.argv, sys.executable), env=env,
-                                cwd=process.cwd or os.getcwd()))
+        argv = local_argv(process.argv, sys.executable)
+        if read_only:
+            argv = read_only_argv(argv)
+            env["MLOPS_READ_ONLY"] = "\n".join(read_only)
+        specs.append(WorkerSpec(index=i, argv=argv, env=env, cwd=process.cwd or os.getcwd()))
     return specs
+
+
+def read_only_dirs(manifest: Mapping[str, Any], mounts: Mounts) -> list[str]:
+    """The local folders of the worker container's `readOnly` volume mounts (pure)."""
+    spec = manifest.get("spec") or {}
+    template = ((spec.get("worker") or {}).get("template") or {}).get("spec") or {}
+    containers = template.get("containers") or [{}]
+    found = []
+    for mount in containers[0].get("volumeMounts") or []:
+        local = mounts.local(str(mount.get("mountPath", ""))) if mount.get("readOnly") else None
+        if local and os.path.isdir(local) and local not in found:
+            found.append(local)
+    return found
+
+
+#: Run as `sh -c READ_ONLY_SCRIPT sh ARGV...` in a new mount namespace: each folder named
+#: in $MLOPS_READ_ONLY (one a line) is bind-mounted onto itself and remounted read-only,
+#: for this process tree only (mount(8): "mount --bind olddir newdir", then "-o
+#: remount,bind,ro"), then the worker's own command runs in its place, from its working
+#: folder looked up again (the one it started in is the mount underneath).
+READ_ONLY_SCRIPT = (
+    'set -ef; IFS="\n"; for d in $MLOPS_READ_ONLY; do mount --bind "$d" "$d"; '
+    'mount -o remount,bind,ro "$d" "$d"; done; unset MLOPS_READ_ONLY; cd "$PWD"; exec "$@"'
+)
+
+
+def _namespace_argv() -> list[str]:
+    # As root a mount namespace is enough; otherwise a user namespace maps us to its root,
+    # which may then mount in it (user_namespaces(7)).
+    private = ["unshare", "--mount", "--propagation", "private"]
+    return private if os.geteuid() == 0 else [*private, "--map-root-user"]
+
+
+def read_only_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` run with the folders of `$MLOPS_READ_ONLY` read-only (pure)."""
+    return [*_namespace_argv(), "sh", "-c", READ_ONLY_SCRIPT, "sh", *argv]
+
+
+def read_only_problem() -> str | None:
+    """Why this machine cannot mount a folder read-only for one process (None: it can)."""
+    with tempfile.TemporaryDirectory(prefix="mlops-ro-") as tmp:
+        try:
+            proc = subprocess.run(
+                read_only_argv(["sh", "-c", 'touch "$0/x" 2>/dev/null && exit 3; exit 0', tmp]),
+                env={**os.environ, "MLOPS_READ_ONLY": tmp}, capture_output=True, text=True,
+                timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"cannot run unshare(1): {exc}"
+    if proc.returncode == 3:
+        return "a read-only bind mount was still writable"
+    if proc.returncode != 0:
+        return f"unshare(1) and mount(8) failed: {proc.stderr.strip()[:200]}"
+    return None
 
 
 def _pump(stream: IO[bytes], prefix: bytes, log: IO[bytes], lock: threading.Lock,

@@ -1,6 +1,7 @@
 """The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
 
-checkout -> build-image -> smoke-train -> train -> evaluate -> gate -> publish-model -> propose
+checkout -> build-image -> push-image -> smoke-train -> train -> evaluate -> gate ->
+publish-model -> propose
 (and the exit handler, record-outcome); with dataset pins (`mlops.yaml` data:),
 checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`).
 No smoke-train where it cannot catch anything (the full job trains no step, or
@@ -17,7 +18,8 @@ without Kubernetes needs to act it out, in a form Argo itself ignores:
   runner expands the same names to local directories.
 * templates that only make sense in a cluster (git clone into a volume, an
   image build, a PaddleJob) carry the annotation `mlops.dev/local`, naming
-  the local stand-in: `checkout`, `environment-digest`, `paddlejob` (the
+  the local stand-in: `checkout`, `environment-digest` (the image build: podman
+  where installed, `mlops.images.stepbuild`), `registry-push`, `paddlejob` (the
   rendered PaddleJob itself, run as paddle-operator would: one process per
   worker pod, see `workflows.paddlejob_local`).
 
@@ -56,6 +58,7 @@ from cogs.pods import container_security, pod_security
 from contracts.names import SHA_CHARS
 from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
+from workflows.binding import git_scope
 from workflows.config import LoadedConfig
 from workflows.jobplan import full_job, plan_annotations, smoke_needed
 from workflows.resources import ResourceTemplate
@@ -82,6 +85,7 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret
 PROPOSAL_OUTPUTS = "$(MLOPS_OUT)/full/proposal"
 PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
 ENTRYPOINT = "pipeline"
+BUILD_TASK = "build-image"
 EXIT_HANDLER = "record-outcome"
 PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 # What the Argo UI shows as the workflow's outputs (the entrypoint DAG's outputs):
@@ -91,6 +95,7 @@ PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 WORKFLOW_OUTPUTS = {
     "map50": "tasks.evaluate.outputs.parameters.map50",
     "gate-passed": "tasks.gate.outputs.parameters.passed",
+    "gate-outcome": "tasks.gate.outputs.parameters.outcome",
     "gate-reason": "tasks.gate.outputs.parameters.reason",
     "version": "tasks.propose.outputs.parameters.version",
     "pr-url": "tasks.propose.outputs.parameters.pr-url",
@@ -109,29 +114,58 @@ PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
 # and that is the name the local runner writes and the docs query.
 ARGO_METRIC_PREFIX = "argo_workflows_"
 
+# git's own: the transports it may use, colon-separated (git(1) ENVIRONMENT). Set in
+# every step that holds the git token, to the platform's schemes (`workflows.binding`).
+ALLOW_PROTOCOL_ENV = "GIT_ALLOW_PROTOCOL"
 # The env var each forge client reads its API token from (gitops/forges/*).
 FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
 
-# Clone the pushed commit into the workspace; fresh on every (re)try.
+# Clone the pushed commit into the workspace; fresh on every (re)try. The URL and the
+# sha come from the webhook's payload: `--` keeps a URL from being read as an option
+# (`--upload-pack=...`), and the revision must be a commit id. The training jobs' output
+# folders are made here, as the steps' user: the PaddleJob mounts them as subPaths
+# (`_training_mounts`), and a missing subPath is made by the kubelet, as root, with the
+# volume root's mode (kubernetes pkg/kubelet/kubelet_pods.go makeMounts, SafeMakeDir).
 CHECKOUT_SCRIPT = (
     "set -eu\n"
-    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT" && mkdir -p "$MLOPS_OUT" "$MLOPS_OUTPUTS"\n'
-    'git clone --no-checkout "$REPO_URL" "$MLOPS_REPO"\n'
+    'case "$REVISION" in ""|*[!0-9a-f]*) echo "revision $REVISION: not a commit id" >&2; '
+    "exit 2;; esac\n"
+    'rm -rf "$MLOPS_REPO" "$MLOPS_OUT"\n'
+    'mkdir -p "$MLOPS_OUT/smoke" "$MLOPS_OUT/full" "$MLOPS_OUTPUTS"\n'
+    'git clone --no-checkout -- "$REPO_URL" "$MLOPS_REPO"\n'
     'git -C "$MLOPS_REPO" checkout --detach "$REVISION"\n'
     'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
 )
-# Build and push the training image for the commit, with a registry layer cache.
+# Build the training image for the commit from the checkout, into a docker-format tarball on
+# the workspace: no registry credential in this container, whose Dockerfile is the pusher's
+# (issue 41, finding 11). BuildKit's layer cache, where a claim is configured, is one folder
+# of this model's (its subPath), exported beside the one read and swapped in after.
 BUILD_SCRIPT = (
     "set -eu\n"
-    'mkdir -p "$MLOPS_OUTPUTS"\n'
+    'mkdir -p "$MLOPS_OUTPUTS" "$(dirname "$IMAGE_TAR")"\n'
+    'if [ -d "$BUILD_CACHE" ]; then\n'
+    '  if [ -f "$BUILD_CACHE/current/index.json" ]; then\n'
+    '    set -- --import-cache type=local,src="$BUILD_CACHE/current"; fi\n'
+    '  set -- "$@" --export-cache type=local,dest="$BUILD_CACHE/next",mode=max\n'
+    "fi\n"
     "buildctl-daemonless.sh build --frontend dockerfile.v0 "
     '--local context="$MLOPS_REPO" --local dockerfile="$MLOPS_REPO" '
     '--opt build-arg:BASE_IMAGE="$BASE_IMAGE" '
-    '--output type=image,name="$IMAGE",push=true '
-    '--import-cache type=registry,ref="$CACHE" '
-    '--export-cache type=registry,ref="$CACHE",mode=max\n'
-    'printf %s "$IMAGE" > "$MLOPS_OUTPUTS/image"\n'
+    '--output type=docker,name="$IMAGE",dest="$IMAGE_TAR" "$@"\n'
+    'if [ -d "$BUILD_CACHE/next" ]; then\n'
+    '  rm -rf "$BUILD_CACHE/current" && mv "$BUILD_CACHE/next" "$BUILD_CACHE/current"; fi\n'
 )
+# Where build-image leaves the image and push-image reads it (on the run's workspace).
+IMAGE_TAR = f"{WORKSPACE}/out/image/image.tar"
+BUILD_CACHE_MOUNT = "/build-cache"
+REGISTRY_AUTH = "/var/run/mlops/registry"  # push-image's DOCKER_CONFIG (the push credential)
+BASE_PULL_AUTH = "/var/run/mlops/base-pull"  # build-image's, when `base_pull_secret` is set
+# crane pushes the tarball and writes the pushed reference, `<repository>@sha256:...`
+# (go-containerregistry cmd/crane/doc/crane_push.md: `--image-refs`); Argo trims the one
+# trailing newline of an output file (workflow/executor/executor.go SaveParameters, v3.7.9).
+# No shell: the kubelet expands $(VAR) from the container's env; `crane` is found on the
+# image's PATH (ko, which builds it, adds /ko-app, where the binary is, to PATH).
+PUSH_ARGS = ["push", "$(IMAGE_TAR)", "$(IMAGE)", "--image-refs", "$(MLOPS_OUTPUTS)/image"]
 
 
 def workflow_name(model: str, sha: str) -> str:
@@ -145,6 +179,13 @@ def _out(path: str) -> str:
 
 def _workspace_mount() -> m.VolumeMount:
     return m.VolumeMount(name="workspace", mount_path=WORKSPACE)
+
+
+def _models_read_only() -> m.VolumeMount:
+    """The models volume where serving reads it, read-only: the steps that read production's
+    export or record through its `file://` model-uri (find-production, evaluate, gate,
+    propose)."""
+    return m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)
 
 
 def _restricted() -> m.SecurityContext:
@@ -164,15 +205,20 @@ def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
     )
 
 
-def _git_credentials(settings: PipelineSettings, *, helper: bool) -> list[Env | SecretEnv]:
+def _git_credentials(settings: PipelineSettings, *, helper: bool,
+                     scope: dict[str, Any]) -> list[Env | SecretEnv]:
     """The git token from the settings' Secret as MLOPS_GIT_TOKEN (optional: public repos
-    need none). `helper`: also point plain git at the credential helper through env
-    (the checkout pod runs git itself; `mlops` steps go through `gitops.git`, which adds
-    the helper on its own)."""
+    need none), the servers it may go to and the transports git may use there (`scope`,
+    `workflows.binding.git_scope`: the platform's, never a URL a step is handed).
+    `helper`: also point plain git at the credential helper through env (the checkout
+    pod runs git itself; `mlops` steps go through `gitops.git`, which adds the helper on
+    its own)."""
     env: list[Env | SecretEnv] = [
         SecretEnv(name=gitcli.TOKEN_ENV, secret_name=settings.git_secret,
                   secret_key=settings.git_secret_key, optional=True),
         Env(name=gitcli.USERNAME_ENV, value=settings.git_username),
+        Env(name=gitcli.HOSTS_ENV, value=" ".join(scope["hosts"])),
+        Env(name=ALLOW_PROTOCOL_ENV, value=":".join(scope["schemes"])),
     ]
     if helper:
         env += [Env(name=k, value=v) for k, v in gitcli.credential_config_env().items()]
@@ -213,7 +259,8 @@ def _tool_container(
 
     The tool image running ``mlops ARGS``, the path env (plus ``extra_env``),
     the workspace volume (plus ``extra_mounts``), the restricted security
-    context, the step deadline and retries on infrastructure errors only.
+    context, the settings' CPU and memory for ``name`` (requests and limits),
+    the step deadline and retries on infrastructure errors only.
     ``fields`` go to :class:`Container` as they are (outputs, metrics, ...).
     """
     return Container(
@@ -225,6 +272,7 @@ def _tool_container(
         volume_mounts=[_workspace_mount(), m.VolumeMount(name="tmp", mount_path="/tmp"),
                        *extra_mounts],
         security_context=security_context or _restricted(),
+        resources=m.ResourceRequirements.model_validate(settings.resources_for(name)),
         active_deadline_seconds=settings.step_deadline_seconds if deadline is None else deadline,
         retry_strategy=_infra_retry(settings) if retry else None,
         **fields,
@@ -246,7 +294,8 @@ def _step_args(name: str, *extra: str) -> list[str]:
 
 
 def paddlejob_manifest(
-    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings
+    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
+    *, deadline: int | None = None,
 ) -> dict[str, Any]:
     """The PaddleJob for one training job (`which` is `smoke` or `full`).
 
@@ -254,7 +303,10 @@ def paddlejob_manifest(
     runs the model repo's own command from the checkout on the shared
     workspace, in the image built for this commit. `/dev/shm` is a memory
     emptyDir because NCCL/Gloo and Paddle's DataLoader use shared memory and
-    the container default (64 MiB) makes collective jobs crash.
+    the container default (64 MiB) makes collective jobs crash. `deadline`: the step's
+    `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step at its
+    deadline it stops only its own pod, and the job's pods would train on until the
+    Workflow is deleted (their owner); the kubelet ends each worker at the same deadline.
     """
     model = loaded.config.model
     out_dir = f"$(MLOPS_OUT)/{which}"
@@ -304,6 +356,7 @@ def paddlejob_manifest(
                         **({"imagePullSecrets": _pull_secrets(settings)}
                            if settings.image_pull_secrets else {}),
                         "restartPolicy": "Never",
+                        **({"activeDeadlineSeconds": deadline} if deadline else {}),
                         "automountServiceAccountToken": False,  # training needs no API
                         "securityContext": pod_security(settings.run_as_user),
                         "containers": [
@@ -317,10 +370,12 @@ def paddlejob_manifest(
                                 "resources": resources,
                                 "securityContext": container_security(read_only_root=False),
                                 "volumeMounts": [
-                                    {"name": "workspace", "mountPath": WORKSPACE},
+                                    *_training_mounts(loaded, which),
                                     {"name": "dshm", "mountPath": "/dev/shm"},
-                                    *([{"name": "models", "mountPath": MODELS_MOUNT,
-                                        "readOnly": True}] if warm else []),
+                                    # Its own model's exports only, not every team's
+                                    # (issue 41, finding 10): production's is under it.
+                                    *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
+                                        "subPath": model, "readOnly": True}] if warm else []),
                                 ],
                             }
                         ],
@@ -346,6 +401,27 @@ def paddlejob_manifest(
     }
 
 
+def _training_mounts(loaded: LoadedConfig, which: str) -> list[dict[str, Any]]:
+    """The workspace as the training pods see it: the pushed repo's code runs there.
+
+    Its own output folder writable; the checkout (the `mlops.yaml` and lock files later
+    steps read) and the prepared data (what evaluation judges) read-only, through
+    subPaths of the same claim. The whole workspace was writable, and a training job
+    replaced the verified val annotations: a failing candidate passed the gate (issue 41,
+    finding 5). The local runner honours the same `readOnly` (`workflows.paddlejob_local`).
+    """
+    out = PATH_ENV["MLOPS_OUT"]
+    mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": PATH_ENV["MLOPS_REPO"], "subPath": "repo",
+         "readOnly": True},
+        {"name": "workspace", "mountPath": f"{out}/{which}", "subPath": f"out/{which}"},
+    ]
+    if loaded.config.data:
+        mounts.append({"name": "workspace", "mountPath": f"{out}/data", "subPath": "out/data",
+                       "readOnly": True})
+    return mounts
+
+
 def _warm_start(loaded: LoadedConfig, which: str) -> bool:
     """Whether this job starts from production's weights (`training.init_from`)."""
     return which == "full" and loaded.config.training.init_from == "production"
@@ -359,7 +435,7 @@ def _training_template(
     deadline: int,
     settings: PipelineSettings,
 ) -> Resource:
-    manifest = paddlejob_manifest(loaded, job, which, settings)
+    manifest = paddlejob_manifest(loaded, job, which, settings, deadline=deadline)
     return Resource(
         name=name,
         # `apply` with a fixed name is idempotent: a retried step adopts the
@@ -455,6 +531,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
     model = loaded.config.model
     image_repo = settings.training_image(model)
     tool_container = partial(_tool_container, settings=settings, env=_tool_env(model))
+    # The git token with where it may go (`workflows.binding`): the platform's servers.
+    git_env = partial(_git_credentials, settings, scope=git_scope(loaded, settings))
     model_label = Label(key="model", value=model)
     smoke_job = loaded.smoke.model_copy(update={"workers": 1})  # smoke is always one worker
 
@@ -523,7 +601,13 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")],
                 ),
             ),
-            m.Volume(name="buildkit-state", empty_dir=m.EmptyDirVolumeSource()),
+            *([m.Volume(name="base-pull-auth", secret=m.SecretVolumeSource(
+                secret_name=settings.base_pull_secret,
+                items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")]))]
+              if settings.base_pull_secret else []),
+            *([m.Volume(name="build-cache", persistent_volume_claim=(
+                m.PersistentVolumeClaimVolumeSource(claim_name=settings.build_cache_claim)))]
+              if settings.build_cache_claim else []),
             m.Volume(name="tmp", empty_dir=m.EmptyDirVolumeSource()),
             # Where serving reads models (`serving.manifests`): publish writes, propose reads.
             m.Volume(
@@ -558,7 +642,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
             extra_env=[
                 Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
                 Env(name="REVISION", value="{{workflow.parameters.revision}}"),
-                *_git_credentials(settings, helper=True),
+                *git_env(helper=True),
             ],
             outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
             annotations={LOCAL_ANNOTATION: "checkout"},
@@ -568,28 +652,33 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         # private buildkitd as uid 1000 for this one build). Chosen over
         # Kaniko: Google archived Kaniko in 2025 (only third-party forks are
         # maintained), while BuildKit is the maintained engine behind
-        # `docker build`, runs without privileges, and caches layers in the
-        # registry. Rootless BuildKit needs seccomp/AppArmor unconfined
-        # (user namespaces) and the no-process-sandbox flag inside a pod.
-        # Registry credentials come from a dockerconfigjson Secret mounted as
-        # ~/.docker/config.json, never from parameters.
+        # `docker build`, runs without privileges, and caches layers. Rootless
+        # BuildKit needs seccomp/AppArmor unconfined (user namespaces) and the
+        # no-process-sandbox flag inside a pod, so the pushed Dockerfile's RUN
+        # steps can see buildkitd's processes and files: this container gets no
+        # registry credential (issue 41, finding 11). It writes the image as a
+        # tarball on the workspace; push-image, a container of its own that runs
+        # no code of the commit, pushes it with the push credential. Its state
+        # (buildkitd's root) is under HOME, the /tmp emptyDir.
         build_image = tool_container(
-            "build-image",
+            BUILD_TASK,
             [BUILD_SCRIPT],
             image=settings.buildkit_image,
             command=["sh", "-c"],
             extra_env=[
                 Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
-                Env(name="CACHE", value=f"{image_repo}:buildcache"),
+                Env(name="IMAGE_TAR", value=IMAGE_TAR),
                 Env(name="BASE_IMAGE", value=loaded.full.image),
+                Env(name="BUILD_CACHE", value=BUILD_CACHE_MOUNT),
                 Env(name="BUILDKITD_FLAGS", value="--oci-worker-no-process-sandbox"),
-                Env(name="DOCKER_CONFIG", value="/home/user/.docker"),
+                *([Env(name="DOCKER_CONFIG", value=BASE_PULL_AUTH)]
+                  if settings.base_pull_secret else []),
             ],
             extra_mounts=[
-                m.VolumeMount(
-                    name="registry-auth", mount_path="/home/user/.docker", read_only=True
-                ),
-                m.VolumeMount(name="buildkit-state", mount_path="/home/user/.local/share/buildkit"),
+                *([m.VolumeMount(name="base-pull-auth", mount_path=BASE_PULL_AUTH,
+                                 read_only=True)] if settings.base_pull_secret else []),
+                *([m.VolumeMount(name="build-cache", mount_path=BUILD_CACHE_MOUNT,
+                                 sub_path=model)] if settings.build_cache_claim else []),
             ],
             security_context=m.SecurityContext(
                 seccomp_profile=m.SeccompProfile(type="Unconfined"),
@@ -597,8 +686,25 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 run_as_user=1000,
                 run_as_group=1000,
             ),
-            outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
             annotations={LOCAL_ANNOTATION: "environment-digest"},
+        )
+        # The push credential's one container: crane on build-image's tarball, the
+        # dockerconfigjson Secret mounted read-only as DOCKER_CONFIG, no shell, no code of
+        # the commit. Its output is the pushed image by digest, which the PaddleJobs run.
+        push_image = tool_container(
+            "push-image",
+            PUSH_ARGS,
+            image=settings.crane_image,
+            command=["crane"],
+            extra_env=[
+                Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
+                Env(name="IMAGE_TAR", value=IMAGE_TAR),
+                Env(name="DOCKER_CONFIG", value=REGISTRY_AUTH),
+            ],
+            extra_mounts=[m.VolumeMount(name="registry-auth", mount_path=REGISTRY_AUTH,
+                                        read_only=True)],
+            outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
+            annotations={LOCAL_ANNOTATION: "registry-push"},
         )
 
         prepare = _prepare_data_template(loaded, settings, tool_container)
@@ -621,7 +727,10 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--gitops-branch",
                 loaded.config.promotion.gitops.branch,
             ),
-            extra_env=_git_credentials(settings, helper=False),
+            extra_env=git_env(helper=False),
+            # production's export is on the models volume (its `file://` model-uri): without
+            # it every full job trained from scratch (issue 42, B1)
+            extra_mounts=[_models_read_only()],
             outputs=[
                 Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir"))),
                 Parameter(name="version", value_from=m.ValueFrom(path=_out("version"))),
@@ -643,10 +752,10 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "--gitops-branch",
                 loaded.config.promotion.gitops.branch,
             ),
-            extra_env=[*_git_credentials(settings, helper=False),  # a private GitOps repo
+            extra_env=[*git_env(helper=False),  # a private GitOps repo
                        *([Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT)] if served_cache
                          else [])],
-            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True),
+            extra_mounts=[_models_read_only(),
                           *([m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
                             if served_cache else [])],
             outputs=[
@@ -690,9 +799,13 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.branch,
             ),
             retry=False,  # the verdict is an output, not an error to retry
-            extra_env=_git_credentials(settings, helper=False),  # a private GitOps repo
+            extra_env=git_env(helper=False),  # a private GitOps repo
+            # production's model.yaml (metrics, dataset lock) behind its file:// model-uri
+            extra_mounts=[_models_read_only()],
             outputs=[
                 Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
+                # pass, review (inconclusive, proposed for a human's judgement) or fail
+                Parameter(name="outcome", value_from=m.ValueFrom(path=_out("outcome"))),
                 Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
                 Parameter(name="value", value_from=m.ValueFrom(path=_out("value"))),
                 Artifact(
@@ -708,6 +821,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                     labels=[
                         model_label,
                         Label(key="passed", value="{{outputs.parameters.passed}}"),
+                        Label(key="outcome", value="{{outputs.parameters.outcome}}"),
                     ],
                     value="1",
                 ),
@@ -756,6 +870,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 loaded.config.promotion.gitops.forge,
                 "--branch",
                 loaded.config.promotion.gitops.branch,
+                "--model",  # the bound name, not the one the trained export's record says
+                model,
                 "--outputs",
                 PROPOSAL_OUTPUTS,
                 *[arg for name in settings.image_pull_secrets
@@ -768,8 +884,8 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 Parameter(name="pr-url",
                           value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
             ],
-            extra_env=[*models_env, *forge_env, *_git_credentials(settings, helper=False)],
-            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)],
+            extra_env=[*models_env, *forge_env, *git_env(helper=False)],
+            extra_mounts=[_models_read_only()],
         )
 
         tool_container(
@@ -814,13 +930,14 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         ]
         with DAG(name=ENTRYPOINT, outputs=dag_outputs):
             t_checkout = Task(name="checkout", template=checkout)
-            t_build = Task(name="build-image", template=build_image, depends="checkout")
+            t_build = Task(name=BUILD_TASK, template=build_image, depends="checkout")
+            Task(name="push-image", template=push_image, depends=BUILD_TASK)
             if prepare is not None:
                 Task(name="prepare-data", template=prepare, depends="checkout")
             image_arg = Parameter(
-                name="image", value="{{tasks.build-image.outputs.parameters.image}}"
+                name="image", value="{{tasks.push-image.outputs.parameters.image}}"
             )
-            inputs = "build-image && prepare-data" if prepare is not None else "build-image"
+            inputs = "push-image && prepare-data" if prepare is not None else "push-image"
             if smoke is not None:
                 Task(name="smoke-train", template=smoke, arguments=[image_arg], depends=inputs)
             train_args = [image_arg]

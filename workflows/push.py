@@ -27,6 +27,7 @@ import json
 from typing import Any
 
 from contracts.names import SHA_CHARS
+from workflows.binding import PlatformBinding, applied, binding_arg, binding_for
 from workflows.config import LoadedConfig
 from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
@@ -62,12 +63,18 @@ def settings_arg(settings: PipelineSettings) -> str:
     return json.dumps(settings.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
-def build_push_template(loaded: LoadedConfig, settings: PipelineSettings) -> dict[str, Any]:
+def build_push_template(loaded: LoadedConfig, settings: PipelineSettings,
+                        binding: PlatformBinding | None = None) -> dict[str, Any]:
     """The `<model>-push` WorkflowTemplate: checkout, then render and create the pipeline.
 
-    It depends on `mlops.yaml` only through the model's name and the pipeline's
-    checkout template (image, git credentials): what a commit trains is read at run
-    time, so a push that changes training needs no re-render of this."""
+    It depends on `mlops.yaml` only through what the platform binds (`binding`, by
+    default read from `loaded`, the platform's own copy: the model's name, the GitOps
+    repo, its branch and forge; `workflows.binding`) and the pipeline's checkout
+    template (image, git credentials): what a commit trains is read at run time, so a
+    push that changes training needs no re-render of this. The binding goes to the
+    submit step as `--platform`, which refuses a commit that names others."""
+    binding = binding or binding_for(loaded)
+    loaded = applied(loaded, binding)
     model = loaded.config.model
     pipeline = build_workflow_template(loaded, settings).to_dict()
     spec = pipeline["spec"]
@@ -98,12 +105,14 @@ def build_push_template(loaded: LoadedConfig, settings: PipelineSettings) -> dic
                 # v3.7.9): the title and description the Sensor wrote, for the pipeline's.
                 "--annotations", "{{workflow.annotations.json}}",
                 "--settings", settings_arg(settings),
+                "--platform", binding_arg(binding),
             ],
             "env": [*({"name": k, "value": v} for k, v in PATH_ENV.items()),
                     {"name": "HOME", "value": "/tmp"}],
             "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"},
                              {"name": "tmp", "mountPath": "/tmp"}],
             "securityContext": checkout["container"].get("securityContext"),
+            "resources": settings.resources_for(SUBMIT_STEP),
             # A broken mlops.yaml's one-line error becomes the container's termination
             # message, which Argo shows as the step's message in the UI (operator.go
             # inferFailedReason appends `terminated.message`, v3.7.9).
@@ -165,7 +174,10 @@ def child_workflow(loaded: LoadedConfig, settings: PipelineSettings, *, repo: st
     model = loaded.config.model
     rendered = build_workflow_template(loaded, settings).to_dict()
     spec = rendered["spec"]
-    given = {"repo": repo, "revision": revision, "ref": ref}
+    # The GitOps repo as well: the bound one (`workflows.binding.bind`), never the
+    # parameter's default, which a commit's own render would have chosen.
+    given = {"repo": repo, "revision": revision, "ref": ref,
+             "gitops-repo": loaded.config.promotion.gitops.repo}
     params = [{**p, "value": given[p["name"]]} if p["name"] in given else p
               for p in spec.get("arguments", {}).get("parameters", [])]
     meta: dict[str, Any] = {

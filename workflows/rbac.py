@@ -1,8 +1,8 @@
 """The least RBAC the pipeline and its trigger need, as plain manifests.
 
 Six accounts, each with one job: the step pods' (no rights and no token:
-the image build with unconfined seccomp and registry credentials, the
-training code and every tool step can reach no API), Argo's executor's
+the image build with unconfined seccomp, the push with the registry's
+credentials, the training code and every tool step can reach no API), Argo's executor's
 (argoexec reports results through `workflowtaskresults`), the PaddleJob
 resource templates' executor's (argoexec runs kubectl with it: applies and
 polls PaddleJobs, and reports results), the Sensor's (submits the push
@@ -85,6 +85,11 @@ def build_rbac(settings: PipelineSettings) -> list[dict[str, Any]]:
     paddlejob_rules = [
         {"apiGroups": ["batch.paddlepaddle.org"], "resources": ["paddlejobs"],
          "verbs": ["create", "get", "patch"]},
+        # setOwnerReference: Argo names the Workflow as owner with blockOwnerDeletion, which
+        # the OwnerReferencesPermissionEnforcement admission plugin (OpenShift's default)
+        # allows only to who may update the owner's finalizers (workflows.identity)
+        {"apiGroups": ["argoproj.io"], "resources": ["workflows/finalizers"],
+         "verbs": ["update"]},
         *executor_rules,
     ]
     sensor_rules = [

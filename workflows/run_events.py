@@ -104,7 +104,14 @@ class RunSummary:
     task: str = ""  # the task running now, or the failing one
     message: str = ""
     version: str = ""
-    gate: str = ""  # passed | refused | ""
+    gate: str = ""  # passed | review (inconclusive, proposed for a person) | refused | ""
+
+
+def gate_word(outputs: dict[str, str]) -> str:
+    """The gate step's outputs in one word: passed, review, refused, or "" (no gate ran)."""
+    if outputs.get("outcome") == "review":
+        return "review"
+    return {"true": "passed", "false": "refused"}.get(outputs.get("passed", ""), "")
 
 
 def summarize(name: str, out: pathlib.Path, events: Sequence[RunEvent],
@@ -123,8 +130,7 @@ def summarize(name: str, out: pathlib.Path, events: Sequence[RunEvent],
             outputs.update(event.outputs)
     record = record or {}
     outputs.update({k: str(v) for k, v in (record.get("outputs") or {}).items()})
-    passed = outputs.get("passed", "")
-    gate = {"true": "passed", "false": "refused"}.get(passed, "")
+    gate = gate_word(outputs)
     version = outputs.get("version", "")
     if end is not None:
         failed = end.message.split(":", 1)

@@ -13,12 +13,46 @@ import pathlib
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from serving.manifests import DEFAULT_MODELS_CLAIM
 from workflows.errors import ConfigError
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"
+
+
+class StepResources(BaseModel):
+    """A step container's CPU and memory: requests (what the scheduler and a namespace's
+    ResourceQuota count) and limits (a quota on `limits.*` needs them on every container)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: str = Field(pattern=_QUANTITY)
+    memory: str = Field(pattern=_QUANTITY)
+    cpu_limit: str = Field(pattern=_QUANTITY)
+    memory_limit: str = Field(pattern=_QUANTITY)
+
+    def manifest(self) -> dict[str, dict[str, str]]:
+        """As a container's `resources`."""
+        return {"requests": {"cpu": self.cpu, "memory": self.memory},
+                "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit}}
+
+
+#: Every step container's resources by template name; `default` for the others. What a
+#: setting names is merged over these (`step_resources: {evaluate: {...}}` keeps the rest).
+DEFAULT_STEP_RESOURCES: dict[str, StepResources] = {
+    "default": StepResources(cpu="250m", memory="512Mi", cpu_limit="1", memory_limit="1Gi"),
+    "checkout": StepResources(cpu="100m", memory="256Mi", cpu_limit="500m", memory_limit="512Mi"),
+    # rootless BuildKit: unpacking the base and pip in the model repo's RUN steps
+    "build-image": StepResources(cpu="1", memory="2Gi", cpu_limit="2", memory_limit="8Gi"),
+    "push-image": StepResources(cpu="250m", memory="256Mi", cpu_limit="1", memory_limit="1Gi"),
+    # fetch, hash and decode-check every pinned image
+    "prepare-data": StepResources(cpu="500m", memory="1Gi", cpu_limit="2", memory_limit="4Gi"),
+    # Paddle inference of the candidate and production on the val and holdout images
+    "evaluate": StepResources(cpu="1", memory="2Gi", cpu_limit="2", memory_limit="4Gi"),
+    "gate": StepResources(cpu="250m", memory="1Gi", cpu_limit="1", memory_limit="2Gi"),
+}
 
 
 class PipelineSettings(BaseModel):
@@ -86,6 +120,14 @@ class PipelineSettings(BaseModel):
     git_secret: str = Field(default="mlops-git", pattern=_NAME)
     git_secret_key: str = "token"
     git_username: str = "x-access-token"  # GitHub's; GitLab and Gitea accept any name with a token
+    # Where that token may go (`scheme://host[:port]`, e.g. https://gitea.example.com): the
+    # git servers of the model repos. The GitOps repo's server is added from the push
+    # template's binding, and GitHub's for `model_forge: github`. The credential helper
+    # answers no other server, and git in those steps speaks only these schemes
+    # (`workflows.binding.git_scope`; issue 41, finding 1). A private model repo on
+    # Gitea or GitLab needs its server here.
+    git_hosts: list[Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?$")]] = \
+        Field(default_factory=list)
     # Triggers.
     branch: str = "main"
     # Where the model repo lives: which push payload the Sensor reads. GitHub
@@ -112,6 +154,45 @@ class PipelineSettings(BaseModel):
     # The EventSource's pods receive webhooks and call no API: an account without a token.
     eventsource_service_account: str = Field(default="mlops-eventsource", pattern=_NAME)
     eventbus: str = "default"
+    # CPU and memory of every step container (requests and limits), by template name
+    # (`default` for the rest): a namespace with a compute ResourceQuota and no LimitRange
+    # refuses a pod without them. Argo's own init/wait containers take theirs from the
+    # controller's ConfigMap (`executor.resources`, docs/cluster.md section 1).
+    step_resources: dict[str, StepResources] = Field(
+        default_factory=lambda: dict(DEFAULT_STEP_RESOURCES))
+    # The pushed Dockerfile runs in build-image; the registry's push credential is mounted
+    # only in push-image, which runs crane on the built tarball and no code of the commit.
+    crane_image: str = "gcr.io/go-containerregistry/crane:v0.22.1"
+    # Optional: a kubernetes.io/dockerconfigjson Secret build-image may use to pull the
+    # training base image (BASE_IMAGE) from a registry that needs a login. The pushed
+    # Dockerfile's RUN steps can read it: give it pull rights on the base only.
+    base_pull_secret: str | None = Field(default=None, pattern=_NAME)
+    # Optional: a ReadWriteMany claim for BuildKit's layer cache (one folder per model,
+    # mounted at its subPath only): without it every build starts from the base image.
+    build_cache_claim: str | None = Field(default=None, pattern=_NAME)
+
+    @field_validator("step_resources", mode="before")
+    @classmethod
+    def _merge_resources(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {**DEFAULT_STEP_RESOURCES, **value}
+
+    def resources_for(self, template: str) -> dict[str, dict[str, str]]:
+        """The `resources` of the step container `template`."""
+        chosen = self.step_resources.get(template) or self.step_resources["default"]
+        return chosen.manifest()
+
+    def git_host_origins(self) -> list[str]:
+        """`git_hosts` as the credential helper compares them, GitHub's first where the
+        model repos live there."""
+        hosts = ["https://github.com"] if self.model_forge == "github" else []
+        for host in self.git_hosts:
+            scheme, _, rest = host.partition("://")
+            value = f"{scheme.lower()}://{rest.lower()}"
+            if value not in hosts:
+                hosts.append(value)
+        return hosts
 
     def training_image(self, model: str) -> str:
         """The repository the per-commit training image is pushed to."""

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from contracts.names import model_name_problem
 from gitops.git import BOT_IDENTITY, redact, remote
 from gitops.protect import protect_branch
 from workflows.errors import ConfigError
@@ -105,8 +106,12 @@ def install_hook(
     bot: str = BOT_IDENTITY.email,
     runs: pathlib.Path | None = None,
     gitops: str | None = None,
+    model: str | None = None,
 ) -> pathlib.Path:
-    """Install (or refresh) the post-receive hook of an existing bare repo."""
+    """Install (or refresh) the post-receive hook of an existing bare repo.
+
+    `model`: the model this repo publishes (`mlops.model`); a push whose mlops.yaml
+    names another is refused. Unset, a push names its own (one person's laptop)."""
     bare = pathlib.Path(bare).resolve()
     if not bare.is_dir():
         raise ConfigError(f"{bare}: no such directory")
@@ -134,6 +139,11 @@ def install_hook(
                              "stored in the repo's config; pass the URL without them and "
                              "set MLOPS_GIT_TOKEN for the runs")
         _git("--git-dir", str(bare), "config", "mlops.gitopsRepo", gitops)
+    if model is not None:
+        problem = model_name_problem(model)
+        if problem:
+            raise ConfigError(f"--model {model!r}: {problem}")
+        _git("--git-dir", str(bare), "config", "mlops.model", model)
     hook.parent.mkdir(exist_ok=True)
     # The interpreter is pinned so the hook works whatever PATH git runs it with.
     hook.write_text(
@@ -152,6 +162,7 @@ def init_bare(
     bot: str = BOT_IDENTITY.email,
     runs: pathlib.Path | None = None,
     gitops: str | None = None,
+    model: str | None = None,
 ) -> pathlib.Path:
     """Create a bare model repo with the hook installed."""
     path = pathlib.Path(path).resolve()
@@ -161,7 +172,7 @@ def init_bare(
         )
     _git("init", "--quiet", "--bare", "--initial-branch", branch, str(path))
     protect_branch(path, branch)  # what was pushed (and trained) stays in the history
-    return install_hook(path, branch=branch, bot=bot, runs=runs, gitops=gitops)
+    return install_hook(path, branch=branch, bot=bot, runs=runs, gitops=gitops, model=model)
 
 
 def start_run(
@@ -180,7 +191,8 @@ def start_run(
     work = home / "repo"
     _git("clone", "--quiet", "--no-checkout", str(bare), str(work))
     _git("-C", str(work), "checkout", "--quiet", "--detach", decision.sha)
-    run_args = mlops_run_args(work, home / "out", _config(bare, "mlops.gitopsRepo", ""))
+    run_args = mlops_run_args(work, home / "out", _config(bare, "mlops.gitopsRepo", ""),
+                              _config(bare, "mlops.model", ""))
     with open(home / "run.log", "ab") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             [
@@ -199,10 +211,15 @@ def start_run(
     return True, home
 
 
-def mlops_run_args(work: pathlib.Path, out: pathlib.Path, gitops: str) -> list[str]:
-    """`mlops` arguments of one pushed commit's run (tests parse them with the real CLI)."""
-    params = ["--param", f"gitops-repo={gitops}"] if gitops else []
-    return ["run", str(work), "--out", str(out), *params]
+def mlops_run_args(work: pathlib.Path, out: pathlib.Path, gitops: str,
+                   model: str = "") -> list[str]:
+    """`mlops` arguments of one pushed commit's run (tests parse them with the real CLI).
+
+    The GitOps repo is always passed, empty when none is configured, and the model when
+    one is: they are the platform's (`workflows.binding`), and a pushed mlops.yaml that
+    names others is refused by the run's submit step (issue 41, findings 1 and 10)."""
+    bound = ["--model", model] if model else []
+    return ["run", str(work), "--out", str(out), *bound, "--param", f"gitops-repo={gitops}"]
 
 
 def post_receive(bare: pathlib.Path, lines: Iterable[str]) -> list[str]:

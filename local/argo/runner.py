@@ -11,7 +11,10 @@ list of steps. For each task, in `depends` order:
   subprocesses), with `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`
   expanded to local directories; a template annotated `mlops.dev/local`
   runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
-  a digest of the Python environment instead of an image build; `submit-pipeline`:
+  the model repo's image built from the step's own script and env by the
+  `image_builder` the caller passes (`mlops run` passes podman's,
+  `mlops.images.stepbuild`), else a digest of the Python environment; `registry-push`: nothing
+  to push to, the built image's name passed on; `submit-pipeline`:
   the push Workflow's step, whose rendered pipeline Workflow goes to `submit=`
   instead of the Kubernetes API;
   `paddlejob`: the rendered PaddleJob itself, one process per worker pod
@@ -66,7 +69,9 @@ from workflows.expressions import (
 )
 from workflows.jobplan import PLAN_ANNOTATIONS
 from workflows.pipeline import (
+    ALLOW_PROTOCOL_ENV,
     ARGO_METRIC_PREFIX,
+    BUILD_TASK,
     DATA_CACHE_ENV,
     LOCAL_ANNOTATION,
     MODELS_ENV,
@@ -78,6 +83,7 @@ from workflows.steps import STEPS, submit_pipeline
 from workflows.steps.record_outcome import OUTCOME_FILE
 
 Echo = Callable[[str], None]
+ImageBuilder = Callable[[dict[str, str], str, Callable[[str], None]], str]
 
 
 @dataclass
@@ -207,6 +213,9 @@ class _Ctx:
     echo: Echo
     metrics: list[str] = field(default_factory=list)
     submit: Callable[[dict[str, Any]], None] | None = None
+    #: Builds the build-image step's image: (the step's env, its script, a log line writer)
+    #: -> the image's name. None: the environment digest stands in.
+    image_builder: ImageBuilder | None = None
 
 
 def _standin_checkout(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
@@ -220,15 +229,38 @@ def _standin_checkout(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> N
     (outputs / "revision").write_text(sha)
 
 
-def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
+def _standin_environment(ctx: _Ctx, outputs: pathlib.Path, log: Any, *,
+                         env: dict[str, str] | None = None, script: str = "",
+                         **_: Any) -> None:
+    if ctx.image_builder is not None and env is not None:
+        def line(text: str) -> None:
+            log.write(text + "\n")
+            log.flush()
+        try:
+            image = ctx.image_builder(env, script, line)
+        except Exception as exc:  # the builder's error names the Dockerfile and the failure
+            log.write(f"error: {exc}\n")
+            raise _TaskFailed(str(exc).splitlines()[0]) from None
+        (outputs / "image").write_text(image)
+        return
     digest, text = environment_digest()
     (ctx.out / "environment.txt").write_text(text)
     log.write(
-        "no container engine here: recorded the environment instead "
-        f"({ctx.out / 'environment.txt'})\n"
+        "no image build here (`mlops run` builds the model repo's Dockerfile with podman "
+        "when podman is installed; MLOPS_IMAGE_BUILD=record turns that off): recorded the "
+        f"environment instead ({ctx.out / 'environment.txt'})\n"
     )
     log.write(f"environment digest sha256:{digest}\n")
     (outputs / "image").write_text(f"local/{ctx.model}-train@sha256:{digest}")
+
+
+def _standin_push(ctx: _Ctx, outputs: pathlib.Path, log: Any, **_: Any) -> None:
+    """push-image: no registry here; the image build-image made stays where it is (the local
+    store, or the environment digest's name), and that is the image the jobs are given."""
+    built = ctx.scope.get(f"tasks.{BUILD_TASK}.outputs.parameters.image", "")
+    log.write(f"no registry here: the image stays in the local store ({built or 'none'}); "
+              "the cluster's push-image pushes it with crane and outputs it by digest\n")
+    (outputs / "image").write_text(built)
 
 
 def _standin_submit(ctx: _Ctx, outputs: pathlib.Path, log: Any, argv: list[str]) -> None:
@@ -255,6 +287,7 @@ def _standin_submit(ctx: _Ctx, outputs: pathlib.Path, log: Any, argv: list[str])
 STANDINS: dict[str, Callable[..., None]] = {
     "checkout": _standin_checkout,
     "environment-digest": _standin_environment,
+    "registry-push": _standin_push,
 }
 
 
@@ -298,9 +331,17 @@ def _standin_paddlejob(
 ) -> None:
     """The PaddleJob as paddle-operator would run it: `workflows.paddlejob_local`."""
     name = manifest["metadata"]["name"]
+    # Its `readOnly` mounts (the checkout, the prepared data) read-only here too, each
+    # worker in a mount namespace of its own (`paddlejob_local.read_only_argv`).
+    read_only = paddlejob_local.read_only_dirs(manifest, mounts)
+    problem = paddlejob_local.read_only_problem() if read_only else None
+    if problem:
+        log.write(f"PaddleJob {name}: its read-only mounts stay writable on this machine "
+                  f"({problem}); evaluation verifies the prepared data again\n")
     try:
         specs = paddlejob_local.worker_specs(
-            manifest, port=free_port(), mounts=mounts, local_env=local_env)
+            manifest, port=free_port(), mounts=mounts, local_env=local_env,
+            read_only=() if problem else read_only)
     except (paddlejob_local.PaddleJobFailed, ValueError) as exc:
         raise _TaskFailed(f"PaddleJob {name}: {exc}") from None
     log.write(
@@ -433,6 +474,11 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
     }
     if not container:
         container_env = dict(PATH_ENV)
+    if container_env.get(ALLOW_PROTOCOL_ENV):
+        # The forge's stand-in here is a directory (a bare repo): git reaches it with its
+        # `file` transport, as the volumes above stand in for the pod's mounts. No token
+        # travels over it.
+        container_env[ALLOW_PROTOCOL_ENV] += ":file"
     env = {**container_env, **local_paths}
     mounts = _mounts(container_env, local_paths)
     where = f"template {tmpl['name']}"
@@ -463,7 +509,9 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         elif action:
             if action not in STANDINS:
                 raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
-            STANDINS[action](ctx, outputs, log)
+            script = substitute(" ".join(str(a) for a in container.get("args") or []),
+                                scope, where) if container else ""
+            STANDINS[action](ctx, outputs, log, env=env, script=script)
         elif container:
             # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
             resolved = {**container, **{
@@ -532,11 +580,14 @@ def run_workflow(
     parameters: dict[str, str] | None = None,
     echo: Echo = print,
     submit: Callable[[dict[str, Any]], None] | None = None,
+    image_builder: ImageBuilder | None = None,
 ) -> RunResult:
     """Run the DAG of `wt` locally on `repo`, writing everything under `out`.
 
     `submit` receives the Workflows a `submit-pipeline` step creates (the push
-    Workflow's), where the cluster's step would create them through the API."""
+    Workflow's), where the cluster's step would create them through the API.
+    `image_builder` builds the build-image step's image (`_Ctx.image_builder`); without
+    one the environment digest stands in for it."""
     doc = wt.to_dict() if isinstance(wt, WorkflowTemplate) else wt
     repo, out = pathlib.Path(repo).resolve(), pathlib.Path(out).resolve()
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
@@ -565,7 +616,8 @@ def run_workflow(
          # operator.go setGlobalParameters (v3.7.9): every annotation, as JSON
          "workflow.annotations.json": json.dumps(doc["metadata"].get("annotations") or {})}
     )
-    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, submit=submit)
+    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, submit=submit,
+               image_builder=image_builder)
 
     echo(f"local run {name}: {repo} -> {out}")
     for key in PLAN_ANNOTATIONS:  # why this DAG has no smoke job, or fewer workers
@@ -752,9 +804,9 @@ def _print_summary(result: RunResult, echo: Echo) -> None:
     if result.output("map50"):
         echo(f"  mAP@0.5: {result.output('map50')}   mAP@[.5:.95]: {result.output('map')}")
     if result.output("passed"):
-        echo(
-            f"  gate:    {'PASSED' if result.output('passed') == 'true' else 'FAILED'} - "
-            f"{result.output('reason')}"
-        )
+        word = {"pass": "PASSED", "review": "REVIEW (inconclusive: proposed for a person)",
+                "fail": "FAILED"}.get(result.output("outcome") or "",
+                                      "PASSED" if result.output("passed") == "true" else "FAILED")
+        echo(f"  gate:    {word} - {result.output('reason')}")
     echo(f"  report:  {out / 'report.md'}")
     echo(f"  timings: {out / 'run.json'}   logs: {out / 'logs'}/")

@@ -5,18 +5,26 @@ this function, and executes what it returns; nothing here touches a socket,
 a process or a clock (``now`` is an input), so every reconcile rule is a
 unit test over plain data.
 
-Rules, in the order the actions come out:
+Make-before-break is the thread through the rules: what serves keeps serving
+until what replaces it is ready, as in a cluster where the rendered
+Deployment's rolling update (``maxUnavailable: 0, maxSurge: 1``) starts the new
+pod before it stops the old one. Rules, in the order the actions come out:
 
 1. A model without a HAProxy frontend gets one (``OpenFrontend``; a reload).
 2. A desired version without a process is started; a crashed one is
-   restarted once its back-off has passed (``StartServer(restart=True)``);
-   one whose model directory or pod template changed is stopped (and
-   started next tick from the new Deployment, as a rollout replaces a pod).
+   restarted once its back-off has passed (``StartServer(restart=True)``).
+2b. A version whose model directory or pod template changed gets a new
+   process *beside* the one that serves (``StartServer(successor=True)``, a
+   surge pod); HAProxy's server is pointed at the successor once it is ready
+   (rule 3), and on the tick after that the old process is stopped and the
+   successor takes its place (``TakeOver``). A version whose old process does
+   not serve (starting, crashed) is simply stopped and started again. A
+   successor made stale by a newer commit is stopped and started afresh.
 3. HAProxy, per model: a *ready* server is added with its weight; an added
    server gets its weight (the desired percent if ready, else 0 -- a
    starting or crashed version takes no traffic), its port (after a restart
-   on another port) and is enabled; servers of versions that are no longer
-   desired are removed.
+   on another port, or a successor that is ready) and is enabled; servers of
+   versions that are no longer desired are removed.
 3b. Within a backend, weights that go up are set before weights that go
    down, so the backend's total never dips below both the old and the new
    total while the sync applies a split one server at a time. HAProxy 2.6's
@@ -26,6 +34,17 @@ Rules, in the order the actions come out:
    still 10, a total of 60) sent it out of the round, and the canary took
    every request until the round ended -- 100 % instead of 50 % for ~300
    requests (20 s of a canary step here).
+3c. A split that sends traffic only to versions that are not serving yet
+   (a rollback to a version that is still starting; a promotion of a
+   candidate that is not ready) does not take traffic from the servers that
+   serve now: their routes keep their weights and stay (neither lowered nor
+   removed, so their processes stay too, rule 4) until a version of the new
+   split is ready *and* HAProxy sends it traffic; then the split is applied.
+   Before this rule, `mlops rollback --to` a stopped version removed the
+   serving version from HAProxy in the same tick that started the restored
+   one: every request was a 503 until it was ready (issue 43). A split whose
+   versions never become ready therefore keeps the old ones serving; the
+   status file shows both (`desired_weight` against `haproxy_weight`).
 4. Processes of versions that are no longer desired are stopped once HAProxy
    no longer routes to them (server deleted or disabled, i.e. on the tick
    after ``RemoveRoute``), so in-flight requests finish first.
@@ -40,7 +59,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal, Mapping, Union
 
-from local.platform.desired import ModelSpec
+from local.platform.desired import ModelSpec, VersionSpec
 
 Phase = Literal["starting", "ready", "exited"]
 
@@ -75,6 +94,9 @@ class Actual:
     routes: Mapping[str, Mapping[str, RouteView]] | None
     #: (model, version, port) triples Prometheus currently scrapes.
     targets: frozenset[tuple[str, str, int]]
+    #: The new process of a version whose pod changed, started beside the one that
+    #: serves (rule 2b); it takes over once HAProxy sends it the version's traffic.
+    successors: Mapping[tuple[str, str], ServerView] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +110,22 @@ class StartServer:
     version: str
     model_dir: str
     restart: bool = False
+    #: Beside the process that serves the version (a surge pod), not in its place.
+    successor: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class StopServer:
+    model: str
+    version: str
+    #: Stop the version's successor (made stale by a newer commit), not its server.
+    successor: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TakeOver:
+    """The successor becomes the version's server; the old process (if any) is stopped."""
+
     model: str
     version: str
 
@@ -124,7 +158,112 @@ class WriteTargets:
     targets: frozenset[tuple[str, str, int]]
 
 
-Action = Union[OpenFrontend, StartServer, StopServer, AddRoute, SetRoute, RemoveRoute, WriteTargets]
+Action = Union[OpenFrontend, StartServer, StopServer, TakeOver, AddRoute, SetRoute, RemoveRoute,
+               WriteTargets]
+
+
+def _stale(server: ServerView, vspec: VersionSpec) -> bool:
+    """Was the process started from another model directory or pod template?"""
+    return server.model_dir != vspec.model_dir or bool(vspec.pod and server.pod != vspec.pod)
+
+
+def _fresh_successor(actual: Actual, key: tuple[str, str],
+                     vspec: VersionSpec) -> ServerView | None:
+    successor = actual.successors.get(key)
+    return successor if successor is not None and not _stale(successor, vspec) else None
+
+
+def _processes(key: tuple[str, str], vspec: VersionSpec, actual: Actual,
+               route: RouteView | None, now: float) -> list[Action]:
+    """Rules 2 and 2b for one desired version."""
+    model, version = key
+    server = actual.servers.get(key)
+    successor = actual.successors.get(key)
+    fresh = _fresh_successor(actual, key, vspec)
+    out: list[Action] = []
+    if successor is not None and fresh is None:
+        out.append(StopServer(model, version, successor=True))  # a newer commit came
+    if server is None:
+        out.append(TakeOver(model, version) if fresh is not None
+                   else StartServer(model, version, vspec.model_dir))
+    elif _stale(server, vspec):
+        if server.phase != "ready":
+            # It serves nothing: replaced at once (by the successor if one is on its way).
+            out.append(TakeOver(model, version) if fresh is not None
+                       else StopServer(model, version))
+        elif fresh is None:
+            if successor is None:
+                out.append(StartServer(model, version, vspec.model_dir, successor=True))
+        elif fresh.phase == "exited":
+            if now >= fresh.retry_at:
+                out.append(StartServer(model, version, vspec.model_dir, restart=True,
+                                       successor=True))
+        elif fresh.phase == "ready" and route is not None and route.port == fresh.port:
+            out.append(TakeOver(model, version))  # HAProxy sends it the traffic now
+    elif server.phase == "exited" and now >= server.retry_at:
+        out.append(StartServer(model, version, vspec.model_dir, restart=True))
+    return out
+
+
+def _serving(actual: Actual, key: tuple[str, str], spec: ModelSpec | None,
+             route: RouteView | None) -> ServerView | None:
+    """The process HAProxy should send the version's traffic to: a ready successor of a
+    changed pod (rule 2b), else the version's server."""
+    server = actual.servers.get(key)
+    vspec = spec.versions.get(key[1]) if spec else None
+    if vspec is not None:
+        fresh = _fresh_successor(actual, key, vspec)
+        if fresh is not None and fresh.phase == "ready" and (server is None
+                                                             or _stale(server, vspec)):
+            return fresh
+    return server
+
+
+def _serves(server: ServerView | None, route: RouteView | None) -> bool:
+    """Does HAProxy send this route traffic, to a process that answers?"""
+    return (server is not None and server.phase == "ready" and route is not None
+            and route.enabled and route.weight > 0 and route.port == server.port)
+
+
+def _routes(model: str, spec: ModelSpec | None, backend: Mapping[str, RouteView],
+            actual: Actual) -> list[Action]:
+    """Rules 3, 3b and 3c for one model's backend."""
+    versions = spec.versions if spec else {}
+    weights = spec.weights if spec else {}
+    serving = {version: _serving(actual, (model, version), spec, backend.get(version))
+               for version in set(versions) | set(backend)}
+    # Rule 3c: while no version of the new split serves, what serves now stays as it is.
+    coming = [v for v in versions if weights.get(v, 0) > 0]
+    if coming and not any(_serves(serving[v], backend.get(v)) for v in coming):
+        kept = {v for v, route in backend.items() if _serves(serving[v], route)}
+    else:
+        kept = set()
+    raising: list[Action] = []
+    others: list[Action] = []
+    for version in sorted(versions):
+        server = serving[version]
+        ready = server is not None and server.phase == "ready"
+        weight = weights.get(version, 0) if ready else 0
+        route = backend.get(version)
+        if route is None:
+            if ready and server is not None:
+                raising.append(AddRoute(model, version, server.port, weight))
+            continue
+        if version in kept and weight < route.weight:
+            continue  # keeps serving until the new split can (rule 3c)
+        new_port = server.port if (ready and server and server.port != route.port) else None
+        if route.weight != weight or new_port is not None or not route.enabled:
+            (raising if weight > route.weight else others).append(
+                SetRoute(model, version, weight, port=new_port, enable=not route.enabled)
+            )
+    # Raised weights first, lowered ones after (rule 3b): HAProxy applies
+    # one `set weight` at a time, and a total that dips in between can
+    # starve a server for hundreds of requests.
+    out = raising + others
+    for version in sorted(backend):
+        if version not in versions and version not in kept:
+            out.append(RemoveRoute(model, version))
+    return out
 
 
 def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[Action]:
@@ -141,46 +280,15 @@ def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[A
             actions.append(OpenFrontend(model))
 
     for key in sorted(wanted):
-        model, version = key
-        vspec = wanted[key]
-        server = actual.servers.get(key)
-        if server is None:
-            actions.append(StartServer(model, version, vspec.model_dir))
-        elif server.model_dir != vspec.model_dir or (vspec.pod and server.pod != vspec.pod):
-            actions.append(StopServer(model, version))  # a new pod: started again next tick
-        elif server.phase == "exited" and now >= server.retry_at:
-            actions.append(StartServer(model, version, vspec.model_dir, restart=True))
+        route = (actual.routes or {}).get(key[0], {}).get(key[1])
+        actions += _processes(key, wanted[key], actual, route, now)
 
     if actual.routes is not None:
         for model in sorted(set(desired) | set(actual.routes)):
             backend = actual.routes.get(model)
             if backend is None:
                 continue  # no frontend/backend yet (OpenFrontend above)
-            spec = desired.get(model)
-            versions = spec.versions if spec else {}
-            raising: list[Action] = []
-            others: list[Action] = []
-            for version in sorted(versions):
-                server = actual.servers.get((model, version))
-                ready = server is not None and server.phase == "ready"
-                weight = spec.weights.get(version, 0) if (spec and ready) else 0
-                route = backend.get(version)
-                if route is None:
-                    if ready and server is not None:
-                        raising.append(AddRoute(model, version, server.port, weight))
-                    continue
-                new_port = server.port if (ready and server and server.port != route.port) else None
-                if route.weight != weight or new_port is not None or not route.enabled:
-                    (raising if weight > route.weight else others).append(
-                        SetRoute(model, version, weight, port=new_port, enable=not route.enabled)
-                    )
-            # Raised weights first, lowered ones after (rule 3b): HAProxy applies
-            # one `set weight` at a time, and a total that dips in between can
-            # starve a server for hundreds of requests.
-            actions += raising + others
-            for version in sorted(backend):
-                if version not in versions:
-                    actions.append(RemoveRoute(model, version))
+            actions += _routes(model, desired.get(model), backend, actual)
 
     for key in sorted(actual.servers):
         if key not in wanted:
@@ -188,10 +296,14 @@ def plan(desired: Mapping[str, ModelSpec], actual: Actual, now: float) -> list[A
             if route is not None and route.enabled:
                 continue  # drain first: stopped next tick, once HAProxy sends it nothing
             actions.append(StopServer(*key))
+    for key in sorted(actual.successors):
+        if key not in wanted:
+            actions.append(StopServer(*key, successor=True))  # never routed: nothing to drain
 
     targets = frozenset(
         (model, version, server.port)
-        for (model, version), server in actual.servers.items()
+        for processes in (actual.servers, actual.successors)
+        for (model, version), server in processes.items()
         if (model, version) in wanted and server.phase != "exited"
     )
     if targets != actual.targets:

@@ -5,7 +5,9 @@ the sync loop writes, per version, whether its Deployment is part of the
 applied commit, its server passed the Deployment's readiness probe and
 HAProxy routes to it (`ready` in `state/status.json`). A version the sync has
 not applied yet (cluster-latency mode: `mlops up --sync-delay`) or whose
-server is still starting (`--start-delay`, a slow load) is not ready.
+server is still starting (`--start-delay`, a slow load) is not ready, for now.
+A server that said it cannot answer (`cannot_serve`: its warm-up inference
+failed, and it never tries again) is not ready for good (`Readiness.lasting`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class PlatformReadiness:
             applied = str(doc.get("applied_commit") or "nothing")[:12]
             return Readiness(False, f"{model} {version} is not applied yet (applied: {applied})")
         if not entry.get("ready"):
+            if entry.get("cannot_serve"):
+                return Readiness(False, f"{model} {version} cannot serve: "
+                                        f"{entry['cannot_serve']}", lasting=True)
+            successor = entry.get("successor")
+            if successor:
+                return Readiness(False, f"{model} {version}: its new pod is "
+                                        f"{successor.get('phase', 'starting')} beside the "
+                                        "serving one")
             why = entry.get("not_ready_reason") or "readiness probe not passed or not routed"
             return Readiness(False, f"{model} {version} is {entry.get('phase', 'pending')}, "
                                     f"not ready ({why})")

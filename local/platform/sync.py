@@ -56,6 +56,7 @@ from local.platform.plan import (
     SetRoute,
     StartServer,
     StopServer,
+    TakeOver,
     WriteTargets,
     plan,
 )
@@ -99,6 +100,10 @@ class ServerProc:
     ready_since: float | None = None
     not_ready_reason: str | None = None
     """What the server's readiness probe said when it last refused (its warm-up failed)."""
+    #: The pod's emptyDir stand-in (a successor beside it gets another one).
+    scratch: str = ""
+    #: Started beside the version's serving process, for a changed pod (`plan` rule 2b).
+    successor: bool = False
 
     def alive(self) -> bool:
         if self.record is None:
@@ -148,6 +153,8 @@ class Sync:
         self.services = ServiceSupervisor(workdir, config)
         self.api = RuntimeApi(workdir.admin_socket(), timeout=2.0)
         self.servers: dict[tuple[str, str], ServerProc] = {}
+        #: New processes of versions whose pod changed, beside the serving one (rule 2b).
+        self.successors: dict[tuple[str, str], ServerProc] = {}
         self.frontends: dict[str, int] = {
             str(k): int(v) for k, v in (read_json(workdir.frontends, {}) or {}).items()
         }
@@ -174,7 +181,8 @@ class Sync:
                 model=key[0], version=key[1], model_dir=str(extra.get("model_dir")),
                 port=int(extra.get("port", 0)), record=record,
                 restarts=int(extra.get("restarts", 0)), started=time.monotonic(),
-                pod=str(extra.get("pod", "")),
+                pod=str(extra.get("pod", "")), scratch=str(extra.get("scratch", "")),
+                successor=bool(extra.get("successor")),
             )
             probe = extra.get("probe")
             if isinstance(probe, dict):
@@ -186,7 +194,7 @@ class Sync:
             else:
                 server.phase = "exited"
                 server.last_exit = "exited while the sync was not running"
-            self.servers[key] = server
+            (self.successors if server.successor else self.servers)[key] = server
 
     # -- supervise Prometheus and HAProxy ----------------------------------
     def supervise_services(self, now: float) -> None:
@@ -200,7 +208,7 @@ class Sync:
 
     # -- observe ----------------------------------------------------------
     def refresh_processes(self, now: float) -> None:
-        for server in self.servers.values():
+        for server in [*self.servers.values(), *self.successors.values()]:
             if server.phase == "exited":
                 continue
             if not server.alive():
@@ -300,6 +308,7 @@ class Sync:
             frontends=frontends,
             routes=self.routes,
             targets=self.targets if self.targets is not None else frozenset({("", "", -1)}),
+            successors={key: s.view() for key, s in self.successors.items()},
         )
 
     # -- execute ----------------------------------------------------------
@@ -311,7 +320,9 @@ class Sync:
             elif isinstance(action, StartServer):
                 self._start_server(action, now)
             elif isinstance(action, StopServer):
-                self._stop_server(action.model, action.version)
+                self._stop_server(action.model, action.version, successor=action.successor)
+            elif isinstance(action, TakeOver):
+                self._take_over(action.model, action.version)
             elif isinstance(action, AddRoute):
                 self.api.add_server(
                     action.model, action.version,
@@ -364,10 +375,16 @@ class Sync:
     def _start_server(self, action: StartServer, now: float) -> None:
         """Start the Deployment's container as a local process (``podspec``)."""
         key = (action.model, action.version)
-        old = self.servers.get(key)
+        slots, beside = ((self.successors, self.servers) if action.successor
+                         else (self.servers, self.successors))
+        old = slots.get(key)
         spec = self.repo.desired[action.model].versions[action.version]
         port = old.port if (old is not None and old.port and port_free(old.port)) else free_port()
+        # One emptyDir per pod: not the one the process beside it (rule 2b) uses.
         scratch = self.workdir.root / "scratch" / f"{action.model}-{action.version}"
+        other = beside.get(key)
+        if other is not None and other.scratch in ("", str(scratch)):
+            scratch = scratch.with_name(scratch.name + "-next")
         try:
             pod = podspec.local_pod(spec.deployment, source=spec.source,
                                     model_dir=action.model_dir, port=port, scratch=str(scratch))
@@ -398,12 +415,16 @@ class Sync:
             start_timeout=pod.start_timeout,
             start_period=pod.start_period,
             pod=spec.pod,
+            scratch=str(scratch),
+            successor=action.successor,
         )
-        self.servers[key] = server
+        slots[key] = server
         self._write_pidfile(server)
-        log.info("%s model server %s-%s (pid %d, port %d): %s",
+        log.info("%s model server %s-%s (pid %d, port %d)%s: %s",
                  "restarted" if action.restart else "started",
-                 action.model, action.version, record.pid, port, " ".join(pod.argv))
+                 action.model, action.version, record.pid, port,
+                 " beside the serving one, for its new pod" if action.successor else "",
+                 " ".join(pod.argv))
 
     def _write_pidfile(self, server: ServerProc) -> None:
         if server.record is None:
@@ -411,16 +432,37 @@ class Sync:
         record = dataclasses.replace(server.record, extra={
             "model": server.model, "version": server.version, "model_dir": server.model_dir,
             "port": server.port, "restarts": server.restarts, "pod": server.pod,
-            "probe": dataclasses.asdict(server.probe),
+            "probe": dataclasses.asdict(server.probe), "scratch": server.scratch,
+            "successor": server.successor,
         })
-        procs.write_record(self.workdir.server_pidfile(server.model, server.version), record)
+        procs.write_record(
+            self.workdir.server_pidfile(server.model, server.version, server.successor), record)
 
-    def _stop_server(self, model: str, version: str) -> None:
-        server = self.servers.pop((model, version), None)
+    def _stop_server(self, model: str, version: str, successor: bool = False) -> None:
+        server = (self.successors if successor else self.servers).pop((model, version), None)
         if server is not None and server.record is not None:
             procs.stop(server.record, popen=server.popen, timeout=10)
-        self.workdir.server_pidfile(model, version).unlink(missing_ok=True)
-        log.info("stopped model server %s-%s", model, version)
+        self.workdir.server_pidfile(model, version, successor).unlink(missing_ok=True)
+        log.info("stopped model server %s-%s%s", model, version,
+                 " (its successor, started for an older commit)" if successor else "")
+
+    def _take_over(self, model: str, version: str) -> None:
+        """The successor becomes the version's server; the old process stops (plan rule
+        2b: HAProxy sends the successor the traffic already, or the old one served none)."""
+        key = (model, version)
+        new = self.successors.pop(key, None)
+        if new is None:
+            return
+        old = self.servers.pop(key, None)
+        if old is not None and old.record is not None:
+            procs.stop(old.record, popen=old.popen, timeout=10)
+        new.successor = False
+        self.servers[key] = new
+        self._write_pidfile(new)
+        self.workdir.server_pidfile(model, version, successor=True).unlink(missing_ok=True)
+        log.info("model server %s-%s: the new pod (pid %s, port %d) took over%s", model, version,
+                 new.record.pid if new.record else "?", new.port,
+                 f" from pid {old.record.pid}" if old is not None and old.record else "")
 
     # -- record ----------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -438,12 +480,20 @@ class Sync:
                     "haproxy_up": self.haproxy_up.get((model, version)),
                     "phase": server.phase if server else "pending",
                     # Applied, passed its readiness probe, and routed by HAProxy: what a
-                    # controller asks before it sends the version traffic.
+                    # controller asks before it sends the version traffic. A version whose
+                    # new pod still starts beside the old one is not (yet) what git says,
+                    # as a Deployment mid-rollout is not ready in a cluster.
                     "ready": bool(spec and version in spec.versions and server
                                   and server.phase == "ready" and route is not None
-                                  and route.enabled),
+                                  and route.enabled
+                                  and (model, version) not in self.successors),
                     "ready_since": server.ready_since if server else None,
                     "not_ready_reason": server.not_ready_reason if server else None,
+                    # The server's own verdict that it cannot answer (our server names a
+                    # reason only once it gave up: a warm-up inference that failed, never
+                    # retried; serving/dataplane.py): no wait makes it ready.
+                    "cannot_serve": server.not_ready_reason
+                    if server and server.phase != "ready" else None,
                     "pid": server.record.pid if server and server.record else None,
                     "port": server.port if server else None,
                     "restarts": server.restarts if server else 0,
@@ -455,6 +505,12 @@ class Sync:
                                        if spec and version in spec.versions else None),
                     "log": str(self.workdir.server_log(model, version)),
                 }
+                successor = self.successors.get((model, version))
+                if successor is not None:  # a new pod starting beside the serving one
+                    versions[version]["successor"] = {
+                        "phase": successor.phase, "port": successor.port,
+                        "pid": successor.record.pid if successor.record else None,
+                        "not_ready_reason": successor.not_ready_reason}
             port = self.frontends.get(model)
             models[model] = {
                 "frontend_port": port,
@@ -479,7 +535,8 @@ class Sync:
         self.observe_haproxy()
         for action in plan(self.repo.desired, self.actual(now), now):
             self.execute(action, now)
-        if any(s.phase == "starting" for s in self.servers.values()):
+        if any(s.phase == "starting" for s in [*self.servers.values(),
+                                               *self.successors.values()]):
             self.refresh_processes(time.monotonic())
         atomic_write_json(self.workdir.status, self.status())
 

@@ -6,7 +6,8 @@ finds its state and `mlops down` finds every process::
 
     platform.json           config written by `mlops up` (ports, GitOps repo)
     run/<name>.json         pid files: prometheus, haproxy, sync
-    run/servers/<m>-<v>.json  pid files of model servers (written by the sync)
+    run/servers/<m>-<v>.json  pid files of model servers (written by the sync;
+                            `<m>-<v>.next.json`: a new pod beside the old one)
     run/.start.lock         taken while `mlops up` or the sync starts a service
     logs/                   one log per process (servers under logs/servers/)
     prometheus/             prometheus.yml, targets/*.json (file_sd), data/
@@ -109,8 +110,10 @@ class Workdir:
     def pidfile(self, name: str) -> pathlib.Path:
         return self.run / f"{name}.json"
 
-    def server_pidfile(self, model: str, version: str) -> pathlib.Path:
-        return self.server_pids / f"{model}-{version}.json"
+    def server_pidfile(self, model: str, version: str, successor: bool = False) -> pathlib.Path:
+        """A version's server's pid file; its successor's (a new pod started beside it,
+        `plan` rule 2b) is `<m>-<v>.next.json` until it takes over."""
+        return self.server_pids / f"{model}-{version}{'.next' if successor else ''}.json"
 
     def server_log(self, model: str, version: str) -> pathlib.Path:
         return self.logs / "servers" / f"{model}-{version}.log"

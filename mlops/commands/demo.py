@@ -11,8 +11,16 @@ from mlops.demo import scenarios
 
 def _demo(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
-    from mlops.demo.story import play
+    import os
 
+    from mlops.demo.story import play
+    from mlops.images.podman import STORE_ENV, default_store_dir
+
+    # The pushes' build-image builds the model repo's image with podman (`mlops run`,
+    # mlops.images.stepbuild) in the user's image store, named here before the demo points
+    # its children's XDG_CACHE_HOME into the work dir: the store's layers (the training
+    # base's PaddlePaddle, ~1 GB) outlive a demo.
+    os.environ.setdefault(STORE_ENV, str(default_store_dir()))
     return play(args)
 
 
@@ -49,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="metric preset the controller reads (haproxy|model; default: the "
                         "platform's router view, haproxy: latency and errors as clients see "
                         "them; model reads only the servers' own histograms)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the training seed of every push (default: the example's); "
+                        "no outcome of the demo depends on it")
     parser.add_argument("--show-every", type=float, default=5.0, metavar="SECONDS",
                         help="how often the canary's per-version numbers are printed")
     parser.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",

@@ -24,6 +24,7 @@ def _options(args: argparse.Namespace) -> dict:
         "bot": args.bot,
         "runs": pathlib.Path(args.runs_dir) if args.runs_dir else None,
         "gitops": _gitops(args.gitops),
+        "model": args.model,
     }
 
 
@@ -49,6 +50,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--gitops", help="GitOps repo (path or URL) runs propose candidates to (default: none)"
     )
     parser.add_argument("--runs-dir", help="where runs go (default: <bare repo>/mlops-runs)")
+    parser.add_argument("--model", help="the model this repo publishes: a push whose "
+                        "mlops.yaml names another is refused (default: not bound)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

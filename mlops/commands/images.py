@@ -40,10 +40,11 @@ def _build(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
-    from mlops.images.build import IMAGES
+    from mlops.images.build import IMAGES, build_arg_values
 
     for spec in IMAGES:
-        build_args = "".join(f" --build-arg {k}={v}" for k, v in spec.build_args)
+        build_args = (f" --target {spec.target}" if spec.target else "") + "".join(
+            f" --build-arg {k}={v}" for k, v in build_arg_values(spec).items())
         print(f"{spec.key:16} {spec.name:40} {spec.context}/{spec.dockerfile}{build_args}  "
               f"# {spec.role}")
     return 0

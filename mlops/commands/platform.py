@@ -190,6 +190,14 @@ def _status(args: argparse.Namespace) -> int:
                   f"{v['pid'] or '-':>8}{v['port'] or '-':>7}{v['restarts']:>9}")
             if v["phase"] != "ready" and v.get("not_ready_reason"):
                 print(f"    not ready: {v['not_ready_reason']}")
+            if v.get("desired_weight") is None and v.get("haproxy_weight"):
+                print("    serving until a version of the new split is ready "
+                      "(make-before-break)")
+            successor = v.get("successor")
+            if successor:  # a changed pod: the new process starts beside this one
+                why = successor.get("not_ready_reason")
+                print(f"    new pod {successor.get('phase')} on port {successor.get('port')}"
+                      + (f": {why}" if why else ""))
             if v["phase"] != "ready" and v.get("last_exit"):
                 looping = "CRASH LOOP, " if v.get("restarts", 0) >= 3 else ""
                 print(f"    {looping}last exit: {v['last_exit']}; log: {v.get('log')}")

@@ -20,6 +20,7 @@ import argparse
 import os
 from typing import Any
 
+from cogs.text import printable
 from mlops.commands.gitops import repo_argument, require_repo
 from mlops.errors import UserError
 
@@ -51,7 +52,8 @@ def _list(args: argparse.Namespace) -> int:
     if not prs:
         print(f"no {'' if args.state == 'all' else args.state + ' '}pull requests")
     for pr in prs:
-        print(f"#{pr.number:<4} {pr.state:<7} {pr.branch} -> {pr.base}  {pr.title}")
+        print(printable(f"#{pr.number:<4} {pr.state:<7} {pr.branch} -> {pr.base}  {pr.title}",
+                        lines=False))
     return 0
 
 
@@ -61,22 +63,29 @@ def _show(args: argparse.Namespace) -> int:
 
     forge = forge_from_args(args)
     pr = forge.get_pr(args.number)
-    print(f"#{pr.number} {pr.title}")
-    print(f"state:  {pr.state}")
-    print(f"branch: {pr.branch} -> {pr.base} (head {str(pr.head_sha)[:12]})")
+    # Everything below is someone else's text (the title, the body the propose step
+    # built from the pushed repo's dataset and class names, comments): one line each
+    # through `cogs.text`, so a control sequence in it is shown, not obeyed (issue 41,
+    # finding 17: cursor moves rewrote the lines above, OSC 52 wrote the clipboard).
+    out = [printable(f"#{pr.number} {pr.title}", lines=False),
+           f"state:  {printable(pr.state, lines=False)}",
+           printable(f"branch: {pr.branch} -> {pr.base} (head {str(pr.head_sha)[:12]})",
+                     lines=False)]
     if pr.merge_commit:
-        print(f"merged: {pr.merge_commit[:12]}")
+        out.append(f"merged: {printable(pr.merge_commit[:12])}")
     if pr.url:
-        print(f"url:    {pr.url}")
+        out.append(printable(f"url:    {pr.url}", lines=False))
     record = parse_record(pr.body)
     if record is not None:
-        print(f"evaluated: {record.model} {record.version} weights sha256 {record.weights_sha256}")
-    print()
-    print(pr.body.rstrip())
+        out.append(printable(f"evaluated: {record.model} {record.version} weights sha256 "
+                             f"{record.weights_sha256}", lines=False))
+    out += ["", printable(pr.body.rstrip())]
     comments = getattr(forge, "comments", None)
     if callable(comments):
         for note in comments(pr.number):
-            print(f"\n--- comment by {note.get('author', '?')}\n{note.get('body', '').rstrip()}")
+            author = printable(str(note.get("author", "?")), lines=False)
+            out += [f"\n--- comment by {author}", printable(str(note.get("body", "")).rstrip())]
+    print("\n".join(out))
     return 0
 
 

@@ -1,10 +1,13 @@
 """`mlops run PATH`: run a push of the model repo locally (the same two Workflows as Argo)."""
 
 import argparse
+import os
 import pathlib
 from typing import Any
 
 from mlops.errors import UserError
+
+MODE_ENV = "MLOPS_IMAGE_BUILD"  # mlops.images.stepbuild.MODE_ENV (not imported: start-up cost)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -14,6 +17,8 @@ def _run(args: argparse.Namespace) -> int:
     # lazy (import cost): every `mlops` start registers this command; these pull Hera's
     # models (seconds), pydantic, numpy (the gate's statistics) and serving options
     from local.argo.runner import run_workflow
+    from mlops.images.stepbuild import step_builder
+    from workflows.binding import binding_for
     from workflows.config import load_config
     from workflows.pipeline import PARAMETERS
     from workflows.push import PUSH_PARAMETERS, build_push_template
@@ -21,6 +26,9 @@ def _run(args: argparse.Namespace) -> int:
 
     loaded = load_config(args.path)
     settings = load_settings(args.settings)
+    # build-image: the model repo's Dockerfile built with podman, from what the cluster's step
+    # gives BuildKit (mlops.images.stepbuild); the environment digest without podman
+    builder = step_builder(args.image_build or os.environ.get(MODE_ENV) or "auto")
     params = {}
     for item in args.param or []:
         name, sep, value = item.partition("=")
@@ -29,10 +37,15 @@ def _run(args: argparse.Namespace) -> int:
                 f"--param {item!r}: expected NAME=VALUE with NAME one of {', '.join(PARAMETERS)}"
             )
         params[name] = value
-    out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / loaded.config.model
+    # What the platform binds this repo to (`workflows.binding`): `--model` and a given
+    # `gitops-repo` (the hook passes both from the bare repo's config), else this
+    # commit's own values -- you run your own repo. The push's submit step refuses a
+    # commit that names others, as in the cluster.
+    binding = binding_for(loaded, model=args.model, gitops_repo=params.get("gitops-repo"))
+    out = pathlib.Path(args.out) if args.out else pathlib.Path("mlops-out") / binding.model
     submitted: list[dict[str, Any]] = []
     pushed = run_workflow(
-        build_push_template(loaded, settings), loaded.repo_dir, out / "push",
+        build_push_template(loaded, settings, binding), loaded.repo_dir, out / "push",
         parameters={k: v for k, v in params.items() if k in PUSH_PARAMETERS},
         submit=submitted.append,
     )
@@ -41,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     result = run_workflow(
         submitted[0], loaded.repo_dir, out,
         parameters={k: v for k, v in params.items() if k not in PUSH_PARAMETERS},
+        image_builder=builder,
     )
     return 0 if result.status == "Succeeded" else 1
 
@@ -54,10 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("path", help="model repo (directory with mlops.yaml)")
     parser.add_argument("--out", help="run directory (default: ./mlops-out/<model>)")
     parser.add_argument("--settings", help="platform settings YAML (same file as for render)")
+    parser.add_argument("--model", help="the model this repo is bound to (a commit whose "
+                        "mlops.yaml names another is refused; default: its own)")
     parser.add_argument(
         "--param",
         action="append",
         metavar="NAME=VALUE",
         help="workflow parameter (repo, revision, ref, gitops-repo)",
     )
+    parser.add_argument(
+        "--image-build", choices=("auto", "podman", "record"),
+        help="build-image: build the repo's Dockerfile with podman as the cluster's step "
+        "builds it (podman; auto: when podman is installed, the default) or record the "
+        f"environment instead (record); default ${MODE_ENV} or auto")
     parser.set_defaults(func=_run)

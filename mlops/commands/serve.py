@@ -8,6 +8,7 @@ import signal
 import sys
 
 from mlops.errors import UserError
+from serving import limits as http_limits
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--decode-timeout", type=float, default=5.0, metavar="S",
                        help="seconds one request's images may take to decode and prepare; "
                             "then 400 (default 5)")
+    http_limits.add_flags(serve)
     serve.add_argument("--math-threads", type=int, default=1,
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float, default=30.0,
@@ -164,6 +166,11 @@ def run_serve(args: argparse.Namespace) -> int:
     images = ImageOptions(max_request_pixels, args.decode_timeout, bool(reduced))
     if not 0 <= args.inline_max_ms <= 1000:  # also refuses nan
         raise UserError("--inline-max-ms must be between 0 and 1000")
+    try:  # the request-head and body-memory limits, bounded in serving.limits
+        limits = http_limits.from_args(args)
+        limits.body_budget(args.max_in_flight, args.max_body_bytes)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     threads = args.threads if args.threads is not None else max(1, default_threads() // workers)
     if threads < 1:
         raise UserError("--threads must be at least 1")
@@ -184,6 +191,7 @@ def run_serve(args: argparse.Namespace) -> int:
         batch_timeout_ms=batch_timeout_ms,
         inline_max_ms=args.inline_max_ms,
         images=images,
+        limits=limits,
     )
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -191,14 +199,10 @@ def run_serve(args: argparse.Namespace) -> int:
     return serve(model, settings, log_level=args.log_level)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run_load_command(args: argparse.Namespace) -> int:
     """Run the load generator and print its report."""
     # lazy (import cost): `mlops --help` does not load it; it pulls pysimdjson
-    from serving.loadgen import LoadError, default_images_dir, load_images, run_load
+    from serving.loadgen import LoadError, Stop, default_images_dir, load_images, run_load
 
     images_dir = args.images or default_images_dir()
     try:
@@ -206,18 +210,19 @@ def run_load_command(args: argparse.Namespace) -> int:
     except LoadError as exc:
         raise UserError(str(exc)) from None
     # SIGTERM ends the run like Ctrl-C: stop sending, then report what was sent.
-    signal.signal(signal.SIGTERM, _interrupt)
-    report = run_load(
-        args.url,
-        rps=args.rps,
-        duration=args.duration,
-        images=images,
-        model=args.model,
-        concurrency_cap=args.concurrency_cap,
-        timeout=args.timeout,
-        route=args.route,
-        seed=args.seed,
-    )
+    with Stop.on_signals((signal.SIGINT, signal.SIGTERM)) as stop:
+        report = run_load(
+            args.url,
+            rps=args.rps,
+            duration=args.duration,
+            images=images,
+            model=args.model,
+            concurrency_cap=args.concurrency_cap,
+            timeout=args.timeout,
+            route=args.route,
+            seed=args.seed,
+            stop=stop,
+        )
     print(report.summary())
     if args.json_out is not None:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)

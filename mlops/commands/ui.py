@@ -5,96 +5,117 @@ GitOps repo `mlops up` serves and its Prometheus. Pages: Models (weights, phase,
 live rates, the decision timeline, canary controls), Runs (`--runs DIR`: the
 local runs' steps and logs), Proposals (PRs with their evaluation report and an
 Approve button). Every button is the same commit as its CLI command, signed
-with the name in the page (default: `--by` or the current user).
+with the name in the page (default: `--by` or the current user) -- with `--token`,
+always with `--by` (the token's identity), with `--proxy-user` as the signed-in person.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlops.commands.pr import forge_from_args
 from mlops.errors import UserError
 
+if TYPE_CHECKING:
+    from mlops.ui.app import UiConfig
+    from mlops.ui.settings import UiSettings
 
-def ui_config(args: argparse.Namespace) -> Any:
+
+def settings_of(args: argparse.Namespace) -> UiSettings:
+    """`mlops ui`'s settings: the flags given, the rest from the environment or the
+    defaults (`UiSettings.from_options`)."""
+    # lazy (import cost): `mlops --help` does not load it (pydantic)
+    from mlops.ui.settings import UiSettings
+
+    return UiSettings.from_options({name: value for name, value in vars(args).items()
+                                    if name in UiSettings.model_fields})
+
+
+def ui_config(args: argparse.Namespace) -> UiConfig:
     """The UI's settings from the options, completed from the platform's work dir."""
+    return config_of(settings_of(args))
+
+
+def config_of(settings: UiSettings) -> UiConfig:
+    """What the app runs with: `settings`, completed from the platform's work dir."""
     # lazy (import cost): `mlops --help` does not load them; mlops.ui.app pulls starlette
-    from gitops.people import current_user
     from local.platform.workdir import Workdir, default_workdir, load_config
     from mlops.ui.app import UiConfig
 
-    root = pathlib.Path(args.workdir).expanduser().resolve() if args.workdir else \
+    root = pathlib.Path(settings.workdir).expanduser().resolve() if settings.workdir else \
         default_workdir()
     platform = load_config(Workdir(root))
-    gitops = args.gitops or (platform.gitops if platform else None)
+    gitops = settings.gitops or (platform.gitops if platform else None)
     if not gitops:
         raise UserError("no GitOps repo: pass --gitops (or $MLOPS_GITOPS_REPO), or --workdir of "
                         "a platform started with `mlops up`")
-    prometheus = args.prometheus
+    prometheus = settings.prometheus
     if prometheus is None and platform is not None and platform.prometheus_port:
         prometheus = f"http://127.0.0.1:{platform.prometheus_port}"
     # The forge `mlops pr` would use (local: the GitOps repo's own PR records).
-    forge_args = argparse.Namespace(forge=args.forge, forge_repo=args.forge_repo,
-                                    forge_api=args.forge_api, repo=gitops)
+    forge_args = argparse.Namespace(forge=settings.forge, forge_repo=settings.forge_repo,
+                                    forge_api=settings.forge_api, repo=gitops)
 
     def forge() -> Any:
         return forge_from_args(forge_args)
 
-    runs = [pathlib.Path(r).expanduser() for r in args.runs]
+    runs = [pathlib.Path(r).expanduser() for r in settings.runs]
     for r in runs:
         if not r.is_dir():
             raise UserError(f"--runs {r}: no such directory")
     return UiConfig(
-        proxy_header=args.proxy_header, proxy_secret=args.proxy_secret or None,
-        argo_ca=args.argo_ca, argo_insecure=args.argo_insecure,
-        gitops=gitops, branch=args.branch or (platform.branch if platform else "main"),
+        proxy_header=settings.proxy_header, proxy_secret=settings.proxy_secret or None,
+        argo_ca=settings.argo_ca, argo_insecure=settings.argo_insecure,
+        gitops=gitops, branch=settings.branch or (platform.branch if platform else "main"),
         prometheus=prometheus or None, runs=runs,
-        reports=pathlib.Path(args.reports).expanduser() if args.reports else None,
-        models_root=pathlib.Path(args.models_root) if args.models_root else None,
-        actions=not args.read_only, token=args.token or None, user=current_user(args.by),
-        proxy_user=args.proxy_user, namespace=args.namespace,
+        reports=pathlib.Path(settings.reports).expanduser() if settings.reports else None,
+        models_root=pathlib.Path(settings.models_root) if settings.models_root else None,
+        actions=settings.actions, token=settings.token or None, user=settings.user,
+        proxy_user=settings.proxy_user, runtime=settings.runtime,
         workdir=root if platform is not None else None,
-        argo_server=args.argo_server,
-        argo_namespace=args.argo_namespace or _settings(args).namespace, forge=forge)
+        argo_server=settings.argo_server,
+        argo_namespace=settings.argo_namespace or _pipeline(settings.settings).namespace,
+        forge=forge)
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _pipeline(path: str | None) -> Any:
     """The pipeline's settings (`--settings FILE`, else the defaults): the namespace its
     Workflows run in, the pods' image pull secrets."""
     # lazy (import cost): `mlops --help` does not load it
     from workflows.settings import load_settings
 
-    return load_settings(args.settings)
+    return load_settings(path)
 
 
 def _serve(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
     import uvicorn
 
+    # lazy (import cost): `mlops --help` does not load it
+    from gitops.git import redact
+
     # lazy (import cost): `mlops --help` does not load it; it pulls starlette
     from mlops.ui.app import create_app
+    from mlops.ui.settings import LOOPBACK
 
-    config = ui_config(args)
-    loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    if loopback:
-        config.allowed_hosts = ["127.0.0.1", "localhost", "[::1]", "::1"]
-    if not loopback and config.actions and not config.token and not config.proxy_user:
-        raise UserError(f"--host {args.host} exposes the actions beyond this machine: set "
-                        "--token (or $MLOPS_UI_TOKEN), --proxy-user, or --read-only")
-    if not loopback and config.proxy_user and not config.proxy_secret:
-        # Any client that reaches the port could name itself in the header.
-        raise UserError(f"--proxy-user on --host {args.host} would trust a user header any "
-                        "client can send: run the proxy beside the UI and bind 127.0.0.1 (as "
-                        "`mlops ui manifests --proxy-user` does), or set --proxy-secret (or "
-                        "$MLOPS_UI_PROXY_SECRET), which the proxy sends as X-Mlops-Proxy-Secret")
-    print(f"mlops ui: http://{args.host}:{args.port}/  (GitOps {config.gitops}"
-          f"{', Prometheus ' + config.prometheus if config.prometheus else ''})", flush=True)
+    settings = settings_of(args)
+    config = config_of(settings)
+    if settings.loopback:
+        config.allowed_hosts = [*LOOPBACK, "[::1]"]
+    problem = settings.exposure_problem()
+    if problem:
+        raise UserError(problem)
+    shown = f"GitOps {redact(config.gitops)}"
+    if config.prometheus:
+        shown += f", Prometheus {redact(config.prometheus)}"
+    if config.token and not config.proxy_user:
+        shown += f"; actions with the token sign as {config.user!r}"
+    print(f"mlops ui: http://{settings.host}:{settings.port}/  ({shown})", flush=True)
     # Open event streams (pushed updates) end within a tick of Ctrl-C; do not wait longer.
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning",
+    uvicorn.run(create_app(config), host=settings.host, port=settings.port, log_level="warning",
                 timeout_graceful_shutdown=2)
     return 0
 
@@ -104,20 +125,37 @@ def _manifests(args: argparse.Namespace) -> int:
     import yaml
 
     # lazy (import cost): `mlops --help` does not load it
-    from mlops.ui.manifests import ui_manifests
+    from mlops.ui.manifests import ARGO_CA_DIR, PROXY_HEADER, ui_manifests
+    from mlops.ui.settings import UiSettings
 
-    settings = _settings(args)
-    docs = ui_manifests(gitops_url=args.gitops, prometheus_url=args.prometheus,
-                        image=args.image, namespace=args.namespace, port=args.port,
+    pipeline = _pipeline(args.settings)
+    argo_namespace = args.argo_namespace or pipeline.namespace
+    signs_as_token = args.enable_actions and args.token_secret and not args.proxy_user
+    # The `mlops ui` the Deployment starts, checked as `mlops ui` checks its flags.
+    settings = UiSettings.in_cluster({
+        "gitops": args.gitops, "prometheus": args.prometheus or "", "runtime": "kubernetes",
+        "port": args.port, "forge": args.forge, "argo_server": args.argo_server,
+        "argo_namespace": argo_namespace if args.argo_server else None,
+        "argo_ca": f"{ARGO_CA_DIR}/ca.crt" if args.argo_server and args.argo_ca_configmap
+        else None,
+        "argo_insecure": bool(args.argo_server and args.argo_insecure
+                              and not args.argo_ca_configmap),
+        "read_only": not args.enable_actions,
+        "by": args.token_identity if signs_as_token else None,
+        "proxy_user": args.proxy_user,
+        "proxy_header": PROXY_HEADER if args.proxy_user else None,
+    }, flags={"by": "--token-identity"})
+    docs = ui_manifests(gitops_url=args.gitops,
+                        prometheus_url=args.prometheus, image=args.image,
+                        namespace=args.namespace, port=settings.port,
                         actions=args.enable_actions, token_secret=args.token_secret,
                         proxy_user=args.proxy_user, proxy_image=args.proxy_image,
                         proxy_env_secret=args.proxy_env_secret, git_secret=args.git_secret or None,
-                        argo_server=args.argo_server,
-                        argo_namespace=args.argo_namespace or settings.namespace,
+                        argo_server=args.argo_server, argo_namespace=argo_namespace,
                         argo_secret=args.argo_secret, argo_ca_configmap=args.argo_ca_configmap,
                         argo_insecure=args.argo_insecure, forge=args.forge,
-                        forge_secret=args.forge_secret,
-                        image_pull_secrets=settings.image_pull_secrets)
+                        forge_secret=args.forge_secret, token_identity=args.token_identity,
+                        image_pull_secrets=pipeline.image_pull_secrets)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
@@ -128,16 +166,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", metavar="DIR",
                    help="the local platform's work dir (default: $MLOPS_WORKDIR, ./.mlops, "
                         "~/.mlops): its GitOps repo and Prometheus")
-    p.add_argument("--gitops", default=os.environ.get("MLOPS_GITOPS_REPO"),
+    p.add_argument("--gitops",
                    help="GitOps repository (default: $MLOPS_GITOPS_REPO, else the platform's)")
     p.add_argument("--branch", default=None)
     p.add_argument("--prometheus", default=None,
                    help="Prometheus URL for live rates (default: the platform's; '' for none)")
-    p.add_argument("--namespace", default="default",
-                   help="namespace label of the serving pods in Prometheus's series")
+    p.add_argument("--runtime",
+                   help="where the models run (local, kubernetes or none): the metrics preset "
+                        "a canary policy that names none is read with, as `mlops controller "
+                        "run` picks it "
+                        "(local: haproxy, kubernetes: istio, none: model; default: local "
+                        "with a platform work dir, else none). The models' namespace is the "
+                        "GitOps repo's (mlops-gitops.yaml), as the controller reads it"),
     p.add_argument("--runs", action="append", default=[], metavar="DIR",
                    help="a run's --out dir or a runs dir of the post-receive hook (repeatable)")
-    p.add_argument("--argo-server", metavar="URL", default=os.environ.get("ARGO_SERVER_URL"),
+    p.add_argument("--argo-server", metavar="URL",
                    help="in a cluster: runs from this Argo Server (token: $ARGO_TOKEN)")
     p.add_argument("--argo-namespace", default=None,
                    help="the Workflows' namespace (default: the --settings file's namespace, "
@@ -147,30 +190,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--argo-insecure", action="store_true",
                    help="do not check the Argo Server's TLS certificate")
     p.add_argument("--settings", help="the pipeline's settings file (its namespace)")
-    p.add_argument("--forge", default=os.environ.get("MLOPS_FORGE", "local"),
+    p.add_argument("--forge",
                    help="where the PRs are, as for `mlops pr`: local, github, gitlab or gitea "
                         "(default: $MLOPS_FORGE or local)")
-    p.add_argument("--forge-repo", default=os.environ.get("MLOPS_FORGE_REPO"),
+    p.add_argument("--forge-repo",
                    help="owner/name on a hosted forge (default: from --gitops)")
-    p.add_argument("--forge-api", default=os.environ.get("MLOPS_FORGE_API"),
-                   help="API root of a self-hosted forge")
+    p.add_argument("--forge-api",
+                   help="API root of a self-hosted forge (default: $MLOPS_FORGE_API)")
     p.add_argument("--reports", metavar="DIR",
                    help="the controller's work dir (its rollouts/*/*/report.md and .png)")
-    p.add_argument("--models-root", default=os.environ.get("MLOPS_MODELS"),
-                   help="the models volume, for Rollback (as `mlops rollback --models-root`)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--by", help="who the buttons act as (default: the current user)")
-    p.add_argument("--token", default=os.environ.get("MLOPS_UI_TOKEN"),
-                   help="actions need this bearer token (default: $MLOPS_UI_TOKEN)")
+    p.add_argument("--models-root",
+                   help="the models volume, for Rollback (as `mlops rollback --models-root`; "
+                        "default: $MLOPS_MODELS)")
+    p.add_argument("--host", help="address to bind (default: loopback, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default 8765)")
+    p.add_argument("--by", help="who the buttons act as (default: the current user); with "
+                                "--token, the token's identity: every action signs as it")
+    p.add_argument("--token",
+                   help="actions need this bearer token (default: $MLOPS_UI_TOKEN); they "
+                        "sign as --by, whatever a request says")
     p.add_argument("--read-only", action="store_true", help="no buttons, every POST refused")
     p.add_argument("--proxy-user", action="store_true",
                    help="take the person from the auth proxy's header (--proxy-header); "
                         "beyond loopback only with --proxy-secret")
-    p.add_argument("--proxy-header", default="X-Forwarded-User",
+    p.add_argument("--proxy-header",
                    help="the one header that names the person (default: X-Forwarded-User, "
                         "as oauth2-proxy sets it)")
-    p.add_argument("--proxy-secret", default=os.environ.get("MLOPS_UI_PROXY_SECRET"),
+    p.add_argument("--proxy-secret",
                    help="the proxy proves itself with this in X-Mlops-Proxy-Secret "
                         "(default: $MLOPS_UI_PROXY_SECRET)")
     p.set_defaults(func=_serve)
@@ -180,12 +226,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--prometheus", help="Prometheus URL (as pods see it)")
     man.add_argument("--image", default="registry.example.com/mlops/controller:0.1.0")
     man.add_argument("--namespace", default="mlops")
-    man.add_argument("--port", type=int, default=8765)
+    man.add_argument("--port", type=int, help="port the UI listens on (default 8765)")
     man.add_argument("--enable-actions", action="store_true",
                      help="let the UI commit (default: read-only); needs --token-secret or "
                           "--proxy-user")
     man.add_argument("--token-secret", default=None,
                      help="Secret with key 'token' that actions need (with --enable-actions)")
+    man.add_argument("--token-identity", default="ui-token",
+                     help="who actions with the token are signed as (a shared token names "
+                          "no person; default: ui-token)")
     man.add_argument("--proxy-user", action="store_true",
                      help="oauth2-proxy in the pod in front of the UI (which listens on "
                           "127.0.0.1); actions signed as its X-Forwarded-User")

@@ -82,7 +82,65 @@ def _lint(args: argparse.Namespace) -> int:
             f"{len(problems)} problem(s) in {count} document(s) of {len(files)} file(s)"
         )
     print(f"{count} document(s) in {len(files)} file(s): valid")
+    for line in _preconditions(files, args):
+        print(line)
     return 0
+
+
+def _preconditions(files: list[pathlib.Path], args: argparse.Namespace) -> list[str]:
+    """What the cluster must allow (workflows.preconditions), as report lines."""
+    # lazy (import cost): `mlops --help` does not load it
+    import yaml
+
+    from workflows import preconditions as pre
+
+    docs = [d for path in files for d in yaml.safe_load_all(path.read_text())
+            if isinstance(d, dict)]
+    executor = None
+    if args.argo_config:
+        executor = _argo_executor(pathlib.Path(args.argo_config))
+    pods = pre.pod_specs(docs, argo_executor=executor)
+    base_images = {str(e.get("value")): "build-image's BASE_IMAGE" for d in docs
+                   if d.get("kind") in ("WorkflowTemplate", "Workflow")
+                   for t in (d.get("spec") or {}).get("templates") or []
+                   for e in (t.get("container") or {}).get("env") or []
+                   if e.get("name") == "BASE_IMAGE" and e.get("value")}
+    findings = [*pre.psa_findings(pods), *pre.resource_findings(pods),
+                *pre.image_findings(pods, base_images)]
+    if executor is None and any(p.injected for p in pods):
+        findings.append(pre.Finding(
+            "pod security", "note", "Argo's init/wait containers were judged without the "
+            "controller's `executor` settings: pass --argo-config (the "
+            "workflow-controller-configmap) to judge them as configured"))
+    if args.repo:
+        # lazy (import cost): pydantic
+        from workflows.config import load_config
+
+        loaded = load_config(args.repo)
+        data = loaded.config.data
+        locks = {} if data is None else {
+            split: lock for split in ("train", "val", "holdout")
+            if (lock := getattr(data, split, None))}
+        findings += pre.data_lock_findings(loaded.repo_dir, locks)
+    return ["preconditions (what the cluster must allow; docs/cluster.md):",
+            *(f"  {f}" for f in findings)]
+
+
+def _argo_executor(path: pathlib.Path) -> dict[str, Any]:
+    """The `executor` of a workflow-controller-configmap (its `data.executor` YAML)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        text = (doc.get("data") or {}).get("executor") if isinstance(doc, dict) else None
+        executor = (yaml.safe_load(text) or {}) if isinstance(text, str) else (
+            {} if text is None else text)
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        raise LintFailed(f"{path}: cannot read the workflow-controller-configmap: {exc}") \
+            from None
+    if not isinstance(executor, dict):
+        raise LintFailed(f"{path}: data.executor is not a mapping")
+    return executor
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -116,6 +174,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sub_p.set_defaults(func=_submit)
 
-    lint = sub.add_parser("lint", help="validate YAML manifests against the official schemas")
+    lint = sub.add_parser(
+        "lint", help="validate YAML manifests against the official schemas, check every "
+        "pod's API rights, and report what the cluster must allow (Pod Security level per "
+        "namespace, resource requests, images, data pins)")
     lint.add_argument("dir", help="directory (searched recursively) or a single file")
+    lint.add_argument("--repo", help="the model repo rendered: check that its data pins "
+                                     "(the lock files `data:` names) are committed")
+    lint.add_argument("--argo-config", metavar="FILE",
+                      help="the workflow-controller-configmap: judge Argo's init/wait "
+                           "containers with its `executor` settings")
     lint.set_defaults(func=_lint)

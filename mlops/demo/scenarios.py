@@ -151,8 +151,9 @@ class Example:
 
 
 EXAMPLES = {e.name: e for e in (
-    # The fine-tune: benchmarks/warm_start.py (README, "The gate"); one epoch at lr 2e-3
-    # since the evening of 2026-11-26 (bad_labels_scenario's docstring has the numbers).
+    # The fine-tune: benchmarks/warm_start.py (docs/guides/evaluation.md, "Warm start"); one
+    # epoch at lr 2e-3 since the evening of 2026-11-26 (bad_labels_scenario's docstring has
+    # the numbers).
     Example("shapes-detector", 7, "no-scale", "with pixels not divided by 255",
             {"epochs": 1, "lr": 0.002},
             generator="shapes_data.py", week2="250 new images, more triangles; 50 retired",

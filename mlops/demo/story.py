@@ -81,6 +81,8 @@ class Demo:
         # pushes (serving flags only) reuse the weights of the production they copy.
         self.production_args: dict[str, Any] = {
             "weights-cache": str(self.work / "cache" / "weights")}
+        if getattr(args, "seed", None) is not None:  # every push trains with this seed
+            self.production_args["seed"] = args.seed
         self.tty = sys.stdout.isatty()
 
     # -- narration and commands --------------------------------------------------------------
@@ -177,8 +179,10 @@ class Demo:
             path.mkdir(parents=True, exist_ok=True)
         print(f"work dir: {self.work}  (every command below runs there)")
         self.mlops("gitops", "init", str(self.gitops))
+        # The hook binds the repo to its model and GitOps repo, as a cluster's push template
+        # does: a push naming another model or GitOps repo is refused (docs/security.md).
         self.mlops("hooks", "init-bare", str(self.model_bare), "--gitops", str(self.gitops),
-                   "--runs-dir", str(self.runs))
+                   "--model", self.model, "--runs-dir", str(self.runs))
         controller_port = free_port()
         self.mlops("up", "--workdir", str(self.platform), "--gitops", str(self.gitops),
                    "--controller-port", str(controller_port))
@@ -457,6 +461,9 @@ class Demo:
         if stable is None:
             raise DemoError(f"{self.model} has no stable version to canary {version} against; "
                             "the first push must be promoted before a scenario plays")
+        if (run.get("gate") or {}).get("outcome") == "review":
+            print(f"the gate could not decide on {version}: its PR is marked for review "
+                  f"({run['gate']['reason']}); the demo reviews it and approves")
         self.set_load(self.args.rps)  # the canary is judged under the full load
         record["marks"]["approved"] = self.approve(version)
         record["marks"]["canary_start"] = self.wait_served({stable: 90, version: 10})

@@ -150,6 +150,11 @@ class Store:
 
         return dict(json.loads(proc.stdout.strip() or "{}") or {})
 
+    def image_id(self, name: str) -> str | None:
+        """The ID of image `name`, or None when the store has no such image."""
+        proc = self.podman("image", "inspect", "--format", "{{.Id}}", name, check=False)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
     def remove_containers(self, names: Sequence[str]) -> None:
         """Force-remove the named containers (left by an interrupted run); absent ones are fine."""
         if names:

@@ -8,11 +8,19 @@ Behind an auth proxy (`proxy_user`) the person is the ONE configured header
 (`proxy_header`), and only from a request that proves it came through the
 proxy: by the proxy's shared secret in `X-Mlops-Proxy-Secret` when one is set,
 else by the UI listening on loopback where only the proxy beside it can reach
-it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). The
-name a request signs with (`by`, or the proxy's header) must be one line of
-printable text: it becomes a commit trailer (`gitops.git.line_problem`).
+it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). With a
+token (`--token`, shared by whoever holds it) the person is the token's identity,
+the `--by` the UI was started with: a request cannot name someone else (`by` naming
+another person is a 403), so a merge is never authored as whoever the request says
+(issue 41, finding 15). Only on a UI with neither (loopback, one machine) does the
+page's "as" field name the person. The
+name a request signs with must be one line of printable text: it becomes a commit
+trailer (`gitops.git.line_problem`).
 A refusal is `{"error": "<the CLI's one-line message>"}` with a 4xx; anything
-unexpected is logged here and answered with one line, never a traceback.
+unexpected is logged here and answered with one line, never a traceback. Nothing the
+UI answers or prints carries a URL's credentials (`gitops.git.redact`: `/api/info`,
+every error, the start-up line; issue 41, finding 16), and every answer carries the
+headers of `mlops.ui.guard` (a strict Content-Security-Policy).
 """
 
 from __future__ import annotations
@@ -31,12 +39,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from contracts.errors import ExitCode, MlopsError
 from gitops.forges import registry
-from gitops.git import line_problem
+from gitops.git import line_problem, redact
 from local.platform import lifecycle
 from local.platform.workdir import Workdir
 from mlops.errors import UserError
@@ -46,15 +54,16 @@ from mlops.ui import proposals as proposal_pages
 from mlops.ui import runs as run_pages
 from mlops.ui.actions import Actions, http_status
 from mlops.ui.argo import ArgoRuns
+from mlops.ui.guard import SecurityHeaders, StreamSlots
 from mlops.ui.live import live_rates
+from mlops.ui.settings import PROXY_USER_HEADER
 from mlops.ui.source import GitopsSource
-from mlops.ui.stream import page_events
+from mlops.ui.stream import Shared, page_events
+from promotion.metrics.live import RUNTIME_PRESETS
 
 STATIC = pathlib.Path(__file__).with_name("static")
 log = logging.getLogger("mlops.ui")
 
-#: The header oauth2-proxy sets to the signed-in person when it proxies (`--pass-user-headers`).
-PROXY_USER_HEADER = "X-Forwarded-User"
 #: The header a proxy that is not beside the UI on loopback proves itself with.
 PROXY_SECRET_HEADER = "X-Mlops-Proxy-Secret"
 
@@ -66,13 +75,17 @@ class UiConfig:
     gitops: str
     branch: str = "main"
     prometheus: str | None = None
-    namespace: str = "default"
+    runtime: str | None = None
+    """Where the models run (`local`, `kubernetes`, `none`): the preset a policy that names
+    none reads with, as the controller picks it (`RUNTIME_PRESETS`). None: `local` with a
+    platform work dir, else `none`."""
     runs: list[pathlib.Path] = field(default_factory=list)
     reports: pathlib.Path | None = None
     models_root: pathlib.Path | None = None
     actions: bool = True
     token: str | None = None
     user: str = "human"
+    """Who acts: with a token, the token's identity (a request cannot name another)."""
     proxy_user: bool = False
     """Take the person from the auth proxy's header (in a cluster)."""
     proxy_header: str = PROXY_USER_HEADER
@@ -93,6 +106,11 @@ class UiConfig:
     allowed_hosts: list[str] | None = None
     """`Host` headers answered (None: any). On loopback, `mlops ui` allows only loopback
     names, so a page whose domain is re-pointed at 127.0.0.1 (DNS rebinding) gets 400."""
+    max_streams: int = 32
+    """Event streams open at once, all clients (beyond: 503, the page polls)."""
+    max_streams_per_client: int = 8
+    """Event streams open at once from one client address (or signed-in person behind
+    the proxy); beyond: 429."""
 
 
 class UiError(UserError):
@@ -105,22 +123,52 @@ class NotFound(UserError):
     exit_code = ExitCode.NOT_FOUND
 
 
-def _fail(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _fail(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": redact(message)}, status_code=status, headers=headers)
 
 
-def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlette:
-    """The app for one GitOps repo (tests pass their own source)."""
-    src = source or GitopsSource(config.gitops, config.branch)
+class Refused(Exception):
+    """An action refused before it runs: its HTTP status and the one line."""
 
-    def forge() -> Any:
-        if config.forge is not None:
-            return config.forge()
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
-        return registry.create("local", config.gitops)
 
-    actions = Actions(config.gitops, forge, config.branch, config.models_root)
+class UiEndpoints:
+    """The routes' handlers for one GitOps repo: reads through the source and the page
+    builders, actions through :class:`Actions`, event streams through the shared builds."""
 
+    def __init__(self, config: UiConfig, source: GitopsSource | None = None) -> None:
+        self.config = config
+        self.src = source or GitopsSource(config.gitops, config.branch)
+        self.actions = Actions(config.gitops, self.forge, config.branch, config.models_root)
+        #: The preset a policy that names none is read with: the runtime's router view,
+        #: from the table the controller picks its default from.
+        self.runtime = config.runtime or ("local" if config.workdir is not None else "none")
+        if self.runtime not in RUNTIME_PRESETS:
+            raise UiError(f"runtime {self.runtime!r}: choose one of "
+                          f"{', '.join(RUNTIME_PRESETS)}")
+        self.default_preset = RUNTIME_PRESETS[self.runtime]
+        self.argo = None
+        if config.argo_server:
+            self.argo = ArgoRuns(config.argo_server, config.argo_namespace, ca=config.argo_ca,
+                                 insecure=config.argo_insecure)
+        # One build per tick for every open stream of a page (ten tabs cost what one costs).
+        self.pages: dict[str, Shared[dict[str, Any]]] = {
+            "models": Shared(self.models), "proposals": Shared(lambda: self.proposals(None)),
+            "runs": Shared(lambda: self.runs(None))}
+        self.shared_charts = Shared(self.all_charts)
+        self.slots = StreamSlots(config.max_streams, config.max_streams_per_client)
+        self.stopping = threading.Event()  # set on shutdown: open event streams end
+
+    def forge(self) -> Any:
+        """The forge the proposals are on (the GitOps repo's own PR records by default)."""
+        if self.config.forge is not None:
+            return self.config.forge()
+        return registry.create("local", self.config.gitops)
+
+    @staticmethod
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Response]]:
         """Errors meant for a person as their message; the rest logged, one line out."""
         async def endpoint(request: Request) -> Response:
@@ -134,22 +182,42 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             return result if isinstance(result, Response) else JSONResponse(result)
         return endpoint
 
-    def who(request: Request, body: dict[str, Any]) -> str:
+    # -- who acts -------------------------------------------------------------------------
+
+    def proxied(self, request: Request) -> bool:
+        """The request came through the auth proxy (its secret, or loopback beside it)."""
+        if self.config.proxy_secret is None:
+            return True
+        given = request.headers.get(PROXY_SECRET_HEADER, "")
+        return hmac.compare_digest(given.encode(), self.config.proxy_secret.encode())
+
+    def who(self, request: Request, body: dict[str, Any]) -> str:
+        """The person an action signs as: the proxy's user, the token's identity, or (on a
+        UI with neither) the name the page sends."""
+        config = self.config
         if config.proxy_user:
-            if config.proxy_secret is not None:
-                given = request.headers.get(PROXY_SECRET_HEADER, "")
-                if not hmac.compare_digest(given.encode(), config.proxy_secret.encode()):
-                    raise PermissionError(f"this request did not come through the auth proxy "
-                                          f"(no valid {PROXY_SECRET_HEADER})")
+            if not self.proxied(request):
+                raise Refused(401, f"this request did not come through the auth proxy "
+                                   f"(no valid {PROXY_SECRET_HEADER})")
             name = request.headers.get(config.proxy_header, "").strip()
             if not name:
-                raise PermissionError(f"no signed-in user from the auth proxy "
-                                      f"({config.proxy_header})")
+                raise Refused(401, f"no signed-in user from the auth proxy "
+                                   f"({config.proxy_header})")
             return name
-        name = str(body.get("by") or "").strip()
-        return name or config.user
+        named = str(body.get("by") or "").strip()
+        if config.token:
+            # A shared token says who holds it, not who they are: it acts as its identity.
+            if named and named != config.user:
+                raise Refused(403, f"who acts (\"by\"): {named!r} -- this UI's token acts as "
+                                   f"{config.user!r} (its identity, `mlops ui --by`); a "
+                                   "request cannot sign as someone else. For one name per "
+                                   "person, sign in through the auth proxy (--proxy-user)")
+            return config.user
+        return named or config.user
 
-    async def action(request: Request, run: Callable[[str], str]) -> Response:
+    async def action(self, request: Request, run: Callable[[str], str]) -> Response:
+        """Run an action for the person the request proves, or refuse it (4xx, one line)."""
+        config = self.config
         if not config.actions:
             return _fail(403, "actions are disabled on this UI (read-only); use the CLI or "
                               "start it with actions enabled")
@@ -164,63 +232,82 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
         except ValueError:
             body = {}
         try:
-            person = who(request, body if isinstance(body, dict) else {})
-        except PermissionError as exc:
-            return _fail(401, str(exc))
+            person = self.who(request, body if isinstance(body, dict) else {})
+        except Refused as exc:
+            return _fail(exc.status, str(exc))
         problem = line_problem(person)
         if problem:
             where = config.proxy_header if config.proxy_user else '"by"'
             return _fail(400, f"who acts ({where}): {person!r} {problem}")
-        return await guarded(lambda _r: {"message": run(person)})(request)
+        return await self.guarded(lambda _r: {"message": run(person)})(request)
 
-    def info(request: Request) -> dict[str, Any]:
-        return {"gitops": config.gitops, "branch": config.branch, "actions": config.actions,
-                "token": bool(config.token), "user": config.user,
-                "proxy_user": config.proxy_user, "prometheus": config.prometheus,
+    async def approve(self, request: Request) -> Response:
+        number = int(request.path_params["number"])
+        return await self.action(request, lambda by: self.actions.approve(number, by))
+
+    async def canary(self, request: Request) -> Response:
+        model, verb = request.path_params["model"], request.path_params["action"]
+        if verb == "rollback":
+            return await self.action(request, lambda by: self.actions.rollback(model, by))
+        return await self.action(request, lambda by: self.actions.canary(model, verb, by))
+
+    # -- pages ----------------------------------------------------------------------------
+
+    def info(self, request: Request) -> dict[str, Any]:
+        """What the page shows in its header. No token needed to read this: every URL
+        without its credentials."""
+        config = self.config
+        return {"gitops": redact(config.gitops), "branch": config.branch,
+                "actions": config.actions, "token": bool(config.token), "user": config.user,
+                "identity": config.user if config.token and not config.proxy_user else None,
+                "proxy_user": config.proxy_user,
+                "prometheus": redact(config.prometheus) if config.prometheus else None,
+                "runtime": self.runtime, "preset": self.default_preset,
                 "runs": [str(r) for r in config.runs] +
-                ([f"{config.argo_server} ({config.argo_namespace})"] if argo else [])}
+                ([f"{redact(config.argo_server or '')} ({config.argo_namespace})"]
+                 if self.argo else [])}
 
-    def platform() -> tuple[dict[str, Any], str | None]:
-        if config.workdir is None:
+    def platform(self) -> tuple[dict[str, Any], str | None]:
+        """The local platform's models (their servers' phases), and its fault if any."""
+        if self.config.workdir is None:
             return {}, None
-
         try:
-            return lifecycle.status(Workdir(config.workdir)).get("models", {}), None
+            return lifecycle.status(Workdir(self.config.workdir)).get("models", {}), None
         except MlopsError as exc:
             return {}, str(exc)
 
-    #: The preset a policy that names none is read with: the runtime's router view.
-    default_preset = "haproxy" if config.workdir is not None else "model"
-
-    def models(request: Request | None = None) -> dict[str, Any]:
-        snap = src.snapshot()
-        served, problem = platform()
+    def models(self, request: Request | None = None) -> dict[str, Any]:
+        config = self.config
+        snap = self.src.snapshot()
+        served, problem = self.platform()
         views = []
         for name, current in sorted(snap.models.items()):
             live = None
             if config.prometheus:
-                live = live_rates(config.prometheus, current, namespace=config.namespace,
-                                  default=default_preset)
+                live = live_rates(config.prometheus, current, config=snap.config,
+                                  default=self.default_preset)
             versions = (served.get(name) or {}).get("versions") if config.workdir else None
-            views.append(model_pages.model_view(current, src.history(name), live,
+            views.append(model_pages.model_view(current, self.src.history(name), live,
                                                 config.reports, versions or
                                                 ({} if config.workdir else None)))
         return {"tip": snap.tip, "models": views, "platform_error": problem}
 
-    def model_charts(name: str, minutes: float = 15.0, fetch: bool = True) -> dict[str, Any]:
-        current = src.snapshot(fetch=fetch).models.get(name)
+    def model_charts(self, name: str, minutes: float = 15.0,
+                     fetch: bool = True) -> dict[str, Any]:
+        snap = self.src.snapshot(fetch=fetch)
+        current = snap.models.get(name)
         if current is None:
-            raise NotFound(f"no model {name!r} in apps/ of {config.gitops}")
+            raise NotFound(f"no model {name!r} in apps/ of {self.config.gitops}")
         state, _ = model_pages.canary_state(current)
         started = state.started_at.timestamp() if state and state.started_at else None
         now = time.time()
-        history = src.weight_history(name, since=now - live_charts.MAX_SPAN)
-        return live_charts.charts(config.prometheus, current, history,
-                                  model_pages.timeline(src.history(name)), started, now,
-                                  minutes=minutes, namespace=config.namespace,
-                                  default=default_preset)
+        history = self.src.weight_history(name, since=now - live_charts.MAX_SPAN)
+        return live_charts.charts(self.config.prometheus, current, history,
+                                  model_pages.timeline(self.src.history(name)), started, now,
+                                  minutes=minutes, config=snap.config,
+                                  default=self.default_preset)
 
-    def charts(request: Request) -> dict[str, Any]:
+    def charts(self, request: Request) -> dict[str, Any]:
         text = request.query_params.get("minutes", "15")
         try:
             minutes = float(text)
@@ -228,91 +315,103 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
             minutes = -1
         if not 0 < minutes <= 360:
             raise UiError(f"charts: minutes={text!r} must be a number of minutes, 1 to 360")
-        return model_charts(request.path_params["model"], minutes)
+        return self.model_charts(request.path_params["model"], minutes)
 
-    def proposals(request: Request | None) -> dict[str, Any]:
-        return {"proposals": proposal_pages.proposals_view(forge())}
+    def all_charts(self) -> list[dict[str, Any]]:
+        snap = self.src.snapshot(fetch=False)
+        return [self.model_charts(m, fetch=False) for m in sorted(snap.models)]
 
-    argo = None
-    if config.argo_server:
-        argo = ArgoRuns(config.argo_server, config.argo_namespace, ca=config.argo_ca,
-                        insecure=config.argo_insecure)
+    def proposals(self, request: Request | None) -> dict[str, Any]:
+        return {"proposals": proposal_pages.proposals_view(self.forge())}
 
-    def runs(request: Request | None) -> dict[str, Any]:
-        found = run_pages.runs_view(config.runs)
-        return {"runs": (argo.runs() if argo else []) + found}
+    def runs(self, request: Request | None) -> dict[str, Any]:
+        found = run_pages.runs_view(self.config.runs)
+        return {"runs": (self.argo.runs() if self.argo else []) + found}
 
-    def compare(request: Request) -> dict[str, Any]:
-        return run_pages.compare_view(config.runs, request.query_params.getlist("run"), argo)
+    def compare(self, request: Request) -> dict[str, Any]:
+        return run_pages.compare_view(self.config.runs, request.query_params.getlist("run"),
+                                      self.argo)
 
-    def run_log(request: Request) -> Response:
+    def run_log(self, request: Request) -> Response:
         path = request.query_params.get("path", "")
-        text = argo.log(path) if argo and path.startswith("argo:") else \
-            run_pages.read_log(config.runs, path)
+        text = self.argo.log(path) if self.argo and path.startswith("argo:") else \
+            run_pages.read_log(self.config.runs, path)
         return Response(text, media_type="text/plain; charset=utf-8")
 
-    def report(request: Request) -> Response:
+    def report(self, request: Request) -> Response:
         p = request.path_params
-        if config.reports is None or p["file"] not in model_pages.REPORT_FILES:
+        reports = self.config.reports
+        if reports is None or p["file"] not in model_pages.REPORT_FILES:
             return _fail(404, "no canary reports here (start `mlops ui` with --reports)")
-        path = config.reports / "rollouts" / p["model"] / p["candidate"] / p["file"]
-        if not path.resolve().is_relative_to(config.reports.resolve()) or not path.is_file():
+        path = reports / "rollouts" / p["model"] / p["candidate"] / p["file"]
+        if not path.resolve().is_relative_to(reports.resolve()) or not path.is_file():
             return _fail(404, f"no {p['file']} for {p['model']} {p['candidate']}")
         return FileResponse(path)
 
-    async def approve(request: Request) -> Response:
-        number = int(request.path_params["number"])
-        return await action(request, lambda by: actions.approve(number, by))
-
-    async def canary(request: Request) -> Response:
-        model, verb = request.path_params["model"], request.path_params["action"]
-        if verb == "rollback":
-            return await action(request, lambda by: actions.rollback(model, by))
-        return await action(request, lambda by: actions.canary(model, verb, by))
-
-    pages: dict[str, Callable[[], dict[str, Any]]] = {
-        "models": models, "proposals": lambda: proposals(None), "runs": lambda: runs(None)}
-
-    async def events(request: Request) -> Response:
-        """Server-sent events: the page's document when it changes (`event: page`), and on
-        the Models page each model's charts (`event: charts`); the page polls if this fails."""
-        name = request.query_params.get("page", "models")
-        if name not in pages:
-            return _fail(400, f"events: page={name!r}: choose one of {', '.join(pages)}")
-        charts_of = None
-        if name == "models":
-            def charts_of() -> list[dict[str, Any]]:
-                snap = src.snapshot(fetch=False)
-                return [model_charts(m, fetch=False) for m in sorted(snap.models)]
-        return page_events(request, pages[name], charts_of, stopping)
-
-    async def index(request: Request) -> Response:
+    async def index(self, request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
 
-    stopping = threading.Event()  # set on shutdown: open event streams end
+    # -- pushed updates -------------------------------------------------------------------
+
+    def client_of(self, request: Request) -> str:
+        """Whose streams count together: the signed-in person behind the auth proxy (every
+        request comes from the proxy's address there), else the client's address."""
+        if self.config.proxy_user and self.proxied(request):
+            person = request.headers.get(self.config.proxy_header, "").strip()
+            if person:
+                return f"user:{person}"
+        return f"addr:{request.client.host if request.client else '?'}"
+
+    async def events(self, request: Request) -> Response:
+        """Server-sent events: the page's document when it changes (`event: page`), and on
+        the Models page each model's charts (`event: charts`); the page polls if this fails
+        (or is refused: beyond the caps of `slots`)."""
+        name = request.query_params.get("page", "models")
+        if name not in self.pages:
+            return _fail(400, f"events: page={name!r}: choose one of {', '.join(self.pages)}")
+        client = self.client_of(request)
+        refused = self.slots.take(client)
+        if refused is not None:
+            return _fail(refused[0], refused[1], {"Retry-After": "10"})
+        return page_events(request, self.pages[name],
+                           self.shared_charts if name == "models" else None,
+                           self.stopping, release=lambda: self.slots.give(client))
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """On shutdown: open event streams end, the source lets go of its mirror."""
         yield
-        stopping.set()
-        src.close()
+        self.stopping.set()
+        self.src.close()
 
-    app = Starlette(routes=[
-        Route("/", index),
-        Route("/api/info", guarded(info)),
-        Route("/api/models", guarded(models)),
-        Route("/api/proposals", guarded(proposals)),
-        Route("/api/runs", guarded(runs)),
-        Route("/api/log", guarded(run_log)),
-        Route("/api/compare", guarded(compare)),
-        Route("/api/models/{model}/charts", guarded(charts)),
-        Route("/api/events", events),
-        Route("/reports/{model}/{candidate}/{file}", guarded(report)),
-        Route("/api/proposals/{number:int}/approve", approve, methods=["POST"]),
-        Route("/api/models/{model}/{action}", canary, methods=["POST"]),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ], lifespan=lifespan)
-    app.state.stopping = stopping
+    def routes(self) -> list[BaseRoute]:
+        """Every route of the app: JSON reads (guarded), the two actions, the stream, the
+        page and its static files."""
+        guarded = self.guarded
+        return [
+            Route("/", self.index),
+            Route("/api/info", guarded(self.info)),
+            Route("/api/models", guarded(self.models)),
+            Route("/api/proposals", guarded(self.proposals)),
+            Route("/api/runs", guarded(self.runs)),
+            Route("/api/log", guarded(self.run_log)),
+            Route("/api/compare", guarded(self.compare)),
+            Route("/api/models/{model}/charts", guarded(self.charts)),
+            Route("/api/events", self.events),
+            Route("/reports/{model}/{candidate}/{file}", guarded(self.report)),
+            Route("/api/proposals/{number:int}/approve", self.approve, methods=["POST"]),
+            Route("/api/models/{model}/{action}", self.canary, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ]
+
+
+def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlette:
+    """The app for one GitOps repo (tests pass their own source)."""
+    endpoints = UiEndpoints(config, source)
+    app = Starlette(routes=endpoints.routes(), lifespan=endpoints.lifespan)
+    app.state.stopping = endpoints.stopping
+    app.state.streams = endpoints.slots
     if config.allowed_hosts:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, on every answer
     return app

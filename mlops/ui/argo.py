@@ -28,6 +28,7 @@ import urllib3
 
 from contracts.errors import ExitCode, MlopsError
 from mlops.errors import UserError
+from mlops.ui.runs import gate_view
 
 TOKEN_ENV = "ARGO_TOKEN"  # = workflows.submit.TOKEN_ENV (that module needs Hera)
 
@@ -74,7 +75,7 @@ def run_view(wf: dict[str, Any], now: float) -> dict[str, Any]:
     start, end = _time(status.get("startedAt")), _time(status.get("finishedAt"))
     failed = next((s for s in steps if s["state"] in ("Failed", "Error")), None)
     running = next((s for s in steps if s["state"] == "Running"), None)
-    return {
+    view = {
         "name": name, "out": f"argo:{name}", "status": status.get("phase") or "Pending",
         "started_at": start, "seconds": None if start is None else round((end or now) - start, 1),
         "task": (failed or running or {}).get("task", ""),
@@ -83,6 +84,8 @@ def run_view(wf: dict[str, Any], now: float) -> dict[str, Any]:
         "gate": {"true": "passed", "false": "refused"}.get(outputs.get("passed", ""), ""),
         "steps": steps,
     }
+    view["gate_view"] = gate_view(view)
+    return view
 
 
 class ArgoRuns:

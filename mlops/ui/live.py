@@ -8,19 +8,31 @@ reads it too); here its answers become what the Models page shows:
   queries), the weights committed in git beside the router's live weight, the
   decision commits as marks on the time axis and the policy's limits as lines.
 
-The preset is the one the model's `canary-policy.yaml` names, else the runtime's
-router view (`haproxy` on the local platform), else `model`. Prometheus down is a
-message on the page, never an error.
+The policy is read as the controller reads it (`promotion.gitrepo.policy_file`: the
+models' namespace from the GitOps repo's `mlops-gitops.yaml`); the preset is the one it
+names, else the runtime's router view (`promotion.metrics.live.RUNTIME_PRESETS`:
+`haproxy` on the local platform, `istio` in a cluster), else `model`.
+
+Prometheus down is a fault on the page, never an error: :func:`fault` makes it one
+line a person reads ("Prometheus at URL is unreachable (connection refused); live
+rates unavailable, git state shown") and keeps the raw text for a toggle. Both are
+text to the page, whatever Prometheus said (`static/html.js` escapes them).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import socket
+import urllib.parse
 from typing import Any, Mapping, Sequence
 
+import requests
+
 from gitops import layout
+from gitops.git import redact
 from promotion.decision.policy import CanaryPolicy, load_policy
-from promotion.gitrepo.apply import POLICY_FILE
+from promotion.gitrepo.policy_file import folder_policy
 from promotion.metrics.live import LiveReader, Series, preset_of
 from promotion.metrics.prometheus import MetricFault
 
@@ -32,40 +44,96 @@ MIN_WINDOW = 10.0
 MAX_SPAN = 6 * 3600.0
 
 
-def policy_of(current: layout.ModelState) -> CanaryPolicy:
-    """The model's canary policy; the defaults when it is broken (the controller reports
-    a broken policy; a view only needs its limits and its preset)."""
-    raw = current.extra.get(POLICY_FILE)
+#: What `mlops gitops init` writes when a repo has no (readable) `mlops-gitops.yaml`.
+NO_CONFIG = layout.RepoConfig(repo_url="")
+
+#: What the page still shows when Prometheus cannot answer.
+WITHOUT_PROMETHEUS = "live rates unavailable, git state shown"
+
+
+def policy_of(current: layout.ModelState,
+              config: layout.RepoConfig | None = None) -> CanaryPolicy:
+    """The model's canary policy as the controller reads it; the defaults (in the repo's
+    namespace) when it is broken (the controller reports a broken policy; a view only
+    needs its limits, its preset and its namespace)."""
     try:
-        return load_policy(raw if isinstance(raw, dict) else {})
+        return folder_policy(current, config or NO_CONFIG)
     except Exception:
-        return load_policy({})
+        return folder_policy(layout.ModelState(model=current.model), config or NO_CONFIG)
 
 
-def reader(url: str, current: layout.ModelState, namespace: str = "default",
+def reader(url: str, current: layout.ModelState, config: layout.RepoConfig | None = None,
            default: str = "model", timeout: float = 2.0) -> LiveReader:
-    """A reader with the preset the controller uses for this model."""
-    policy = policy_of(current)
+    """A reader with the preset and the namespace the controller uses for this model."""
+    policy = policy_of(current, config)
     try:
         preset = preset_of(policy, default)
     except Exception:  # an unknown preset is the controller's to report; read with the default
         preset = preset_of(load_policy({}), default)
-    return LiveReader(url, preset, namespace=policy.metrics.namespace or namespace,
+    return LiveReader(url, preset, namespace=policy.metrics.namespace or NO_CONFIG.namespace,
                       timeout=timeout)
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what it wraps: causes, contexts, and urllib3's `reason`."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or any(e is s for s in seen) or len(seen) > 20:
+            continue
+        seen.append(e)
+        todo += [e.__cause__, e.__context__, getattr(e, "reason", None)]
+        todo += [a for a in e.args if isinstance(a, BaseException)]
+    return seen
+
+
+def fault(url: str, exc: BaseException, consequence: str = WITHOUT_PROMETHEUS
+          ) -> tuple[str, str]:
+    """(one line a person reads, the raw text) for Prometheus failing to answer (pure).
+
+    The kind comes from the exception chain `PrometheusSource.api` leaves (a requests
+    error as the fault's context), else from its message (an HTTP error answer). The URL
+    is shown without credentials, and so is the raw text."""
+    where = f"Prometheus at {redact(url)}"
+    chain = _chain(exc)
+    # urllib3 quotes the request's URL with its PromQL percent-encoded: readable again
+    raw = re.sub(r"url: (\S+)", lambda m: "url: " + urllib.parse.unquote_plus(m.group(1)),
+                 redact(str(exc)))
+    if any(isinstance(e, requests.Timeout | socket.timeout | TimeoutError) for e in chain):
+        why = "is unreachable (timed out)"
+    elif any(isinstance(e, ConnectionRefusedError) for e in chain):
+        why = "is unreachable (connection refused)"
+    elif any(isinstance(e, socket.gaierror) for e in chain) or \
+            "NameResolutionError" in raw or "Name or service not known" in raw:
+        why = "is unreachable (its host name does not resolve)"
+    elif any(isinstance(e, requests.exceptions.SSLError) for e in chain):
+        why = "is unreachable (TLS failed)"
+    elif any(isinstance(e, requests.ConnectionError | ConnectionError) for e in chain):
+        why = "is unreachable (connection failed)"
+    elif (status := re.search(r"HTTP (\d{3}) without JSON", raw)) is not None:
+        why = f"answered HTTP {status.group(1)} without JSON (is it Prometheus?)"
+    elif (status := re.search(r"HTTP (\d{3})", raw)) is not None:
+        why = f"refused the query (HTTP {status.group(1)})"
+    else:
+        why = "could not answer"
+    return f"{where} {why}; {consequence}", raw
+
+
 def live_rates(url: str, current: layout.ModelState, window: float = 60.0,
-               namespace: str = "default", default: str = "model",
+               config: layout.RepoConfig | None = None, default: str = "model",
                timeout: float = 2.0) -> dict[str, dict[str, Any]]:
-    """version -> {rate, error_rate, p99_ms} (or {error} when Prometheus cannot answer)."""
+    """version -> {rate, error_rate, p99_ms} (or {error, detail} when Prometheus cannot
+    answer: the one line and the raw text, :func:`fault`)."""
     versions = sorted(current.deployments)
     if not versions:
         return {}
     try:
-        now = reader(url, current, namespace, default, timeout).now(current.model, versions,
-                                                                    window)
+        now = reader(url, current, config, default, timeout).now(current.model, versions,
+                                                                 window)
     except MetricFault as exc:
-        return {v: {"error": f"Prometheus: {exc}"} for v in versions}
+        line, raw = fault(url, exc)
+        return {v: {"error": line, "detail": raw} for v in versions}
     return {v: {"rate": _round(m.get("rps"), 3), "error_rate": _round(m.get("error_share"), 4),
                 "p99_ms": _round(m.get("p99_ms"), 1)} for v, m in now.items()}
 
@@ -144,19 +212,19 @@ def panels(series: Series | None, git: Mapping[str, Sequence[int | None]],
 def charts(url: str | None, current: layout.ModelState,
            history: Sequence[tuple[str, float, Mapping[str, int]]],
            timeline: Sequence[Mapping[str, Any]], started_at: float | None, now: float,
-           minutes: float = 15.0, namespace: str = "default",
+           minutes: float = 15.0, config: layout.RepoConfig | None = None,
            default: str = "model") -> dict[str, Any]:
     """Everything the Models page draws for one model."""
     start, end, step, window = span(started_at, now, minutes)
     versions = sorted(set(current.deployments) | {v for _, _, w in history for v in w})
-    policy = policy_of(current)
-    series, problem = None, None
+    policy = policy_of(current, config)
+    series, problem, detail = None, None, None
     if url:
-        live = reader(url, current, namespace, default)
+        live = reader(url, current, config, default)
         try:
             series = live.series(current.model, versions, start, end, step, window)
         except MetricFault as exc:
-            problem = f"Prometheus: {exc}"
+            problem, detail = fault(url, exc)
         preset = live.preset.name
     else:
         preset, problem = None, "no Prometheus given (start `mlops ui` with --prometheus)"
@@ -167,7 +235,8 @@ def charts(url: str | None, current: layout.ModelState,
         times += [end] if times[-1] < end else []
     return {
         "model": current.model, "start": start, "end": end, "step": step, "window": window,
-        "preset": preset, "error": problem, "times": times, "versions": versions,
+        "preset": preset, "error": problem, "detail": detail, "times": times,
+        "versions": versions, "namespace": policy.metrics.namespace,
         "panels": panels(series, git_weights(history, times, versions), policy, versions),
         "marks": marks(history, timeline, start),
     }

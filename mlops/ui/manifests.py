@@ -107,7 +107,8 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  argo_secret: str | None = None, argo_ca_configmap: str | None = None,
                  argo_insecure: bool = False, forge: str | None = None,
                  forge_secret: str = "mlops-forge",
-                 image_pull_secrets: Sequence[str] = ()) -> list[dict[str, Any]]:
+                 image_pull_secrets: Sequence[str] = (),
+                 token_identity: str = "ui-token") -> list[dict[str, Any]]:
     """Deployment and Service, plus the Argo Server reader when there is no `argo_secret`."""
 
     if actions and not (token_secret or proxy_user):
@@ -117,8 +118,10 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
         raise UserError("--argo-ca-configmap and --argo-insecure: choose one")
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
     host = "127.0.0.1" if proxy_user else "0.0.0.0"
+    # `--runtime kubernetes`: a policy that names no preset reads with istio's, as the
+    # controller in the cluster reads it (issue 42: the UI read `model`'s).
     args = ["ui", "--gitops", gitops_url, "--host", host, "--port", str(port),
-            "--prometheus", prometheus_url or ""]
+            "--prometheus", prometheus_url or "", "--runtime", "kubernetes"]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
     if git_secret:
         env.append(git_token_env(git_secret))
@@ -147,6 +150,9 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     if not actions:
         args.append("--read-only")
     else:
+        if token_secret and not proxy_user:
+            # A shared token names no person: its actions sign as this identity.
+            args += ["--by", token_identity]
         if token_secret:
             env.append({"name": "MLOPS_UI_TOKEN", "valueFrom": {"secretKeyRef": {
                 "name": token_secret, "key": "token"}}})

@@ -3,15 +3,17 @@
 `workflows.run_events.scan` says how each run stands (`mlops status --runs`);
 `run_events.read` gives its steps in order -- started, finished with phase,
 seconds and outputs, and the log each step writes. A log is served only from
-inside a run's output directory.
+inside a run's output directory. Every run says what the gate made of it
+(:func:`gate_view`): its verdict and reason, or why it has none (issue 44 item 6).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from mlops.errors import UserError
 from workflows import run_events
@@ -44,14 +46,61 @@ def steps(events: Sequence[run_events.RunEvent], now: float) -> list[dict[str, A
     return list(out.values())
 
 
+FINISHED = ("Succeeded", "Failed", "Error", "Died")
+
+
+def gate_view(run: Mapping[str, Any], record: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """What the gate made of a run: `verdict` (passed, review, refused, failed, running,
+    pending, not reached) and `reason`, from the gate step's outputs (`passed`, `outcome`,
+    `reason`), else the run record's `gate`, else the run's state (pure). `review` is the
+    gate's inconclusive outcome: proposed for a person to decide."""
+    gate = next((s for s in run.get("steps") or [] if "gate" in str(s.get("task", ""))), None)
+    outputs = (gate or {}).get("outputs") or {}
+    verdict = (record or {}).get("gate")
+    verdict = verdict if isinstance(verdict, Mapping) else {}
+    passed = str(outputs.get("passed", "")).lower()
+    if passed not in ("true", "false") and isinstance(verdict.get("passed"), bool):
+        passed = str(verdict["passed"]).lower()
+    outcome = str(outputs.get("outcome") or verdict.get("outcome") or "")
+    if passed in ("true", "false") or outcome == "review":
+        reason = (outputs.get("reason") or verdict.get("reason") or
+                  (gate or {}).get("message") or "")
+        word = "review" if outcome == "review" else \
+            "passed" if passed == "true" else "refused"
+        return {"verdict": word, "reason": str(reason)}
+    status, task, message = run.get("status", ""), run.get("task", ""), run.get("message", "")
+    if gate is not None and gate.get("state") in ("Failed", "Error"):
+        return {"verdict": "failed", "reason": str(gate.get("message") or
+                                                   "the gate step failed without a verdict")}
+    if gate is not None and gate.get("state") == "Running":
+        return {"verdict": "running", "reason": "the gate is judging the candidate"}
+    if status in FINISHED:
+        if task:
+            why = f"{task} {status.lower()} before the gate" + (f": {message}" if message else "")
+        else:
+            why = f"the run {status.lower()} without a gate step"
+        return {"verdict": "not reached", "reason": why}
+    return {"verdict": "pending",
+            "reason": f"the run is at {task}" if task else "the run has not started"}
+
+
+def _record(out: pathlib.Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((out / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def runs_view(roots: Sequence[pathlib.Path], now: float | None = None) -> list[dict[str, Any]]:
-    """Every run under the roots, newest first, with its steps."""
+    """Every run under the roots, newest first, with its steps and its gate."""
     now = time.time() if now is None else now
     found = []
     for root in roots:
         for summary in run_events.scan(root, now):
             view = dataclasses.asdict(summary)
             view["steps"] = steps(run_events.read(pathlib.Path(summary.out)), now)
+            view["gate_view"] = gate_view(view, _record(pathlib.Path(summary.out)))
             found.append(view)
     return list(reversed(found))
 

@@ -1,8 +1,9 @@
 """The GitOps repo as the UI reads it: one cached mirror, parsed by `gitops.layout`.
 
 A snapshot is the tip of the branch exported and read with `layout.read_repo`
-(the parser the sync and the controller use), cached by the tip's sha so a page
-polling every second costs one `git fetch`. The decision timeline is
+(the parser the sync and the controller use) and `layout.load_config` (the repo's
+settings: the models' namespace the controller's queries use), cached by the tip's
+sha so a page polling every second costs one `git fetch`. The decision timeline is
 `Mirror.log` of the model's folder: each commit's `Mlops-*` trailers, as the
 controller writes them (`promotion.gitrepo.apply.message`).
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from contracts.errors import MlopsError
 from contracts.traffic import weights_by_version
 from gitops import layout
 from gitops.repo import CommitInfo, Mirror
@@ -29,6 +31,8 @@ class Snapshot:
 
     tip: str | None
     models: dict[str, layout.ModelState]
+    config: layout.RepoConfig | None = None
+    """`mlops-gitops.yaml` (None: missing or broken; the controller reports it)."""
 
 
 class GitopsSource:
@@ -67,13 +71,18 @@ class GitopsSource:
             if self._snapshot is not None and self._snapshot.tip == tip:
                 return self._snapshot
             models: dict[str, layout.ModelState] = {}
+            config = None
             if tip is not None:
                 with tempfile.TemporaryDirectory(prefix="tree-", dir=self._cache) as tmp:
                     root = pathlib.Path(tmp)
                     mirror.export(tip, root)
                     if (root / layout.APPS).is_dir():
                         models = layout.read_repo(root)
-            self._snapshot = Snapshot(tip, models)
+                    try:
+                        config = layout.load_config(root)
+                    except MlopsError:
+                        config = None
+            self._snapshot = Snapshot(tip, models, config)
             return self._snapshot
 
     def history(self, model: str, limit: int = 60) -> list[CommitInfo]:

@@ -47,6 +47,9 @@ CLUSTER_GIT_POLL = 15.0
 #: Models analysed at once in a pass (`controller run --workers`): a cluster runs a
 #: fleet, whose passes are I/O (git, Prometheus), not CPU (benchmarks/fleet.py).
 CLUSTER_WORKERS = 8
+#: Seconds the controller waits after a window ends before reading it (`--settle`): two
+#: scrapes of Prometheus at Istio's addon's 15 s, so the window's last samples are stored.
+CLUSTER_SETTLE = 30.0
 
 
 #: Istio's per-pod injection label: "true" injects the sidecar even where the namespace has
@@ -110,7 +113,10 @@ def controller_manifests(
     args = ["controller", "run", "--gitops", gitops_url, "--prometheus", prometheus_url,
             "--workdir", "/work", "--metrics-port", str(METRICS_PORT), "--metrics-addr",
             "0.0.0.0", "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
-            "--git-poll", f"{git_poll:g}", "--workers", str(workers)]
+            "--git-poll", f"{git_poll:g}", "--workers", str(workers),
+            # a window is read once Prometheus has scraped its end: Istio's addon scrapes
+            # every 15 s, so two scrapes' worth (a settle of 0 judged the last 15 s unseen)
+            "--settle", f"{CLUSTER_SETTLE:g}"]
     if applications:
         args += ["--argocd-namespace", argocd_namespace]
     if preset:

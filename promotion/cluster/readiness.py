@@ -21,6 +21,12 @@ provider shape):
 * :class:`AlwaysReady` -- no runtime to ask (tests of the decision logic).
 
 :func:`deployment_ready` is the pure half of the Kubernetes check.
+
+Not ready comes in two kinds (`Readiness.lasting`): *not yet* (the merge is not
+applied, the pods are starting), which the controller waits out up to the
+policy's `ready_timeout`, and *never* (Kubernetes gave up on the rollout:
+`ProgressDeadlineExceeded`; locally, the server's own "cannot answer" after a
+warm-up inference failed), which ends the rollout at once with its reason.
 """
 
 from __future__ import annotations
@@ -62,6 +68,11 @@ class Readiness:
 
     ready: bool
     reason: str
+    lasting: bool = False
+    """Not ready, and no wait will change that (Kopf's `PermanentError`, Kargo's
+    `TerminalError`): the runtime gave up on the version, or the version itself says it
+    cannot answer. A rollout ends at once instead of after `ready_timeout`; a rollback
+    stops waiting. A transient "not ready" (applying, pulling, starting) is not lasting."""
 
 
 class ReadinessCheck(Protocol):
@@ -132,7 +143,11 @@ def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any] 
     for condition in status.get("conditions") or []:
         if condition.get("type") == "Progressing" and \
                 condition.get("reason") == "ProgressDeadlineExceeded":
-            return Readiness(False, f"deployment {name} exceeded its progress deadline")
+            # Kubernetes' own verdict that the rollout failed (its pods never became
+            # ready within progressDeadlineSeconds); Flagger fails the canary on it too.
+            detail = condition.get("message")
+            return Readiness(False, f"deployment {name} exceeded its progress deadline"
+                                    + (f": {detail}" if detail else ""), lasting=True)
     wanted = int(spec.get("replicas", 1))
     updated = int(status.get("updatedReplicas", 0))
     available = int(status.get("availableReplicas", 0))

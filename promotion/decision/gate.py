@@ -6,19 +6,41 @@ Two checks, both stated in plain words in the result: an absolute floor
 skipped and says so, rather than passing silently.
 
 `evaluate_paired_gate` is the same gate on a paired bootstrap of both models
-on the same images (`promotion.decision.paired`): the regression bound is checked
-against the interval's lower end, not the point difference, so a drop that
-sampling noise could hide is not waved through, and the verdict says whether
-the candidate is better, the same within noise, or worse.
+on the same images (`promotion.decision.paired`), a non-inferiority test with
+three outcomes. The rule, its error rates and how to size the evaluation sets
+are stated once, in docs/gate.md:
+
+* **non-inferior** (pass): the 95 % interval of the difference lies above
+  `-max_regression` (a regression beyond the margin is ruled out);
+* **worse** (fail): the whole interval lies below `-max_regression` (a
+  regression beyond the margin is shown);
+* **inconclusive**: neither; `gate.inconclusive` says what happens (`review`,
+  the default: the PR is opened all the same, marked for a human's judgement,
+  with the sample size that would settle it).
+
+The primary comparison is on all evaluation images together (val and the
+holdout pooled); each set on its own and each class of each set (under one
+simultaneous band, with its own margin `class_max_regression`) are safety
+checks that can only fail a candidate, and only on a regression shown beyond
+their margin, so an equally good candidate gets one chance to be judged, not
+one per set.
 """
 
-from typing import Literal
+import math
+from statistics import NormalDist
+from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from promotion.decision.paired import Interval, PairedResult
 
 GateMetric = Literal["map50", "map"]
+Comparison = Literal["non-inferior", "worse", "inconclusive"]
+Outcome = Literal["pass", "review", "fail"]
+
+#: The power sample-size planning aims at: an equally good candidate shown non-inferior
+#: this often.
+PLAN_POWER = 0.95
 
 
 class GateConfig(BaseModel):
@@ -29,10 +51,16 @@ class GateConfig(BaseModel):
     metric: GateMetric = "map50"
     min: float = Field(default=0.5, ge=0.0, le=1.0)
     max_regression: float = Field(default=0.01, ge=0.0, le=1.0)
-    # A class whose AP@0.5 got significantly worse than production's on the same images
-    # (paired gate only): `fail` stops the candidate, `report` only names it. A gain on
-    # the other classes can hide a class the new labels broke (issue 30's bad-labels).
+    # A class whose AP@0.5 is shown worse than production's by more than
+    # `class_max_regression` on the same images (paired gate only): `fail` stops the
+    # candidate, `report` only names it. A gain on the other classes can hide a class
+    # the new labels broke (the demo's bad-labels week).
+    class_max_regression: float = Field(default=0.02, ge=0.0, le=1.0)
     worse_classes: Literal["fail", "report"] = "fail"
+    # Neither non-inferiority nor a regression beyond the margin shown (paired gate only):
+    # `review` opens the PR marked for a human's judgement, `fail` refuses the candidate,
+    # `pass` proposes it as if it had passed.
+    inconclusive: Literal["review", "fail", "pass"] = "review"
 
 
 class GateResult(BaseModel):
@@ -96,80 +124,194 @@ def evaluate_gate(
     )
 
 
-class PairedGateResult(GateResult):
-    """The paired gate's verdict: the difference's interval and the classes that got worse."""
+class Plan(BaseModel):
+    """What the evaluation images can tell, for the margin, at the interval's level.
 
-    difference: Interval
-    verdict: str
-    worse_classes: list[str]
+    From the bootstrap standard deviation `sd` of the difference on `images` images
+    (it shrinks as one over the square root of the images), for a candidate exactly as
+    good as production: how often it is shown non-inferior (`power`), the smallest
+    margin shown with `PLAN_POWER` (`margin_for_power`), and how many images that margin
+    needs (`images_needed`). `rules_out` is what this run's interval rules out: a
+    regression larger than it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    images: int
+    sd: float
+    margin: float
+    rules_out: float
+    power: float
+    margin_for_power: float
+    images_needed: int
+    enough: bool
+
+
+def plan(difference: Interval, sd: float, images: int, margin: float,
+         confidence: float = 0.95, power: float = PLAN_POWER) -> Plan:
+    """Sample-size planning from one run's paired differences (normal approximation)."""
+    normal = NormalDist()
+    z_level = normal.inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    z_power = normal.inv_cdf(power)
+    if sd > 0:
+        reach = margin / sd - z_level
+        now = normal.cdf(reach)
+        needed = math.ceil(images * ((z_level + z_power) * sd / margin) ** 2) if margin > 0 \
+            else 0
+    else:  # no resample tells the models apart: the interval is a point
+        now, needed = (1.0 if difference.low >= -margin else 0.0), images
+    return Plan(images=images, sd=sd, margin=margin, rules_out=max(0.0, -difference.low),
+                power=now, margin_for_power=(z_level + z_power) * sd,
+                images_needed=max(needed, 1) if margin > 0 else 0,
+                enough=now >= power)
+
+
+def classify(difference: Interval, margin: float) -> Comparison:
+    """The comparison's outcome: non-inferior by `margin`, worse beyond it, or neither."""
+    if difference.low >= -margin:
+        return "non-inferior"
+    if difference.high < -margin:
+        return "worse"
+    return "inconclusive"
 
 
 def _signed(interval: Interval) -> str:
     return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
 
 
-def compare_words(interval: Interval) -> str:
-    """Say "better", "same within noise" or "worse", with the difference and its interval."""
-    if interval.low > 0:
-        word = "better"
-    elif interval.high < 0:
-        word = "worse"
-    else:
-        word = "same within noise"
-    return f"{word}: {_signed(interval)}"
+def compare_words(interval: Interval, margin: float) -> str:
+    """The comparison in words, with the difference and its interval."""
+    word = {"non-inferior": f"non-inferior by margin {margin:.4f}: shown",
+            "worse": f"worse beyond the margin {margin:.4f}: shown",
+            "inconclusive": f"inconclusive: neither non-inferiority by {margin:.4f} nor a "
+                            "regression beyond it is shown"}[classify(interval, margin)]
+    return f"{word} ({_signed(interval)})"
 
 
-def evaluate_paired_gate(config: GateConfig, paired: PairedResult) -> PairedGateResult:
-    """Judge the candidate against production on the same images, with intervals.
+class SetVerdict(BaseModel):
+    """One evaluation set on its own: a safety check (it fails only a shown regression)."""
 
-    Passes when the candidate's value meets the floor and the interval's lower
-    end is at least `-max_regression` (at least, so a candidate identical to
-    production passes with `max_regression: 0`). Classes whose AP@0.5 got
-    significantly worse (Bonferroni interval wholly below 0) are named, and fail
-    the gate unless `gate.worse_classes` is `report`.
-    """
-    value = paired.candidate[config.metric].estimate
-    prod = paired.production[config.metric].estimate
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    images: int
+    value: float
+    production: float
+    difference: Interval
+    comparison: Comparison
+    worse_classes: list[str]
+    undistinguished: list[str]
+    plan: Plan
+
+
+class PairedGateResult(GateResult):
+    """The paired gate's verdict: the pooled comparison, each set's, the worse classes."""
+
+    outcome: Outcome
+    comparison: Comparison
+    difference: Interval
+    verdict: str
+    worse_classes: list[str]
+    class_max_regression: float
+    sets: list[SetVerdict]
+    plan: Plan
+
+
+#: What an inconclusive comparison becomes, by `gate.inconclusive`.
+_INCONCLUSIVE: dict[str, Outcome] = {"review": "review", "fail": "fail", "pass": "pass"}
+
+
+def _set_verdict(config: GateConfig, name: str, paired: PairedResult) -> SetVerdict:
     diff = paired.difference[config.metric]
-    verdict = compare_words(diff)
+    worse = [c.name for c in paired.classes
+             if c.distinguished and c.difference.high < -config.class_max_regression]
+    return SetVerdict(
+        name=name, images=paired.images, value=paired.candidate[config.metric].estimate,
+        production=paired.production[config.metric].estimate, difference=diff,
+        comparison=classify(diff, config.max_regression), worse_classes=worse,
+        undistinguished=[c.name for c in paired.classes if not c.distinguished],
+        plan=plan(diff, paired.sd.get(config.metric, 0.0), paired.images,
+                  config.max_regression, paired.confidence),
+    )
+
+
+def evaluate_paired_gate(config: GateConfig, pooled: PairedResult,
+                         sets: Mapping[str, PairedResult]) -> PairedGateResult:
+    """Judge the candidate against production on the same images (every evaluation set).
+
+    Fails when the pooled value is below the floor, when the pooled comparison or any set
+    shows a regression beyond `max_regression`, or when a class of any set is shown worse
+    beyond `class_max_regression` (unless `worse_classes: report`). Passes when the pooled
+    comparison shows non-inferiority; otherwise it is inconclusive and `inconclusive`
+    decides. `passed` is true when the candidate goes on to a PR (pass or review).
+    """
+    value = pooled.candidate[config.metric].estimate
+    prod = pooled.production[config.metric].estimate
+    diff = pooled.difference[config.metric]
+    comparison = classify(diff, config.max_regression)
+    verdicts = [_set_verdict(config, name, paired) for name, paired in sets.items()]
+    failed = []
     reasons = []
-    passed = value >= config.min
-    if passed:
+    if value >= config.min:
         reasons.append(f"{config.metric} {value:.4f} meets the minimum {config.min:.4f}")
     else:
+        failed.append("floor")
         reasons.append(f"{config.metric} {value:.4f} is below the minimum {config.min:.4f}")
+    names = " + ".join(f"{v.name} {v.images}" for v in verdicts)
     reasons.append(
-        f"against production ({prod:.4f}) on the same {paired.images} images it is {verdict} "
-        f"({paired.confidence:.0%} paired bootstrap interval, {paired.resamples} resamples)"
-    )
-    if diff.low >= -config.max_regression:
-        reasons.append(f"the interval rules out a regression of more than "
-                       f"{config.max_regression:.4f}")
-    else:
-        passed = False
-        reasons.append(f"the interval reaches {diff.low:+.4f}: a regression of more than the "
-                       f"allowed {config.max_regression:.4f} cannot be ruled out")
-    worse = [c for c in paired.classes if c.difference.high < 0]
+        f"against production ({prod:.4f}) on the same {pooled.images} images ({names}) it is "
+        f"{compare_words(diff, config.max_regression)} ({pooled.confidence:.0%} paired "
+        f"bootstrap interval, {pooled.resamples} resamples)")
+    if comparison == "worse":
+        failed.append("worse")
+    if len(verdicts) > 1:
+        for v in verdicts:
+            if v.comparison == "worse":
+                failed.append(f"worse on {v.name}")
+                reasons.append(f"on {v.name} alone it is worse beyond the margin "
+                               f"{config.max_regression:.4f}: {_signed(v.difference)}")
+    worse = sorted({c for v in verdicts for c in v.worse_classes})
     if worse:
+        shown = [f"{c.name} on {v.name} {_signed(c.difference)}"
+                 for v, paired in zip(verdicts, sets.values()) for c in paired.classes
+                 if c.name in v.worse_classes]
         reasons.append(
-            "AP@0.5 significantly worse for "
-            + ", ".join(f"{c.name} {_signed(c.difference)}" for c in worse)
-            + f" (Bonferroni over {len(paired.classes)} classes: "
-            f"{paired.class_confidence:.1%} intervals)"
-            + ("" if config.worse_classes == "report" else "; a class worse beyond noise "
-               "fails the gate (gate.worse_classes: fail)")
-        )
+            f"AP@0.5 worse beyond the class margin {config.class_max_regression:.4f} for "
+            + ", ".join(shown)
+            + f" ({pooled.class_confidence:.0%} simultaneous band over "
+            f"{pooled.class_family} class differences)"
+            + ("" if config.worse_classes == "report" else "; a class shown worse beyond "
+               "its margin fails the gate (gate.worse_classes: fail)"))
         if config.worse_classes == "fail":
-            passed = False
+            failed.append("classes")
+    the_plan = plan(diff, pooled.sd.get(config.metric, 0.0), pooled.images,
+                    config.max_regression, pooled.confidence)
+    outcome: Outcome
+    if failed:
+        outcome = "fail"
+    elif comparison == "non-inferior":
+        outcome = "pass"
+    else:
+        outcome = _INCONCLUSIVE[config.inconclusive]
+        reasons.append(
+            f"the {pooled.images} images cannot tell (an equally good candidate is shown "
+            f"non-inferior {the_plan.power:.0%} of the time; about {the_plan.images_needed} "
+            f"would give {PLAN_POWER:.0%}): gate.inconclusive is {config.inconclusive}")
+    word = {"pass": "PASS", "review": "REVIEW", "fail": "FAIL"}[outcome]
     return PairedGateResult(
-        passed=passed,
+        passed=outcome != "fail",
         metric=config.metric,
         value=value,
         minimum=config.min,
         production=prod,
         max_regression=config.max_regression,
-        reason=("PASS" if passed else "FAIL") + ": " + "; ".join(reasons),
+        reason=f"{word}: " + "; ".join(reasons),
+        outcome=outcome,
+        comparison=comparison,
         difference=diff,
-        verdict=verdict,
-        worse_classes=[c.name for c in worse],
+        verdict=compare_words(diff, config.max_regression),
+        worse_classes=worse,
+        class_max_regression=config.class_max_regression,
+        sets=verdicts,
+        plan=the_plan,
     )

@@ -37,7 +37,7 @@ Why these defaults:
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -54,8 +54,14 @@ class PolicyError(MlopsError, ValueError):
     exit_code = ExitCode.BAD_INPUT
 
 
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NUM = r"\d+(?:\.\d+)?"
 _DURATION = re.compile(rf"^(?:(?P<h>{_NUM})h)?(?:(?P<m>{_NUM})m)?(?:(?P<s>{_NUM})s)?$")
+#: What a duration field accepts, for its JSON Schema (the validators below parse it):
+#: seconds, or a string such as `30s`, `1m30s`, `1h` (the schema's regex, unnamed groups).
+DurationInput = (Annotated[float, Field(gt=0)]
+                 | Annotated[str, Field(min_length=2, pattern=r"^(\d+(\.\d+)?h)?(\d+(\.\d+)?m)?"
+                                                              r"(\d+(\.\d+)?s)?$")])
 
 
 def parse_duration(value: Any) -> float:
@@ -91,7 +97,8 @@ class Budget(_Frozen):
     max_seconds: float | None = None
     action: Literal["pause", "rollback"] = "pause"
 
-    @field_validator("max_seconds", mode="before")
+    @field_validator("max_seconds", mode="before",
+                     json_schema_input_type=DurationInput | None)
     @classmethod
     def _seconds(cls, value: Any) -> float | None:
         return None if value is None else parse_duration(value)
@@ -120,7 +127,19 @@ class MetricsSpec(_Frozen):
     namespace: str | None = None
     """The models' namespace in the queries' `$namespace`. Unset (the norm): the GitOps
     repo's namespace (`mlops-gitops.yaml`), where Argo CD deploys the models; a
-    different value matches no series, and `mlops gitops lint` refuses it."""
+    different value matches no series, and `mlops gitops lint` refuses it. A
+    Kubernetes namespace name (RFC 1123 label): it becomes a PromQL label value, and
+    a quote in it once rewrote the query (issue 41, finding 4); the platform's to set
+    (`promotion.gitrepo.platform_policy`)."""
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is not None and not _NAMESPACE.fullmatch(value):
+            raise ValueError(f"namespace {value!r}: a Kubernetes namespace name (lowercase "
+                             "letters, digits and '-', at most 63, starting and ending with "
+                             "a letter or digit)")
+        return value
 
     @model_validator(mode="after")
     def _known(self) -> MetricsSpec:
@@ -320,7 +339,11 @@ class QualitySpec(_Frozen):
 class CanaryPolicy(_Frozen):
     """Steps, interval, statistics and limits of one model's canary."""
 
-    steps: tuple[int, ...] = (10, 25, 50, 100)
+    steps: tuple[int, ...] = Field(
+        default=(10, 25, 50, 100),
+        # what `_steps` checks, said to an editor too (the order is `_steps`'s alone)
+        json_schema_extra={"items": {"type": "integer", "minimum": 1, "maximum": 100},
+                           "minItems": 1})
     interval: float = 60.0  # Flagger's default; >= 2 scrape intervals of a 30s Prometheus
     min_requests: int = Field(default=200, ge=1)
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
@@ -346,7 +369,8 @@ class CanaryPolicy(_Frozen):
     metrics: MetricsSpec = MetricsSpec()
     quality: QualitySpec = QualitySpec()
 
-    @field_validator("interval", "no_traffic_grace", "ready_timeout", mode="before")
+    @field_validator("interval", "no_traffic_grace", "ready_timeout", mode="before",
+                     json_schema_input_type=DurationInput)
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration(value)

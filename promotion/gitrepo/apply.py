@@ -39,6 +39,7 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from cogs.text import one_line, printable
 from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
@@ -174,15 +175,21 @@ def subject(kind: Kind, before: CanaryState, after: CanaryState) -> str:
 def message(kind: Kind, before: CanaryState, after: CanaryState, *, at: dt.datetime,
             reason: str, cause: str, evidence: dict[str, Any] | None = None,
             extra_trailers: dict[str, str] | None = None) -> Message:
-    """The commit message: subject, a readable body, and the `Mlops-*` trailers."""
+    """The commit message: subject, a readable body, and the `Mlops-*` trailers.
+
+    The reason is free text that may quote what a pusher wrote (a class name from
+    the export's labels): it goes through `cogs.text` before it becomes the trailer
+    and the body, so a control character in it is shown escaped instead of making
+    git refuse the commit -- every tick, while the bad canary keeps its traffic
+    (issue 41, finding 9)."""
     evidence = evidence or {}
-    lines = [reason, ""]
+    lines = [printable(reason), ""]
     for check in evidence.get("checks", []):
         parts = [f"{check.get('name')}: {check.get('verdict')}"]
         for key in ("value", "threshold", "samples", "statistic"):
             if key in check:
                 parts.append(f"{key}={check[key]}")
-        lines.append("- " + " ".join(str(p) for p in parts))
+        lines.append("- " + one_line(" ".join(str(p) for p in parts)))
     trailers = [
         ("Mlops-Decision", f"{kind}/{cause}"),
         ("Mlops-Model", before.model),
@@ -190,14 +197,14 @@ def message(kind: Kind, before: CanaryState, after: CanaryState, *, at: dt.datet
             "Mlops-Step",
             f"{before.weight}->{after.weight if after.phase is not Phase.PROMOTED else 100}",
         ),
-        ("Mlops-Candidate", str(before.candidate)),
-        ("Mlops-Stable", str(before.stable)),
+        ("Mlops-Candidate", one_line(str(before.candidate))),
+        ("Mlops-Stable", one_line(str(before.stable))),
         ("Mlops-Window", window_id(at)),
-        ("Mlops-Reason", " ".join(reason.split())),
+        ("Mlops-Reason", one_line(reason)),
         ("Mlops-Evidence", json.dumps(evidence, sort_keys=True, separators=(",", ":"))),
     ]
     trailers += list((extra_trailers or {}).items())
-    return Message(subject(kind, before, after), "\n".join(lines).strip(), trailers)
+    return Message(one_line(subject(kind, before, after)), "\n".join(lines).strip(), trailers)
 
 
 # -- the write -----------------------------------------------------------------------------

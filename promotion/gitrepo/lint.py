@@ -14,6 +14,7 @@ import pathlib
 from typing import Any
 
 from contracts.names import model_name_problem
+from contracts.traffic import MESH_GATEWAY
 from gitops import layout, yamlio
 from gitops.errors import GitOpsError
 from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
@@ -94,6 +95,15 @@ def _model(root: pathlib.Path, model: str, config: layout.RepoConfig,
         if routes and sum(w for _, w in routes) != 100:
             problems.append(f"{where}/virtualservice.yaml: weights sum to "
                             f"{sum(w for _, w in routes)}, not 100")
+        gateways = (folder.virtual_service.get("spec") or {}).get("gateways") or []
+        if gateways and MESH_GATEWAY not in gateways:
+            # istio pilot/pkg/model/push_context.go getGatewayNames: the mesh is implied only
+            # by an empty list (issue 42, B3)
+            problems.append(
+                f"{where}/virtualservice.yaml: gateways {gateways} leave out {MESH_GATEWAY!r}: "
+                "the routes bind to those Gateways alone, and callers in the mesh (the "
+                "controller's probe among them) lose the split; list "
+                f"[{MESH_GATEWAY}, {', '.join(gateways)}]")
     listed = set(((folder.kustomization or {}).get("resources")) or [])
     if folder.kustomization is None:
         problems.append(f"{where}: kustomization.yaml is missing")

@@ -52,6 +52,9 @@ _PLATFORM_ONLY = ("metrics", "alpha", "insufficient_evidence", "faults")
 WHERE = "mlops-gitops.yaml: policy"
 
 
+#: How much an inconclusive gate lets through: a model may be stricter than the platform.
+_LENIENCY = {"fail": 0, "review": 1, "pass": 2}
+
 class PlatformPolicy(BaseModel):
     """The `policy:` section of `mlops-gitops.yaml` (every key optional)."""
 
@@ -89,6 +92,14 @@ class PlatformPolicy(BaseModel):
         if "max_regression" in bounds and model.max_regression > self.gate.max_regression:
             problems.append(f"max_regression {model.max_regression:g} is above the platform's "
                             f"{self.gate.max_regression:g}")
+        if ("class_max_regression" in bounds
+                and model.class_max_regression > self.gate.class_max_regression):
+            problems.append(f"class_max_regression {model.class_max_regression:g} is above "
+                            f"the platform's {self.gate.class_max_regression:g}")
+        if ("inconclusive" in bounds and _LENIENCY[model.inconclusive]
+                > _LENIENCY[self.gate.inconclusive]):
+            problems.append(f"inconclusive {model.inconclusive} (the platform's is "
+                            f"{self.gate.inconclusive})")
         if ("worse_classes" in bounds and self.gate.worse_classes == "fail"
                 and model.worse_classes != "fail"):
             problems.append("worse_classes report (the platform fails a class worse beyond "
@@ -105,6 +116,12 @@ class PlatformPolicy(BaseModel):
         problems = []
         if mine.metrics.preset == "custom" and mine.metrics != platform.metrics:
             problems.append("custom metric queries are the platform's to write")
+        elif "metrics" in mine.model_fields_set and mine.metrics != platform.metrics:
+            # Where the numbers come from is the platform's even where it left them
+            # unset: a preset blind to the router or another namespace judges another
+            # canary than the one clients see (issue 41, finding 4).
+            problems.append("metrics (preset, namespace) are the platform's to set "
+                            f"({WHERE}.canary.metrics)")
         for name in sorted(mine.model_fields_set & platform.model_fields_set):
             ours, theirs = getattr(mine, name), getattr(platform, name)
             if name in _AT_LEAST and ours < theirs:
@@ -113,7 +130,7 @@ class PlatformPolicy(BaseModel):
                 problems.append(f"{name} {ours:g} is above the platform's {theirs:g}")
             elif name == "steps" and (ours[0] > theirs[0] or len(ours) < len(theirs)):
                 problems.append(f"steps {list(ours)} skip ahead of the platform's {list(theirs)}")
-            elif name in _PLATFORM_ONLY and ours != theirs:
+            elif name in _PLATFORM_ONLY and name != "metrics" and ours != theirs:
                 problems.append(f"{name} is the platform's to set")
             elif name == "approval" and theirs == "step" and ours != "step":
                 problems.append("approval auto: the platform has a person approve each step")
@@ -127,6 +144,44 @@ class PlatformPolicy(BaseModel):
                   **{k: v for k, v in mine.model_dump(mode="json").items()
                      if k in mine.model_fields_set}}
         return load_policy(merged, where)
+
+    def bounded(self, model: Mapping[str, Any] | None,
+                where: str) -> tuple[CanaryPolicy, list[str]]:
+        """A policy read back from the GitOps repo, within the platform's bounds again.
+
+        The controller's check (issue 41, finding 4: it judged whatever
+        `canary-policy.yaml` said). Where the policy loosens a bound the bound wins
+        and the field is named in the list returned; not a refusal, because a policy
+        the platform tightened after a proposal must not leave that canary unjudged
+        (and serving) until someone edits its file. `metrics` is always the
+        platform's. Same rules as :meth:`canary_for`."""
+        platform = self.canary_policy()
+        mine = load_policy(dict(model or {}), where)
+        values = {k: v for k, v in mine.model_dump(mode="json").items()
+                  if k in mine.model_fields_set}
+        theirs_all = platform.model_dump(mode="json")
+        changed = []
+        if "metrics" in values or "metrics" in platform.model_fields_set:
+            if mine.metrics != platform.metrics:
+                changed.append("metrics")
+            values.pop("metrics", None)
+            if "metrics" in platform.model_fields_set:
+                values["metrics"] = theirs_all["metrics"]
+        for name in sorted(mine.model_fields_set & platform.model_fields_set - {"metrics"}):
+            ours, theirs = getattr(mine, name), getattr(platform, name)
+            loosens = ((name in _AT_LEAST and ours < theirs)
+                       or (name in _AT_MOST and ours > theirs)
+                       or (name == "steps" and (ours[0] > theirs[0]
+                                                or len(ours) < len(theirs)))
+                       or (name in _PLATFORM_ONLY and ours != theirs)
+                       or (name == "approval" and theirs == "step" and ours != "step")
+                       or (name == "mode" and ours != theirs))
+            if loosens:
+                values[name] = theirs_all[name]
+                changed.append(name)
+        for name in platform.model_fields_set - mine.model_fields_set - {"metrics"}:
+            values[name] = theirs_all[name]
+        return load_policy(values, where), changed
 
     def check_image(self, image: str, where: str) -> str:
         if self.images and not any(image.startswith(prefix) for prefix in self.images):

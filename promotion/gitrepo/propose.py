@@ -222,6 +222,10 @@ def _file_name(doc: Mapping[str, Any]) -> str:
     return _FILES[doc["kind"]]
 
 
+#: Appended to the PR's title when the gate was inconclusive and asks for a human.
+REVIEW_TITLE = " [needs review: gate inconclusive]"
+
+
 def propose(
     model_dir: pathlib.Path,
     gitops: str,
@@ -281,6 +285,10 @@ def propose(
     data = data_report(pathlib.Path(model_dir),
                        None if the_plan.bootstrap
                        else production_model_dir(current, the_plan.stable))
+    # An inconclusive gate (`gate.inconclusive: review`) proposes all the same, for a human:
+    # the title says so, and no automatic approval merges it.
+    review = gate is not None and gate.get("outcome") == "review"
+    title = the_plan.title + (REVIEW_TITLE if review else "")
     body = evaluation_report(record.as_dict(), production, gate=gate, steps=policy.steps,
                              approval=approval, model_uri=uri, bootstrap=the_plan.bootstrap,
                              data=data)
@@ -290,7 +298,7 @@ def propose(
     for file_name, text in the_plan.extra.items():
         files[f"{layout.APPS}/{name}/{file_name}"] = text
     result = proposal.propose(
-        gitops, name, branch, files, the_plan.title, body, forge, base=base,
+        gitops, name, branch, files, title, body, forge, base=base,
         version=record.version, weights_sha256=record.weights_sha256,
         trailers=[("Mlops-Model", name), ("Mlops-Candidate", record.version)],
         workdir=workdir, reopen_merged=not live,
@@ -298,7 +306,9 @@ def propose(
     pr = result.pr
     merged = result.status == "merged" or (pr is not None and pr.state == "merged")
     message = result.message
-    if approval == "auto" and pr is not None and pr.state == "open":
+    if approval == "auto" and review and pr is not None and pr.state == "open":
+        message += "; not merged automatically: the gate was inconclusive and asks for review"
+    elif approval == "auto" and pr is not None and pr.state == "open":
         approved = approvals.approve(gitops, pr.number, forge)
         pr, merged = approved.pr, True
         message += f"; {approved.message} (approval: auto)"

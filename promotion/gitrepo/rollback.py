@@ -1,4 +1,4 @@
-"""Roll a model back to an earlier stable version at once: one commit, no analysis.
+"""Roll a model back to an earlier stable version: no analysis, and no request lost.
 
 `mlops rollback MODEL [--to VERSION]` (argoproj/argo-rollouts#2168: "fast
 rollback to any earlier version"). The earlier version need not be trained
@@ -35,6 +35,27 @@ What the one commit writes into `apps/<model>/`:
   model's settled stable version reached by a decision (`idle` is a first
   version's bootstrap); the controller does nothing in either.
 
+**Make-before-break** (issue 43). That one commit moved the traffic to a version
+whose pods did not run yet: Istio answered "no healthy upstream" until they were
+ready, and the local sync, applying it literally, answered 503 to every request
+for the seconds the server took to start. With a runtime to ask
+(`promotion.cluster.readiness`, the path the controller asks before a canary's
+first step: the Kubernetes API, or the local platform's status), a version that
+is not ready comes back in two commits:
+
+1. `plan_restore()`: its Deployment back from the history, with no route (0 %);
+   the traffic stays where it is, and a canary in flight is paused so the
+   controller moves nothing meanwhile (`Mlops-Decision: restore/human`);
+2. once the runtime says the version is ready (a bounded wait, `wait`
+   seconds), the commit above, planned again from the branch as it is then,
+   which says that it was ready.
+
+A version that does not become ready in time, or cannot (`Readiness.lasting`:
+a warm-up that fails, a progress deadline Kubernetes gave up on), stops the
+rollback with the reason: the traffic never moved, the first commit stays
+(`git revert` it, or run the rollback again once the version is ready).
+Without a runtime to ask (`readiness=None`) the rollback is the one commit.
+
 Refusals commit nothing: a version that was never stable, or whose Deployment
 or model files are gone, is "not found" (exit 7) with the versions one can
 roll back to; published weights other than the ones its Deployment was
@@ -53,8 +74,9 @@ from __future__ import annotations
 import datetime as dt
 import pathlib
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import yaml
 
@@ -70,6 +92,7 @@ from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.repo import Mirror
 from gitops.writeback import DEFAULT_BACKOFF, Backoff, Message, WriteBack, WriteResult
+from promotion.cluster.readiness import Readiness, ReadinessCheck
 from promotion.decision.state import (
     CanaryState,
     LastDecision,
@@ -86,9 +109,11 @@ __all__ = [
     "RollbackDigestMismatch",
     "RollbackError",
     "RollbackNotFound",
+    "RollbackNotReady",
     "RollbackPlan",
     "RollbackResult",
     "choose_target",
+    "plan_restore",
     "plan_rollback",
     "rollback",
     "stable_versions",
@@ -111,6 +136,12 @@ class RollbackDigestMismatch(RollbackError):
     """The published weights are not the ones the version's Deployment was approved with."""
 
     exit_code = ExitCode.DIGEST_MISMATCH
+
+
+class RollbackNotReady(RollbackError):
+    """The version did not become ready in time, or cannot: the traffic did not move."""
+
+    exit_code = ExitCode.FAILED
 
 
 class StaleRollback(RollbackError):
@@ -172,6 +203,15 @@ class RollbackResult:
     message: str
     checked: str = ""
     """What was checked of the version's model files ("" when nothing was to check)."""
+    prepared: str | None = None
+    """The first commit of a make-before-break rollback (the Deployment back at 0 %)."""
+    ready: str = ""
+    """What the runtime said when the version was ready ("" when it was not asked)."""
+
+
+#: How long a rollback waits for the version it brings back to be ready (seconds): a
+#: model server's start on a busy node, an image pull, with margin.
+DEFAULT_WAIT = 300.0
 
 
 # -- pure ---------------------------------------------------------------------------------
@@ -246,12 +286,13 @@ def _deployment(model: str, version: str, text: str) -> dict[str, Any]:
 
 
 def plan_rollback(current: layout.ModelState, target: PastVersion, *, by: str,
-                  now: dt.datetime, command: str = "") -> RollbackPlan | None:
-    """The one commit that makes `target` stable at 100 %; None when it already is.
+                  now: dt.datetime, command: str = "", ready: str = "") -> RollbackPlan | None:
+    """The commit that makes `target` stable at 100 %; None when it already is.
 
     `current` is `apps/<model>/` as read from the branch; `target.manifest`
     the Deployment's text from the history (unused while the version still has
-    its Deployment in `current`).
+    its Deployment in `current`). `ready`: what the runtime said when the
+    version was ready, before this commit gives it the traffic ("" unasked).
     """
     model, version = current.model, target.version
     if current.virtual_service is None or current.destination_rule is None:
@@ -266,8 +307,9 @@ def plan_rollback(current: layout.ModelState, target: PastVersion, *, by: str,
     if version not in current.deployments or version != serving:
         if target.manifest is None:
             raise RollbackNotFound(f"{model}: no Deployment of {version} in the GitOps history")
-        _deployment(model, version, target.manifest)
-        restore[f"deployment-{version}.yaml"] = target.manifest
+        recovered = _deployment(model, version, target.manifest)
+        if current.deployments.get(version) != recovered:  # not back already (`plan_restore`)
+            restore[f"deployment-{version}.yaml"] = target.manifest
     docs = [set_subsets(current.destination_rule, version, None),
             set_weights(current.virtual_service, 0, with_canary=False)]
     remove = sorted(v for v in current.deployments if v != version)
@@ -280,6 +322,8 @@ def plan_rollback(current: layout.ModelState, target: PastVersion, *, by: str,
     body = [f"Requested by {by}" + (f" with `{command}`." if command else "."),
             f"No analysis was done: {version} takes all the traffic at once, without canary "
             "steps or metrics.", ""]
+    if ready:
+        body.append(f"- {version} was ready before it took the traffic: {ready}")
     if restore:
         source = f" from {target.manifest_commit[:12]}" if target.manifest_commit else ""
         body.append(f"- deployment-{version}.yaml restored{source}, as it was the last time it "
@@ -300,7 +344,93 @@ def plan_rollback(current: layout.ModelState, target: PastVersion, *, by: str,
                         message=Message(subject, "\n".join(body).strip(), trailers))
 
 
+def plan_restore(current: layout.ModelState, target: PastVersion, *, by: str,
+                 command: str = "") -> RollbackPlan | None:
+    """The first commit of a make-before-break rollback; None when there is nothing to bring
+    back (the version's Deployment is on the branch already).
+
+    `target`'s Deployment comes back from the history, byte for byte, with no route:
+    the VirtualService and DestinationRule are not touched, so the traffic stays on
+    what serves now while the version starts. A canary in flight is paused (its
+    weights stay) so the controller neither steps nor promotes it meanwhile: the
+    rollback that follows ends it. Pure, like `plan_rollback`.
+    """
+    model, version = current.model, target.version
+    if version in current.deployments:
+        return None
+    if target.manifest is None:
+        raise RollbackNotFound(f"{model}: no Deployment of {version} in the GitOps history")
+    _deployment(model, version, target.manifest)
+    state = current_state(current) or CanaryState(model=model, stable=stable_version(current))
+    serving = stable_version(current, state)
+    after = state
+    paused = ""
+    if state.phase.active and state.candidate is not None and state.phase is not Phase.PAUSED:
+        after = state.with_(phase=Phase.PAUSED,
+                            pause_reason=f"paused: rollback to {version} under way "
+                                         f"(requested by {by})")
+        paused = f"; canary {state.candidate} paused at {state.weight}%"
+    subject = (f"rollback({model}): bring {version} back before it takes traffic "
+               f"({serving} serves{paused})")
+    source = f" from {target.manifest_commit[:12]}" if target.manifest_commit else ""
+    body = [f"Requested by {by}" + (f" with `{command}`." if command else "."),
+            f"The first of two commits (make-before-break): {version} runs again at 0% and "
+            f"takes the traffic in the next commit, once it is ready; until then {serving} "
+            "serves as before.", "",
+            f"- deployment-{version}.yaml restored{source}, as it was the last time it was on "
+            "the branch"]
+    if target.checked:
+        body.append(f"- model files: {target.checked}")
+    if paused:
+        body.append(f"- canary {state.candidate} paused at {state.weight}%: the rollback ends it")
+    trailers = [("Mlops-Decision", "restore/human"), ("Mlops-Model", model),
+                ("Mlops-Stable", str(serving)), ("Mlops-Rollback-To", version),
+                ("Mlops-Requested-By", by)]
+    if target.manifest_commit:
+        trailers.append(("Mlops-Restored-From", target.manifest_commit))
+    return RollbackPlan(model=model, target=version, before=state, state=after,
+                        restore={f"deployment-{version}.yaml": target.manifest},
+                        message=Message(subject, "\n".join(body), trailers))
+
+
+def not_ready_message(model: str, version: str, serving: str | None, answer: Readiness,
+                      waited: float, prepared: RollbackPlan | None,
+                      prepared_commit: str | None) -> str:
+    """Why the rollback stopped before moving the traffic, and what to do (pure)."""
+    why = (f"{version} cannot become ready: {answer.reason}" if answer.lasting else
+           f"{version} is not ready after {waited:.0f}s: {answer.reason}")
+    text = f"{model}: {why}; the traffic did not move, {serving} still serves"
+    if prepared is not None and prepared.state.phase is Phase.PAUSED \
+            and prepared.before.phase is not Phase.PAUSED:
+        text += f" (canary {prepared.before.candidate} paused at {prepared.before.weight}%)"
+    if prepared_commit:
+        text += (f". {version}'s Deployment came back at 0% in {prepared_commit[:12]}: run "
+                 f"`mlops rollback {model} --to {version}` again once it is ready, or "
+                 f"`git revert {prepared_commit[:12]}`")
+    return text
+
+
 # -- I/O ----------------------------------------------------------------------------------
+
+
+def wait_ready(readiness: ReadinessCheck, model: str, version: str,
+               desired: dict[str, Any] | None, *, wait: float, poll: float = 1.0,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep,
+               progress: Callable[[str], None] | None = None) -> tuple[Readiness, float]:
+    """Ask until `version` is ready, cannot be (lasting), or `wait` seconds passed;
+    (the last answer, seconds waited). Each new reason goes to `progress`."""
+    started = clock()
+    said = None
+    while True:
+        answer = readiness.check(model, version, desired)
+        waited = clock() - started
+        if answer.ready or answer.lasting or waited >= wait:
+            return answer, waited
+        if progress is not None and answer.reason != said:
+            said = answer.reason
+            progress(f"  waiting for {version} to be ready (up to {wait:.0f}s): {answer.reason}")
+        sleep(min(poll, max(0.0, wait - waited)))
 
 
 def _published(model: str, version: str, manifest: str | None,
@@ -373,11 +503,23 @@ def _recover(mirror: Mirror, tip: str, model: str, version: str) -> tuple[str | 
 def rollback(repo: str, model: str, *, to: str | None = None, by: str, branch: str = "main",
              workdir: pathlib.Path | None = None, models_root: pathlib.Path | None = None,
              now: dt.datetime | None = None, backoff: Backoff = DEFAULT_BACKOFF,
-             command: str = "") -> RollbackResult:
-    """Make `to` (default: the previous stable version) stable at 100 % in one commit."""
+             command: str = "", readiness: ReadinessCheck | None = None,
+             wait: float = DEFAULT_WAIT, poll: float = 1.0,
+             clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep,
+             progress: Callable[[str], None] | None = None) -> RollbackResult:
+    """Make `to` (default: the previous stable version) stable at 100 %.
+
+    With `readiness`, make-before-break (module docstring): a version that is not
+    ready comes back at 0 % first, and the traffic moves only once it is ready
+    (`RollbackNotReady` after `wait` seconds, or at once when it cannot be).
+    `progress` gets a line per commit and per new reason while waiting."""
     now = now or dt.datetime.now(dt.timezone.utc)
     writer = WriteBack(repo, workdir=workdir, backoff=backoff)
-    for _ in range(3):
+    prepared: tuple[RollbackPlan, str | None] | None = None
+    ready = ""  # what the runtime said once the version was ready
+    stale = 0
+    while True:
         with tempfile.TemporaryDirectory(prefix="mlops-rollback-") as tmp:
             with Mirror(repo, path=pathlib.Path(tmp) / "mirror.git") as mirror:
                 tip = mirror.sha(branch)
@@ -406,28 +548,62 @@ def rollback(repo: str, model: str, *, to: str | None = None, by: str, branch: s
                     for p in past]
             target = replace(choose_target(model, state, serving, past, target.version),
                              checked=checked)
-        the_plan = plan_rollback(current, target, by=by, now=now, command=command)
+        the_plan = plan_rollback(current, target, by=by, now=now, command=command, ready=ready)
         if the_plan is None:
             return RollbackResult(model, target.version, serving, "unchanged", tip,
                                   f"{model}: {target.version} already serves 100% on "
-                                  f"{branch!r}; nothing to roll back")
-        base = the_plan.before if state is not None else None
-
-        def change(root: pathlib.Path, the_plan: RollbackPlan = the_plan,
-                   base: CanaryState | None = base) -> None:
-            path = root / layout.APPS / model / layout.PROMOTION
-            origin = f"{layout.APPS}/{model}/{layout.PROMOTION}"
-            seen = load_state(path.read_text(), origin) if path.is_file() else None
-            if seen != base:
-                raise StaleRollback(f"apps/{model}/promotion.yaml changed on {branch!r} while "
-                                    "the rollback was planned")
-            the_plan.write(root)
-
+                                  f"{branch!r}; nothing to roll back",
+                                  prepared=prepared[1] if prepared else None)
+        to = target.version  # the same version on every pass, whatever the branch does
+        if readiness is not None and not ready:
+            first = plan_restore(current, target, by=by, command=command)
+            if first is not None:
+                try:
+                    done = _commit(writer, branch, model, first, state)
+                except StaleRollback:
+                    stale += 1
+                    if stale < 3:
+                        continue
+                    raise
+                prepared = (first, done.commit)
+                if progress is not None:
+                    progress(f"{first.message.subject}; commit {(done.commit or '')[:12]}")
+            desired = current.deployments.get(target.version)
+            if desired is None and target.manifest is not None:
+                desired = _deployment(model, target.version, target.manifest)
+            answer, waited = wait_ready(readiness, model, target.version, desired, wait=wait,
+                                        poll=poll, clock=clock, sleep=sleep, progress=progress)
+            if not answer.ready:
+                raise RollbackNotReady(not_ready_message(
+                    model, target.version, serving, answer, waited,
+                    prepared[0] if prepared else None, prepared[1] if prepared else None))
+            ready = answer.reason
+            continue  # plan the traffic's move again, from the branch as it is now
         try:
-            result: WriteResult = writer.commit(branch, change, the_plan.message)
+            result = _commit(writer, branch, model, the_plan, state)
         except StaleRollback:
-            continue  # plan again from the new tip
+            stale += 1
+            if stale < 3:
+                continue  # plan again from the new tip
+            raise
         return RollbackResult(model, target.version, serving, result.status, result.commit,
-                              the_plan.message.subject, target.checked)
-    raise StaleRollback(f"apps/{model}/promotion.yaml on {branch!r} kept changing while the "
-                        "rollback was planned; run again")
+                              the_plan.message.subject, target.checked,
+                              prepared=prepared[1] if prepared else None, ready=ready)
+
+
+def _commit(writer: WriteBack, branch: str, model: str, the_plan: RollbackPlan,
+            state: CanaryState | None) -> WriteResult:
+    """Commit a plan on top of the `promotion.yaml` it was planned from (`StaleRollback`
+    when someone changed it meanwhile: plan again)."""
+    base = the_plan.before if state is not None else None
+
+    def change(root: pathlib.Path) -> None:
+        path = root / layout.APPS / model / layout.PROMOTION
+        origin = f"{layout.APPS}/{model}/{layout.PROMOTION}"
+        seen = load_state(path.read_text(), origin) if path.is_file() else None
+        if seen != base:
+            raise StaleRollback(f"apps/{model}/promotion.yaml changed on {branch!r} while "
+                                "the rollback was planned; run again")
+        the_plan.write(root)
+
+    return writer.commit(branch, change, the_plan.message)

@@ -31,8 +31,12 @@ from promotion.metrics.presets import QueryPreset, get_preset, render_window
 from promotion.metrics.prometheus import PrometheusSource
 from serving.manifests import deployment_name
 
-__all__ = ["LiveReader", "Series", "live_queries", "preset_of"]
+__all__ = ["RUNTIME_PRESETS", "LiveReader", "Series", "live_queries", "preset_of"]
 
+#: The preset a policy gets when it names none, by the runtime the models run on: the
+#: router's view of it (what clients see), `model` where there is none. `mlops controller
+#: run` picks by where it reads readiness, `mlops ui` by `--runtime` or its platform.
+RUNTIME_PRESETS = {"local": "haproxy", "kubernetes": "istio", "none": "model"}
 #: The measures every preset gives, in the order they are shown.
 MEASURES = ("rps", "error_share", "p99_ms")
 

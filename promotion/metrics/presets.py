@@ -4,7 +4,7 @@ Queries are data (principles §7): each preset is one YAML file in `presets/`
 with three templates (`requests`, `errors`, `latency`) and the unit of the
 latency buckets. Templates use `string.Template` placeholders (`$model`,
 `$version`, `$workload`, `$namespace`, `$window`) because PromQL's own braces
-would fight `str.format`; `QueryPreset.substitute` is the one place values go
+would fight `str.format`; `_substitute` is the one place values go
 into them. Tests pin every rendered query.
 
 Every counted signal (requests, errors, latency, the model's answers, the
@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from contracts.errors import ExitCode, MlopsError
 
 __all__ = ["COUNTED", "PRESET_NAMES", "PresetError", "QueryPreset", "counter_selectors",
-           "get_preset", "render_window"]
+           "get_preset", "promql_string", "render_window"]
 
 PRESET_DIR = pathlib.Path(__file__).with_name("presets")
 PRESET_NAMES = frozenset(p.stem for p in PRESET_DIR.glob("*.yaml"))
@@ -69,6 +69,58 @@ def counter_selectors(promql: str, window: str) -> list[str] | None:
     if not found or any(t not in _ALLOWED for t in tokens):
         return None
     return found
+
+
+def promql_string(value: str) -> str:
+    """`value` escaped for the inside of a double-quoted PromQL string literal.
+
+    PromQL strings take Go's escapes (prometheus/promql/parser/lex.go `lexString`,
+    unquoted by `strconv.Unquote` in parser.go); a backslash, a double quote or a line
+    break in a value would otherwise end the label matcher and let the value write
+    its own query: `metrics.namespace` of a pushed canary policy made a canary that
+    failed 40 % of its requests read as 0 errors (issue 41, finding 4). Every value
+    goes through here (`_substitute`), and `QueryPreset.from_mapping` refuses a
+    template whose placeholder is not inside a double-quoted string, so the escaping
+    holds by construction. Regex matchers (`=~"$x"`) still read the value as a regex:
+    the values are label values checked at their boundary (Kubernetes names).
+    """
+    out = []
+    for char in str(value):
+        if char in '\\"':
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif ord(char) < 0x20 or ord(char) == 0x7f:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _quoted_spans(template: str) -> list[tuple[int, int]]:
+    """(start, end) of each double-quoted string literal's content in a PromQL template."""
+    spans, i, quote, start = [], 0, "", 0
+    while i < len(template):
+        char = template[i]
+        if quote:
+            if char == "\\" and quote != "`":
+                i += 2
+                continue
+            if char == quote:
+                if quote == '"':
+                    spans.append((start, i))
+                quote = ""
+        elif char in "\"'`":
+            quote, start = char, i + 1
+        i += 1
+    return spans
+
+
+def _substitute(template: str, values: Mapping[str, str]) -> str:
+    """`template` with its placeholders filled in, every value but `$window` (a duration
+    `render_window` made) escaped for the double-quoted string it sits in."""
+    return string.Template(template).substitute(
+        {k: v if k == "window" else promql_string(v) for k, v in values.items()})
 
 
 class PresetError(MlopsError, ValueError):
@@ -115,12 +167,19 @@ class QueryPreset(BaseModel):
         for kind, template in templates.items():
             if template is None:
                 continue
+            quoted = _quoted_spans(template)
             for match in string.Template.pattern.finditer(template):
                 placeholder = match.group("named") or match.group("braced")
                 if placeholder and placeholder not in PLACEHOLDERS:
                     raise PresetError(
                         f"metrics preset {name!r}, query {kind!r}: unknown placeholder "
                         f"${placeholder}; use {', '.join('$' + p for p in PLACEHOLDERS)}")
+                inside = any(a <= match.start() < b for a, b in quoted)
+                if placeholder and placeholder != "window" and not inside:
+                    raise PresetError(
+                        f"metrics preset {name!r}, query {kind!r}: ${placeholder} must be "
+                        f"inside a double-quoted label value (label=\"${placeholder}\"), "
+                        "where it is escaped")
             if kind != "weight" and counter_selectors(template, "$window") is None:
                 raise PresetError(
                     f"metrics preset {name!r}, query {kind!r}: the canary counts exactly "
@@ -128,19 +187,14 @@ class QueryPreset(BaseModel):
                     f"(got {template.strip()!r})")
         return preset
 
-    @staticmethod
-    def substitute(template: str, values: Mapping[str, str]) -> str:
-        """A template with its placeholders filled in: the one place values enter PromQL."""
-        return string.Template(template).substitute(values)
-
     def render_quality(self, **values: str) -> dict[str, str]:
         """Each quality signal's query with placeholders filled in."""
-        return {signal: self.substitute(template, values)
+        return {signal: _substitute(template, values)
                 for signal, template in sorted(self.quality.items())}
 
     def render_classes(self, **values: str) -> str | None:
         """The class-count query with placeholders filled in (None: not measured)."""
-        return None if self.classes is None else self.substitute(self.classes, values)
+        return None if self.classes is None else _substitute(self.classes, values)
 
     @property
     def latency_scale(self) -> float:
@@ -152,7 +206,7 @@ class QueryPreset(BaseModel):
         template = getattr(self, kind)
         if template is None:
             return None
-        return self.substitute(template, values)
+        return _substitute(template, values)
 
 
 @functools.lru_cache(maxsize=None)

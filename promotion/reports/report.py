@@ -145,8 +145,8 @@ def evaluation_report(
         lines.append("")
 
     if gate:
-        verdict = "✅ passed" if gate.get("passed") else "❌ failed"
-        lines += ["### Gate", "", f"{verdict}: {_cell(gate.get('reason', ''))}", ""]
+        lines += ["### Gate", "", f"{_GATE_WORDS[_gate_outcome(gate)]}: "
+                  f"{_cell(gate.get('reason', ''))}", ""]
         lines += same_images_section(gate)
 
     if data:
@@ -167,14 +167,28 @@ def evaluation_report(
         lines += [f"| {_cell(k)} | {_code(v)} |" for k, v in hyper.items()]
         lines += ["", "</details>", ""]
 
-    lines += [
-        "### Approval",
-        "",
-        "Merged automatically (`approval: auto`)." if approval == "auto"
-        else "Merge this PR to approve (`approval: pr`).",
-        "",
-    ]
+    if gate and _gate_outcome(gate) == "review":
+        how = ("The gate could not decide (`gate.inconclusive: review`): this PR waits for a "
+               "human's judgement of the intervals above, whatever `approval` says. Merge it "
+               "to approve; close it to refuse.")
+    elif approval == "auto":
+        how = "Merged automatically (`approval: auto`)."
+    else:
+        how = "Merge this PR to approve (`approval: pr`)."
+    lines += ["### Approval", "", how, ""]
     return "\n".join(lines)
+
+
+_GATE_WORDS = {"pass": "✅ passed", "review": "⚠️ inconclusive, needs review",
+               "fail": "❌ failed"}
+
+
+def _gate_outcome(gate: Mapping[str, Any]) -> str:
+    """pass, review or fail; a record from before the third outcome says only `passed`."""
+    outcome = gate.get("outcome")
+    if outcome in _GATE_WORDS:
+        return str(outcome)
+    return "pass" if gate.get("passed") else "fail"
 
 
 def _num(value: Any) -> int | float | None:

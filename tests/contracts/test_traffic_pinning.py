@@ -153,3 +153,30 @@ def test_the_controllers_pod_is_in_the_mesh():
     validate_manifest(deployment)
     assert deployment["spec"]["template"]["metadata"]["labels"][MESH_LABEL] == "true"
     assert MESH_LABEL not in deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_a_gateway_keeps_the_mesh_and_only_the_mesh_may_pin():
+    """Issue 42, B3: a VirtualService whose `gateways` lists a Gateway binds its routes to
+    that Gateway alone unless `mesh` is listed too (istio pilot/pkg/model/push_context.go
+    `getGatewayNames`: the mesh is implied only by an empty list), so the guide's advice
+    took the weights and the controller's pinned probe away from in-mesh callers; and
+    outside callers could pin the canary with the header. Now `mesh` is kept, and the pinned
+    routes match only in the mesh (an HTTPMatchRequest's `gateways` overrides the
+    VirtualService's)."""
+    vs = manifests.virtual_service("shapes", 90, 10, gateways=["istio-system/public"],
+                                   hosts=["detect.example.com"])
+    validate_manifest(vs)
+    assert vs["spec"]["gateways"] == ["mesh", "istio-system/public"]
+    assert manifests.virtual_service("shapes", 90, 10, gateways=["mesh", "g"])["spec"][
+        "gateways"] == ["mesh", "g"]
+    for route in vs["spec"]["http"][1:]:
+        (match,) = route["match"]
+        assert match["gateways"] == ["mesh"], route["name"]
+    assert vs["spec"]["http"][0]["match"] == UNPINNED  # the weighted route serves both
+    # a canary added or removed later keeps the pinned routes mesh-only
+    stable_only = manifests.virtual_service("shapes", 100, 0, canary=False,
+                                            gateways=["istio-system/public"])
+    with_canary = set_weights(stable_only, 10, with_canary=True)
+    assert [r["name"] for r in with_canary["spec"]["http"][1:]] == ["pinned-stable",
+                                                                   "pinned-canary"]
+    assert all(r["match"][0]["gateways"] == ["mesh"] for r in with_canary["spec"]["http"][1:])

@@ -210,3 +210,34 @@ def test_cli_reads_the_annotation_files_from_the_cache(tmp_path, capsys):
                  "--cache", str(tmp_path / "cache")]) == 0
     out = capsys.readouterr().out
     assert "(images)" in out and "can -> bottle x1" in out
+
+
+def test_data_diff_shows_pushed_control_sequences_escaped(tmp_path, capsys):
+    """Issue 41, finding 17: class names and paths of a pushed lock reached the
+    reviewer's terminal raw through `mlops data diff` (cursor moves, an OSC 52
+    clipboard write). They are printed escaped (`cogs.text.printable`)."""
+    attack = "cup\x1b[1A\x1b[2K\x1b]52;c;ZXZpbA==\x07"
+    new = make_lock("w48", "s3://b/w48", {
+        "train": SplitPin(annotations=_img("ann2"), classes={"bottle": 20, attack: 13},
+                          images=[_img("a"), _img(f"b{attack}")]),
+        "val": _split(["v1", "v2"], {"bottle": 0, "can": 20}),
+    })
+    write_lock(OLD, tmp_path / "old.lock")
+    write_lock(new, tmp_path / "new.lock")
+    assert main(["data", "diff", str(tmp_path / "old.lock"), str(tmp_path / "new.lock")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "cup\\x1b[1A\\x1b[2K\\x1b]52;c;ZXZpbA==\\x07" in out
+
+
+def test_a_dataset_name_with_a_control_character_is_refused(tmp_path, capsys):
+    """The lock's `name` is shown to reviewers everywhere: one line of printable text."""
+    text = (tmp_path / "ok.lock")
+    write_lock(OLD, text)
+    bad = text.read_text().replace('"name": "w47"', '"name": "w47\\u001b]52;c;ZXZpbA==\\u0007"')
+    assert bad != text.read_text()
+    (tmp_path / "bad.lock").write_text(bad)
+    assert main(["data", "diff", str(text), str(tmp_path / "bad.lock")]) == 2
+    captured = capsys.readouterr()
+    assert "bad.lock: name:" in captured.err and "printable" in captured.err
+    assert "\x1b" not in captured.err + captured.out

@@ -85,3 +85,21 @@ def test_a_moved_remote_runs_the_changes_again_on_its_tip(guarded_repo, tmp_path
     assert seen == [False, True]  # the second run saw the human's commit
     assert git(guarded_repo, "log", "--format=%s", "main").splitlines()[:3] == \
         ["step(a)", "pause(b): by ada", "init"]
+
+
+def test_a_message_git_refuses_drops_out_alone(guarded_repo, tmp_path):
+    """Issue 41, finding 9: a trailer with a control character (an ESC from a class
+    name) made `format_message` raise outside the per-item `try`, and with
+    `--workers > 1` every other model's decision of the pass was lost."""
+    writer = WriteBack(guarded_repo, workdir=tmp_path / "w", backoff=FAST)
+    writer.commit("main", _write("README", "fleet\n"), Message("init"))
+    results = commit_batch(writer, "main", [
+        BatchItem(_write("apps/a/x", "1\n"), Message("rollback(a): 10% -> 0%")),
+        BatchItem(_write("apps/b/x", "1\n"),
+                  Message("rollback(b): 10% -> 0%", trailers=[("Mlops-Reason", "cat\x1b[2J")])),
+        BatchItem(_write("apps/c/x", "1\n"), Message("rollback(c): 10% -> 0%")),
+    ])
+    assert [r.status for r in results] == ["committed", "error", "committed"]
+    assert "control character" in str(results[1].error)
+    files = git(guarded_repo, "ls-tree", "-r", "--name-only", "main").split()
+    assert {"apps/a/x", "apps/c/x"} <= set(files) and "apps/b/x" not in files

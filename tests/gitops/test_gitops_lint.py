@@ -117,6 +117,12 @@ BROKEN = {
         root / f"argocd/{MODEL}.yaml",
         lambda d: d["spec"]["destination"].update(namespace="prod")),
         "spec.destination.namespace is 'prod'; mlops-gitops.yaml says 'models'"),
+    # issue 42, B3: a Gateway listed without `mesh` takes the split away from the mesh
+    # (istio pilot/pkg/model/push_context.go getGatewayNames)
+    "gateway without mesh": (lambda root: _yaml_edit(
+        root / f"apps/{MODEL}/virtualservice.yaml",
+        lambda d: d["spec"].update(gateways=["istio-system/public"])),
+        "gateways ['istio-system/public'] leave out 'mesh'"),
     "schema": (lambda root: _yaml_edit(
         root / f"apps/{MODEL}/destinationrule.yaml",
         lambda d: d["spec"].update(trafficPolicy={"loadBalancer": {"simple": "FASTEST"}})),

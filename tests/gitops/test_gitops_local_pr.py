@@ -402,3 +402,21 @@ def test_a_merged_version_proposed_again_gets_a_fresh_branch_and_pr(repo, forge,
     _roll_back_det(repo)
     third = again()
     assert (third.status, third.branch, third.pr.number) == ("opened", f"{BRANCH}-3", 3)
+
+
+def test_pr_show_and_list_never_send_a_pushed_control_sequence_to_the_terminal(
+        repo, forge, capsys, opened):
+    """Issue 41, finding 17: the PR body (built from the pushed repo's dataset and class
+    names), its title and comments reached the reviewer's terminal raw: a CSI cursor
+    move rewrote the lines above, an OSC 52 wrote the clipboard. They are shown escaped."""
+    attack = "\x1b[2A\x1b[2Kall checks passed\x1b]52;c;ZXZpbA==\x07\rok\u202e"
+    forge.update_pr(1, title=f"promote(det): v2 {attack}",
+                    body=f"**Data: w47 → {attack}**\n| mAP@0.5 | 0.71 | 0.69 |\r\n")
+    forge.comment(1, f"lgtm {attack}")
+    assert cli(["pr", "show", "1", "--repo", str(repo)]) == 0
+    assert cli(["pr", "list", "--repo", str(repo)]) == 0
+    out = capsys.readouterr().out
+    for raw in ("\x1b", "\x07", "\r", "\u202e"):
+        assert raw not in out, repr(raw)
+    assert "\\x1b[2A\\x1b[2Kall checks passed\\x1b]52;c;ZXZpbA==\\x07\\x0dok\\u202e" in out
+    assert "| mAP@0.5 | 0.71 | 0.69 |\n" in out  # lines stay lines

@@ -332,7 +332,9 @@ def test_hook_rejection_is_not_retried(gitops_repo):
 def test_credentials_stay_out_of_config_and_messages(tmp_path):
     r = remote("https://bot:s3cr3t@git.example.com/team/gitops.git")
     assert r.url == "https://git.example.com/team/gitops.git"
-    assert r.env == {"MLOPS_GIT_TOKEN": "s3cr3t", "MLOPS_GIT_USERNAME": "bot"}
+    # The token goes to the server it was written for, and nowhere else (issue 41).
+    assert r.env == {"MLOPS_GIT_TOKEN": "s3cr3t", "MLOPS_GIT_USERNAME": "bot",
+                     "MLOPS_GIT_HOSTS": "https://git.example.com"}
     assert redact("fatal: https://bot:s3cr3t@git.example.com/x failed") == (
         "fatal: https://***@git.example.com/x failed"
     )
@@ -410,6 +412,34 @@ def test_token_reaches_git_only_through_the_credential_helper(tmp_path):
     ).stdout
     assert "username=ci-bot" in answer.splitlines()
     assert "password=s3cr3t" in answer.splitlines()
+
+
+def test_the_helper_answers_only_the_servers_the_token_is_for(tmp_path, monkeypatch):
+    """Issue 41, finding 1: `CREDENTIAL_HELPER` answered any host, so whatever URL a step
+    was handed (a pushed mlops.yaml's GitOps repo) received the token. Real git asks it."""
+    from gitops.git import Git
+
+    def asked(git: Git, host: str, protocol: str = "https") -> str:
+        return git.run("credential", "fill", check=False,
+                       input=f"protocol={protocol}\nhost={host}\npath=x.git\n\n").stdout
+
+    # A token written in a URL: that URL's server only.
+    g = Git(tmp_path, credentials=remote("https://ci-bot:s3cr3t@git.example.com/t.git").env)
+    assert "password=s3cr3t" in asked(g, "git.example.com")
+    for host, protocol in (("attacker.example", "https"), ("git.example.com:444", "https"),
+                           ("git.example.com", "http")):
+        assert "s3cr3t" not in asked(g, host, protocol), (host, protocol)
+    # A pod's token with the platform's scope: a URL the step is handed widens nothing.
+    monkeypatch.setenv("MLOPS_GIT_TOKEN", "p0d")
+    monkeypatch.setenv("MLOPS_GIT_HOSTS", "https://git.example.com")
+    handed = Git(tmp_path, credentials=remote("https://attacker.example/gitops.git").env)
+    assert "p0d" not in asked(handed, "attacker.example")
+    assert "password=p0d" in asked(handed, "git.example.com")
+    # No scope set by anyone: the server of the URL the person running the command named.
+    monkeypatch.delenv("MLOPS_GIT_HOSTS")
+    named = Git(tmp_path, credentials=remote("https://git.example.com/gitops.git").env)
+    assert "password=p0d" in asked(named, "git.example.com")
+    assert "p0d" not in asked(named, "attacker.example")
 
 
 def test_a_hung_git_is_stopped_with_a_clear_error(tmp_path):

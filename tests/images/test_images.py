@@ -49,14 +49,17 @@ import yaml
 from datapins.snapshot import snapshot
 from datapins.sources import open_source
 from local.platform.podspec import probe_of
+from mlops.errors import UserError
 from mlops.images import runner
 from mlops.images.build import IMAGES, build_all
 from mlops.images.podrun import podman_run_argv
+from mlops.images.stepbuild import build_for_step
 from mlops.ui.manifests import ui_manifests
 from promotion.cluster.deploy import controller_manifests
 from tests.fixtures.common import free_port
 from tests.fixtures.training import copy_example
 from workflows.config import load_config
+from workflows.pipeline import BUILD_SCRIPT, build_workflow_template
 from workflows.settings import PipelineSettings
 
 # A cold build (a changed kit or lock) takes minutes in the first test's setup: more than
@@ -71,7 +74,7 @@ def _podman(built, *args):
     return built.store.podman(*args, check=False, timeout=300)
 
 
-WITH_PADDLE = ("shapes-detector", "products-yolov3", "train", "serve")
+WITH_PADDLE = ("shapes-detector", "products-yolov3", "train", "serve", "training-base")
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +128,53 @@ def test_the_tool_image_pins_and_prepares_an_s3_dataset(built_images, s3_dataset
     pinned = json.loads(proc.stdout.split("--- lock\n", 1)[1])
     from_dir = snapshot(open_source(str(coco_dataset)), "w48")
     assert pinned["source"] == "s3://datasets/shapes/w48" and pinned["digest"] == from_dir.digest
+
+
+def test_the_example_builds_from_its_own_context_as_the_pipelines_step_builds_it(
+        built_images, tmp_path):
+    """Issue 42, A1 (the every-run breaker): the cluster's build-image gives BuildKit the
+    repo's checkout and the build arguments of its script, nothing else. The local step
+    (`mlops run`, the demo) builds from exactly those, read from the rendered step; the
+    example's Dockerfile must build so and its image import paddle and the kit. Before the
+    fix the build stopped at `No matching distribution found for paddle-mlops[kit]==0.1.0`.
+    A second push whose build inputs did not change (only mlops.yaml) is not built again."""
+    repo = copy_example(tmp_path / "repo")
+    doc = build_workflow_template(load_config(repo), PipelineSettings()).to_dict()
+    step = next(t for t in doc["spec"]["templates"] if t["name"] == "build-image")
+    env = {e["name"]: e["value"].replace("{{workflow.parameters.revision}}", "0" * 40)
+           for e in step["container"]["env"] if "value" in e}
+    env["MLOPS_REPO"] = str(repo)  # where the checkout is, as the runner maps it
+    lines = []
+    first = build_for_step(env, step["container"]["args"][0], store=built_images.store,
+                           log=lines.append)
+    assert first.image.startswith("localhost/mlops/shapes-detector-train:"), lines
+    assert not any("--volume" in line or "find-links" in line for line in lines), lines
+    proc = _podman(built_images, "run", "--rm", "--pull=never", "--network=none",
+                   "--entrypoint", "python", first.image, "-c",
+                   "import os, paddle, modelkit; print(paddle.__version__, os.getuid())")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-2:] == ["3.3.1", "1000"]
+    (repo / "mlops.yaml").write_text((repo / "mlops.yaml").read_text() + "# another push\n")
+    again = build_for_step(env, step["container"]["args"][0], store=built_images.store,
+                           log=lines.append)
+    assert (again.image, again.built) == (first.image, False)
+
+
+def test_a_requirement_only_our_wheel_could_meet_fails_the_local_build(built_images, tmp_path):
+    """The local build gets what the cluster's BuildKit gets and nothing else: the model-repo
+    kit by name, which `mlops images build` once offered from a mounted wheelhouse, must fail
+    here as it fails in a cluster (issue 42, A1: the defect would have shown here first)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    # the examples' Dockerfile before the fix: not FROM the training base (which has the kit)
+    (repo / "Dockerfile").write_text("FROM python:3.11-slim\nCOPY requirements.txt .\n"
+                                     "RUN pip install --no-cache-dir -r requirements.txt\n")
+    (repo / "requirements.txt").write_text("paddle-mlops[kit]==0.1.0\n")
+    env = {"MLOPS_REPO": str(repo), "IMAGE": "registry.example.com/mlops/x-train:0",
+           "BASE_IMAGE": "registry.example.com/mlops/training-base:0.1.0-cpu"}
+    with pytest.raises(UserError, match="as it would in the cluster") as failed:
+        build_for_step(env, BUILD_SCRIPT, store=built_images.store, log=lambda line: None)
+    assert "No matching distribution found for paddle-mlops" in str(failed.value)
 
 
 def test_an_unchanged_rebuild_reuses_every_layer(built_images):

@@ -9,10 +9,15 @@ from mlops.images.build import (
     CA_IN_BUILD,
     IMAGES,
     PIP_CONF_IN_BUILD,
+    TRAINING_BASE,
     build_after,
+    build_arg_values,
     build_argv,
     pip_conf,
+    select,
 )
+from tests.rooms import ROOMS
+from workflows.resources import load_template
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted([ROOT / "Dockerfile", *ROOT.glob("examples/*/Dockerfile")])
@@ -50,20 +55,50 @@ def test_every_dockerfile_that_installs_paddlepaddle_installs_libgomp1():
     which python:3.11-slim does not have: `import paddle` then fails with `ImportError:
     libgomp.so.1`, and every training worker and model server built FROM it crash-loops
     (issue 25, defect 2). tests/images/test_images.py imports paddle in the built images; this
-    catches a new Dockerfile without the package before any build."""
+    catches a new Dockerfile without the package before any build. The model repos' images
+    get both from the training base they start FROM (next test)."""
     with_paddle = [p for p in DOCKERFILES if _installs_paddle(p)]
-    assert len(with_paddle) == 3, with_paddle  # the project's and both examples'
+    assert with_paddle == [ROOT / "Dockerfile"], with_paddle
     for path in with_paddle:
         assert any(re.search(r"apt-get install .*\blibgomp1\b", line)
                    for line in _instructions(path)), f"{path}: installs paddlepaddle without " \
                                                     "libgomp1"
 
 
+def test_the_model_repos_start_from_the_training_base_the_pipeline_passes():
+    """Issue 42, A1: both examples pinned `paddle-mlops[kit]==0.1.0`, which is on no public
+    index, and the cluster's build-image gives BuildKit the repo's context and BASE_IMAGE
+    only, so every push failed there. Now the kit comes in the training base image (the
+    project's Dockerfile, `--target training-base`, EXTRA=kit), the examples start FROM
+    `${BASE_IMAGE}` whose default is the templates' name for it, and their requirements
+    name only public packages."""
+    for path in DOCKERFILES:
+        if path.parent == ROOT:
+            continue
+        lines = _instructions(path)
+        assert lines[:2] == [f"ARG BASE_IMAGE={TRAINING_BASE}", "FROM ${BASE_IMAGE}"], path
+        requirements = [line.split("#")[0].strip().lower() for line in
+                        (path.parent / "requirements.txt").read_text().splitlines()]
+        named = {re.split(r"[\[=<>~! ]", line)[0] for line in requirements if line}
+        assert named and not named & {"paddle-mlops", "paddlepaddle"}, (path, named)
+    for template in ("training-small", "training-medium"):
+        assert load_template(template).image == TRAINING_BASE
+    base = next(s for s in IMAGES if s.key == "training-base")
+    assert base.target == "training-base" and dict(base.build_args)["EXTRA"] == "kit"
+    assert TRAINING_BASE in base.tags
+    stages = [line for line in _instructions(ROOT / "Dockerfile") if line.startswith("FROM")]
+    assert stages == ["FROM python:3.11-slim AS training-base", "FROM training-base"]
+
+
 def test_mlops_images_build_builds_every_dockerfile_we_ship():
     built = {(ROOT / spec.context / spec.dockerfile).resolve() for spec in IMAGES}
     assert built == {p.resolve() for p in DOCKERFILES}
     extras = {dict(spec.build_args).get("EXTRA") for spec in IMAGES if spec.context == "."}
-    assert extras == {"train", "serve", "controller,ui"}
+    assert extras == {"train", "serve", "controller,ui", "kit"}
+    # a model repo's image is built after the base it starts FROM, with its cluster name
+    assert [s.key for s in select(["shapes-detector"])] == ["training-base", "shapes-detector"]
+    assert build_arg_values(next(s for s in IMAGES if s.key == "shapes-detector")) == \
+        {"BASE_IMAGE": TRAINING_BASE}
 
 
 def test_the_ca_bundle_and_pip_conf_are_mounted_read_only_and_never_copied(tmp_path):
@@ -82,22 +117,20 @@ def test_the_project_dockerfile_copies_every_package_the_distribution_ships():
     """The tool images are built from the source the Dockerfile COPYs: a room added to
     pyproject.toml's packages but not to the Dockerfile is missing from every image, and
     `mlops` (whose CLI imports every command module) fails to start there. The image
-    tier found exactly that when `datapins/` was added."""
-    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "packages"]["find"]["include"]
-    packages = {pattern.rstrip("*") for pattern in include}
+    tier found exactly that when `datapins/` was added. The distribution ships every room
+    (tests/test_architecture.py checks pyproject's packages.find against them)."""
+    packages = set(ROOMS)
     copied = {line.split()[1] for line in _instructions(ROOT / "Dockerfile")
               if line.startswith("COPY") and len(line.split()) == 3}
     assert packages <= copied, f"not copied into the images: {sorted(packages - copied)}"
 
 
 def test_two_builds_side_by_side_never_build_a_shared_layer_twice():
-    """`mlops images build` runs two builds at once; an image waits for the first of its
-    family, whose layers it reuses. The model repos' images are one family because their
-    Dockerfiles begin with the same instructions (the libgomp1 layer): checked here, since
-    a drift would make them build that layer each on its own (correct, only slower)."""
+    """`mlops images build` runs two builds at once; an image waits for the image it is built
+    FROM, else for the first of its family, whose layers it reuses."""
     assert build_after(IMAGES) == {"train": None, "serve": "train", "controller": "train",
-                                   "shapes-detector": None,
-                                   "products-yolov3": "shapes-detector"}
-    heads = {tuple(_instructions(ROOT / s.context / s.dockerfile)[:4]) for s in IMAGES if s.kit}
+                                   "training-base": "train",
+                                   "shapes-detector": "training-base",
+                                   "products-yolov3": "training-base"}
+    heads = {tuple(_instructions(ROOT / s.context / s.dockerfile)[:4]) for s in IMAGES if s.base}
     assert len(heads) == 1, heads

@@ -144,3 +144,69 @@ def test_one_failing_worker_stops_the_others(tmp_path):
     text, error = _run(manifest)
     assert error is not None and "worker 1 exited with code 3" in str(error)
     assert "other workers were stopped" in str(error)
+
+
+def test_the_training_pods_see_the_checkout_and_the_prepared_data_read_only():
+    """Issue 41, finding 5: the workers mounted the whole workspace read-write, and a
+    training job replaced the verified val annotations. They mount their own output
+    folder writable, the checkout and the prepared data read-only (subPaths)."""
+    loaded = load_config(EXAMPLE)  # with data pins
+    job = paddlejob_manifest(loaded, loaded.full, "full", PipelineSettings())
+    (container,) = job["spec"]["worker"]["template"]["spec"]["containers"]
+    workspace = [m for m in container["volumeMounts"] if m["name"] == "workspace"]
+    assert workspace == [
+        {"name": "workspace", "mountPath": "/workspace/repo", "subPath": "repo",
+         "readOnly": True},
+        {"name": "workspace", "mountPath": "/workspace/out/full", "subPath": "out/full"},
+        {"name": "workspace", "mountPath": "/workspace/out/data", "subPath": "out/data",
+         "readOnly": True},
+    ]
+    # Everything the worker's command is told to write is under its writable folder.
+    args = " ".join(container["args"])
+    for flag in ("--output-dir", "--checkpoint-dir", "--log_dir"):
+        value = container["args"][container["args"].index(flag) + 1]
+        assert value.startswith("$(MLOPS_OUT)/full"), (flag, value)
+    assert "--data-dir $(MLOPS_OUT)/data" in args
+
+
+def test_the_local_runner_honours_a_read_only_mount(tmp_path):
+    """Locally each worker sees its `readOnly` mounts read-only (a bind mount in its own
+    mount namespace): writing, replacing or adding a file there fails as on a read-only
+    volume, root or not, while its writable folder takes its output; nothing of the
+    mounts outlives the job. Real processes, real unshare(1) and mount(8)."""
+    assert paddlejob_local.read_only_problem() is None  # this machine can (CI's too)
+    out, repo = tmp_path / "out", tmp_path / "repo"
+    (out / "data" / "annotations").mkdir(parents=True)
+    (out / "data" / "annotations" / "val.json").write_text("{}")
+    (out / "full").mkdir()
+    repo.mkdir()
+    job = {"metadata": {"name": "j"}, "spec": {"worker": {"replicas": 1, "template": {"spec": {
+        "containers": [{
+            "name": "paddle", "image": "x", "workingDir": "/workspace/repo",
+            "command": ["sh", "-c"],
+            "args": ['echo forged > "$DATA/annotations/val.json"; '
+                     'mv "$DATA/annotations/val.json" "$FULL/x"; '
+                     'echo new > "$DATA/annotations/new.json"; '
+                     'touch mine; echo ok > "$FULL/y"'],
+            "env": [{"name": "DATA", "value": "/workspace/out/data"},
+                    {"name": "FULL", "value": "/workspace/out/full"}],
+            "volumeMounts": [
+                {"name": "workspace", "mountPath": "/workspace/repo", "subPath": "repo",
+                 "readOnly": True},
+                {"name": "workspace", "mountPath": "/workspace/out/full", "subPath": "out/full"},
+                {"name": "workspace", "mountPath": "/workspace/out/data",
+                 "subPath": "out/data", "readOnly": True}]}]}}}}}
+    mounts = Mounts({"/workspace/repo": str(repo), "/workspace/out": str(out)})
+    read_only = paddlejob_local.read_only_dirs(job, mounts)
+    assert read_only == [str(repo), str(out / "data")]
+    specs = paddlejob_local.worker_specs(job, port=free_port(), mounts=mounts,
+                                         read_only=read_only)
+    log = io.BytesIO()
+    paddlejob_local.run_paddlejob(specs, log, name="j")
+    text = log.getvalue().decode()
+    assert text.count("Read-only file system") == 4, text
+    assert (out / "data" / "annotations" / "val.json").read_text() == "{}"
+    assert not (out / "data/annotations/new.json").exists()  # (`mv` copied it: reading is fine)
+    assert not (repo / "mine").exists()
+    assert (out / "full" / "y").read_text() == "ok\n"
+    (out / "data" / "annotations" / "new.json").write_text("{}")  # ours again, after the job

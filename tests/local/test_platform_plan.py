@@ -13,6 +13,7 @@ from local.platform.plan import (
     SetRoute,
     StartServer,
     StopServer,
+    TakeOver,
     WriteTargets,
     plan,
 )
@@ -126,10 +127,177 @@ def test_removed_model_is_torn_down():
     assert StopServer(M, "v1") in plan({}, actual(servers, {M: {}}), now=1)
 
 
-def test_changed_model_dir_restarts_the_version():
-    servers = {(M, "v1"): server(8001, model_dir="/old")}
+@pytest.mark.parametrize("phase", ["starting", "exited"])
+def test_changed_model_dir_of_a_server_that_serves_nothing_restarts_it(phase):
+    servers = {(M, "v1"): server(8001, phase=phase, model_dir="/old")}
     actions = plan({M: spec({"v1": 100})}, actual(servers, routes=None), now=0)
     assert actions[0] == StopServer(M, "v1")
+
+
+def test_a_changed_pod_starts_beside_the_serving_one_which_stops_only_after_the_switch():
+    """Rule 2b, the rendered Deployment's `maxUnavailable: 0, maxSurge: 1`: the old
+    process serves until the new one is ready and HAProxy sends it the traffic."""
+    desired = {M: spec({"v1": 100})}
+    old = server(8001, model_dir="/old")
+    routes = {M: {"v1": RouteView(8001, 100, True)}}
+    assert plan(desired, actual({(M, "v1"): old}, routes), now=0) == [
+        StartServer(M, "v1", "/models/v1", successor=True)]
+
+    def with_successor(phase, route_port=8001):
+        return Actual(servers={(M, "v1"): old}, frontends={M: 9000},
+                      routes={M: {"v1": RouteView(route_port, 100, True)}},
+                      targets=frozenset({(M, "v1", 8001), (M, "v1", 8002)}),
+                      successors={(M, "v1"): server(8002, phase=phase)})
+
+    assert plan(desired, with_successor("starting"), now=1) == []  # the old one serves on
+    assert plan(desired, with_successor("ready"), now=2) == [SetRoute(M, "v1", 100, port=8002)]
+    assert plan(desired, with_successor("ready", route_port=8002), now=3) == [TakeOver(M, "v1")]
+
+
+def test_a_crashed_successor_is_restarted_after_its_backoff_while_the_old_one_serves():
+    old = server(8001, model_dir="/old")
+    crashed = server(8002, phase="exited", retry_at=5.0)
+    state = Actual(servers={(M, "v1"): old}, frontends={M: 9000},
+                   routes={M: {"v1": RouteView(8001, 100, True)}},
+                   targets=frozenset({(M, "v1", 8001)}), successors={(M, "v1"): crashed})
+    assert plan({M: spec({"v1": 100})}, state, now=4) == []
+    assert plan({M: spec({"v1": 100})}, state, now=5) == [
+        StartServer(M, "v1", "/models/v1", restart=True, successor=True)]
+
+
+def test_a_successor_of_an_older_commit_is_stopped_and_the_old_server_kept():
+    old = server(8001, model_dir="/old")
+    older = server(8002, model_dir="/older")
+    state = Actual(servers={(M, "v1"): old}, frontends={M: 9000},
+                   routes={M: {"v1": RouteView(8001, 100, True)}},
+                   targets=frozenset({(M, "v1", 8001), (M, "v1", 8002)}),
+                   successors={(M, "v1"): older})
+    actions = plan({M: spec({"v1": 100})}, state, now=0)
+    assert actions[0] == StopServer(M, "v1", successor=True)  # a new one comes next tick
+    assert not of(actions, (SetRoute, RemoveRoute, StartServer, TakeOver))
+    assert StopServer(M, "v1") not in actions
+
+
+def test_a_rollback_to_a_starting_version_keeps_the_serving_one_until_it_takes_over():
+    """Rule 3c (issue 43): the commit removes v2 and sends 100 % to v1, which starts."""
+    desired = {M: spec({"v1": 100})}
+    v2 = server(8002, version="v2")
+    routes = {M: {"v2": RouteView(8002, 100, True)}}
+    starting = plan(desired, actual({(M, "v2"): v2}, routes), now=0)
+    assert StartServer(M, "v1", "/models/v1") in starting
+    assert not of(starting, (RemoveRoute, StopServer, SetRoute))
+    servers = {(M, "v1"): server(8001, phase="starting"), (M, "v2"): v2}
+    assert not of(plan(desired, actual(servers, routes), now=1), (RemoveRoute, StopServer,
+                                                                   SetRoute, AddRoute))
+    servers[(M, "v1")] = server(8001)  # ready: routed, v2 still in
+    ready = plan(desired, actual(servers, routes), now=2)
+    assert of(ready, AddRoute) == [AddRoute(M, "v1", 8001, 100)]
+    assert not of(ready, (RemoveRoute, StopServer))
+    routes = {M: {"v1": RouteView(8001, 100, True), "v2": RouteView(8002, 100, True)}}
+    assert of(plan(desired, actual(servers, routes), now=3), RemoveRoute) == [RemoveRoute(M, "v2")]
+    routes = {M: {"v1": RouteView(8001, 100, True)}}
+    assert StopServer(M, "v2") in plan(desired, actual(servers, routes), now=4)
+
+
+def test_a_split_moved_to_a_starting_version_does_not_lower_the_serving_one():
+    """The old version still has its Deployment, at 0 % in the new split."""
+    desired = {M: spec({"v1": 0, "v2": 100})}
+    servers = {(M, "v1"): server(8001), (M, "v2"): server(8002, phase="starting", version="v2")}
+    routes = {M: {"v1": RouteView(8001, 100, True)}}
+    assert plan(desired, actual(servers, routes), now=0) == []
+    servers[(M, "v2")] = server(8002, version="v2")
+    assert plan(desired, actual(servers, routes), now=1) == [AddRoute(M, "v2", 8002, 100)]
+    routes = {M: {"v1": RouteView(8001, 100, True), "v2": RouteView(8002, 100, True)}}
+    assert plan(desired, actual(servers, routes), now=2) == [SetRoute(M, "v1", 0)]
+
+
+def test_a_crashed_version_is_not_kept_for_a_starting_one():
+    desired = {M: spec({"v1": 100})}
+    servers = {(M, "v1"): server(8001, phase="starting"),
+               (M, "v2"): server(8002, phase="exited", version="v2")}
+    routes = {M: {"v2": RouteView(8002, 100, True)}}
+    assert RemoveRoute(M, "v2") in plan(desired, actual(servers, routes), now=0)
+
+
+class Platform:
+    """HAProxy and the processes as plain data, changed one action at a time as the sync
+    applies them; a started server is ready `start_ticks` ticks later."""
+
+    def __init__(self, servers, routes, start_ticks=3):
+        self.servers = dict(servers)
+        self.successors = {}
+        self.routes = {M: dict(routes)}
+        self.age = {}
+        self.start_ticks = start_ticks
+        self.ports = iter(range(8100, 8200))
+
+    def actual(self):
+        return Actual(servers=dict(self.servers), frontends={M: 9000},
+                      routes={m: dict(r) for m, r in self.routes.items()},
+                      targets=frozenset(), successors=dict(self.successors))
+
+    def tick(self):
+        for slots in (self.servers, self.successors):
+            for key, view in list(slots.items()):
+                self.age[view.port] = self.age.get(view.port, 0) + 1
+                if view.phase == "starting" and self.age[view.port] >= self.start_ticks:
+                    slots[key] = ServerView(view.port, "ready", view.model_dir, pod=view.pod)
+
+    def apply(self, action, desired):
+        backend = self.routes[M]
+        if isinstance(action, StartServer):
+            slots = self.successors if action.successor else self.servers
+            vspec = desired[M].versions[action.version]
+            slots[(M, action.version)] = ServerView(next(self.ports), "starting",
+                                                    vspec.model_dir, pod=vspec.pod)
+        elif isinstance(action, StopServer):
+            (self.successors if action.successor else self.servers).pop((M, action.version))
+        elif isinstance(action, TakeOver):
+            self.servers[(M, action.version)] = self.successors.pop((M, action.version))
+        elif isinstance(action, AddRoute):
+            backend[action.version] = RouteView(action.port, action.weight, True)
+        elif isinstance(action, SetRoute):
+            route = backend[action.version]
+            backend[action.version] = RouteView(action.port or route.port, action.weight, True)
+        elif isinstance(action, RemoveRoute):
+            backend.pop(action.version)
+
+    def serves(self):
+        """Some route with weight sends requests to a ready process on its port."""
+        ready = {v.port for v in [*self.servers.values(), *self.successors.values()]
+                 if v.phase == "ready"}
+        return any(r.enabled and r.weight > 0 and r.port in ready
+                   for r in self.routes[M].values())
+
+
+@pytest.mark.parametrize("case", ["rollback to a stopped version", "pod template changed",
+                                  "promotion of a starting candidate"])
+def test_no_action_leaves_the_backend_without_a_serving_route(case):
+    """Make-before-break, applied action by action as the sync does (HAProxy takes one
+    command at a time) until the platform converges: at no point does a request find
+    no ready server. The plan before issue 43 broke the first two (the only serving
+    route removed, the only process stopped, while the new one started)."""
+    if case == "rollback to a stopped version":
+        platform = Platform({(M, "v2"): server(8002, version="v2")},
+                            {"v2": RouteView(8002, 100, True)})
+        desired = {M: spec({"v1": 100})}
+    elif case == "pod template changed":
+        platform = Platform({(M, "v1"): server(8001, model_dir="/old")},
+                            {"v1": RouteView(8001, 100, True)})
+        desired = {M: spec({"v1": 100})}
+    else:
+        platform = Platform({(M, "v1"): server(8001)}, {"v1": RouteView(8001, 100, True)})
+        desired = {M: spec({"v2": 100})}
+    for _ in range(20):
+        actions = [a for a in plan(desired, platform.actual(), now=0)
+                   if not isinstance(a, WriteTargets)]
+        for action in actions:
+            platform.apply(action, desired)
+            assert platform.serves(), (case, action, platform.routes, platform.servers)
+        platform.tick()
+    assert list(platform.routes[M]) == list(desired[M].weights)
+    assert set(platform.servers) == {(M, v) for v in desired[M].weights}
+    assert not platform.successors
 
 
 def test_unreachable_haproxy_means_no_route_actions():

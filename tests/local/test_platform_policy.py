@@ -68,6 +68,11 @@ ATTACKS = {
     "errors hidden": ({"promotion.canary.metrics": {"preset": "custom", "queries": {
         "requests": "sum(increase(x[$window]))", "errors": "sum(increase(none[$window]))"}}},
         "custom metric queries are the platform's to write"),
+    # Issue 41, finding 4: where the numbers come from is the platform's, set or not.
+    "another namespace": ({"promotion.canary.metrics": {"namespace": "attacker"}},
+                          "metrics (preset, namespace) are the platform's to set"),
+    "a preset blind to the router": ({"promotion.canary.metrics": {"preset": "model"}},
+                                     "metrics (preset, namespace) are the platform's to set"),
     "looser error rate": ({"promotion.canary.max_error_rate": 0.5},
                           "max_error_rate 0.5 is above the platform's 0.01"),
     "any image": ({"serving.image": "evil.example.com/miner:1"},

@@ -49,3 +49,16 @@ def test_a_crash_loop_is_marked_with_its_last_error(monkeypatch, capsys, restart
         "v2": version}}})
     assert "last exit: exit code 1: weights sha256 mismatch" in out
     assert ("CRASH LOOP" in out) is marked
+
+
+def test_make_before_break_is_shown_while_it_holds(monkeypatch, capsys):
+    """A version git no longer has that still serves (its replacement is starting), and a
+    changed pod's new process starting beside the one that serves (issue 43)."""
+    common = {"ready": True, "haproxy_up": True, "pid": 7, "restarts": 0, "phase": "ready"}
+    out = _status(monkeypatch, capsys, models={"m": {"url": "http://m", "versions": {
+        "v1": {**common, "desired_weight": 100, "haproxy_weight": 0, "phase": "starting",
+               "ready": False, "port": 8001,
+               "successor": {"phase": "starting", "port": 8003, "not_ready_reason": None}},
+        "v2": {**common, "desired_weight": None, "haproxy_weight": 100, "port": 8002}}}})
+    assert "serving until a version of the new split is ready (make-before-break)" in out
+    assert "new pod starting on port 8003" in out

@@ -34,8 +34,8 @@ from workflows.expressions import (
 from workflows.pipeline import PATH_ENV, build_workflow_template
 from workflows.settings import load_settings
 
-PIPELINE = ["checkout", "build-image", "smoke-train", "train", "evaluate", "gate", "publish-model",
-            "propose"]
+PIPELINE = ["checkout", "build-image", "push-image", "smoke-train", "train", "evaluate", "gate",
+            "publish-model", "propose"]
 
 
 def _wt(repo):
@@ -51,7 +51,7 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     result = run_workflow(_wt(fake_model_repo), fake_model_repo, out, echo=_quiet)
     assert [t.name for t in result.tasks] == [*PIPELINE, "record-outcome"]
     phases = {t.name: t.phase for t in result.tasks}
-    assert all(phases[n] == "Succeeded" for n in PIPELINE[:6] + ["record-outcome"]), phases
+    assert all(phases[n] == "Succeeded" for n in PIPELINE[:7] + ["record-outcome"]), phases
     # The gate passed, but no GitOps repo is configured: `when` ends the run at the gate.
     assert phases["publish-model"] == phases["propose"] == "Skipped"
     assert "gitops-repo" in result.task("propose").message
@@ -62,6 +62,8 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert (
         result.task("build-image").outputs["image"].startswith("local/fake-detector-train@sha256:")
     )
+    # no registry: push-image passes the built image on, and the jobs are given that
+    assert result.task("push-image").outputs["image"] == result.task("build-image").outputs["image"]
     assert result.task("evaluate").outputs["map50"] == "1.000000"
     assert result.task("gate").outputs["passed"] == "true"
     assert result.task("train").outputs["job"] == f"{result.workflow}-full"
@@ -73,15 +75,16 @@ def test_runs_the_dag_in_order_passing_parameters(fake_model_repo, tmp_path):
     assert f"training_commit: {sha}" in text and f"workflow_id: {result.workflow}" in text, text
     # Records a user can find.
     run = json.loads((out / "run.json").read_text())
-    assert [t["name"] for t in run["tasks"]][:8] == PIPELINE
-    assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:6])
+    assert [t["name"] for t in run["tasks"]][:9] == PIPELINE
+    assert all((out / "logs" / f"{n}.log").is_file() for n in PIPELINE[:7])
     assert "'--max-steps', '20'" in (out / "logs" / "smoke-train.log").read_text()
     assert "PASS" in (out / "report.md").read_text()
     # run.json is the one record: the exit handler's outcome is folded in, its file gone.
     assert run["status"] == "Succeeded" and run["gate"]["passed"] is True and run["finished_at"]
     assert not (out / "outcome.json").exists()
     prom = (out / "metrics.prom").read_text()
-    assert 'argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true"} 1' in prom
+    assert ('argo_workflows_mlops_gate_outcomes_total{model="fake-detector",passed="true",'
+            'outcome="pass"} 1' in prom)
     assert 'argo_workflows_mlops_candidate_map50{model="fake-detector"} 1.000000' in prom
     assert (out / "environment.txt").read_text().startswith("python ")
 
@@ -172,7 +175,8 @@ def test_stops_at_a_failing_step_with_its_log(tmp_path, monkeypatch):
     events = run_events.read(tmp_path / "run")
     started = [e.task for e in events if e.kind == "task_started"]
     finished_ = {e.task: e.phase for e in events if e.kind == "task_finished"}
-    assert started == ["checkout", "build-image", "smoke-train", "train", "record-outcome"]
+    assert started == ["checkout", "build-image", "push-image", "smoke-train", "train",
+                       "record-outcome"]
     assert finished_ == phases
     assert [e.kind for e in (events[0], events[-1])] == ["run_started", "run_finished"]
     assert run_events.finished(events).phase == "Failed"
@@ -313,3 +317,26 @@ def test_cli_run_rejects_unknown_parameters(fake_model_repo, tmp_path, capsys):
     )
     assert "NAME one of repo, revision, ref, gitops-repo" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_export_naming_another_model_is_neither_judged_nor_published(tmp_path, empty_gitops):
+    """Issue 41, finding 10: the pushed training code writes the export's `model.yaml`,
+    and its `name` chose where publish put the weights and which `apps/<name>/` propose
+    changed. The repo's model is `shapes-a`; its train.py records `fake-detector`."""
+    repo = make_fake_model_repo(tmp_path / "a", model="shapes-a")
+    result = run_workflow(_wt(repo), repo, tmp_path / "run", echo=_quiet,
+                          parameters={"gitops-repo": str(empty_gitops)})
+    assert result.status == "Failed"
+    evaluate = result.task("evaluate")
+    assert evaluate.phase == "Failed"
+    assert "name 'fake-detector' is not this repo's model ('shapes-a')" in \
+        pathlib.Path(evaluate.log).read_text()
+    assert not (tmp_path / "run" / "models" / "fake-detector").exists()
+    assert subprocess.run(["git", "-C", str(empty_gitops), "for-each-ref", "--format=%(refname)",
+                           "refs/heads/mlops/"], capture_output=True, text=True).stdout == ""
+    # publish's own check, should an export get past evaluate
+    from workflows.steps import publish
+    (tmp_path / "models").mkdir()
+    with pytest.raises(StepError, match="a repo publishes only under its own name"):
+        publish.run(str(tmp_path / "run"), str(tmp_path / "models"), repo=str(repo))
+    assert not any((tmp_path / "models").iterdir())

@@ -17,6 +17,7 @@ import pytest
 from contracts.kubeapi import request_call
 from promotion.cluster import argocd, readiness
 from tests.fixtures.kubeapi import api_stand_in
+from tests.rooms import ROOMS
 
 MODEL = "shapes-detector"
 VALUES = {"model": MODEL, "version": "v2", "argocd_namespace": "argocd",
@@ -56,9 +57,7 @@ def test_no_other_module_talks_to_the_kubernetes_api():
     """The two lists above are all the controller asks: only these modules use the client."""
 
     root = pathlib.Path(__file__).resolve().parents[2]
-    users = {str(p.relative_to(root)) for pkg in ("mlops", "local", "promotion", "serving",
-                                                  "gitops", "workflows", "contracts", "cogs")
-             for p in (root / pkg).rglob("*.py")
+    users = {str(p.relative_to(root)) for pkg in ROOMS for p in (root / pkg).rglob("*.py")
              if re.search(r"^\s*(from kubernetes[ .]|import kubernetes\b)", p.read_text(), re.M)}
     # and the push Workflow's submitter (tests/workflows/test_push_submit.py records it)
     assert users == {"promotion/cluster/argocd.py", "promotion/cluster/readiness.py",

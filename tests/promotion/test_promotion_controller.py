@@ -361,3 +361,62 @@ def test_checkpoint_commits_a_hold_every_n_intervals(canary_repo, tmp_path):
     assert [c["Mlops-Decision"] for c in log] == ["hold/insufficient-evidence"] * 2
     # The checkpoint carries the counts, so the step's evidence keeps growing across it.
     assert main_state(canary_repo)["canary_counts"]["requests"] == 6
+
+
+def test_a_control_character_in_a_reason_does_not_block_the_rollback(canary_repo, tmp_path):
+    """Issue 41, finding 9: the reason names a class from the pushed export's labels;
+    with an ESC in it git refused the commit on every tick and the bad canary kept its
+    traffic. The reason is escaped (`cogs.text.one_line`) before it becomes a trailer."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    git(tmp_path, "--git-dir", str(canary_repo), "--work-tree", str(root), "checkout", "main",
+        "--", ".")
+    folder = layout.read_model(root, MODEL)
+    old = load_state(main_file(canary_repo, f"apps/{MODEL}/promotion.yaml"))
+    after = old.with_(weight=0)
+    plan = apply.plan(folder, old, after)
+    reason = "classes cat\x1b]52;c;ZXZpbA==\x07\x1b[2J moved:\rbad\u2028x"
+    msg = apply.message("rollback", old, after, at=dt.datetime.now(dt.timezone.utc),
+                        reason=reason, cause="failed")
+    result = apply.commit(WriteBack(str(canary_repo)), "main", plan, old, msg)
+    assert result.status == "committed"
+    entry = decision_log(canary_repo)[-1]
+    assert entry["Mlops-Reason"] == (
+        "classes cat\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J moved: bad x")
+    body = git(canary_repo, "log", "-1", "--format=%B", "main")
+    assert "\x1b" not in body and "\x07" not in body
+
+
+def test_the_platform_bounds_are_applied_again_to_the_policy_read_back(canary_repo, tmp_path):
+    """Issue 41, finding 4: the controller judged whatever `canary-policy.yaml` said. A
+    policy that reached git naming another namespace and a looser error limit is judged
+    with the platform's (`mlops-gitops.yaml` policy:) and the repo's namespace."""
+    writer = WriteBack(str(canary_repo))
+
+    def loosen(root: pathlib.Path) -> None:
+        config = root / layout.CONFIG_FILE
+        doc = yaml.safe_load(config.read_text())
+        doc["policy"] = {"canary": {"max_error_rate": 0.02, "min_requests": 40}}
+        config.write_text(yaml.safe_dump(doc))
+        path = root / layout.APPS / MODEL / apply.POLICY_FILE
+        policy = yaml.safe_load(path.read_text())
+        policy.update({"max_error_rate": 0.5, "min_requests": 1,
+                       "metrics": {"preset": "model", "namespace": "attacker"}})
+        path.write_text(yaml.safe_dump(policy))
+
+    writer.commit("main", loosen, Message("edit the policy by hand"))
+    seen = []
+
+    def source_for(policy):
+        seen.append(policy)
+        return RouterStub(canary_repo)
+
+    clock = Clock(merged_at(canary_repo))
+    controller = Controller(ControllerConfig(repo=str(canary_repo), workdir=tmp_path / "work"),
+                            source_for, clock=clock)
+    _run(controller, clock, 3)
+    assert seen, "no window was analysed"
+    policy = seen[-1]
+    namespace = yaml.safe_load(main_file(canary_repo, layout.CONFIG_FILE))["namespace"]
+    assert policy.metrics.preset is None and policy.metrics.namespace == namespace != "attacker"
+    assert (policy.max_error_rate, policy.min_requests) == (0.02, 40)

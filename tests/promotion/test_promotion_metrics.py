@@ -9,6 +9,7 @@ real Prometheus.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -21,6 +22,7 @@ from promotion.metrics.presets import (
     PresetError,
     QueryPreset,
     get_preset,
+    promql_string,
     render_window,
 )
 from promotion.metrics.prometheus import PrometheusSource
@@ -153,3 +155,57 @@ def test_custom_queries_must_be_read_as_counters() -> None:
         "errors": 'sum(increase(a_total{app="$model",code="500"}[$window]))'}))
     assert source.reads("m", "v1", 60) == {"requests": ['a_total{app="m"}', 'b_total{app="m"}'],
                                            "errors": ['a_total{app="m",code="500"}']}
+
+
+# Issue 41, finding 4: `metrics.namespace` of a pushed canary policy went into the istio
+# preset's `destination_workload_namespace="$namespace"` as it was; a value with a quote
+# rewrote the query (a canary failing 40 % of its requests read as 0 errors).
+HOSTILE = 'x"} or vector(0) or up{a="\\'
+_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _skeleton(promql: str) -> str:
+    """The query with every string literal emptied: its structure, whatever the values."""
+    return _LITERAL.sub('""', promql)
+
+
+def _every_query(source: PrometheusSource, model: str, version: str) -> dict[str, str]:
+    out = {k: v for k, v in source.queries(model, version, 30).items() if v}
+    out |= {f"quality.{k}": v for k, v in source.quality_queries(model, version, 30).items()}
+    out["classes"] = source.classes_query(model, version, 30) or ""
+    return out
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_NAMES))
+def test_a_value_cannot_leave_its_label_matcher(preset: str) -> None:
+    plain = _every_query(PrometheusSource("http://127.0.0.1:9", preset, namespace="serving"),
+                         "shapes-detector", "v2")
+    hostile = _every_query(PrometheusSource("http://127.0.0.1:9", preset, namespace=HOSTILE),
+                           HOSTILE, HOSTILE)
+    assert {k: _skeleton(v) for k, v in hostile.items()} == \
+        {k: _skeleton(v) for k, v in plain.items()}
+    if preset == "istio":  # the value is there, escaped, inside its own matcher
+        assert 'destination_workload_namespace="x\\"} or vector(0) or up{a=\\"\\\\"' \
+            in hostile["errors"]
+
+
+def test_promql_string_escapes_what_ends_a_string() -> None:
+    assert promql_string('a"b\\c\nd\x1b') == 'a\\"b\\\\c\\nd\\x1b'
+    assert promql_string("shapes-detector-v2") == "shapes-detector-v2"
+
+
+@pytest.mark.parametrize("template", [
+    "sum(up{namespace=$namespace})",                       # no quotes: nothing to escape in
+    "sum(up{namespace='$namespace'})",                     # single quotes escape otherwise
+    'sum(up{app="m"}) + $version',
+])
+def test_a_placeholder_outside_a_double_quoted_value_is_refused(template: str) -> None:
+    with pytest.raises(PolicyError, match="must be inside a double-quoted label value"):
+        load_policy({"metrics": {"preset": "custom", "queries": {
+            "requests": template, "errors": 'sum(up{app="$model"})'}}})
+
+
+def test_a_namespace_is_a_kubernetes_name() -> None:
+    with pytest.raises(PolicyError, match=r"metrics\.namespace.*Kubernetes namespace name"):
+        load_policy({"metrics": {"namespace": HOSTILE}})
+    assert load_policy({"metrics": {"namespace": "team-a"}}).metrics.namespace == "team-a"

@@ -189,7 +189,7 @@ def test_paired_interval_is_narrower_than_the_models_own():
     assert diff.high - diff.low < own.high - own.low
     assert result.images == 200 and result.resamples == 300
     assert [c.name for c in result.classes] == ["circle", "square", "triangle"]
-    assert result.class_confidence == pytest.approx(1 - 0.05 / 3)
+    assert result.class_confidence == 0.95 and result.class_family == 3
 
 
 def test_seeded_result_is_reproducible():
@@ -297,3 +297,83 @@ def test_full_set_equals_cocoeval_on_real_detections(trained_model):
     gt = json.loads(trained_model.val_json.read_text())
     dets = json.loads(trained_model.bbox_json.read_text())
     assert ours(gt, dets) == pytest.approx(faster(gt, dets), abs=1e-6)
+
+
+def _sets(*specs):
+    """SetMatches for (name, gt seed, images, candidate detector kwargs) specs."""
+    from promotion.decision.paired import SetMatches
+
+    out = []
+    for name, seed, images, kwargs in specs:
+        gt = make_gt(seed, images=images)
+        out.append(SetMatches(name=name, class_names=SetMatches.names_of(gt),
+                              candidate=match_detections(gt, detect(gt, 3, **kwargs)),
+                              production=match_detections(gt, detect(gt, 3))))
+    return out
+
+
+def test_the_pool_is_the_image_weighted_mean_of_the_sets_and_narrower_than_each():
+    from promotion.decision.paired import compare_sets
+
+    sets = _sets(("val", 2, 120, {"recall": 0.9}), ("holdout", 5, 80, {"recall": 0.9}))
+    both = compare_sets(sets, resamples=300, seed=1)
+    val, hold = both.sets["val"], both.sets["holdout"]
+    for key in ("map50", "map"):
+        mean = 0.6 * val.difference[key].estimate + 0.4 * hold.difference[key].estimate
+        assert both.pooled.difference[key].estimate == pytest.approx(mean)
+        assert both.pooled.sd[key] < min(val.sd[key], hold.sd[key])
+    assert both.pooled.images == 200
+    # each set alone is what compare_sets of that set alone says (its own seed offset aside)
+    alone = compare_sets(sets[:1], resamples=300, seed=1).sets["val"]
+    assert alone.difference == val.difference
+
+
+def test_the_class_band_is_simultaneous_over_every_class_of_every_set():
+    """The max-T band is wider than one class's own 95 % interval and no wider than
+    Bonferroni's over the family (normal quantiles as the yardstick), and the Monte
+    Carlo error of the pooled interval's ends is reported and small."""
+    from promotion.decision.paired import compare_sets
+
+    sets = _sets(("val", 2, 150, {"recall": 0.8}), ("holdout", 5, 150, {"recall": 0.8}))
+    both = compare_sets(sets, resamples=1000, seed=0)
+    family = [c for s in both.sets.values() for c in s.classes if c.distinguished]
+    assert both.pooled.class_family == len(family) == 6
+    critical = [(c.difference.high - c.difference.estimate) for c in family]
+    # the half-width over the class's own spread: the band's multiplier, the same for all
+    draws = compare_sets(sets, resamples=1000, seed=0)
+    assert draws == both  # seeded: the same answer twice
+    from statistics import NormalDist
+    z1, zbonf = NormalDist().inv_cdf(0.975), NormalDist().inv_cdf(1 - 0.025 / 6)
+    sds = []
+    for s in sets:
+        from promotion.decision.coco_ap import average_precision as ap
+        w = bootstrap_weights(len(s.candidate.image_ids), 1000, 0 if s.name == "val" else 1)
+        d = ap(s.candidate, w)[:, 0] - ap(s.production, w)[:, 0]
+        sds += list(np.nanstd(d, axis=0))
+    multipliers = [half / sd for half, sd in zip(critical, sds)]
+    assert max(multipliers) == pytest.approx(min(multipliers), rel=1e-6)
+    assert z1 < multipliers[0] < zbonf + 0.3
+    assert 0 < both.pooled.difference["map50"].mc_error < 0.002
+
+
+def test_a_class_the_two_models_never_tell_apart_is_not_judged():
+    """The same detections on a class: every resample gives the same difference (0), so
+    the class is marked undistinguished instead of printing [+0.0000, +0.0000] as certain.
+    Circle identical, square with one extra confident false positive, triangle's scores
+    scaled."""
+    from promotion.decision.paired import SetMatches, compare_sets
+
+    gt = make_gt(2, images=100)
+    prod = detect(gt, 3)
+    cand = [d if d["category_id"] == 1 else {**d, "score": d["score"] * 0.9} for d in prod]
+    cand += [{"image_id": 1, "category_id": 2, "bbox": [0, 0, 5, 5], "score": 0.99}]
+    one = SetMatches(name="val", class_names=SetMatches.names_of(gt),
+                     candidate=match_detections(gt, cand), production=match_detections(gt, prod))
+    result = compare_sets([one], resamples=200).sets["val"]
+    by_name = {c.name: c for c in result.classes}
+    assert by_name["circle"].distinguished is False
+    assert by_name["circle"].difference.low == by_name["circle"].difference.high == 0.0
+    assert by_name["square"].distinguished is True  # its extra false positive shows
+    # scores scaled within a class keep its ranking: AP cannot tell, nor can the band
+    assert by_name["triangle"].distinguished is False
+    assert result.class_family == 1

@@ -224,3 +224,31 @@ def test_the_versions_serving_section_reaches_its_deployment(repo, tmp_path):
     (v2 / "infer_cfg.yml").write_text(yaml.safe_dump({"serving": {"worker": 2}}))
     with pytest.raises(ProposeError, match="worker"):
         propose(v2, str(repo), LocalForge(repo), load_policy({}), approval="auto")
+
+
+def test_an_inconclusive_gate_opens_a_pr_marked_for_review_that_auto_approval_leaves_open(
+        repo, tmp_path):
+    """`gate.inconclusive: review`: the candidate is proposed all the same, for a human; the
+    title and the body say so, and `approval: auto` does not merge it."""
+    from promotion.gitrepo.propose import REVIEW_TITLE
+
+    forge = LocalForge(repo)
+    propose(_model_dir(tmp_path, "v1", 0.90), str(repo), forge, load_policy({}), approval="auto")
+    main_before = git(repo, "rev-parse", "main").strip()
+    gate = {"passed": True, "outcome": "review", "comparison": "inconclusive",
+            "reason": "REVIEW: ... the 400 images cannot tell (... about 1210 would give 95%)"}
+    result = propose(_model_dir(tmp_path, "v2", 0.905), str(repo), forge, load_policy({}),
+                     approval="auto", gate=gate)
+    assert (result.merged, result.status) == (False, "opened")
+    assert "not merged automatically: the gate was inconclusive" in result.message
+    assert git(repo, "rev-parse", "main").strip() == main_before
+    pr = forge.get_pr(result.pr_number)
+    assert pr.title.endswith(REVIEW_TITLE)
+    assert "⚠️ inconclusive, needs review" in pr.body
+    assert "waits for a human's judgement" in pr.body
+    # a gate that passed is merged as before
+    passed = {**gate, "outcome": "pass", "reason": "PASS: ..."}
+    merged = propose(_model_dir(tmp_path, "v3", 0.91), str(repo), forge, load_policy({}),
+                     approval="auto", gate=passed)
+    assert merged.merged is True
+    assert not forge.get_pr(merged.pr_number).title.endswith(REVIEW_TITLE)

@@ -17,6 +17,7 @@ import threading
 import pytest
 
 from cogs.files import atomic_write_json
+from gitops.writeback import WriteBack
 from local.platform.readiness import PlatformReadiness
 from local.platform.workdir import Workdir
 from promotion.cluster.readiness import (
@@ -30,6 +31,7 @@ from promotion.decision.analysis import decide, decide_ready
 from promotion.decision.observations import Observations, VersionWindow
 from promotion.decision.policy import load_policy
 from promotion.decision.state import CanaryState, Phase
+from promotion.gitrepo import apply
 from serving import manifests
 from tests.fixtures.promotion_controller import (
     MODEL,
@@ -94,9 +96,13 @@ class Scripted:
         self.routing = True
         self.routes_asked: list[dict] = []
 
+        self.lasting: str | None = None  # a failure no wait fixes, with its reason
+
     def check(self, model, version, desired):
         self.asked.append(version)
         assert desired is not None and desired["kind"] == "Deployment"  # git's Deployment
+        if self.lasting is not None and not self.ready:
+            return Readiness(False, self.lasting, lasting=True)
         return Readiness(self.ready, "2/2 replicas ready" if self.ready else "not applied yet")
 
     def routed(self, model, weights):
@@ -135,6 +141,65 @@ def test_controller_waits_for_readiness_then_commits_the_first_step(tmp_path, pr
     assert source.calls
     assert decision_log(promotion_repo)[0]["subject"] == "canary(shapes): 10% -> 25% (v2 over v1)"
     controller.close()
+
+
+def test_a_candidate_that_cannot_become_ready_is_rolled_back_at_once(tmp_path, promotion_repo):
+    """Issue 43: a warm-up inference that fails on every try (a 32x32 resize the graph
+    cannot reshape) waited the whole ready_timeout (15 minutes by default) for nothing.
+    The runtime says the failure is lasting: the next pass rolls back, naming it. A
+    transient "not ready" before it still waits (the first ten passes)."""
+    merge_to_main(promotion_repo, "v2", TEST_POLICY, ready=False)
+    merged = float(git(promotion_repo, "log", "-1", "--format=%ct", "main").strip())
+    clock, readiness = Clock(merged), Scripted()
+    controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w"),
+                            RouterStub(promotion_repo), clock=clock, readiness=readiness)
+    before = git(promotion_repo, "rev-parse", "main")
+    for _ in range(10):
+        clock.advance(1.0)
+        controller.tick()
+    assert git(promotion_repo, "rev-parse", "main") == before  # still loading: it waits
+
+    readiness.lasting = ("shapes v2 cannot serve: warm-up inference failed: inference failed: "
+                         "(InvalidArgument) The 'shape' in ReshapeOp is invalid")
+    clock.advance(1.0)
+    outcomes = controller.tick()
+    controller.close()
+    assert [(o.kind, o.cause) for o in outcomes] == [("rollback", "not-ready")]
+    state = main_state(promotion_repo)
+    assert (state["phase"], state["weight"]) == ("rolled_back", 0)
+    message = git(promotion_repo, "log", "-1", "--format=%B", "main")
+    assert message.startswith("rollback(shapes): 0% -> 0% (v2 over v1)")
+    assert "Mlops-Decision: rollback/not-ready" in message
+    reason = next(line for line in message.splitlines() if line.startswith("Mlops-Reason:"))
+    assert "cannot become ready: shapes v2 cannot serve: warm-up inference failed" in reason
+    assert "ReshapeOp is invalid" in reason
+    assert "rolled back after 11s, not after ready_timeout 900s" in reason
+    assert "deployment-v2.yaml" not in git(promotion_repo, "ls-tree", "--name-only",
+                                           f"main:apps/{MODEL}")
+
+
+def test_a_promotion_asked_for_waits_until_the_candidate_is_ready(tmp_path, promotion_repo):
+    """Make-before-break for a person's promote too: it moves all the traffic to the
+    candidate, so a candidate that is not ready (its pod restarting, say) is promoted
+    only once it is."""
+    merge_to_main(promotion_repo, "v2", TEST_POLICY)  # ready: at its first step
+    merged = float(git(promotion_repo, "log", "-1", "--format=%ct", "main").strip())
+    apply.human_commit(WriteBack(str(promotion_repo)), "main", MODEL, "promote", "carol",
+                       T0)
+    clock, readiness = Clock(merged + 1), Scripted()
+    controller = Controller(ControllerConfig(repo=str(promotion_repo), workdir=tmp_path / "w"),
+                            RouterStub(promotion_repo), clock=clock, readiness=readiness)
+    requested = git(promotion_repo, "rev-parse", "main")
+    for _ in range(3):
+        clock.advance(1.0)
+        assert controller.tick() == []
+    assert git(promotion_repo, "rev-parse", "main") == requested and readiness.asked
+    readiness.ready = True
+    clock.advance(1.0)
+    assert [(o.kind, o.cause) for o in controller.tick()] == [("promote", "requested")]
+    controller.close()
+    assert (main_state(promotion_repo)["phase"], main_state(promotion_repo)["stable"]) == \
+        ("promoted", "v2")
 
 
 def test_a_step_is_judged_only_once_the_router_has_it(tmp_path, promotion_repo):
@@ -211,6 +276,8 @@ def _live(**status):
 def test_deployment_ready_follows_flaggers_rules(live, ready, words):
     answer = deployment_ready(live, DESIRED, "shapes-v2")
     assert answer.ready is ready and words in answer.reason
+    # Only Kubernetes giving up on the rollout is a failure no wait fixes.
+    assert answer.lasting is ("progress deadline" in words)
 
 
 def test_an_older_deployment_of_the_same_name_is_not_this_merge():
@@ -303,7 +370,23 @@ def test_platform_backend_reads_the_sync_status(tmp_path):
         "versions": versions}}})
     answer = readiness.check(MODEL, "v2", None)
     assert not answer.ready and "starting" in answer.reason
-    versions["v2"].update(ready=True, phase="ready")
+    assert not answer.lasting  # starting: it may yet be ready
+    # The server said it cannot answer (its warm-up inference failed, never retried).
+    versions["v2"]["cannot_serve"] = "warm-up inference failed: ReshapeOp"
+    atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
+        "versions": versions}}})
+    answer = readiness.check(MODEL, "v2", None)
+    assert not answer.ready and answer.lasting
+    assert answer.reason == "shapes v2 cannot serve: warm-up inference failed: ReshapeOp"
+    # A new pod starting beside the serving one: not what git says yet, for now.
+    versions["v2"].update(cannot_serve=None, phase="ready",
+                          successor={"phase": "starting", "port": 3})
+    atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
+        "versions": versions}}})
+    answer = readiness.check(MODEL, "v2", None)
+    assert not answer.ready and not answer.lasting
+    assert "its new pod is starting beside the serving one" in answer.reason
+    versions["v2"].update(ready=True, phase="ready", successor=None)
     atomic_write_json(wd.status, {"applied_commit": "def", "models": {MODEL: {
         "versions": versions}}})
     assert readiness.check(MODEL, "v2", None).ready

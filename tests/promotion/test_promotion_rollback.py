@@ -1,12 +1,18 @@
-"""`mlops rollback MODEL [--to VERSION]`: an earlier version stable at 100 % in one commit.
+"""`mlops rollback MODEL [--to VERSION]`: an earlier version stable at 100 %, no analysis.
 
-The decision is pure (`plan_rollback`, `choose_target`, `stable_versions`) and is
-tested on folders built in memory, without git. The end-to-end tests use real
-bare repositories: versions proposed through the local forge's PRs (as the
-pipeline proposes them), a promotion committed by the real controller on a
-human's promote request, then `mlops rollback` through the CLI. The model
-directories hold a `model.yaml` and weights whose digest matches; no Paddle
-program is needed because neither proposing nor rolling back loads the model.
+The decision is pure (`plan_rollback`, `plan_restore`, `choose_target`,
+`stable_versions`) and is tested on folders built in memory, without git. The
+end-to-end tests use real bare repositories: versions proposed through the
+local forge's PRs (as the pipeline proposes them), a promotion committed by the
+real controller on a human's promote request, then `mlops rollback` through the
+CLI. The model directories hold a `model.yaml` and weights whose digest matches;
+no Paddle program is needed because neither proposing nor rolling back loads
+the model. Make-before-break in a cluster (two commits, the traffic moved once
+the Deployment is ready) asks a stand-in Kubernetes API server
+(`tests/fixtures/kubeapi.py`: no API server can run here) through the official
+client and a kubeconfig, as a person's `mlops rollback --readiness kubernetes`
+does; the local platform's half runs for real in
+tests/local/test_platform_make_before_break.py.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -36,10 +43,13 @@ from promotion.gitrepo.rollback import (
     RollbackError,
     RollbackNotFound,
     choose_target,
+    plan_restore,
     plan_rollback,
     stable_versions,
 )
 from serving import manifests
+from tests.fixtures.common import ROOT
+from tests.fixtures.kubeapi import api_stand_in
 from tests.fixtures.production import fake_model_dir
 from tests.fixtures.promotion_controller import RouterStub
 
@@ -144,6 +154,51 @@ def test_a_recovered_manifest_of_another_version_is_refused():
     wrong = PastVersion("v1", "c" * 40, yaml.safe_dump(_deployment("v9")), "d" * 40)
     with pytest.raises(RollbackError, match="not the Deployment of shapes v1"):
         plan_rollback(_folder("v2"), wrong, by="x", now=NOW)
+
+
+def test_plan_restore_brings_the_version_back_at_0_and_leaves_the_traffic_alone():
+    """The first commit of a make-before-break rollback: only v1's Deployment, verbatim."""
+    folder = _folder("v2")
+    restore = plan_restore(folder, _v1(checked="/models/shapes/v1"), by="alice",
+                           command="mlops rollback shapes --to v1")
+    assert restore is not None
+    assert restore.restore == {"deployment-v1.yaml": V1_TEXT}
+    assert restore.documents == [] and restore.remove_versions == []  # VS and DR untouched
+    assert restore.state == restore.before  # nothing in flight: the state stays
+    msg = restore.message
+    assert msg.subject == "rollback(shapes): bring v1 back before it takes traffic (v2 serves)"
+    assert "make-before-break" in msg.body and "/models/shapes/v1" in msg.body
+    trailers = dict(msg.trailers)
+    assert trailers["Mlops-Decision"] == "restore/human"
+    assert (trailers["Mlops-Rollback-To"], trailers["Mlops-Stable"]) == ("v1", "v2")
+    assert trailers["Mlops-Restored-From"] == "d" * 40
+
+
+def test_plan_restore_pauses_a_canary_in_flight_and_the_rollback_then_ends_it():
+    folder = _folder("v2", "v3", weight=25, phase=Phase.PROGRESSING)
+    restore = plan_restore(folder, _v1(), by="bob")
+    assert restore is not None
+    assert (restore.state.phase, restore.state.weight, restore.state.candidate) == \
+        (Phase.PAUSED, 25, "v3")
+    assert restore.state.pause_reason == "paused: rollback to v1 under way (requested by bob)"
+    assert restore.message.subject == ("rollback(shapes): bring v1 back before it takes "
+                                       "traffic (v2 serves; canary v3 paused at 25%)")
+    # The second commit, planned from the branch after the first and once v1 is ready.
+    after = _folder("v2", "v3", weight=25, phase=Phase.PAUSED)
+    after.deployments["v1"] = yaml.safe_load(V1_TEXT)
+    plan = plan_rollback(after, _v1(), by="bob", now=NOW, ready="deployment shapes-v1: 1/1")
+    assert plan is not None
+    assert plan.restore == {}  # back already: not restored twice
+    assert plan.remove_versions == ["v2", "v3"]
+    assert "- v1 was ready before it took the traffic: deployment shapes-v1: 1/1" in \
+        plan.message.body
+    assert plan.message.subject == \
+        "rollback(shapes): v1 is stable at 100% (was v2; canary v3 at 25% ended)"
+
+
+def test_plan_restore_has_nothing_to_do_for_a_version_with_its_deployment():
+    folder = _folder("v1", "v2", weight=10, phase=Phase.PROGRESSING)
+    assert plan_restore(folder, PastVersion("v1", "c" * 40), by="x") is None
 
 
 def test_stable_versions_newest_first_from_the_promotion_history():
@@ -280,7 +335,10 @@ def test_rollback_serves_the_previous_version_from_its_original_manifest(promote
     before = _git(repo, "rev-parse", "main").strip()
 
     assert cli(["rollback", MODEL, "--gitops", str(repo), "--by", "alice"]) == 0
-    out = capsys.readouterr().out
+    note, out = capsys.readouterr().out.split("\n", 1)
+    # No runtime to ask (no platform work dir, no --readiness): one commit, and it says so.
+    assert note.startswith("note: readiness not checked: the version rolled back to takes "
+                           "the traffic in the commit that brings it back")
     assert out.startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")
     assert f"model files: {dirs['v1']} (weights sha256 checked)" in out
 
@@ -446,3 +504,144 @@ def test_a_concurrent_push_is_rebased_over_and_not_lost(promoted, monkeypatch, t
         "rollback(shapes): v1 is stable at 100% (was v2)", "docs: on call"]
     assert _blob(repo, "main", "NOTES.md") == b"on call: dan\n"
     assert _blob(repo, "main", f"apps/{MODEL}/deployment-v1.yaml") == v1_manifest
+
+
+# -- make-before-break against a stand-in Kubernetes API ------------------------------------
+
+
+def _kubeconfig(tmp_path: pathlib.Path, url: str) -> pathlib.Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "here",
+        "clusters": [{"name": "stand-in", "cluster": {"server": url}}],
+        "users": [{"name": "me", "user": {}}],
+        "contexts": [{"name": "here", "context": {"cluster": "stand-in", "user": "me"}}]}))
+    return path
+
+
+def _live(manifest: bytes, available: int, **status) -> dict:
+    """The apps/v1 Deployment as the API server returns it, from the restored manifest."""
+    doc = yaml.safe_load(manifest)
+    replicas = doc["spec"]["replicas"]
+    return {"metadata": {"name": f"{MODEL}-v1", "generation": 1},
+            "spec": {"replicas": replicas, "template": doc["spec"]["template"]},
+            "status": {"observedGeneration": 1, "replicas": replicas,
+                       "updatedReplicas": replicas, "availableReplicas": available, **status}}
+
+
+def _rollback_cli(tmp_path: pathlib.Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    """`mlops rollback` in its own process, with a kubeconfig naming the stand-in (the
+    Kubernetes client reads $KUBECONFIG once, when it is imported)."""
+    env = {**os.environ, "KUBECONFIG": str(_kubeconfig(tmp_path, url))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    env.pop("MLOPS_WORKDIR", None)
+    return subprocess.run([sys.executable, "-m", "mlops", "rollback", MODEL, *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _main_split(repo: pathlib.Path) -> tuple[list, list, list]:
+    files = _git(repo, "ls-tree", "--name-only", f"main:apps/{MODEL}").split()
+    vs = yaml.safe_load(_blob(repo, "main", f"apps/{MODEL}/virtualservice.yaml"))
+    dr = yaml.safe_load(_blob(repo, "main", f"apps/{MODEL}/destinationrule.yaml"))
+    return [f for f in files if f.startswith("deployment-")], _routes(vs), _subsets(dr)
+
+
+DEPLOYMENT_V1 = f"/apis/apps/v1/namespaces/models/deployments/{MODEL}-v1"
+
+
+def test_rollback_in_a_cluster_moves_the_traffic_only_once_the_deployment_is_ready(
+        promoted, tmp_path):
+    """Issue 43: the one commit moved the VirtualService to a subset whose pods were still
+    starting ("no healthy upstream"). Now the first commit brings v1's Deployment back
+    with the traffic where it was, and the second moves it once the API server says the
+    Deployment is available (`KubernetesReadiness`, the controller's own check)."""
+    repo, _, v1_manifest = promoted
+    before = _git(repo, "rev-parse", "main").strip()
+    seen_while_starting = []
+
+    def answer(method, path, body, earlier):
+        if path != DEPLOYMENT_V1:
+            return 404, {"kind": "Status", "code": 404}
+        asked = sum(1 for _, p, _ in earlier if p == DEPLOYMENT_V1)
+        if asked < 2:  # its pods start: what main says meanwhile is recorded
+            seen_while_starting.append(_main_split(repo))
+            return 200, _live(v1_manifest, available=0)
+        return 200, _live(v1_manifest, available=3)
+
+    with api_stand_in(answer) as (url, requests_seen):
+        done = _rollback_cli(tmp_path, url, "--gitops", str(repo), "--by", "alice",
+                             "--readiness", "kubernetes")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    # While v1 started, main had its Deployment back and v2 kept all the traffic.
+    assert seen_while_starting == [(["deployment-v1.yaml", "deployment-v2.yaml"],
+                                    [("stable", 100)], [("stable", "v2")])] * 2
+    assert [p for _, p, _ in requests_seen] == [DEPLOYMENT_V1] * 3
+    assert _git(repo, "log", "--format=%s", f"{before}..main").splitlines() == [
+        "rollback(shapes): v1 is stable at 100% (was v2)",
+        "rollback(shapes): bring v1 back before it takes traffic (v2 serves)"]
+    assert _main_split(repo) == (["deployment-v1.yaml"], [("stable", 100)], [("stable", "v1")])
+    assert _blob(repo, "main", f"apps/{MODEL}/deployment-v1.yaml") == v1_manifest
+    first = _git(repo, "log", "-1", "--format=%(trailers:only,unfold)", "main^")
+    assert "Mlops-Decision: restore/human" in first and "Mlops-Requested-By: alice" in first
+    message = _git(repo, "log", "-1", "--format=%B", "main")
+    assert f"- v1 was ready before it took the traffic: deployment {MODEL}-v1: 3/3 replicas " \
+        "ready" in message
+    assert "Mlops-Decision: rollback/human" in message
+    lines = out.splitlines()
+    assert lines[0] == "readiness: kubernetes"
+    assert lines[1].startswith("rollback(shapes): bring v1 back before it takes traffic")
+    assert lines[2] == (f"  waiting for v1 to be ready (up to 300s): deployment {MODEL}-v1: "
+                        "0 of 3 replicas ready")
+    assert lines[3].startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")
+    assert cli(["gitops", "lint", "--repo", str(repo)]) == 0
+
+
+@pytest.mark.parametrize("live, wait, words", [
+    ({"conditions": [{"type": "Progressing", "reason": "ProgressDeadlineExceeded",
+                      "message": 'ReplicaSet "shapes-v1-5d8" has timed out progressing.'}]},
+     "300", "v1 cannot become ready: deployment shapes-v1 exceeded its progress deadline: "
+            'ReplicaSet "shapes-v1-5d8" has timed out progressing.'),
+    ({}, "0", "v1 is not ready after 0s: deployment shapes-v1: 0 of 3 replicas ready"),
+], ids=["progress-deadline-exceeded", "wait-over"])
+def test_a_version_that_does_not_become_ready_leaves_the_traffic_where_it_was(
+        promoted, tmp_path, live, wait, words):
+    """Not ready within --wait, or never (Kubernetes gave up on its rollout): exit 1 with
+    the reason and what to do; only the first commit is on main, v2 still serves."""
+    repo, _, v1_manifest = promoted
+    before = _git(repo, "rev-parse", "main").strip()
+
+    def answer(method, path, body, earlier):
+        return 200, _live(v1_manifest, available=0, **live)
+
+    with api_stand_in(answer) as (url, _):
+        done = _rollback_cli(tmp_path, url, "--gitops", str(repo), "--readiness", "kubernetes",
+                             "--wait", wait)
+    err = done.stderr
+    assert done.returncode == 1, (done.stdout, err)
+    first = _git(repo, "rev-parse", "main").strip()
+    assert _git(repo, "rev-parse", "main^").strip() == before  # one commit: the restore
+    assert err.startswith(f"error: {MODEL}: {words}; the traffic did not move, v2 still serves.")
+    assert f"`mlops rollback {MODEL} --to v1` again once it is ready" in err
+    assert f"`git revert {first[:12]}`" in err
+    assert _main_split(repo) == (["deployment-v1.yaml", "deployment-v2.yaml"], [("stable", 100)],
+                                 [("stable", "v2")])
+
+
+def test_a_platform_that_syncs_another_repo_is_not_asked(promoted, tmp_path):
+    """$MLOPS_WORKDIR names a local platform serving some other GitOps repo: it would never
+    report v1 ready, so the rollback does not wait on it (and says why)."""
+    repo, _, _ = promoted
+    platform = tmp_path / "platform"
+    platform.mkdir()
+    (platform / "platform.json").write_text('{"gitops": "/elsewhere/gitops.git"}')
+    env = {**os.environ, "MLOPS_WORKDIR": str(platform)}
+    done = subprocess.run([sys.executable, "-m", "mlops", "rollback", MODEL, "--gitops",
+                           str(repo)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (f"note: the local platform in {platform} syncs /elsewhere/gitops.git, "
+                        f"not {repo}; readiness not asked there")
+    assert lines[1].startswith("note: readiness not checked")
+    assert lines[2].startswith("rollback(shapes): v1 is stable at 100% (was v2); commit ")

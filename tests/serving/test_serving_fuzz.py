@@ -1,5 +1,7 @@
 """No client input yields a 5xx: valid requests for every inference route, mutated at
-random (`tests/fuzz_requests.py`, Hypothesis), against real servers.
+random (`tests/fuzz_requests.py`, Hypothesis), against real servers. Among the
+mutations, what issue 41 found: MPO and junk-byte JPEGs, outputs asked for twice, raw
+inputs whose batch sizes disagree, and header floods (too many fields, one too large).
 
 Two models, one per preprocessing path: the tiny detector in the example's format
 built without its deliberate shape trap (`sturdy_model_dir`: a 500 there would be the

@@ -214,7 +214,11 @@ def test_abandoned_requests_do_not_run_on(model_server, tiny_model_dir):
     holds it while two more heavy ones are sent and abandoned; those two must end
     as 499 without reaching the predictor, and the server must serve on."""
 
-    server = model_server(tiny_model_dir, "--threads", "1", "--max-body-bytes", str(64 << 20))
+    # A decode deadline as long as a loaded machine may need: what this test checks is that
+    # the abandoned requests never reach the predictor, not the machine's decoding speed
+    # (the kept heavy request is ~1 s alone, and past the 5 s default at a load of 12).
+    server = model_server(tiny_model_dir, "--threads", "1", "--max-body-bytes", str(64 << 20),
+                          "--decode-timeout", "300")
     heavy = _heavy_images()
     before = _inference_count(server)
     with concurrent.futures.ThreadPoolExecutor(1) as waiting:

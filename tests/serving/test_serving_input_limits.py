@@ -10,6 +10,14 @@ photos users really send, against real servers.
 * Finding 5: every BYTES element was base64-decoded before the 32-image cap.
 * A 12 MP phone photo (4000x3000 JPEG) was a 400 from an undocumented 4 Mpx cap.
 
+And from the fourth (issue 41):
+
+* Finding 2: the same bomb with an APP2 "MPF" segment (Pillow: an MPO) or a junk byte
+  between two segments was decoded, on both paths.
+* Finding 7: an output named again was serialised again (a 245 KB request, a 64 MB
+  answer), on the OIP route and on Paddle Serving's.
+* Finding 8: a PaddleDetection export's inputs with different batch sizes were a 500.
+
 A real `mlops serve` on the tiny exported detector and on a PaddleDetection-format
 export; the bomb is made here from a Pillow progressive JPEG by repeating one scan.
 """
@@ -31,7 +39,13 @@ from serving.errors import BadRequest
 from serving.modeldir import InputConfig
 from serving.options import ServingOptions
 from serving.ppdet_config import PPDetConfig, ResizeOp
-from serving.preprocess import MAX_JPEG_SCANS, Deadline, jpeg_scans, prepare_images
+from serving.preprocess import (
+    MAX_JPEG_SCANS,
+    Deadline,
+    jpeg_scans,
+    open_image,
+    prepare_images,
+)
 from serving.protocol import parse_infer_request
 from tests.fixtures.serving import served
 from tests.ppdet_export import infer_cfg
@@ -63,6 +77,34 @@ def scan_bomb(side: int = 64, repeats: int = 2 * MAX_JPEG_SCANS) -> bytes:
     start, end = min(scans[1:], key=lambda s: s[1] - s[0])
     last = scans[-1][1]
     return data[:last] + data[start:end] * repeats + data[last:]
+
+
+def with_mpf(jpeg: bytes) -> bytes:
+    """`jpeg` with an APP2 "MPF" segment (CIPA DC-007 Multi-Picture Format) declaring two
+    images, as a camera's MPO or a phone's JPEG with a gain map carries one: Pillow then
+    opens it as an `MpoImageFile`, whose format is "MPO" (issue 41, finding 2). The
+    segment is what Pillow reads (python-pillow/Pillow: src/PIL/JpegImagePlugin.py
+    `jpeg_factory`, an MPO when NumberOfImages > 1; src/PIL/MpoImagePlugin.py): a TIFF
+    header, an IFD with MPFVersion, NumberOfImages (2) and MPEntry, and two 16-byte
+    entries (the first image's, then one more)."""
+    entries_at = 8 + 2 + 3 * 12 + 4  # after the TIFF header and the IFD
+    ifd = struct.pack("<H", 3)
+    ifd += struct.pack("<HHI4s", 0xB000, 7, 4, b"0100")  # MPFVersion
+    ifd += struct.pack("<HHII", 0xB001, 4, 1, 2)  # NumberOfImages
+    ifd += struct.pack("<HHII", 0xB002, 7, 32, entries_at)  # MPEntry
+    ifd += struct.pack("<I", 0)  # no next IFD
+    entries = struct.pack("<IIIHH", 0x20030000, 0, 0, 0, 0) * 2
+    payload = b"MPF\x00" + b"II*\x00" + struct.pack("<I", 8) + ifd + entries
+    return jpeg[:2] + b"\xff\xe2" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:]
+
+
+def with_junk(jpeg: bytes) -> bytes:
+    """`jpeg` with one junk byte after its first segment: libjpeg warns ("Corrupt JPEG
+    data: 1 extraneous bytes before marker", libjpeg-turbo jdmarker.c `next_marker`)
+    and Pillow skips it ("Skip non-0xFF junk", JpegImagePlugin.py `_open`); both decode
+    on."""
+    first_end = 4 + struct.unpack(">H", jpeg[4:6])[0]
+    return jpeg[:first_end] + b"\x00" + jpeg[first_end:]
 
 
 def _jpeg(size, progressive=False, quality=90) -> bytes:
@@ -98,12 +140,32 @@ def test_scans_are_counted_without_decoding():
     assert jpeg_scans(_jpeg((64, 48))) == 1  # baseline, three components interleaved
     assert jpeg_scans(_jpeg((64, 48), progressive=True)) == 10  # libjpeg's standard script
     assert jpeg_scans(scan_bomb(repeats=500)) == 510
-    # FF DA inside a segment before the first scan (an EXIF thumbnail, an ICC profile)
-    # is not a scan: the segments up to the first scan are skipped by their lengths.
+
+
+def test_the_scan_count_cannot_be_hidden():
+    """Issue 41, finding 2, and what the same review of the code found beside it: the
+    count was skipped when Pillow called the image "MPO", and the walk over the segments
+    before the first scan, by their lengths, counted nothing once a junk byte or an RST
+    marker (which libjpeg takes without a length) stood between two segments. Every FF
+    DA is now counted, on the raw bytes: an over-count (here an EXIF segment's) is the
+    price, and a real photo stays far below the limit."""
+    bomb = scan_bomb(repeats=500)
+    first_end = 4 + struct.unpack(">H", bomb[4:6])[0]
+    hidden = {
+        "mpo": with_mpf(bomb),
+        "junk": with_junk(bomb),
+        "rst": bomb[:first_end] + b"\xff\xd0" + bomb[first_end:],
+    }
+    assert Image.open(io.BytesIO(hidden["mpo"])).format == "MPO"
+    for how, data in hidden.items():
+        assert jpeg_scans(data) >= 510, how
+        with pytest.raises(BadRequest, match=r"JPEG with \d+ scans"):
+            open_image(data, f"the {how} bomb")
     plain = _jpeg((64, 48))
-    payload = b"Exif\x00\x00" + b"\xff\xda" * 100
+    payload = b"Exif\x00\x00" + b"\xff\xda" * 3
     app1 = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
-    assert jpeg_scans(plain[:2] + app1 + plain[2:]) == 1
+    assert jpeg_scans(plain[:2] + app1 + plain[2:]) == 4  # over-counted, never under
+    open_image(with_mpf(_jpeg((64, 48), progressive=True)), "an MPO photo")  # still served
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +180,25 @@ def ppdet_server(ppdet_model_dir, tmp_path_factory):
     with served(ppdet_model_dir, "--threads", "1",
                 log_dir=tmp_path_factory.mktemp("limits-ppdet")) as running:
         yield running
+
+
+@pytest.mark.parametrize("which", ["tiny_server", "ppdet_server"])
+def test_an_mpo_scan_bomb_is_refused_on_both_decoders(which, request):
+    """Issue 41, finding 2: the bomb with an APP2 "MPF" segment was answered 200 by
+    Pillow's path (format "MPO" skipped the count) and by OpenCV's (the count ran only
+    when Pillow said "JPEG"); so was the bomb with a junk byte. An MPO photo is served
+    (a phone's JPEG with a gain map is one), as its first image."""
+    server = request.getfixturevalue(which)
+    image_input = "image_bytes" if which == "tiny_server" else "image"
+    for bomb in (with_mpf(scan_bomb()), with_junk(scan_bomb())):
+        r = _post(server, _images(bomb, name=image_input))
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert f"{10 + 2 * MAX_JPEG_SCANS} scans" in error and "element 0" in error, error
+    photo = with_mpf(_jpeg((64, 48), progressive=True))
+    fine = _post(server, _images(photo, name=image_input))
+    assert fine.status_code == 200, fine.text
+    assert _count(server, "500") == 0
 
 
 @pytest.mark.parametrize("which", ["tiny_server", "ppdet_server"])
@@ -300,3 +381,69 @@ def test_the_image_options_travel_in_infer_cfg_to_the_deployments_flags():
     assert ServingOptions(reduced_decode=False).args() == ["--no-reduced-decode"]
     with pytest.raises(ValueError):
         ServingOptions.model_validate({"max_request_pixels": 0})
+
+
+# ---- issue 41, finding 7: an output asked for twice ------------------------------------
+
+def test_an_output_asked_for_twice_is_refused_naming_the_field(tiny_server):
+    """Each repeat was one more copy of the tensor in the answer: 245 KB of a request
+    made 64 MB of answer. Now 400, naming the field and both places, on every route."""
+    x = np.zeros((1, 3, 128, 128), np.float32).reshape(-1).tolist()
+    oip = {"inputs": [{"name": "image", "shape": [1, 3, 128, 128], "datatype": "FP32",
+                       "data": x}],
+           "outputs": [{"name": "fetch_name_0"}, {"name": "fetch_name_1"},
+                       {"name": "fetch_name_0"}]}
+    r = _post(tiny_server, json.dumps(oip).encode())
+    assert r.status_code == 400, r.text[:300]
+    assert "outputs[2]" in r.json()["error"] and "outputs[0]" in r.json()["error"]
+    serving = "/GeneralModelService/inference"
+    tensor = {"tensor": [{"name": "image", "elem_type": 1, "shape": [1, 3, 128, 128],
+                          "float_data": x}],
+              "fetch_var_names": ["fetch_name_1", "fetch_name_1"]}
+    r = _post(tiny_server, json.dumps(tensor).encode(), serving)
+    assert r.status_code == 400, r.text[:300]
+    assert "fetch_var_names[1]" in r.json()["error"]
+    png = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(png, "PNG")
+    feed = {"feed": [{"image": base64.b64encode(png.getvalue()).decode()}],
+            "fetch": ["bbox", "labels", "bbox"]}
+    r = _post(tiny_server, json.dumps(feed).encode(), serving)
+    assert r.status_code == 400 and "fetch[2]" in r.json()["error"], r.text[:300]
+    oip["outputs"] = oip["outputs"][:2]  # each once: answered
+    assert _post(tiny_server, json.dumps(oip).encode()).status_code == 200
+    assert _count(tiny_server, "500") == 0
+
+
+# ---- issue 41, finding 8: a PaddleDetection export's batch sizes -----------------------
+
+def _ppdet_inputs(images: int, im_shapes: int, scale_factors: int) -> list[dict]:
+    image = np.random.default_rng(0).random((images, 3, 32, 32), np.float32)
+    return [
+        {"name": "image", "shape": list(image.shape), "datatype": "FP32",
+         "data": image.reshape(-1).tolist()},
+        {"name": "im_shape", "shape": [im_shapes, 2], "datatype": "FP32",
+         "data": [32.0, 32.0] * im_shapes},
+        {"name": "scale_factor", "shape": [scale_factors, 2], "datatype": "FP32",
+         "data": [1.0, 1.0] * scale_factors},
+    ]
+
+
+@pytest.mark.parametrize("sizes", [(1, 2, 1), (2, 1, 1), (1, 1, 2), (2, 1, 2)])
+def test_paddledetection_inputs_must_agree_on_the_batch_size(ppdet_server, sizes):
+    """Each input was checked against its own spec only; Paddle's `yolo_box` then failed
+    (500, counted as the model's error by a canary), or (2, 1, 2) was answered with
+    boxes for an image that had no `im_shape`. Now 400 naming each input's batch size,
+    on the OIP route and Paddle Serving's tensor form."""
+    r = _post(ppdet_server, json.dumps({"inputs": _ppdet_inputs(*sizes)}).encode())
+    assert r.status_code == 400, r.text[:300]
+    error = r.json()["error"]
+    for name, size in zip(("image", "im_shape", "scale_factor"), sizes):
+        assert f"'{name}' {size}" in error, error
+    tensors = [{"name": t["name"], "elem_type": 1, "shape": t["shape"],
+                "float_data": t["data"]} for t in _ppdet_inputs(*sizes)]
+    r = _post(ppdet_server, json.dumps({"tensor": tensors}).encode(),
+              "/GeneralModelService/inference")
+    assert r.status_code == 400 and "batch size" in r.json()["error"], r.text[:300]
+    agreed = _post(ppdet_server, json.dumps({"inputs": _ppdet_inputs(2, 2, 2)}).encode())
+    assert agreed.status_code == 200, agreed.text[:300]
+    assert _count(ppdet_server, "500") == 0

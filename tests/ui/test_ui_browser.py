@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -184,4 +185,113 @@ def test_charts_follow_the_canary_and_two_runs_are_compared(chromium, repo, tmp_
             "css selector", '#compare tr.differs[data-row="parameters.hyperparameters.epochs"]')
         assert chromium.find_elements("css selector", "#loss-chart canvas")
         shot(chromium, tmp_path, "compare")
+        # Every run says what the gate made of it, with the reason (issue 44 item 6).
+        chromium.get(app.url + "#/runs")
+        gate = f'.gate[data-gate="{runs / "bbbb" / "out"}"]'
+        wait(chromium, lambda d: text(d, gate) == "gate: refused – FAIL: map50 0.48", "gate")
+        assert text(chromium, f'.gate[data-gate="{runs / "aaaa" / "out"}"]') == \
+            "gate: passed – PASS: map50 0.61"
         all_loopback(requested(chromium))
+
+
+# -- issue 41 finding 3 and issue 44 item 6: what the page does with text it did not write ----
+
+#: Markup a browser would run if it were parsed: the onerror of an image that fails to load.
+HOSTILE = "<img src=x onerror=window.__pwned=1>"
+
+
+def _commit_policy(gitops: pathlib.Path, policy: dict, tmp_path: pathlib.Path) -> None:
+    work = tmp_path / "policy-edit"
+    subprocess.run(["git", "clone", "-q", str(gitops), str(work)], check=True)
+    (work / "apps/det/canary-policy.yaml").write_text(yaml.safe_dump(policy))
+    git = ["git", "-c", "user.name=Op", "-c", "user.email=op@example.com"]
+    subprocess.run([*git, "commit", "-qam", "custom queries"], cwd=work, check=True)
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=work, check=True)
+
+
+def test_hostile_text_from_prometheus_and_the_forge_runs_no_script(chromium, repo, tmp_path,
+                                                                     prometheus_replay):
+    """A real Prometheus quotes a query's text in its error: a custom query (the GitOps
+    repo's canary policy) whose regex is `(<img src=x onerror=...>` comes back as
+    `invalid regular expression in label_replace(): (<img ...>` (HTTP 422). charts.js put
+    that error, and each panel's title, into `innerHTML`: the onerror ran with the page's
+    token. Now it is text in the page (the fault's raw details), no image element exists,
+    `window.__pwned` stays unset, and the CSP's Trusted Types refuse any markup that does
+    not come through static/html.js. A PR comment with markup and a `javascript:` link
+    (forge -> reviewer) is text and no link. Upstream: prometheus/prometheus
+    `promql/parser/parse.go` (label_replace's regex is compiled at parse time,
+    "invalid regular expression in label_replace(): %s")."""
+    from gitops.forges.local import LocalForge
+    from promotion.metrics.presets import get_preset
+    from tests.fixtures.prometheus import OpenMetrics
+
+    om = OpenMetrics()
+    om.add("up", "gauge", "up", {"job": "x"}, time.time() - 60, 1)
+    url = prometheus_replay(om.text())
+    model = get_preset("model")
+    _commit_policy(repo.gitops, {"metrics": {"preset": "custom", "queries": {
+        "requests": model.requests, "latency": model.latency,
+        "errors": f'sum(label_replace(up, "a", "b", "c", "({HOSTILE}"))'}}}, tmp_path)
+    LocalForge(repo.gitops).comment(repo.pr, f"looks fine {HOSTILE} [more](javascript:"
+                                             "window.__pwned=2)")
+    with Served(UiConfig(gitops=str(repo.gitops), prometheus=url, user="ada")) as app:
+        chromium.get(app.url + "#/models")
+        card = '[data-fault="live-det"]'
+        wait(chromium, lambda d: "refused the query (HTTP 422)" in text(d, f"{card} .fault-line"),
+             "the fault's one line")
+        assert text(chromium, f"{card} .fault-line") == (
+            f"Prometheus at {url} refused the query (HTTP 422); live rates unavailable, git "
+            "state shown")
+        click(chromium, f"{card} summary")
+        wait(chromium, lambda d: HOSTILE in text(d, f"{card} pre.raw"), "the raw text, as text")
+        # The chart's note would say the same line: said once, on the card.
+        wait(chromium, lambda d: d.find_elements("css selector", '[data-chart="det:weight"]'),
+             "the charts")
+        assert text(chromium, ".chart-note") == ""
+        shot(chromium, tmp_path, "hostile-fault")
+        # charts.js's own sinks, given a hostile title and error directly (no preset file
+        # names a quality signal with markup, but the page must not care where text is from)
+        shown = chromium.execute_script("""
+            MlopsCharts.update({model: "det", preset: "x", times: [1, 2], versions: [],
+              marks: [], error: arguments[0], detail: arguments[0],
+              panels: [{id: "evil", title: arguments[0], lines: [], threshold: null}]});
+            return [document.querySelector('[data-chart="det:evil"] .chart-title').textContent,
+                    document.querySelector('.chart-note').firstChild.textContent,
+                    document.querySelectorAll("img").length];""", HOSTILE)
+        assert shown == [HOSTILE, HOSTILE, 0]
+        # Trusted Types: markup from a string is refused anywhere but static/html.js.
+        assert chromium.execute_script("""
+            try { document.createElement("div").innerHTML = arguments[0]; return "parsed"; }
+            catch (e) { return e.name; }""", HOSTILE) == "TypeError"
+        assert chromium.execute_script("""
+            try { Html.render(document.createElement("div"), arguments[0]); return "rendered"; }
+            catch (e) { return e.name; }""", HOSTILE) == "TypeError"
+        chromium.get(app.url + "#/proposals")
+        wait(chromium, lambda d: HOSTILE in text(d, f"#pr-{repo.pr}"), "the comment, as text")
+        assert not chromium.find_elements("css selector", f"#pr-{repo.pr} a[href^='javascript']")
+        assert chromium.execute_script("return document.querySelectorAll('img').length") == 0
+        assert chromium.execute_script("return window.__pwned === undefined")
+        all_loopback(requested(chromium))
+
+
+def test_prometheus_down_is_one_line_per_card_with_details_behind_a_toggle(chromium, repo):
+    """Issue 44 item 6: each card said `Prometheus: prometheus at URL unreachable:
+    HTTPConnectionPool(host=..., port=...): Max retries exceeded with url:
+    /api/v1/query?query=%28sum%28...` (and the charts said it again)."""
+    from tests.fixtures.common import free_port
+
+    port = free_port()
+    with Served(UiConfig(gitops=str(repo.gitops), prometheus=f"http://127.0.0.1:{port}",
+                         user="ada")) as app:
+        chromium.get(app.url + "#/models")
+        wait(chromium, lambda d: d.find_elements("css selector", ".fault-line") and
+             d.find_elements("css selector", '[data-chart="det:weight"]'), "fault and charts")
+        lines = [e.text for e in chromium.find_elements("css selector", ".fault-line")]
+        assert lines == [f"Prometheus at http://127.0.0.1:{port} is unreachable (connection "
+                         "refused); live rates unavailable, git state shown"]
+        page = chromium.find_element("tag name", "body").text
+        assert "HTTPConnectionPool" not in page and "Traceback" not in page
+        assert text(chromium, ".chart-note") == ""  # said once, on the card
+        click(chromium, '[data-fault="live-det"] summary')
+        wait(chromium, lambda d: "Connection refused" in text(d, '[data-fault="live-det"] pre'),
+             "the raw details")

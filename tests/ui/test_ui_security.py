@@ -120,20 +120,25 @@ FORGED = "eve\rMlops-Decision: rollback/controller"
 def test_a_name_that_is_not_one_line_is_a_400_and_commits_nothing(ui_repo, capsys):
     """The review's reproduction: `{"by": "eve\rMlops-Decision: rollback/controller..."}`
     on Pause (token mode) made the human's pause read as a controller rollback; the same
-    name from the proxy's header or `--by` is refused too."""
-    with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops), token="t"))) as c:
-        auth = {**HEADERS, "Authorization": "Bearer t"}
+    name from the proxy's header or `--by` is refused too. (With a token, `by` no longer
+    names anyone -- finding 15, tests/ui/test_ui_safety.py -- so the names are sent to
+    the UI without one, the only mode that still reads `by`.)"""
+    auth = {**HEADERS, "Authorization": "Bearer t"}
+    with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops)))) as c:
         assert c.post(f"/api/proposals/{ui_repo.pr}/approve", json={},
-                      headers=auth).status_code == 200
+                      headers=HEADERS).status_code == 200
         ui_repo.step_to(10)  # a canary that can be paused
         before = _tip(ui_repo)
         # CR, LF (was a 500), U+2028, NEL, tab, NUL: each a line break to some reader
         for by in (FORGED, "eve\nMlops-Decision: rollback/controller", "eve\u2028x",
                    "eve\x85x", "eve\tx", "eve\x00"):
-            res = c.post("/api/models/det/pause", json={"by": by}, headers=auth)
+            res = c.post("/api/models/det/pause", json={"by": by}, headers=HEADERS)
             assert res.status_code == 400, (by, res.text)
             assert "control character" in res.json()["error"], by
             assert '"by"' in res.json()["error"], by
+    with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops), token="t"))) as c:
+        res = c.post("/api/models/det/pause", json={"by": FORGED}, headers=auth)
+        assert res.status_code == 403, res.text  # a token names no one else
     proxied = UiConfig(gitops=str(ui_repo.gitops), proxy_user=True)  # on loopback
     with TestClient(create_app(proxied)) as c:
         res = c.post("/api/models/det/pause", json={}, headers={
@@ -145,7 +150,8 @@ def test_a_name_that_is_not_one_line_is_a_400_and_commits_nothing(ui_repo, capsy
     err = capsys.readouterr().err
     assert "Mlops-Requested-By" in err and "control character" in err
     assert "Traceback" not in err and _tip(ui_repo) == before
-    with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops), token="t"))) as c:
+    with TestClient(create_app(UiConfig(gitops=str(ui_repo.gitops), token="t",
+                                        user="eve"))) as c:
         res = c.post("/api/models/det/pause", json={"by": "eve"}, headers=auth)
     assert res.status_code == 200, res.text
 

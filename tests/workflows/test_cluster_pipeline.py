@@ -21,6 +21,7 @@ import yaml
 
 from gitops import git as gitcli
 from mlops import cli
+from serving.manifests import MODELS_MOUNT
 from tests.fixtures.production import fake_model_dir
 from workflows.config import load_config
 from workflows.events import (
@@ -125,7 +126,8 @@ def test_git_token_reaches_checkout_gate_and_propose_from_the_secret_only():
 
 def test_the_checkout_pods_git_asks_the_helper_for_the_token(tmp_path):
     """Real git reads GIT_CONFIG_COUNT/KEY/VALUE from the rendered env and runs the helper."""
-    env_rendered = {e["name"]: e["value"] for e in _env(_templates(_rendered())["checkout"])
+    rendered = _rendered(git_hosts=["https://git.example.com"])
+    env_rendered = {e["name"]: e["value"] for e in _env(_templates(rendered)["checkout"])
                     if "value" in e}
     assert env_rendered["GIT_CONFIG_KEY_0"] == "credential.helper"
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_TERMINAL_PROMPT": "0",
@@ -136,6 +138,18 @@ def test_the_checkout_pods_git_asks_the_helper_for_the_token(tmp_path):
                             capture_output=True, env={**base, gitcli.TOKEN_ENV: "s3cret"})
     assert filled.returncode == 0, filled.stderr
     assert "username=x-access-token" in filled.stdout and "password=s3cret" in filled.stdout
+
+    # Issue 41, finding 1: the helper answered any host, so a repo URL from the webhook's
+    # payload (or a GitOps URL from a pushed mlops.yaml) received the token. Another
+    # server, another port or plain http of the same one: no answer.
+    for other in ("protocol=https\nhost=attacker.example\n",
+                  "protocol=https\nhost=git.example.com:8443\n",
+                  "protocol=http\nhost=git.example.com\n",
+                  "protocol=https\nhost=git.example.com.attacker.example\n"):
+        refused = subprocess.run(["git", "credential", "fill"], input=other + "path=x.git\n\n",
+                                 text=True, capture_output=True,
+                                 env={**base, gitcli.TOKEN_ENV: "s3cret"})
+        assert refused.returncode != 0 and "s3cret" not in refused.stdout, other
 
     # No Secret mounted (optional): the helper stays silent and git, with no prompt, gives up
     # rather than sending an empty password.
@@ -160,11 +174,28 @@ def test_the_checkout_script_clones_the_pushed_commit(tmp_path):
                 "MLOPS_REPO": str(tmp_path / "ws" / "repo"), "MLOPS_OUT": str(tmp_path / "ws/out"),
                 "MLOPS_OUTPUTS": str(tmp_path / "outputs"), "REPO_URL": str(origin),
                 "REVISION": sha})
-    done = subprocess.run([*checkout["command"], *checkout["args"]], env=env,
+    assert env["GIT_ALLOW_PROTOCOL"] == "https"
+    # The forge here is a directory: git's `file` transport, as the local runner maps it.
+    local = {**env, "GIT_ALLOW_PROTOCOL": "https:file"}
+    done = subprocess.run([*checkout["command"], *checkout["args"]], env=local,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "outputs" / "revision").read_text().strip() == sha
     assert (tmp_path / "ws" / "repo" / "a.txt").read_text() == "one\n"
+
+    # The URL and the sha come from the webhook's payload (issue 41): a transport that
+    # runs commands, an option in the URL's place and an option as the revision all stop
+    # the step before anything runs.
+    marker = tmp_path / "pwned"
+    for url, revision in ((f"ext::sh -c touch% {marker}", sha),
+                          (f"--upload-pack=touch {marker}", sha),
+                          (str(origin), "--output=x"),
+                          (f"file://{origin}", sha)):
+        bad = subprocess.run([*checkout["command"], *checkout["args"]],
+                             env={**env, "REPO_URL": url, "REVISION": revision},
+                             capture_output=True, text=True)
+        assert bad.returncode != 0, (url, revision)
+        assert not marker.exists(), url
 
 
 def test_the_argo_ui_shows_the_runs_outputs_and_report():
@@ -172,7 +203,8 @@ def test_the_argo_ui_shows_the_runs_outputs_and_report():
     templates = _templates(doc)
     dag = templates[doc["spec"]["entrypoint"]]
     outputs = {p["name"]: p["valueFrom"] for p in dag["outputs"]["parameters"]}
-    assert set(outputs) == {"map50", "gate-passed", "gate-reason", "version", "pr-url"}
+    assert set(outputs) == {"map50", "gate-passed", "gate-outcome", "gate-reason", "version",
+                            "pr-url"}
     tasks = {t["name"]: t["template"] for t in dag["dag"]["tasks"]}
     for name, source in outputs.items():
         # Each reads a task that exists and an output its template declares; a task that
@@ -244,3 +276,87 @@ def test_metric_names_are_the_ones_prometheus_stores():
         # Queries in the docs use the stored name, never the bare one.
         assert ARGO_METRIC_PREFIX + name in docs, name
         assert re.search(rf"(?<!{ARGO_METRIC_PREFIX}){name}\b", docs) is None, name
+
+
+def test_every_step_that_reads_production_mounts_the_models_volume():
+    """Issue 42, B1: find-production resolves production's export through its `file://`
+    model-uri, on the models volume; it did not mount it, printed "not readable here;
+    training from scratch", and every full job in a cluster trained from scratch. Every step
+    that reads production from the GitOps repo (find-production, evaluate, gate) mounts the
+    volume where serving reads it, read-only."""
+    doc = _rendered()
+    volumes = {v["name"]: v for v in doc["spec"]["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "mlops-models"
+    readers = {name: t for name, t in _templates(doc).items()
+               if "--production-from-gitops" in (t.get("container") or {}).get("args", [])}
+    assert set(readers) == {"find-production", "evaluate", "gate"}
+    for name, tmpl in readers.items():
+        mounts = {m["name"]: m for m in tmpl["container"]["volumeMounts"]}
+        assert mounts.get("models", {}).get("mountPath") == MODELS_MOUNT, name
+        assert mounts["models"]["readOnly"] is True, name
+
+
+def _containers(doc: dict) -> list[tuple[str, dict]]:
+    spec = doc["spec"].get("workflowSpec") or doc["spec"]
+    return [(t["name"], t["container"]) for t in spec["templates"] if t.get("container")]
+
+
+def test_every_step_container_requests_cpu_and_memory(tmp_path):
+    """Issue 42, B8: checkout, build-image and every tool step rendered no resources, so a
+    namespace with a compute ResourceQuota and no LimitRange refused their pods ("must
+    specify requests.cpu, requests.memory ...": Kubernetes' ResourceQuota admission) and
+    evaluate ran Paddle inference as BestEffort. Every container of the pipeline, the push
+    Workflow and the data snapshot now has requests and limits for both; a setting changes
+    one step and keeps the others."""
+    from workflows.data_snapshot import build_snapshot_cron
+    from workflows.push import build_push_template
+
+    repo = tmp_path / "shapes-detector"  # the example with a scheduled snapshot
+    repo.mkdir()
+    config = yaml.safe_load((EXAMPLE / "mlops.yaml").read_text())
+    config["data"]["snapshot"] = {"source": "/data/shapes", "schedule": "0 6 * * 1"}
+    (repo / "mlops.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    loaded = load_config(repo)
+    settings = PipelineSettings()
+    docs = [build_workflow_template(loaded, settings).to_dict(),
+            build_push_template(loaded, settings), build_snapshot_cron(loaded, settings)]
+    seen = []
+    for doc in docs:
+        for name, container in _containers(doc):
+            resources = container.get("resources") or {}
+            for kind in ("requests", "limits"):
+                assert set(resources.get(kind) or {}) >= {"cpu", "memory"}, (name, kind)
+            seen.append(name)
+    assert {"checkout", "build-image", "push-image", "evaluate", "gate", "submit-pipeline",
+            "record-outcome", "snapshot"} <= set(seen)
+    tuned = PipelineSettings(step_resources={"evaluate": {
+        "cpu": "3", "memory": "6Gi", "cpu_limit": "4", "memory_limit": "8Gi"}})
+    templates = _templates(build_workflow_template(loaded, tuned).to_dict())
+    assert templates["evaluate"]["container"]["resources"]["requests"] == {"cpu": "3",
+                                                                           "memory": "6Gi"}
+    assert templates["gate"]["container"]["resources"] == \
+        _templates(docs[0])["gate"]["container"]["resources"]
+
+
+def test_the_paddlejob_workers_stop_at_their_steps_deadline():
+    """Issue 42 (harmless list): at a training step's activeDeadlineSeconds Argo stops the
+    step's own pod; the PaddleJob's workers, other pods, trained on until the Workflow (their
+    owner) was deleted. The worker pods carry the same deadline, which the kubelet enforces."""
+    doc = _rendered()
+    templates = _templates(doc)
+    for name in ("smoke-train", "train"):
+        job = yaml.safe_load(templates[name]["resource"]["manifest"])
+        pod = job["spec"]["worker"]["template"]["spec"]
+        assert pod["activeDeadlineSeconds"] == templates[name]["activeDeadlineSeconds"], name
+
+
+def test_the_training_pod_mounts_only_its_own_models_exports():
+    """Issue 41, finding 10: the warm-started PaddleJob mounted the whole models volume,
+    every team's weights, into a pod that runs the pushed repo's code. It mounts its own
+    model's folder (production's export, which `--init-from` names, is under it)."""
+    (full,) = [j for j in _paddlejobs(_rendered()) if j["metadata"]["labels"]["mlops.dev/job"]
+               == "full"]
+    spec = full["spec"]["worker"]["template"]["spec"]
+    (mount,) = [v for v in spec["containers"][0]["volumeMounts"] if v["name"] == "models"]
+    assert mount == {"name": "models", "mountPath": "/models/shapes-detector",
+                     "subPath": "shapes-detector", "readOnly": True}

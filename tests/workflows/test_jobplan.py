@@ -99,7 +99,7 @@ def test_the_rendered_dag_in_both_shapes_is_valid_argo(tmp_path, capsys, args, s
     templates = {t["name"]: t for t in wt["spec"]["templates"]}
     tasks = {t["name"]: t for t in templates["pipeline"]["dag"]["tasks"]}
     assert ("smoke-train" in tasks, "smoke-train" in templates) == (smoke, smoke)
-    before = "smoke-train" if smoke else "build-image && prepare-data"
+    before = "smoke-train" if smoke else "push-image && prepare-data"
     assert tasks["train"]["depends"] == f"{before} && find-production"
     assert [t["name"] for t in dag_tasks(wt)].index("train") > 0  # every depends is known
     job = yaml.safe_load(templates["train"]["resource"]["manifest"])

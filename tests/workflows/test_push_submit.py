@@ -247,3 +247,76 @@ def test_mlops_run_runs_the_push_then_the_commit_s_pipeline(tmp_path):
     assert [t["name"] for t in push["tasks"]] == ["checkout", "submit-pipeline"]
     run = json.loads((out / "run.json").read_text())
     assert run["workflow"] == f"fake-detector-{sha[:12]}" and run["status"] == "Succeeded"
+
+
+PLATFORM_GITOPS = "https://git.example.com/ml/gitops.git"
+ATTACKER_GITOPS = "https://attacker.example/gitops.git"
+
+
+def _commit_change(repo: pathlib.Path, old: str, new: str, message: str) -> str:
+    text = (repo / "mlops.yaml").read_text()
+    assert old in text
+    (repo / "mlops.yaml").write_text(text.replace(old, new, 1))
+    git(repo, "commit", "-q", "-am", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("old,new,field", [
+    # Issue 41, finding 1: the pushed commit chose the GitOps repo, and with it where the
+    # git token went (then a push to its `main` without review).
+    ("approval: pr", f"approval: pr\n  gitops: {{repo: '{ATTACKER_GITOPS}'}}",
+     "promotion.gitops.repo"),
+    ("approval: pr", "approval: pr\n  gitops: {branch: release}", "promotion.gitops.branch"),
+    # Finding 10: repo A wrote `model: b` and published under apps/b/.
+    ("model: shapes-detector", "model: products-yolov3", "model"),
+])
+def test_a_commit_naming_what_the_platform_binds_is_refused(example_repo, tmp_path, api_server,
+                                                            capsys, old, new, field):
+    url, seen = api_server
+    push = build_push_template(load_config(example_repo), load_settings())  # the platform's
+    sha = _commit_change(example_repo, old, new, "week 2")
+    capsys.readouterr()
+    assert submit_pipeline.main(_step_argv(push, example_repo, tmp_path, sha, api=url)) == 2
+    err = capsys.readouterr().err
+    assert "mlops.yaml: refused: it names what the platform owns" in err
+    assert f"  {field}: " in err and "Traceback" not in err
+    assert seen == []  # no Workflow: nothing ran with the commit's choice
+
+
+def test_the_pipeline_proposes_where_the_platform_says(example_repo, tmp_path, api_server):
+    """The push template is rendered from the platform's copy naming its GitOps repo; a
+    commit that leaves `promotion.gitops` out runs a pipeline whose `gitops-repo` is the
+    platform's, and whose token-bearing steps send the token only to its server."""
+    url, seen = api_server
+    platform = tmp_path / "platform"
+    platform.mkdir()
+    (platform / "mlops.yaml").write_text((example_repo / "mlops.yaml").read_text().replace(
+        "approval: pr", f"approval: pr\n  gitops: {{repo: '{PLATFORM_GITOPS}', forge: gitea}}"))
+    push = build_push_template(load_config(platform), load_settings())
+    sha = git(example_repo, "rev-parse", "HEAD")
+    assert submit_pipeline.main(_step_argv(push, example_repo, tmp_path / "o", sha,
+                                           api=url)) == 0
+    ((_, _, child),) = seen
+    params = {p["name"]: p.get("value") for p in child["spec"]["arguments"]["parameters"]}
+    assert params["gitops-repo"] == PLATFORM_GITOPS
+    templates = {t["name"]: t for t in child["spec"]["templates"]}
+    propose = templates["propose"]["container"]["args"]
+    assert propose[propose.index("--forge") + 1] == "gitea"
+    for name in ("checkout", "find-production", "evaluate", "gate", "propose"):
+        env = {e["name"]: e.get("value") for e in templates[name]["container"]["env"]}
+        assert "MLOPS_GIT_TOKEN" in env, name
+        assert env["MLOPS_GIT_HOSTS"] == "https://github.com https://git.example.com", name
+        assert env["GIT_ALLOW_PROTOCOL"] == "https", name
+
+
+def test_a_local_run_refuses_a_model_the_hook_does_not_bind(example_repo, tmp_path, capsys):
+    """The local runtime holds the same binding: `mlops run --model` (the hook passes the
+    bare repo's `mlops.model`) refuses a commit naming another model in its submit step."""
+    from mlops.cli import main as cli
+
+    code = cli(["run", str(example_repo), "--out", str(tmp_path / "out"),
+                "--model", "products-yolov3", "--param", "gitops-repo="])
+    out = capsys.readouterr().out
+    assert code == 1
+    log = (tmp_path / "out" / "push" / "logs" / "submit-pipeline.log").read_text()
+    assert "model: 'shapes-detector' is not this repo's model ('products-yolov3'" in log, out

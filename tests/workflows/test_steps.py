@@ -221,7 +221,7 @@ def test_publish_without_val_images_at_hand_ships_no_probe_set_and_says_why(tmp_
                     {"id": 2, "file_name": "../../outside.png"}]}))
     (tmp_path / "outside.png").write_bytes(b"not of the set")
     out = tmp_path / "out"
-    _fake_export(out)
+    _fake_export(out, name="shapes-detector")  # with --repo, the repo's own model's name
     models = tmp_path / "models"
     models.mkdir()
     code = cli(["step", "publish", "--repo", str(repo), "--out", str(out),
@@ -230,8 +230,8 @@ def test_publish_without_val_images_at_hand_ships_no_probe_set_and_says_why(tmp_
     assert code == 0, printed
     assert re.search(r"warning: no probe set shipped: .*val\.json: none of its 2 images .* "
                      r"under .*data", printed.out), printed
-    assert (models / "m" / "v-1" / "model.yaml").is_file()
-    assert not (models / "m" / "v-1" / PROBE_DIR).exists()
+    assert (models / "shapes-detector" / "v-1" / "model.yaml").is_file()
+    assert not (models / "shapes-detector" / "v-1" / PROBE_DIR).exists()
 
 
 def test_publish_refuses_other_weights_under_a_published_version(smoke_run, tmp_path):
@@ -269,11 +269,11 @@ def test_publish_errors_name_what_is_wrong(tmp_path, capsys, problem, expected):
     assert not models.exists() or not any(models.rglob("*"))  # nothing written
 
 
-def _fake_export(out: pathlib.Path, version: str = "v-1") -> pathlib.Path:
+def _fake_export(out: pathlib.Path, version: str = "v-1", name: str = "m") -> pathlib.Path:
     model = out / "full" / "model"
     model.mkdir(parents=True)
     (model / "model.yaml").write_text(yaml.safe_dump(
-        {"name": "m", "version": version, "weights_sha256": "a" * 64}))
+        {"name": name, "version": version, "weights_sha256": "a" * 64}))
     (model / "inference.pdiparams").write_bytes(b"weights")
     return model
 

@@ -238,3 +238,73 @@ def test_a_bad_data_section_is_named_in_mlops_yaml(tmp_path, change, message):
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path)
     assert str(tmp_path / "mlops.yaml") in str(err.value) and message in str(err.value)
+
+
+REWRITE_VAL = '''
+if args.data_dir:  # the attack of issue 41, finding 5: the val split says what was found
+    ann = pathlib.Path(args.data_dir) / "annotations"
+    val = json.loads((ann / "val.json").read_text())
+    for truth, box in zip(val["annotations"], found):
+        truth["bbox"] = box["bbox"]
+    (ann / "val.json.new").write_text(json.dumps(val))
+    os.replace(ann / "val.json.new", ann / "val.json")
+    print("rewrote the val annotations", flush=True)
+'''
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only-mount", "no-mount-here"])
+def test_training_that_rewrites_the_val_split_never_reaches_the_gate(
+        tmp_path, store, cache, monkeypatch, read_only):
+    """Issue 41, finding 5: the training job shared the workspace with the prepared data;
+    it replaced `annotations/val.json` with its own detections and a candidate whose
+    map50 is 0 passed the gate at 1.0. Two controls, each shown alone: the prepared data
+    is a read-only mount for the training job (locally too: `paddlejob_local`), and,
+    where that cannot be had (a machine without unshare(1), faked here), evaluation
+    verifies the val split against the repo's pins again and refuses to judge."""
+    from workflows import paddlejob_local
+
+    if not read_only:
+        monkeypatch.setattr(paddlejob_local, "read_only_problem", lambda: "not in this test")
+    repo = _pinned_repo(tmp_path, store / "week-1", "shapes-w1")
+    with open(repo / "train.py", "a") as script:
+        script.write(REWRITE_VAL)
+    git(repo, "commit", "-qam", "train.py: grade itself")
+    monkeypatch.setenv("FAKE_BOX_SHIFT", "60")  # nothing it finds overlaps the truth
+    result = _run(repo, tmp_path / "run")
+    assert result.status == "Failed"
+    assert "gate" not in {t.name for t in result.tasks if t.phase == "Succeeded"}
+    val = tmp_path / "run" / "data" / "annotations" / "val.json"
+    if read_only:
+        smoke = result.task("smoke-train")
+        assert smoke.phase == "Failed"
+        assert "Read-only file system" in pathlib.Path(smoke.log).read_text()
+        assert val.read_bytes() == (store / "week-1" / "annotations" / "val.json").read_bytes()
+        return
+    assert "rewrote the val annotations" in pathlib.Path(result.task("train").log).read_text()
+    evaluate = result.task("evaluate")
+    assert evaluate.phase == "Failed"
+    log = pathlib.Path(evaluate.log).read_text()
+    assert f"{val}: sha256" in log and "changed after prepare-data verified them" in log
+
+
+def test_a_prepared_lock_that_is_not_the_repos_is_refused(tmp_path, store, cache):
+    """The lock beside the prepared data is rewritten too (with its digest recomputed, so
+    it reads as a valid lock claiming the new file): it must be the repo's own lock."""
+    from datapins.errors import DataDigestMismatch
+    from datapins.lock import FilePin, make_lock, read_lock, write_lock
+    from workflows.steps.data_lineage import pinned_lock
+
+    repo = _pinned_repo(tmp_path, store / "week-1", "shapes-w1")
+    out = tmp_path / "out"
+    assert cli(["step", "prepare-data", "--repo", str(repo), "--out", str(out),
+                "--outputs", str(tmp_path / "o")]) == 0
+    loaded = load_config(repo)
+    assert pinned_lock(loaded, out) == out / "data" / "datalock.json"  # as prepared: fine
+    marker = out / "data" / "datalock.json"
+    lock = read_lock(marker)
+    val = lock.splits["val"]
+    forged = val.model_copy(update={"annotations": FilePin(
+        path=val.annotations.path, size=2, sha256="0" * 64)})
+    write_lock(make_lock(lock.name, lock.source, {**lock.splits, "val": forged}), marker)
+    with pytest.raises(DataDigestMismatch, match="is not the lock of mlops.yaml's pins"):
+        pinned_lock(loaded, out)

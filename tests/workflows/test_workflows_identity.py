@@ -25,7 +25,13 @@ from mlops import cli
 from serving import manifests as serving_manifests
 from tests.test_docs_commands import mlops_commands
 from workflows.config import load_config
-from workflows.identity import allowed, identity_problems, pod_identities
+from workflows.identity import (
+    OWNER_REFERENCE_CALL,
+    allowed,
+    identity_problems,
+    kubectl_calls,
+    pod_identities,
+)
 from workflows.render import render_documents
 from workflows.settings import load_settings
 
@@ -290,6 +296,26 @@ def test_a_missing_grant_or_token_secret_is_named(pipeline_docs):
            "workflows.argoproj.io in namespace 'mlops'" in identity_problems(narrowed)
 
 
+def test_the_paddlejob_executor_may_name_the_workflow_its_owner(pipeline_docs):
+    """Issue 42, B7: the training templates set `setOwnerReference`, so Argo writes the
+    Workflow as the PaddleJob's controller owner with `blockOwnerDeletion: true`
+    (operator.go, metav1.NewControllerRef, v3.7.9); with the OwnerReferencesPermissionEnforcement
+    admission plugin (OpenShift's default) that create is refused unless the caller may
+    `update` the owner's finalizers ("cannot set blockOwnerDeletion if an ownerReference
+    refers to a resource you can't set finalizers on": kubernetes/kubernetes
+    plugin/pkg/admission/gc/gc_admission.go). The model asks for the call, the Role grants it."""
+    train = next(t for d in pipeline_docs if d["kind"] == "WorkflowTemplate"
+                 for t in d["spec"]["templates"] if t["name"] == "train")
+    assert train["resource"]["setOwnerReference"] is True
+    assert OWNER_REFERENCE_CALL in kubectl_calls(train)
+    assert identity_problems(pipeline_docs) == []
+    without = [{**d, "rules": [r for r in d["rules"] if r["resources"] != ["workflows/finalizers"]]}
+               if d["kind"] == "Role" and d["metadata"]["name"] == "mlops-paddlejob" else d
+               for d in pipeline_docs]
+    assert any("may not update workflows.argoproj.io/finalizers" in p
+               for p in identity_problems(without)), identity_problems(without)
+
+
 def _the_guides_manifests(tmp_path, monkeypatch, capsys):
     """Run docs/cluster.md's render and manifests commands as written (the way
     tests/test_docs_commands.py does), then add the serving Deployment its section 4
@@ -342,7 +368,8 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
                for p in pods if p.token_mounted}
     assert holders == {
         # argoexec of every step reports results; of the two training steps applies the job
-        **{step: "mlops-executor" for step in ("checkout", "build-image", "find-production",
+        **{step: "mlops-executor" for step in ("checkout", "build-image", "push-image",
+                                                "find-production",
                                                 "prepare-data",
                                                "evaluate", "gate", "publish-model", "propose",
                                                "record-outcome")},

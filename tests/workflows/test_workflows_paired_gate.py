@@ -88,8 +88,10 @@ def test_the_same_export_as_production_is_the_same_within_noise(production, trai
     assert outputs["passed"] == "true"
     assert gate["production_version"] == version
     # the same weights on the same images: every resample's difference is 0
-    assert gate["difference"] == {"estimate": 0.0, "low": 0.0, "high": 0.0}
-    assert "same within noise: +0.0000 [+0.0000, +0.0000]" in gate["reason"]
+    assert gate["difference"] == {"estimate": 0.0, "low": 0.0, "high": 0.0, "mc_error": 0.0}
+    assert gate["outcome"] == "pass" and outputs["outcome"] == "pass"
+    assert ("non-inferior by margin 0.0100: shown (+0.0000 [+0.0000, +0.0000])"
+            in gate["reason"])
     assert "on the same 200 images" in gate["reason"]
     # the served candidate's numbers are the ones the training code's bbox.json gives
     metrics = json.loads((out / "full" / "metrics.json").read_text())
@@ -115,12 +117,11 @@ def test_a_serving_side_mistake_is_stopped_at_the_gate(production, trained_model
 
     outputs, gate = _steps(repo, out, gitops)
     assert outputs["passed"] == "false"
-    assert gate["verdict"].startswith("worse: ")
-    assert gate["difference"]["high"] < 0
-    assert "a regression of more than the allowed 0.0100 cannot be ruled out" in gate["reason"]
+    assert gate["verdict"].startswith("worse beyond the margin 0.0100: shown")
+    assert gate["difference"]["high"] < -0.01 and outputs["outcome"] == "fail"
     assert gate["worse_classes"], gate["reason"]  # named, with their intervals
     for name in gate["worse_classes"]:
-        assert f"{name} -" in gate["reason"]
+        assert f"{name} on val -" in gate["reason"]
     # the disagreement grid shows the images where the two differ most
     ranked = json.loads((out / "full" / "paired.json").read_text())["sets"][0]
     assert ranked["most_disagreement"][0]["disagreement"] > 0
@@ -189,7 +190,8 @@ def test_the_pinned_holdout_is_compared_on_too(production, trained_model, tmp_pa
     outputs, gate = _steps(repo, out, gitops)
     assert outputs["passed"] == "true" and gate["production_version"] == version
     assert [(s["set"], s["images"]) for s in gate["sets"]] == [("val", 16), ("holdout", 16)]
-    assert gate["reason"].startswith("PASS: val: ") and " | holdout: " in gate["reason"]
+    assert gate["reason"].startswith("PASS: ")
+    assert "on the same 32 images (val 16 + holdout 16)" in gate["reason"]
     paired = json.loads((out / "full" / "paired.json").read_text())
     assert paired["sets"][1]["annotations"] == str(out / "data" / "annotations" / "holdout.json")
 
@@ -227,8 +229,8 @@ def test_init_from_production_renders_a_find_production_step_feeding_the_full_jo
     args = full["containers"][0]["args"]
     assert args[args.index("--init-from") + 1] == "{{inputs.parameters.init-from}}"
     assert args.index("--init-from") < args.index("--epochs")
-    assert {"name": "models", "mountPath": "/models", "readOnly": True} in full[
-        "containers"][0]["volumeMounts"]
+    assert {"name": "models", "mountPath": "/models/shapes-detector", "readOnly": True,
+            "subPath": "shapes-detector"} in full["containers"][0]["volumeMounts"]
     assert "--init-from" not in worker("smoke-train")["containers"][0]["args"]
     cfg["training"].pop("init_from")
     (repo / "mlops.yaml").write_text(yaml.safe_dump(cfg))
@@ -305,8 +307,8 @@ def test_an_export_only_push_runs_one_worker_and_no_smoke_job(production, traine
     phases = {t["name"]: t["phase"] for t in run["tasks"]}
     assert result.status == run["status"] == "Succeeded", "\n".join(lines)
     assert "smoke-train" not in phases and set(phases.values()) == {"Succeeded"}, phases
-    assert [*phases] == ["checkout", "build-image", "find-production", "train", "evaluate",
-                         "gate", "publish-model", "propose", "record-outcome"]
+    assert [*phases] == ["checkout", "build-image", "push-image", "find-production", "train",
+                         "evaluate", "gate", "publish-model", "propose", "record-outcome"]
     assert not (out / "smoke").exists()
     assert any("smoke-train: skipped: the full job trains no step (epochs: 0)" in line
                for line in lines), lines
@@ -330,4 +332,5 @@ def test_an_export_only_push_runs_one_worker_and_no_smoke_job(production, traine
     served = yaml.safe_load((out / "full" / "model" / "infer_cfg.yml").read_text())
     assert served == dict(yaml.safe_load((prod / "infer_cfg.yml").read_text()), fault=fault)
     gate = json.loads((out / "full" / "gate.json").read_text())
-    assert gate["passed"] and gate["difference"] == {"estimate": 0.0, "low": 0.0, "high": 0.0}
+    assert gate["passed"] and gate["difference"] == {"estimate": 0.0, "low": 0.0, "high": 0.0,
+                                                     "mc_error": 0.0}

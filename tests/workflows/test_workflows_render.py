@@ -80,6 +80,7 @@ def test_dag_order_and_conditions(wt_doc):
     assert list(tasks) == [
         "checkout",
         "build-image",
+        "push-image",
         "prepare-data",
         "smoke-train",
         "find-production",  # the example's training.init_from: production
@@ -92,7 +93,8 @@ def test_dag_order_and_conditions(wt_doc):
     assert tasks["build-image"]["depends"] == "checkout"
     # the example pins its data (mlops.yaml data:): no training before it is checked
     assert tasks["prepare-data"]["depends"] == "checkout"
-    assert tasks["smoke-train"]["depends"] == "build-image && prepare-data"
+    assert tasks["push-image"]["depends"] == "build-image"
+    assert tasks["smoke-train"]["depends"] == "push-image && prepare-data"
     assert tasks["train"]["depends"] == "smoke-train && find-production"
     assert tasks["find-production"]["depends"] == "checkout"
     assert tasks["gate"]["depends"] == "evaluate.Succeeded"
@@ -103,7 +105,7 @@ def test_dag_order_and_conditions(wt_doc):
     assert tasks["propose"]["depends"] == "publish-model"  # Succeeded or Skipped: `when` decides
     assert tasks["propose"]["arguments"]["parameters"] == [
         {"name": "model-dir", "value": "{{tasks.publish-model.outputs.parameters.model-dir}}"}]
-    image = "{{tasks.build-image.outputs.parameters.image}}"
+    image = "{{tasks.push-image.outputs.parameters.image}}"
     assert tasks["train"]["arguments"]["parameters"] == [
         {"name": "image", "value": image},
         {"name": "init-from", "value": "{{tasks.find-production.outputs.parameters.model-dir}}"}]
@@ -209,20 +211,66 @@ def test_production_settings(wt_doc):
     assert [a["name"] for a in outputs["artifacts"]] == ["report", "model"]
 
 
-def test_build_image_is_rootless_buildkit_with_secret_credentials(wt_doc):
-    tmpl = _templates(wt_doc)["build-image"]
-    container = tmpl["container"]
-    assert container["image"].endswith("-rootless")
-    assert "buildctl-daemonless.sh" in container["args"][0]
-    assert container["securityContext"]["runAsUser"] == 1000
-    assert container["securityContext"].get("privileged") is not True
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
-    assert mounts["registry-auth"]["mountPath"] == "/home/user/.docker"
+def test_the_pushed_dockerfile_never_runs_beside_the_push_credential(wt_doc):
+    """Issue 41, finding 11: build-image ran the pushed Dockerfile in rootless BuildKit (no
+    process sandbox, seccomp and AppArmor unconfined) with the registry's push credential
+    mounted in the same container; a RUN step could read it (BuildKit's README: without mTLS
+    "the executor containers (aka Dockerfile RUN containers) can call BuildKit API as well";
+    with no process sandbox they see buildkitd's processes). Now build-image holds no
+    credential and writes a tarball; push-image, crane without a shell, mounts the Secret
+    and runs nothing of the commit; the PaddleJobs run what it pushed, by digest."""
+    templates = _templates(wt_doc)
+    build, push = templates["build-image"]["container"], templates["push-image"]["container"]
+    assert build["image"].endswith("-rootless")
+    assert "buildctl-daemonless.sh" in build["args"][0]
+    assert "push=true" not in build["args"][0] and "type=docker" in build["args"][0]
+    assert build["securityContext"]["runAsUser"] == 1000
+    assert build["securityContext"].get("privileged") is not True
+    build_env = {e["name"]: e.get("value") for e in build["env"]}
+    assert "DOCKER_CONFIG" not in build_env  # no base_pull_secret in the defaults
+    assert {m["name"] for m in build["volumeMounts"]} == {"workspace", "tmp"}
+    assert not any("valueFrom" in e for e in build["env"])
+    # the push: the Secret, read-only, in a container that runs crane and nothing else
     auth = next(v for v in wt_doc["spec"]["volumes"] if v["name"] == "registry-auth")
     assert auth["secret"]["secretName"] == "mlops-registry"
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["IMAGE"].endswith(":{{workflow.parameters.revision}}")
-    assert not any("password" in k.lower() or "token" in k.lower() for k in env)
+    mounts = {m["name"]: m for m in push["volumeMounts"]}
+    assert mounts["registry-auth"]["readOnly"] is True
+    env = {e["name"]: e["value"] for e in push["env"]}
+    assert env["DOCKER_CONFIG"] == mounts["registry-auth"]["mountPath"]
+    assert push["command"] == ["crane"] and push["args"][0] == "push"
+    assert env["IMAGE"] == build_env["IMAGE"] and env["IMAGE"].endswith(
+        ":{{workflow.parameters.revision}}")
+    assert env["IMAGE_TAR"] == build_env["IMAGE_TAR"]
+    assert push["securityContext"]["readOnlyRootFilesystem"] is True
+    holders = [name for name, tmpl in templates.items() if any(
+        m["name"] == "registry-auth" for m in (tmpl.get("container") or {}).get(
+            "volumeMounts", []))]
+    assert holders == ["push-image"]
+    for job in (yaml.safe_load(t["resource"]["manifest"]) for t in templates.values()
+                if t.get("resource")):
+        container = job["spec"]["worker"]["template"]["spec"]["containers"][0]
+        assert container["image"] == "{{inputs.parameters.image}}"
+    tasks = _tasks(wt_doc)
+    assert all(a["value"] == "{{tasks.push-image.outputs.parameters.image}}"
+               for name in ("smoke-train", "train")
+               for a in tasks[name]["arguments"]["parameters"] if a["name"] == "image")
+
+
+def test_a_base_pull_secret_and_a_build_cache_reach_only_build_image():
+    doc = build_workflow_template(load_config(EXAMPLE), load_settings(
+        None, base_pull_secret="base-read", build_cache_claim="buildkit-cache")).to_dict()
+    templates = _templates(doc)
+    build = templates["build-image"]["container"]
+    mounts = {m["name"]: m for m in build["volumeMounts"]}
+    assert mounts["base-pull-auth"]["readOnly"] is True
+    assert mounts["build-cache"]["subPath"] == "shapes-detector"  # one model's folder only
+    env = {e["name"]: e["value"] for e in build["env"]}
+    assert env["DOCKER_CONFIG"] == mounts["base-pull-auth"]["mountPath"]
+    assert env["BUILD_CACHE"] == mounts["build-cache"]["mountPath"]
+    volumes = {v["name"]: v for v in doc["spec"]["volumes"]}
+    assert volumes["base-pull-auth"]["secret"]["secretName"] == "base-read"
+    assert volumes["build-cache"]["persistentVolumeClaim"]["claimName"] == "buildkit-cache"
+    assert "registry-auth" not in mounts
 
 
 def test_sensor_filters_and_deterministic_name(docs):
@@ -264,6 +312,8 @@ def test_rbac_grants_exactly_what_each_account_needs(docs):
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "create"),
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "get"),
         ("mlops-paddlejob", "batch.paddlepaddle.org", "paddlejobs", "patch"),
+        # setOwnerReference under OwnerReferencesPermissionEnforcement (issue 42, B7)
+        ("mlops-paddlejob", "argoproj.io", "workflows/finalizers", "update"),
         ("mlops-paddlejob", "argoproj.io", "workflowtaskresults", "create"),
         ("mlops-paddlejob", "argoproj.io", "workflowtaskresults", "patch"),
         ("mlops-sensor", "argoproj.io", "workflows", "create"),

@@ -2,7 +2,8 @@
 
 prepare-data leaves `OUT/data/datalock.json`, the combined lock of the pins it fetched
 and checked. Evaluation reads the val annotations beside it (and the holdout's, when
-`mlops.yaml` pins one), and the model record takes
+`mlops.yaml` pins one) once `pinned_lock` has checked them again against the repo's own
+pins (the training job ran in between), and the model record takes
 its digest (not whatever `train.py` reported) and keeps a copy of it in the model
 directory, so the next candidate's PR can diff its data against this one's
 (`promotion.gitrepo.propose`).
@@ -12,24 +13,54 @@ import pathlib
 import shutil
 from typing import Any
 
+from datapins.cache import Cache
+from datapins.errors import DataDigestMismatch, DataError
 from datapins.lock import read_lock
-from datapins.prepare import MARKER
+from datapins.prepare import MARKER, verify_placed
 from promotion.reports.data_report import LOCK_FILE
 from workflows.config import LoadedConfig
 from workflows.errors import StepError
-from workflows.steps.prepare_data import DATA_DIR
+from workflows.steps.prepare_data import DATA_DIR, default_cache, repo_lock
 
 RECORD_LOCK = LOCK_FILE  # beside model.yaml; the PR diffs it against production's
 
 
+#: The splits evaluation reads: verified again by every reader of `pinned_lock`.
+EVALUATED = ("val", "holdout")
+
+
 def pinned_lock(loaded: LoadedConfig, out: str | pathlib.Path) -> pathlib.Path | None:
-    """The prepared lock of a repo with pins (None without `data:`); StepError if missing."""
+    """The prepared lock of a repo with pins (None without `data:`), verified again.
+
+    StepError if prepare-data left none. The training job ran the pushed repo's code
+    after prepare-data, on the same workspace (issue 41, finding 5: it replaced the val
+    annotations and the lock beside them, and a failing candidate passed the gate). So
+    the prepared lock must be the lock of the repo's own pins (read from the checkout,
+    which the training pods mount read-only), and the files evaluation reads (the val
+    and holdout splits) must still hash to their pins: `DataDigestMismatch` names each
+    one that does not. In a cluster the training pods also mount the prepared data
+    read-only (`workflows.pipeline`); this check holds wherever they ran."""
     if loaded.config.data is None:
         return None
     path = pathlib.Path(out).resolve() / DATA_DIR / MARKER
     if not path.is_file():
         raise StepError(f"{path}: no prepared dataset; {loaded.path.name} has data pins, so "
                         "prepare-data must run first (`mlops step prepare-data`)")
+    expected = repo_lock(loaded)
+    try:
+        prepared = read_lock(path)
+    except DataError as exc:
+        raise DataDigestMismatch(f"{exc}; prepare-data wrote it, a step after it changed "
+                                 "it: nothing is judged on this data") from None
+    if prepared != expected:
+        raise DataDigestMismatch(
+            f"{path}: {prepared.name} {prepared.digest} is not the lock of "
+            f"{loaded.path.name}'s pins ({expected.name} {expected.digest}); a step after "
+            "prepare-data changed it: nothing is judged on this data")
+    for note in verify_placed(expected, path.parent,
+                              [s for s in EVALUATED if s in expected.splits],
+                              Cache(default_cache())):
+        print(f"note: {note}", flush=True)
     return path
 
 

@@ -62,7 +62,8 @@ def run(repo: str, out: str, which: str = "full", production_from_gitops: str = 
     returns output parameters."""
     loaded = load_config(repo)
     output_dir = pathlib.Path(out).resolve() / which
-    artifact = check_artifact(output_dir, loaded.config.evaluation.predictions)
+    artifact = check_artifact(output_dir, loaded.config.evaluation.predictions,
+                              loaded.config.model)
     annotations = loaded.repo_dir / loaded.config.evaluation.annotations
     image_root = annotations.parent  # COCO file_names relative to the annotations' folder
     pinned = pinned_lock(loaded, out)

@@ -14,9 +14,11 @@ model.yaml or metrics JSON) overrides it. A GitOps repo that cannot be read
 fails the step: production would be unknown, not absent.
 
 When the evaluate step ran production on the same images (`paired.json`,
-`workflows.comparison`), that is what is judged (`evaluate_paired_gate`, on
-every set: val, and the holdout when there was one; each must pass), and
-production's recorded metrics are not read.
+`workflows.comparison`), that is what is judged (`evaluate_paired_gate`: the
+sets pooled, each set and class a safety check; docs/gate.md), and
+production's recorded metrics are not read. Its `outcome` output is `pass`,
+`review` (inconclusive, proposed for a human's judgement) or `fail`; `passed`
+is true for the first two.
 """
 
 import argparse
@@ -71,32 +73,28 @@ def _production_from_gitops(repo: str, model: str, branch: str) -> dict[str, flo
 
 
 def paired_verdict(gate: GateConfig, doc: dict[str, Any]) -> dict[str, Any]:
-    """`gate.json` for a same-images comparison: every set judged, all must pass."""
-    results = []
-    for entry in doc["sets"]:
-        paired = PairedResult.model_validate(entry["paired"])
-        result = evaluate_paired_gate(gate, paired)
-        results.append({
-            "set": entry["set"], **result.model_dump(), "images": paired.images,
-            "paired_confidence": paired.confidence, "paired_resamples": paired.resamples,
-            "class_confidence": paired.class_confidence,
+    """`gate.json` for a same-images comparison: the pooled comparison judged, every set
+    and class as a safety check (`evaluate_paired_gate`)."""
+    sets = {entry["set"]: PairedResult.model_validate(entry["paired"]) for entry in doc["sets"]}
+    pooled_doc = doc.get("pooled") or doc["sets"][0]["paired"]  # one set: the set itself
+    pooled = PairedResult.model_validate(pooled_doc)
+    result = evaluate_paired_gate(gate, pooled, sets)
+    by_name = {v.name: v for v in result.sets}
+    return {
+        **result.model_dump(exclude={"sets"}),
+        "images": pooled.images,
+        "paired_confidence": pooled.confidence, "paired_resamples": pooled.resamples,
+        "class_confidence": pooled.class_confidence, "class_family": pooled.class_family,
+        "production_version": doc["production"]["version"],
+        "pooled": {k: pooled_doc[k] for k in ("candidate", "production", "difference")},
+        "sets": [{
+            "set": entry["set"], **by_name[entry["set"]].model_dump(exclude={"name"}),
             "intervals": {"candidate": entry["paired"]["candidate"],
                           "production": entry["paired"]["production"],
                           "difference": entry["paired"]["difference"]},
             "classes": entry["paired"]["classes"], "pictures": entry["pictures"],
-        })
-    passed = all(r["passed"] for r in results)
-    if len(results) == 1:
-        reason = results[0]["reason"]
-    else:
-        reason = ("PASS" if passed else "FAIL") + ": " + " | ".join(
-            f"{r['set']}: {r['reason'].split(': ', 1)[1]}" for r in results)
-    first = results[0]
-    return {**{k: first[k] for k in ("metric", "value", "minimum", "production",
-                                     "max_regression", "difference", "verdict")},
-            "passed": passed, "reason": reason,
-            "worse_classes": sorted({c for r in results for c in r["worse_classes"]}),
-            "production_version": doc["production"]["version"], "sets": results}
+        } for entry in doc["sets"]],
+    }
 
 
 def run(
@@ -126,7 +124,8 @@ def run(
         (output_dir / "gate.json").write_text(json.dumps(verdict, indent=2) + "\n")
         print(verdict["reason"], flush=True)
         return {"passed": "true" if verdict["passed"] else "false",
-                "reason": verdict["reason"], "value": f"{verdict['value']:.6f}"}
+                "outcome": verdict["outcome"], "reason": verdict["reason"],
+                "value": f"{verdict['value']:.6f}"}
     if production:
         prod = _read_metrics(pathlib.Path(production), "production metrics")
     elif production_from_gitops:
@@ -142,7 +141,8 @@ def run(
     result = evaluate_gate(gate, metrics, prod)
     (output_dir / "gate.json").write_text(json.dumps(result.model_dump(), indent=2) + "\n")
     print(result.reason, flush=True)
-    return {**result.as_outputs(), "value": f"{result.value:.6f}"}
+    return {**result.as_outputs(), "outcome": "pass" if result.passed else "fail",
+            "value": f"{result.value:.6f}"}
 
 
 def build_parser() -> argparse.ArgumentParser:

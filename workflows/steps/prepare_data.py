@@ -17,11 +17,11 @@ import shutil
 from typing import Any, Sequence
 
 from datapins.cache import Cache
-from datapins.lock import read_lock
+from datapins.lock import DataLock, read_lock
 from datapins.prepare import MARKER, prepare
 from datapins.roles import combine
 from datapins.sources import open_source
-from workflows.config import load_config
+from workflows.config import LoadedConfig, load_config
 from workflows.errors import ConfigError
 from workflows.steps.common import base_parser, run_main
 
@@ -35,10 +35,8 @@ def default_cache() -> pathlib.Path:
     return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "mlops" / "data"
 
 
-def run(repo: str, out: str, cache: str | None = None, source: str | None = None,
-        full_decode: bool = False) -> dict[str, Any]:
-    """Prepare the repo's pinned data into OUT/data; returns output parameters."""
-    loaded = load_config(repo)
+def repo_lock(loaded: LoadedConfig) -> DataLock:
+    """The one lock of the roles `mlops.yaml`'s `data:` pins, read from the checkout."""
     data = loaded.config.data
     if data is None:
         raise ConfigError(f"{loaded.path}: no data: section; prepare-data needs the lock "
@@ -49,7 +47,16 @@ def run(repo: str, out: str, cache: str | None = None, source: str | None = None
         if not path.is_relative_to(loaded.repo_dir):
             raise ConfigError(f"{loaded.path}: data.{role}: {file} is outside the repo")
         locks[role] = (file, read_lock(path))
-    lock = combine(locks)
+    return combine(locks)
+
+
+def run(repo: str, out: str, cache: str | None = None, source: str | None = None,
+        full_decode: bool = False) -> dict[str, Any]:
+    """Prepare the repo's pinned data into OUT/data; returns output parameters."""
+    loaded = load_config(repo)
+    data = loaded.config.data
+    lock = repo_lock(loaded)
+    assert data is not None  # repo_lock refused a repo without pins
     dest = pathlib.Path(out).resolve() / DATA_DIR
     marker = dest / MARKER
     if dest.exists() and not (marker.is_file() and read_lock(marker).digest == lock.digest):

@@ -117,6 +117,10 @@ def run(out: str, models_root: str, which: str = "full",
     if not root.is_dir():
         raise StepError(f"models volume {root}: not a directory (is the claim mounted?)")
     annotations, image_root = _val_set(repo, out)
+    model = load_config(pathlib.Path(repo)).config.model if repo is not None else None
+    if model is not None and record.name != model:  # the models volume is every team's
+        raise StepError(f"{source / RECORD_FILE}: name {record.name!r} is not this repo's "
+                        f"model ({model!r}); a repo publishes only under its own name")
     target = root / record.name / record.version
     if target.exists():
         there = _record(target)

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from contracts.kubeapi import ApiCall
+from workflows.binding import bind, parse_binding
 from workflows.config import load_config
 from workflows.errors import ConfigError
 from workflows.lint import validate_doc
@@ -46,14 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--annotations", default="{}",
                         help="the push Workflow's annotations as JSON (title, description)")
     parser.add_argument("--settings", default="{}", help="the platform settings as JSON")
+    parser.add_argument("--platform", required=True,
+                        help="what the platform binds this repo to, as JSON (model, GitOps "
+                             "repo, branch, forge; `workflows.binding`): a commit naming "
+                             "others is refused")
     parser.add_argument("--api-server", default="",
                         help="Kubernetes API URL (default: the pod's in-cluster config)")
     return parser
 
 
 def render_child(args: argparse.Namespace) -> dict[str, Any]:
-    """The commit's pipeline Workflow (schema-checked); ConfigError names what is wrong."""
-    loaded = load_config(args.repo)
+    """The commit's pipeline Workflow (schema-checked); ConfigError names what is wrong.
+
+    The commit's `mlops.yaml` is held to the push template's binding first: its model
+    name and GitOps repo (where the git token goes) are the platform's (issue 41)."""
+    loaded = bind(load_config(args.repo), parse_binding(args.platform))
     try:
         settings = PipelineSettings.model_validate_json(args.settings)
     except ValidationError as exc:

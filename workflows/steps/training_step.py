@@ -20,8 +20,12 @@ from workflows.settings import PipelineSettings
 from workflows.steps.common import lineage_env
 
 
-def check_artifact(output_dir: pathlib.Path, predictions: str) -> dict[str, Any]:
-    """The training output must hold a loadable export and detections."""
+def check_artifact(output_dir: pathlib.Path, predictions: str,
+                   model: str | None = None) -> dict[str, Any]:
+    """The training output must hold a loadable export and detections, and its record
+    must name `model` (the repo's, bound by the platform): the pushed code writes
+    `model.yaml`, and its `name` chose where publish and propose put the candidate
+    (issue 41, finding 10: `name: b` published under `b/` and proposed `apps/b/`)."""
     model_dir = output_dir / "model"
     missing = missing_files(model_dir)
     if not (output_dir / predictions).is_file():
@@ -36,6 +40,10 @@ def check_artifact(output_dir: pathlib.Path, predictions: str) -> dict[str, Any]
         record = read_record_data(model_dir)
     except ArtifactError as exc:
         raise StepError(str(exc)) from None
+    named = record.get("name")
+    if model is not None and named != model:
+        raise StepError(f"{model_dir / 'model.yaml'}: name {named!r} is not this repo's model "
+                        f"({model!r}); a repo trains and publishes only its own model")
     return {
         "model_dir": str(model_dir.resolve()),
         "version": str(record.get("version", "")),

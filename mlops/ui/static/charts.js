@@ -1,11 +1,13 @@
 // mlops ui charts: the live canary charts (Models page) and the loss curves (Compare view),
 // drawn with the vendored uPlot (static/vendor/). A chart is built once per model and
 // panel and then only given new data, so it survives the page's re-renders: the page
-// re-attaches each model's chart element to the placeholder it renders.
+// re-attaches each model's chart element to the placeholder it renders. Text from the
+// server (a panel's title, Prometheus' error) goes in as text: DOM nodes and textContent,
+// or static/html.js where a piece of markup is shorter.
 "use strict";
 
 const MlopsCharts = (() => {
-  const models = {};          // model -> {el, plots: {panel id: uPlot}, shape}
+  const models = {};  // model -> {el, plots: {panel id: uPlot}, lasts: {panel id: el}, shape}
   const COLORS = ["#2456c4", "#e07b00", "#1a7f37", "#9c27b0", "#c62828", "#00838f"];
   const WIDTH = 380, HEIGHT = 150;
 
@@ -77,14 +79,20 @@ const MlopsCharts = (() => {
   function build(doc) {
     const el = document.createElement("div");
     el.className = "chart-grid";
-    const entry = { el, plots: {}, doc, shape: "" };
+    const entry = { el, plots: {}, lasts: {}, doc, shape: "" };
     entry.shape = shapeOf(doc);
     for (const panel of doc.panels) {
       const box = document.createElement("div");
       box.className = "chart";
       box.dataset.chart = `${doc.model}:${panel.id}`;
-      box.innerHTML = `<div class="chart-title">${panel.title}</div>` +
-        `<div class="chart-last" data-last="${doc.model}:${panel.id}"></div>`;
+      const title = document.createElement("div");
+      title.className = "chart-title";
+      title.textContent = panel.title;
+      const last = document.createElement("div");
+      last.className = "chart-last";
+      last.dataset.last = `${doc.model}:${panel.id}`;
+      box.append(title, last);
+      entry.lasts[panel.id] = last;
       el.appendChild(box);
       const [series, data] = panelSeries(doc, panel);
       const opts = {
@@ -113,13 +121,13 @@ const MlopsCharts = (() => {
     for (const panel of doc.panels) {
       const plot = entry.plots[panel.id];
       plot.setData(panelSeries(doc, panel)[1]);
-      const last = entry.el.querySelector(`[data-last="${doc.model}:${panel.id}"]`);
+      const last = entry.lasts[panel.id];
       if (last) last.textContent = lastValues(panel);
     }
-    const note = doc.error ? `<span class="muted">${doc.error}</span>` : "";
     entry.el.dataset.marks = String(doc.marks.length);
     entry.el.dataset.preset = doc.preset || "";
-    entry.note = note;
+    entry.error = doc.error || "";
+    entry.detail = doc.detail || "";
     attach();
   }
 
@@ -130,8 +138,27 @@ const MlopsCharts = (() => {
       if (!entry) return;
       if (entry.el.parentNode !== slot) slot.appendChild(entry.el);
       const note = slot.querySelector(".chart-note") || document.createElement("div");
-      note.className = "chart-note";
-      note.innerHTML = entry.note || "";
+      note.className = "chart-note muted";
+      // The card already says it (the live rates' fault): the same line once is enough.
+      const card = slot.closest(".card");
+      const said = card && [...card.querySelectorAll(".fault-line")]
+        .some((line) => line.textContent === entry.error);
+      const key = said ? "" : `${entry.error}\n${entry.detail}`;
+      if (note.dataset.key !== key) { // rebuilt only when it changes: a toggle stays open
+        note.dataset.key = key;
+        note.textContent = said ? "" : entry.error;
+      }
+      if (entry.detail && !said && !note.querySelector("details")) {
+        const raw = document.createElement("details");
+        raw.className = "raw";
+        const summary = document.createElement("summary");
+        summary.textContent = "details";
+        const pre = document.createElement("pre");
+        pre.className = "raw";
+        pre.textContent = entry.detail;
+        raw.append(summary, pre);
+        note.append(" ", raw);
+      }
       if (!note.parentNode) slot.appendChild(note);
     });
   }
@@ -139,7 +166,10 @@ const MlopsCharts = (() => {
   // The Compare view: one training-loss curve per run on a shared step axis.
   function loss(el, comparison) {
     const steps = [...new Set(comparison.loss.flat().map((p) => p[0]))].sort((a, b) => a - b);
-    if (!steps.length) { el.innerHTML = `<p class="muted">No training loss logged.</p>`; return; }
+    if (!steps.length) {
+      Html.render(el, Html.html`<p class="muted">No training loss logged.</p>`);
+      return;
+    }
     const data = [steps];
     const series = [{ label: "step" }];
     comparison.loss.forEach((curve, i) => {
@@ -148,7 +178,7 @@ const MlopsCharts = (() => {
       series.push({ label: comparison.runs[i].name, stroke: COLORS[i % COLORS.length],
         width: 2, spanGaps: true });
     });
-    el.innerHTML = "";
+    el.replaceChildren();
     new uPlot({ width: 2 * WIDTH, height: 2 * HEIGHT, series, scales: { x: { time: false } },
       axes: [{ label: "step" }, { label: "loss", size: 50 }] }, data, el);
   }
