@@ -428,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", action="append", default=[],
                         help="a JSON this script wrote on the old code (repeatable: later files "
                              "override a case of earlier ones)")
+    parser.add_argument("--baseline-code", default="",
+                        help="what the baseline ran on, e.g. a commit (recorded with it)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/canary_guarantees.json"))
     args = parser.parse_args(argv)
     wanted = [k for k in CASES if not args.only or k in args.only.split(",")]
@@ -453,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         group, name = key.split(".", 1)
         doc.setdefault(group, {})[name] = run_case(rng, key, runs) | {"seed": args.seed}
     if args.baseline:
-        baseline: dict[str, Any] = {"from": args.baseline}
+        baseline: dict[str, Any] = {"code": args.baseline_code,
+                                    "files": [pathlib.Path(p).name for p in args.baseline]}
         for path in args.baseline:
             base = json.loads(pathlib.Path(path).read_text())
             for group in ("held_hour", "detect"):
