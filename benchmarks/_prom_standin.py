@@ -18,7 +18,9 @@ the query shapes the presets in promotion/metrics/presets/ render:
 `(sum(increase(sel[w])) or vector(0))` terms, with `=`, `!=`, `=~`, `!~`
 matchers; and the controller's batched form (promotion/metrics/batch.py):
 `label_replace(<query>, "mlops_leg", "<i>", "", "") or ...`, each range
-pinned with `@ <unix time>`, sent as `GET` or as a `POST` form. As Prometheus
+pinned with `@ <unix time>`, sent as `GET` or as a `POST` form; and the metric
+source's raw reads, `last_over_time(sel[r] @ t)` (a counter at t, as if it had
+always counted at today's rate) and `resets(sel[r] @ t)` (none). As Prometheus
 does (prometheus/prometheus docs/querying/: functions.md for `label_replace`
 with an empty source label and regex, which adds the label; operators.md for
 `or`, the union that keeps a right-hand sample only when no left-hand one has
@@ -52,6 +54,8 @@ LABEL_REPLACE = re.compile(
     r'^label_replace\((.*),\s*"(\w+)",\s*"([^"]*)",\s*"",\s*""\)$', re.DOTALL)
 MATCHER = re.compile(r'\s*([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
 SUM_BY = re.compile(r"^\s*sum\s+by\s*\(([^)]*)\)\s*\(")
+RAW = re.compile(r"^\s*(last_over_time|resets)\(\s*([A-Za-z_:][\w:]*)?\{([^}]*)\}\[(\w+)\]"
+                 r"\s*@\s*([\d.]+)\s*\)\s*$")
 LATENCY_S = {0.005: 0.02, 0.01: 0.1, 0.025: 0.45, 0.05: 0.8, 0.1: 0.95, 0.25: 0.99,
              0.5: 0.998, 1.0: 1.0}
 DETECTIONS = {0.5: 0.05, 1.0: 0.2, 2.0: 0.6, 5.0: 0.95, 10.0: 1.0}
@@ -185,7 +189,19 @@ class World:
                 rows.append((metric, {**mv, "le": text}, ok * share))
         for cls, share in CLASSES.items():
             rows.append(("model_class_detections_total", {**mv, "class": cls}, ok * 2 * share))
+            rows.append(("model_class_images_total", {**mv, "class": cls},
+                         ok * min(1.0, 1.5 * share)))
         return rows
+
+    def raw(self, function: str, name: str | None, matchers: str,
+            at: float) -> list[tuple[dict[str, str], float]]:
+        """`last_over_time(name{matchers}[r] @ t)`: each series' counter at t, as if it had
+        counted at today's rate since the epoch (stationary: two ends asked together give
+        rate x share x window, the increase() of the window); `resets(...)`: none."""
+        parsed = [(m.group(1), m.group(2), m.group(3)) for m in MATCHER.finditer(matchers)]
+        return [({k: v for k, v in labels.items() if k != "__name__"},
+                 rps * at if function == "last_over_time" else 0.0)
+                for labels, rps in self.series(name) if _matches(labels, parsed)]
 
     def select(self, name: str | None, matchers: str,
                window: str) -> list[tuple[dict[str, str], float]]:
@@ -215,6 +231,10 @@ class World:
                         seen.add(key)
                         rows.append((labels, value))
             return rows
+        raw = RAW.match(query)
+        if raw is not None:
+            function, name, matchers, _, at = raw.groups()
+            return self.raw(function, name or None, matchers, float(at))
         selectors = SELECTOR.findall(query)
         if not selectors:
             raise ValueError("no increase(selector[range]) in the query")

@@ -41,6 +41,9 @@ request gets the model's heads back; nothing is recorded for it):
 * `model_top_score` (histogram; 0.05 to 1.0 in steps of 0.05): the best
   detection's score per image, 0.0 for an image without detections.
 * `model_class_detections_total{class}` (counter): those detections by class.
+* `model_class_images_total{class}` (counter): the images whose answer names the
+  class at least once (one image, one count: the canary's class-mix check counts
+  images, not boxes, so a crowd image of one class is one trial).
   `class` is one of the model's own class names (`infer_cfg.yml` `labels:`)
   or `other` for anything else (a class id the label list does not name),
   never a free string from a request or an output: every label value is a
@@ -168,6 +171,16 @@ class ServerMetrics:
             name: class_detections.labels(**self.labels, **{"class": name})
             for name in (*classes, OTHER)
         }
+        class_images = Counter(
+            "model_class_images",
+            "Images whose answer names the class at least once: the model's class names, "
+            "'other' for the rest.",
+            (*names, "class"), registry=self.registry,
+        )
+        self.class_images = {
+            name: class_images.labels(**self.labels, **{"class": name})
+            for name in (*classes, OTHER)
+        }
         self.input_brightness = Histogram(
             "model_input_brightness",
             "Mean pixel value of each decoded input image, 0..1, before normalisation.",
@@ -204,8 +217,13 @@ class ServerMetrics:
         self.detections.observe(signals.detections)
         self.top_score.observe(signals.top_score)
         other = self.class_detections[OTHER]
+        named = set()
         for name, count in signals.classes:
             self.class_detections.get(name, other).inc(count)  # bounded even if not mapped
+            if count > 0:
+                named.add(name if name in self.class_images else OTHER)
+        for name in named:
+            self.class_images[name].inc()
         if signals.image is not None:
             self.input_brightness.observe(signals.image.brightness)
             self.input_pixels.observe(signals.image.pixels)

@@ -79,13 +79,26 @@ def _prepare(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
+    import hashlib
+
+    from datapins.cache import Cache
     from datapins.diff import diff, render_markdown
     from datapins.lock import read_lock
 
+    old, new = read_lock(pathlib.Path(args.old)), read_lock(pathlib.Path(args.new))
+    # The annotation files, where the cache holds them (`mlops data prepare` put them there,
+    # by content): image-level noise floors and relabelled boxes. Not there: boxes only.
+    cache = Cache(pathlib.Path(args.cache))
+    annotations = {}
+    for split in (*old.splits.values(), *new.splits.values()):
+        path = cache.entry(split.annotations.sha256)
+        if path.is_file():
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() == split.annotations.sha256:
+                annotations[split.annotations.sha256] = data
     # Two locks' names, classes and paths, written by whoever pushed them: shown, not obeyed
     # by the terminal (`cogs.text`; issue 41, finding 17).
-    print(printable(render_markdown(diff(read_lock(pathlib.Path(args.old)),
-                                         read_lock(pathlib.Path(args.new))))), end="")
+    print(printable(render_markdown(diff(old, new, annotations))), end="")
     return 0
 
 
@@ -133,4 +146,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = sub.add_parser("diff", help="what changed between two lock files, as Markdown")
     d.add_argument("old", metavar="OLD")
     d.add_argument("new", metavar="NEW")
+    d.add_argument("--cache", default=str(_default_cache()), metavar="DIR",
+                   help="where `prepare` keeps files by content; the annotation files found "
+                        "there give per-image noise floors and relabelled boxes (default: "
+                        "$MLOPS_DATA_CACHE or ~/.cache/mlops/data)")
     d.set_defaults(func=_diff)

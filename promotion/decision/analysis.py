@@ -25,19 +25,25 @@ The order of the rules is the policy, so it is written down here:
    roll back. If its observed share is off its weight (beyond tolerance and
    beyond chance) the traffic has not moved yet: hold, and the window's
    numbers do not count.
-6. The window's counts are added to the step's and to the four sequential
-   tests (`promotion/decision/stats.py`): errors vs stable, error rate vs its limit,
-   slow requests vs stable, p99 vs its limit. Any test that rejects is a
-   rollback with cause `verdict`; together they are wrong on a healthy
-   canary with probability at most `alpha`, however often we look. The
-   model-quality checks (`promotion/decision/quality.py`: poor answers, canary vs
-   stable) are judged the same way at their own `quality.alpha`.
+6. The window's counts are added to the step's and to the sequential tests
+   (`promotion/decision/stats.py`): errors vs stable, error rate vs its limit,
+   slow requests vs stable (slow: beyond a bound set from stable's earlier
+   windows, before this one is seen), p99 vs its limit, and the model's
+   answers: poor answers (`quality.py`), their distribution
+   (`distribution.py`), the classes per image (`class_mix.py`). Any test that
+   rejects is a rollback with cause `verdict`; together with the paired
+   answers (3b) they are wrong on a healthy canary with probability at most
+   the policy's one `alpha`, however often we look (each spends its share,
+   `stats.ALPHA_SHARES`).
 7. Step (or promote after the last step) when the canary served
    `min_requests` in this step and the step's own numbers are within the
    policy (error rate <= max, p99 <= max and within `max_latency_ratio` of
    stable's on `min_latency_samples`); otherwise hold and keep collecting.
    "Not yet rejected" alone is not "good": a canary at 3 % errors against a
    1 % limit is held, not stepped, until the evidence settles either way.
+   The model's answers pass only once shown within their margins by
+   anytime-valid confidence sequences, so a canary beyond them passes a step
+   with probability at most 1 - `quality.pass_confidence`.
 
 Modes (`policy.mode`, `policy.approval`): in `shadow` the controller passes
 each decision through `shadowed`, so verdicts are recorded and weights stay;
@@ -61,8 +67,9 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from promotion.decision import answers, class_mix, quality, stats
+from promotion.decision import answers, class_mix, distribution, quality, stats
 from promotion.decision.observations import (
+    Histogram,
     Observations,
     count_above,
     histogram_quantile,
@@ -298,8 +305,36 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any,
-                     obs: Observations) -> tuple[Any, Any]:
+def latency_bound(policy: CanaryPolicy, stable_before: Histogram | None,
+                  pooled: Histogram | None = None) -> float | None:
+    """The slow-request bound of the latency test for a window, in seconds:
+    `max_latency_ratio` x a p99 (and at least `min_latency_difference_ms` above it).
+
+    The p99 is stable's over its counted windows *before* this one. Fixed before
+    the window is seen, the bound cannot depend on either version's sample in it,
+    so under "both versions are as fast" the canary's share of the window's slow
+    requests is its share of requests (Binomial), whatever the bound. A bound
+    from the window's own stable sample broke that: with identical versions it
+    rolled back 3 % (lognormal latency) to 15 % (2 % of requests 5x slower) of
+    canaries held an hour, at a stated 0.4 %. Stable's, not the pool's: a canary
+    slow on every request with more than 1 % of the traffic drags a pooled p99
+    up to its own latency and never counts as slow.
+
+    Before stable has any counted window (the rollout's first), the p99 of the
+    window's pooled sample (`pooled`, both versions): under the null the pooled
+    requests are exchangeable, so given the pool the canary's slow ones are a
+    random draw of its size (hypergeometric, within the binomial test's
+    bound), which keeps the first window valid at the cost of that blind spot.
+    None: no p99 to take."""
+    source = stable_before or pooled
+    p99 = histogram_quantile(0.99, source) if source else None
+    if p99 is None:
+        return None
+    return max(p99 * policy.max_latency_ratio, p99 + policy.min_latency_difference_ms / 1000)
+
+
+def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any, obs: Observations,
+                     stable_before: Histogram | None) -> tuple[Any, Any]:
     """This window's evidence on latency: slow-request share vs stable, tail above the limit."""
     c, s = obs.canary.latency, obs.stable.latency
     if not c:
@@ -308,18 +343,22 @@ def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any,
     if above_limit is not None:
         lim = stats.update_limit(lim, above_limit[0], above_limit[1], stats.P99_TAIL)
     pooled = merge_histograms(c, s)
-    # The bound is stable's own p99, not the pooled one: a canary that is slow
-    # on every request and has more than 1 % of the traffic would otherwise
-    # drag the pooled p99 up to its own latency, and no request would ever
-    # count as slow (a 10 % canary answering 250 ms late was never rolled back).
-    p99 = histogram_quantile(0.99, s) if s else None
-    if s and p99 is not None:
-        bound = max(p99 * policy.max_latency_ratio, p99 + policy.min_latency_difference_ms / 1000)
+    bound = latency_bound(policy, stable_before, pooled)
+    if s and bound is not None:
         edges = sorted(le for le in pooled if not math.isinf(le))
         slow_c, slow_s = count_above(c, bound, edges), count_above(s, bound, edges)
         if slow_c is not None and slow_s is not None:
             rel = stats.update_relative(rel, slow_c[0], slow_s[0], slow_c[1], slow_s[1])
     return rel, lim
+
+
+def _images(hists: dict[str, Histogram]) -> float:
+    """Images a version answered, from its per-image histograms (0: not measured)."""
+    for signal in ("detections_per_image", "top_score"):
+        hist = hists.get(signal)
+        if hist:
+            return float(max(hist.values()))
+    return 0.0
 
 
 def _merge_quality(a: dict[str, dict[float, float]],
@@ -333,9 +372,11 @@ def _quality_check(policy: CanaryPolicy, qc: QualityCheck, state: CanaryState, c
     name = f"quality_{qc.name}"
     if state.weight >= 100:
         return Check(name=name, verdict="skipped", detail="stable serves no traffic at 100%")
+    family = quality.family_log_e(state.statistics.quality, policy.quality.checks)
     v = quality.judge(policy.quality, qc, state.statistics.quality.get(qc.name),
                       canary.quality.get(qc.signal), stable.quality.get(qc.signal),
-                      min_answers=policy.min_requests)
+                      min_answers=policy.min_requests, alpha=policy.alpha, family=family,
+                      pass_log_lr=state.pass_evidence.get(qc.name))
     return Check(name=name, verdict=v.verdict, value=v.canary_share, threshold=v.stable_share,
                  samples=v.samples, statistic=v.statistic, detail=v.detail)
 
@@ -352,8 +393,23 @@ def _class_mix_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
                      detail="stable serves no traffic at 100%")
     verdict, statistic, threshold, samples, detail = class_mix.judge(
         policy.quality, state.statistics.class_mix, canary.classes, stable.classes,
-        policy.quality.min_answers or policy.min_requests)
+        _images(canary.quality), _images(stable.quality),
+        policy.quality.min_answers or policy.min_requests, alpha=policy.alpha,
+        pass_evidence=state.pass_evidence)
     return Check(name="quality_class_mix", verdict=verdict, samples=samples,
+                 statistic=statistic, threshold=threshold, detail=detail)
+
+
+def _distribution_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
+                        stable: Counts) -> Check:
+    """The answers' distribution (`promotion/decision/distribution.py`) as evidence."""
+    if state.weight >= 100:
+        return Check(name="quality_distribution", verdict="skipped",
+                     detail="stable serves no traffic at 100%")
+    verdict, statistic, threshold, samples, detail = distribution.judge(
+        policy.quality.distribution, state.statistics.distribution, canary.quality,
+        stable.quality, policy.quality.min_answers or policy.min_requests, alpha=policy.alpha)
+    return Check(name="quality_distribution", verdict=verdict, samples=samples,
                  statistic=statistic, threshold=threshold, detail=detail)
 
 
@@ -361,9 +417,10 @@ def _answers_check(policy: CanaryPolicy, obs: Observations) -> Check | None:
     """The paired answers check as evidence; None when the window was not probed."""
     if obs.answers is None:
         return None
-    verdict, low, limit, matched, detail = answers.judge(policy.quality.answers, obs.answers)
-    return Check(name="answers", verdict=verdict, value=low, threshold=limit,
-                 samples=matched, statistic=None if low is None else
+    verdict, share, limit, units, detail = answers.judge(policy.quality.answers, obs.answers,
+                                                         alpha=policy.alpha)
+    return Check(name="answers", verdict=verdict, value=share, threshold=limit,
+                 samples=units, statistic=None if share is None else
                  (obs.answers.relabelled / obs.answers.matched if obs.answers.matched else 0.0),
                  detail=detail)
 
@@ -517,18 +574,33 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
                                      obs.canary.requests, obs.stable.requests)
     limit = stats.update_limit(st.limit, obs.canary.errors, obs.canary.requests,
                                policy.max_error_rate)
-    lat_rel, lat_lim = _latency_updates(policy, st.latency_relative, st.latency_limit, obs)
+    lat_rel, lat_lim = _latency_updates(policy, st.latency_relative, st.latency_limit, obs,
+                                        st.stable_latency)
     qual = {c.name: quality.update(st.quality.get(c.name), c, obs.canary.quality.get(c.signal),
                                    obs.stable.quality.get(c.signal))
             for c in policy.quality.checks}
     state = state.with_(
         canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
+        pass_evidence=class_mix.update_pass(
+            {c.name: quality.update_pass(state.pass_evidence.get(c.name), c,
+                                         obs.canary.quality.get(c.signal),
+                                         obs.stable.quality.get(c.signal))
+             for c in policy.quality.checks} | {
+                k: v for k, v in state.pass_evidence.items() if k.startswith(class_mix.PASS_KEY)},
+            policy.quality, obs.canary.classes, obs.stable.classes,
+            _images(obs.canary.quality), _images(obs.stable.quality)),
         statistics=Statistics(relative=_floats(relative), limit=_floats(limit),
                               latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim),
                               quality=qual,
                               class_mix=class_mix.update(st.class_mix, policy.quality,
-                                                         obs.canary.classes,
-                                                         obs.stable.classes)),
+                                                         obs.canary.classes, obs.stable.classes,
+                                                         _images(obs.canary.quality),
+                                                         _images(obs.stable.quality)),
+                              distribution=distribution.update(
+                                  st.distribution, policy.quality.distribution,
+                                  obs.canary.quality, obs.stable.quality),
+                              stable_latency=merge_histograms(st.stable_latency,
+                                                              obs.stable.latency)),
     )
 
     def e_check(name: str, log_lr: Any) -> tuple[float, float, bool]:
@@ -593,6 +665,8 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
                        f"{t:.3f}; to step, the ratio must be within it"))
     for qc in policy.quality.checks:
         checks.append(_quality_check(policy, qc, state, canary, stable))
+    if policy.quality.distribution is not None and (canary.quality or stable.quality):
+        checks.append(_distribution_check(policy, state, canary, stable))
     if policy.quality.class_mix is not None and (canary.classes or stable.classes):
         checks.append(_class_mix_check(policy, state, canary, stable))
     if paired is not None:

@@ -1,62 +1,72 @@
-"""The class-mix check: does the canary detect the classes in stable's proportions? Pure.
+"""The class-mix check: does the canary name the classes in as many images as stable? Pure.
 
 A label map shifted by one (`label_list` rotated in `infer_cfg.yml`, weights
 unchanged) answers every request 200, fast and confident, and wrong: each
 detection carries its neighbour's name. Neither the error rate, the latency
 nor the per-image quality signals (detections per image, best score) can see
-it; the classes the version names can. The model server counts its
-detections by class (`serving/metrics.py`: `model_class_detections_total`,
-the model's own class names and `other`), and this check compares the
-canary's mix with stable's over the same windows.
+it; the classes the version names can. The model server counts, per class,
+the images whose answer names it at least once (`serving/metrics.py`:
+`model_class_images_total`, the model's own class names and `other`, every
+series created at 0 when the server starts), and this check compares the
+canary's per-image shares with stable's over the same windows.
 
-The test, per class and per direction (more of it, less of it): given the
-two versions' detections of class c in a window, under "the canary's share
-of class c is stable's" the canary's count is Binomial(c's detections in
-both, pi) with pi the canary's share of all detections: the same
-conditional test as the error check (`stats.update_relative`), which needs
-no estimate of stable's mix and survives a change of weight. Its null is
-moved to `min_ratio` x stable's share (and, for "less", stable's to
-`min_ratio` x the canary's), so a retrain that moves a class's share by a
-few percent is not evidence. A direction fails when its mixture e-value
-passes 1 / (alpha_share / (2 x classes)) -- Bonferroni over every class and
-both directions, so the check as a whole rolls back a canary whose mix is
-within the margin with probability at most its share of `quality.alpha`,
-however often it is looked at -- *and* the class's share moved by at least
-`min_difference` (a rare class doubling from 0.5 % to 1 % is not a wrong
-label map).
+**One image is one trial.** A share of *detections* by class is clustered by
+image: a crowd image with fifteen objects of one class moves fifteen counts at
+once, so a binomial test on detections is overconfident (identical models with
+15 % crowd images were rolled back 14.5 % of the time at a stated 0.33 %). An
+image names a class or it does not: per class, the canary's images naming it
+are Binomial(canary images, p) and stable's Binomial(stable images, p') on
+their own, whatever the images hold.
 
-What it can see: a rotated or swapped label map moves shares only as far as
-the classes differ in frequency. With a skewed mix (most real data sets) a
-swap of two classes moves their shares by the difference of their
-frequencies; with a perfectly balanced mix a rotation is invisible to any
-count of names (`benchmarks/canary_quality.py` measures both).
+The test, per class and per direction (more of it, less of it): given both
+versions' images naming class c in a window, under "the canary names c in as
+many of its images as stable does" the canary's count is (at most as spread
+as, Hoeffding 1963) Binomial(those images, pi) with pi the canary's share of
+all images: the same conditional test as the error check
+(`stats.update_relative`), which needs no estimate of stable's shares and
+survives a change of weight. Its null is moved to `min_ratio` x stable's
+share (and, for "less", stable's to `min_ratio` x the canary's), so a retrain
+that moves a class's share a little is not evidence. The classes and
+directions are one family with the check's share of the policy's `alpha`
+(`stats.ALPHA_SHARES["class_mix"]`): its e-value is the average of its
+members' (`stats.mean_log_e`); it fails when that average passes the
+threshold, for a class and direction whose own evidence is at least the
+average *and* whose share moved by at least `min_difference`.
 
-To pass a step the canary needs `min_answers` detections, no rejection, and
-(as the per-image checks, `quality.pass_confidence`) each class's share shown
-inside the margins around stable's: without that rule two swapped labels
-passed the first step on silence before the evidence piled up. A class at
-10 % needs about 270 canary detections to be shown within them, one at a
-third about 140.
+What it can see: any class whose image share moves by the margin, rare or
+common (a vanished class, a 5 % <-> 3 % swap among ten classes), at a speed
+set by how many images name it; a label map rotated on a perfectly balanced
+mix moves no share and is the paired answers' (`answers.py`) to see.
+
+To pass a step the canary needs `min_answers` images, no rejection, and each
+class's share shown inside the pass margins around stable's (`pass_ratio`,
+`pass_difference`: wider than the rollback margins, the indifference zone of a
+two-sided sequential design), each way, at `quality.pass_confidence` over
+every look of the step: by the step's two-sample test below the ratio
+(`update_pass`) or by both versions' anytime-valid confidence sequences within
+the difference (`stats.confidence_sequence`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from statistics import NormalDist
-from typing import Literal
 
 from promotion.decision import stats
 from promotion.decision.policy import QualitySpec
 
-__all__ = ["judge", "shares", "update"]
+__all__ = ["PASS_KEY", "judge", "shares", "threshold", "update", "update_pass"]
+
+from typing import Literal
 
 Verdict = Literal["pass", "fail", "unknown", "skipped"]
 
 
-def shares(classes: Mapping[str, float]) -> dict[str, float]:
-    """Each class's share of the detections (empty when there are none)."""
-    total = sum(max(0.0, float(v)) for v in classes.values())
-    return {k: max(0.0, float(v)) / total for k, v in sorted(classes.items())} if total else {}
+def shares(classes: Mapping[str, float], images: float) -> dict[str, float]:
+    """Each class's share of the images (empty without images)."""
+    if images <= 0:
+        return {}
+    return {k: min(1.0, max(0.0, float(v)) / images) for k, v in sorted(classes.items())}
 
 
 def _keys(canary: Mapping[str, float], stable: Mapping[str, float]) -> list[str]:
@@ -64,21 +74,22 @@ def _keys(canary: Mapping[str, float], stable: Mapping[str, float]) -> list[str]
 
 
 def update(log_lr: Mapping[str, tuple[float, ...]] | None, spec: QualitySpec,
-           canary: Mapping[str, float] | None,
-           stable: Mapping[str, float] | None) -> dict[str, tuple[float, ...]]:
-    """Add one window's class counts to the per class and direction tests
-    (keys `<class>+`: the canary names it more often, `<class>-`: less often)."""
+           canary: Mapping[str, float] | None, stable: Mapping[str, float] | None,
+           canary_images: float, stable_images: float) -> dict[str, tuple[float, ...]]:
+    """Add one window's per-image class counts to the per class and direction tests
+    (keys `<class>+`: the canary names it in more of its images, `<class>-`: fewer).
+    `*_images`: the images each version answered in the window."""
     out = dict(log_lr or {})
     check = spec.class_mix
     if check is None or not canary or not stable:
         return out
-    n_c = sum(max(0.0, float(v)) for v in canary.values())
-    n_s = sum(max(0.0, float(v)) for v in stable.values())
+    n_c, n_s = float(canary_images), float(stable_images)
     if n_c <= 0 or n_s <= 0:
         return out
     initial = tuple(stats.initial(stats.QUALITY_GRID))
     for name in _keys(canary, stable):
-        x_c, x_s = max(0.0, float(canary.get(name, 0))), max(0.0, float(stable.get(name, 0)))
+        x_c = min(n_c, max(0.0, float(canary.get(name, 0))))
+        x_s = min(n_s, max(0.0, float(stable.get(name, 0))))
         more = stats.update_relative(out.get(f"{name}+", initial), x_c, x_s, n_c, n_s,
                                      grid=stats.QUALITY_GRID, null_ratio=check.min_ratio)
         less = stats.update_relative(out.get(f"{name}-", initial), x_s, x_c, n_s, n_c,
@@ -88,18 +99,49 @@ def update(log_lr: Mapping[str, tuple[float, ...]] | None, spec: QualitySpec,
     return out
 
 
-def threshold(spec: QualitySpec, classes: int) -> float:
-    """The log e-value at which one class and direction rejects (Bonferroni)."""
-    share = 1.0 / spec.test_count / max(1, 2 * classes)
-    return stats.rejection_log_threshold(spec.alpha, share)
+PASS_KEY = "class_mix:"
+"""Prefix of the class mix's keys in the step's `pass_evidence` (`<prefix><class>+|-`)."""
+
+
+def update_pass(evidence: Mapping[str, tuple[float, ...]] | None, spec: QualitySpec,
+                canary: Mapping[str, float] | None, stable: Mapping[str, float] | None,
+                canary_images: float, stable_images: float) -> dict[str, tuple[float, ...]]:
+    """Add one window to the step's evidence that each class is *within* the pass margin:
+    `<class>+`, the canary's share below `pass_ratio` x stable's; `<class>-`, stable's
+    below `pass_ratio` x the canary's (the rollback tests pointed the other way)."""
+    out = dict(evidence or {})
+    check = spec.class_mix
+    if check is None or not canary or not stable or canary_images <= 0 or stable_images <= 0:
+        return out
+    n_c, n_s = float(canary_images), float(stable_images)
+    initial = tuple(stats.initial(stats.PASS_GRID))
+    for name in _keys(canary, stable):
+        x_c = min(n_c, max(0.0, float(canary.get(name, 0))))
+        x_s = min(n_s, max(0.0, float(stable.get(name, 0))))
+        up, down = f"{PASS_KEY}{name}+", f"{PASS_KEY}{name}-"
+        out[up] = tuple(float(v) for v in stats.update_relative(
+            out.get(up, initial), x_c, x_s, n_c, n_s, grid=stats.PASS_GRID,
+            null_ratio=check.pass_ratio))
+        out[down] = tuple(float(v) for v in stats.update_relative(
+            out.get(down, initial), x_s, x_c, n_s, n_c, grid=stats.PASS_GRID,
+            null_ratio=check.pass_ratio))
+    return out
+
+
+def threshold(alpha: float) -> float:
+    """The family's log e-value at which the check rejects."""
+    return stats.rejection_log_threshold(alpha, stats.ALPHA_SHARES["class_mix"])
 
 
 def judge(spec: QualitySpec, log_lr: Mapping[str, tuple[float, ...]] | None,
           canary: Mapping[str, float] | None, stable: Mapping[str, float] | None,
-          min_answers: int) -> tuple[Verdict, float, float, int, str]:
-    """(verdict, statistic, threshold, canary detections, detail) over the step's counts
-    and the rollout's tests. The statistic is the largest log e-value of any class and
-    direction; the detail names the classes' shares and the one that moved most."""
+          canary_images: float, stable_images: float, min_answers: int,
+          alpha: float = 0.01, pass_evidence: Mapping[str, tuple[float, ...]] | None = None
+          ) -> tuple[Verdict, float, float, int, str]:
+    """(verdict, family statistic, threshold, canary images, detail) over the step's
+    counts and the rollout's tests (`pass_evidence`: the step's, `update_pass`). The
+    statistic is the log of the average e-value of every class and direction; the detail
+    names each class's shares and those moved."""
     check = spec.class_mix
     if check is None:
         return "skipped", 0.0, 0.0, 0, "class mix: off (quality.class_mix: null)"
@@ -107,51 +149,67 @@ def judge(spec: QualitySpec, log_lr: Mapping[str, tuple[float, ...]] | None,
     if not canary and not stable:
         return "skipped", 0.0, 0.0, 0, "class mix: not measured by the metric source"
     names = _keys(canary, stable)
-    limit = threshold(spec, len(names))
-    share_c, share_s = shares(canary), shares(stable)
-    n_c = int(round(sum(canary.values())))
+    limit = threshold(alpha)
+    share_c, share_s = shares(canary, canary_images), shares(stable, stable_images)
+    n_c = int(round(canary_images))
     evidence = {key: float(stats.log_e_value(lam)) for key, lam in (log_lr or {}).items()}
-    worst_key = max(evidence, key=lambda k: evidence[k], default=None)
-    statistic = evidence[worst_key] if worst_key is not None else 0.0
+    family = stats.mean_log_e(list(evidence.values()))
     failed = []
     for key, value in evidence.items():
         name = key[:-1]
         moved = share_c.get(name, 0.0) - share_s.get(name, 0.0)
-        if value >= limit and abs(moved) >= check.min_difference and \
+        if family >= limit and value >= family and abs(moved) >= check.min_difference and \
                 (moved > 0) == key.endswith("+"):
             failed.append(name)
     mix = ", ".join(f"{n} {share_c.get(n, 0.0):.1%} vs {share_s.get(n, 0.0):.1%}"
                     for n in names)
-    detail = (f"canary's detections by class vs stable's: {mix}, {n_c} canary detections "
+    detail = (f"images naming each class, canary vs stable: {mix}, {n_c} canary images "
               f"(SPRT per class and direction vs {check.min_ratio:g}x the other's share, "
-              f"rejects at log e >= {limit:.3f}; harmless below {check.min_difference:.0%} "
-              f"points)")
+              f"their average rejects at log e >= {limit:.3f}; harmless below "
+              f"{check.min_difference:.1%} points)")
     if failed:
-        return "fail", statistic, limit, n_c, f"classes {', '.join(sorted(set(failed)))} " \
+        return "fail", family, limit, n_c, f"classes {', '.join(sorted(set(failed)))} " \
             f"moved: {detail}"
-    unshown = _not_shown_within(spec, canary, share_s)
+    unshown = _not_shown_within(spec, canary, stable, canary_images, stable_images,
+                                pass_evidence or {})
     if spec.pass_confidence is not None:
         detail += (f"; every class's share shown within the margins at "
                    f"{spec.pass_confidence:.0%} confidence" if not unshown else
                    f"; not yet shown within the margins: {', '.join(unshown)}")
     if n_c >= min_answers and share_s and not unshown:
-        return "pass", statistic, limit, n_c, detail
-    return "unknown", statistic, limit, n_c, detail
+        return "pass", family, limit, n_c, detail
+    return "unknown", family, limit, n_c, detail
 
 
 def _not_shown_within(spec: QualitySpec, canary: Mapping[str, float],
-                      share_s: Mapping[str, float]) -> list[str]:
-    """Classes whose canary share is not yet shown inside the margins around stable's
-    (Wilson's interval at `pass_confidence`, each side); none without that rule."""
+                      stable: Mapping[str, float], canary_images: float,
+                      stable_images: float, evidence: Mapping[str, tuple[float, ...]]
+                      ) -> list[str]:
+    """Classes not yet shown inside the pass margins around stable's share, each way
+    (`<class>+`: harm upward, `<class>-`: downward); none without that rule.
+
+    A direction is harmful when the share is beyond both `pass_ratio` x and
+    `pass_difference` points, so either shown suffices, each at half the miss rate: the
+    step's two-sample test below the ratio (`update_pass`, e-value >= 2 / miss), or the
+    versions' confidence sequences within the difference (`stats.pass_levels`)."""
     check = spec.class_mix
-    if spec.pass_confidence is None or check is None or not share_s:
+    if spec.pass_confidence is None or check is None or stable_images <= 0:
         return []
-    z = NormalDist().inv_cdf(spec.pass_confidence)
-    n_c = int(round(sum(max(0.0, float(v)) for v in canary.values())))
+    miss = 1.0 - spec.pass_confidence
+    enough = math.log(2.0 / miss)
+    level_c, level_s = stats.pass_levels(1.0 - miss / 2)
+    initial = tuple(stats.initial(stats.PASS_GRID))
     out = []
-    for name, s in share_s.items():
-        low, high = stats.wilson_interval(int(round(canary.get(name, 0.0))), n_c, z)
-        if high > max(check.min_ratio * s, s + check.min_difference) or \
-                low < min(s / check.min_ratio, s - check.min_difference):
+    for name in _keys(canary, stable):
+        up = float(stats.log_e_value(evidence.get(f"{PASS_KEY}{name}+", initial))) >= enough
+        down = float(stats.log_e_value(evidence.get(f"{PASS_KEY}{name}-", initial))) >= enough
+        if not (up and down):  # the difference route (the sequences cost more to compute)
+            c_low, c_high = stats.confidence_sequence(canary.get(name, 0.0), canary_images,
+                                                      level_c)
+            s_low, s_high = stats.confidence_sequence(stable.get(name, 0.0), stable_images,
+                                                      level_s)
+            up = up or c_high <= s_low + check.pass_difference
+            down = down or c_low >= s_high - check.pass_difference
+        if not (up and down):
             out.append(name)
     return out

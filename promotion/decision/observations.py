@@ -52,8 +52,8 @@ class VersionWindow(BaseModel):
     @field_validator("errors")
     @classmethod
     def _errors(cls, errors: int, info: ValidationInfo) -> int:
-        # increase() extrapolates each series on its own, so a window's errors
-        # can come out a hair above its requests; a rate above 1 means nothing.
+        # A preset's errors may count what its requests do not (HAProxy's response
+        # errors, read after the server answered): a rate above 1 means nothing.
         requests = info.data.get("requests", errors)
         return min(errors, int(requests))
 
@@ -80,6 +80,12 @@ class PairedAnswers(BaseModel):
     relabelled: int = Field(default=0, ge=0)
     pairs: dict[str, int] = Field(default_factory=dict)
     """Relabelled pairs by `stable label -> canary label`, for the reason."""
+    matched_images: int = Field(default=0, ge=0)
+    """Images with at least one matched pair: the check's units."""
+    renamed_images: int = Field(default=0, ge=0)
+    """Of those, images where most matched pairs carry another label."""
+    classes: dict[str, tuple[int, int]] = Field(default_factory=dict)
+    """Per stable class: (images with a matched box of it, of those renamed by majority)."""
     error: str | None = None
 
     @classmethod

@@ -7,19 +7,30 @@ the training code's own preprocessing); the answers can. The model server
 exports, per version, histograms of what it answered (`serving/metrics.py`:
 detections per image, best score per image); each `QualityCheck` of the
 policy turns one of them into a count of *poor* answers (value at most a
-bound: no detection, best score <= 0.5) and compares canary with stable in
-the same windows, with the same conditional binomial test as the error check
+bound: no detection) and compares canary with stable in the same windows,
+with the same conditional binomial test as the error check
 (`stats.update_relative`), its null moved to `min_ratio` x stable's share so
-that a harmless drift is not evidence. Together the checks are wrong on a
-healthy canary with probability at most `quality.alpha` over the rollout.
+that a harmless drift is not evidence. One image is one trial: each answer
+falls in one bucket of the histogram, so the counts are binomial whatever an
+image holds. The checks are one family with one share of the policy's
+`alpha` (`stats.ALPHA_SHARES["quality"]`): its e-value is the average of the
+checks' (`stats.mean_log_e`), and a check fails when the family rejects, its
+own evidence is at least the family's, and the canary is also `min_difference`
+worse.
 
 The test only ever says "worse"; a step needs more than its silence. With
 100 answers at 10 % it has little power, and a canary that fails on 5-24 %
 of the images passed a step before the evidence could pile up (and at
 higher weights each poor answer is weaker evidence, the canary's share of
 all answers being larger). So a check passes a step only when the canary's
-own answers show it within the margins: their upper confidence bound
-(`quality.pass_confidence`) at most the share `harmful_above` names.
+own answers show it within the margins (`shown_within`): a two-sample
+sequential test over the step that its poor share is below `min_ratio` x
+stable's (`update_pass`: the error check's conditional test pointed the
+other way, its null the harm boundary), or the upper end of an anytime-valid
+confidence sequence of its share (`stats.confidence_sequence`) below stable's
+lower end + `min_difference`. Both are valid at every look, so a canary
+beyond the margins passes a step's check with probability at most 1 -
+`quality.pass_confidence`, however long the step waits.
 """
 
 from __future__ import annotations
@@ -27,14 +38,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from statistics import NormalDist
 from typing import Literal
 
 from promotion.decision import stats
 from promotion.decision.observations import Histogram, count_above
 from promotion.decision.policy import QualityCheck, QualitySpec
 
-__all__ = ["QualityVerdict", "harmful_above", "judge", "mean", "poor_answers", "update",
+__all__ = ["QualityVerdict", "family_log_e", "harmful_above", "judge", "lower_bound", "mean",
+           "poor_answers", "rejection_threshold", "shown_within", "update", "update_pass",
            "upper_bound"]
 
 
@@ -64,6 +75,20 @@ def mean(hist: Mapping[float, float] | None) -> float | None:
         total += (count - running) * value
         running = count
     return total / running if running > 0 else None
+
+
+def update_pass(log_lr: Sequence[float] | None, check: QualityCheck,
+                canary: Mapping[float, float] | None,
+                stable: Mapping[float, float] | None) -> tuple[float, ...]:
+    """Add one window's evidence that the canary's poor share is *below* `min_ratio` x
+    stable's (the step's pass test: H0 "harmful by the ratio", alternatives `PASS_GRID`)."""
+    lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.PASS_GRID))
+    c, s = poor_answers(canary, check.at_most), poor_answers(stable, check.at_most)
+    if c is None or s is None:
+        return lam
+    new = stats.update_relative(lam, c[0], s[0], c[1], s[1], grid=stats.PASS_GRID,
+                                null_ratio=check.min_ratio)
+    return tuple(float(x) for x in new)
 
 
 def update(log_lr: Sequence[float] | None, check: QualityCheck,
@@ -105,8 +130,50 @@ def harmful_above(check: QualityCheck, stable_share: float) -> float:
 
 
 def upper_bound(poor: int, answers: int, confidence: float) -> float:
-    """One-sided upper confidence bound of the canary's share of poor answers."""
-    return stats.wilson_interval(poor, answers, NormalDist().inv_cdf(confidence))[1]
+    """The canary's share of poor answers at most this, at every look (the upper end of
+    the anytime-valid confidence sequence at `confidence`)."""
+    return stats.confidence_sequence(poor, answers, confidence)[1]
+
+
+def lower_bound(poor: int, answers: int, confidence: float) -> float:
+    """Stable's share of poor answers at least this, at every look."""
+    return stats.confidence_sequence(poor, answers, confidence)[0]
+
+
+def shown_within(confidence: float, check: QualityCheck, canary: tuple[int, int],
+                 stable: tuple[int, int], pass_log_lr: Sequence[float] | None
+                 ) -> tuple[bool, str]:
+    """Is the canary shown within the check's margins, at `confidence` over every look of
+    the step? Harm is both margins exceeded, so either shown suffices, each at half the
+    miss rate (a union bound): the step's two-sample test that the canary's poor share is
+    below `min_ratio` x stable's (`update_pass`, e-value >= 2 / miss), or the canary's
+    confidence sequence below stable's lower one + `min_difference` (the two sharing
+    their half, `stats.pass_levels`). (Whether shown, the detail's clause.)"""
+    miss = 1.0 - confidence
+    lam = tuple(pass_log_lr) if pass_log_lr else tuple(stats.initial(stats.PASS_GRID))
+    by_ratio = float(stats.log_e_value(lam)) >= math.log(2.0 / miss)
+    level_c, level_s = stats.pass_levels(1.0 - miss / 2)
+    upper = upper_bound(canary[0], canary[1], level_c)
+    limit = lower_bound(stable[0], stable[1], level_s) + check.min_difference
+    by_difference = upper <= limit
+    shown = by_ratio or by_difference
+    how = (f"shown below {check.min_ratio:g}x stable's share" if by_ratio else
+           f"canary's share at most {_pct(upper)}, within stable's + "
+           f"{check.min_difference:.0%} ({_pct(limit)})" if by_difference else
+           f"not yet shown within the margins (below {check.min_ratio:g}x stable's share, "
+           f"or at most {_pct(limit)}: the canary's is at most {_pct(upper)})")
+    return shown, f"{how} at {confidence:.0%} confidence (any look)"
+
+
+def rejection_threshold(alpha: float) -> float:
+    """The family's log e-value at which the quality checks reject."""
+    return stats.rejection_log_threshold(alpha, stats.ALPHA_SHARES["quality"])
+
+
+def family_log_e(log_lrs: Mapping[str, Sequence[float]], checks: Sequence[QualityCheck]) -> float:
+    """The checks' family e-value (log): the average of each check's mixture e-value."""
+    return stats.mean_log_e([float(stats.log_e_value(log_lrs[c.name])) if c.name in log_lrs
+                             else 0.0 for c in checks])
 
 
 def _pct(share: float | None) -> str:
@@ -115,13 +182,18 @@ def _pct(share: float | None) -> str:
 
 def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None,
           canary: Histogram | None, stable: Histogram | None,
-          min_answers: int = 100) -> QualityVerdict:
+          min_answers: int = 100, alpha: float = 0.01,
+          family: float | None = None,
+          pass_log_lr: Sequence[float] | None = None) -> QualityVerdict:
     """The check's verdict from the rollout's test state and the step's histograms
-    (`min_answers`: `spec.min_answers` when set)."""
+    (`min_answers`: `spec.min_answers` when set; `alpha`: the policy's; `family`: the
+    checks' family log e-value, `family_log_e`, this check's own when None; `pass_log_lr`:
+    the step's `update_pass` evidence)."""
     min_answers = spec.min_answers or min_answers
     lam = tuple(log_lr) if log_lr else tuple(stats.initial(stats.QUALITY_GRID))
-    threshold = stats.rejection_log_threshold(spec.alpha, 1.0 / spec.test_count)
+    threshold = rejection_threshold(alpha)
     statistic = float(stats.log_e_value(lam))
+    family = statistic if family is None else family
     c, s = poor_answers(canary, check.at_most), poor_answers(stable, check.at_most)
     what = check.what or f"answers with {check.signal} <= {check.at_most:g}"
     if c is None and s is None:
@@ -133,21 +205,17 @@ def judge(spec: QualitySpec, check: QualityCheck, log_lr: Sequence[float] | None
     means = (f"; mean {check.signal} {mean_c:.2f} vs {mean_s:.2f}"
              if mean_c is not None and mean_s is not None else "")
     detail = (f"canary {_pct(share_c)} {what}, stable {_pct(share_s)}{means} "
-              f"(SPRT vs {check.min_ratio:g}x stable's share, rejects at log e >= "
-              f"{threshold:.3f}; harmless below +{check.min_difference:.0%})")
+              f"(SPRT vs {check.min_ratio:g}x stable's share, the checks' average rejects at "
+              f"log e >= {threshold:.3f}; harmless below +{check.min_difference:.0%})")
     samples = c[1] if c else 0
     worse = share_c is not None and share_s is not None and \
         share_c - share_s >= check.min_difference
     shown = True
-    if spec.pass_confidence is not None and c and share_s is not None:
-        upper = upper_bound(c[0], c[1], spec.pass_confidence)
-        margin = harmful_above(check, share_s)
-        shown = upper <= margin
-        detail += (f"; canary's share is at most {_pct(upper)} at {spec.pass_confidence:.0%} "
-                   f"confidence, {'within' if shown else 'not yet shown within'} the margin "
-                   f"{_pct(margin)}")
+    if spec.pass_confidence is not None and c and s and share_s is not None:
+        shown, how = shown_within(spec.pass_confidence, check, c, s, pass_log_lr)
+        detail += f"; {how}"
     verdict: Literal["pass", "fail", "unknown", "skipped"]
-    if statistic >= threshold and worse:
+    if family >= threshold and statistic >= family and worse:
         verdict = "fail"
     elif samples >= min_answers and share_s is not None and shown:
         verdict = "pass"

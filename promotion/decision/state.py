@@ -162,9 +162,23 @@ class Statistics(BaseModel):
     quality: dict[str, tuple[float, ...]] = Field(default_factory=dict)
     """Per model-quality check: poor answers, canary vs stable (`stats.QUALITY_GRID`)."""
     class_mix: dict[str, tuple[float, ...]] = Field(default_factory=dict)
-    """The class-mix check, per class and direction (`<class>+`, `<class>-`)."""
+    """The class-mix check, per class and direction (`<class>+`, `<class>-`), per image."""
+    distribution: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    """The answers' distribution, per signal and bound (`top_score<=0.9`)."""
+    stable_latency: dict[float, float] = Field(default_factory=dict)
+    """Stable's latency buckets over the rollout's counted windows: the latency test's
+    bound for a window is set from them *before* the window is seen."""
 
-    @field_validator("quality", "class_mix")
+    @field_validator("stable_latency", mode="before")
+    @classmethod
+    def _parse_buckets(cls, value: Any) -> Any:
+        return _parse_histogram(value)
+
+    @field_serializer("stable_latency")
+    def _dump_buckets(self, latency: dict[float, float]) -> dict[str, Any]:
+        return _dump_histogram(latency)
+
+    @field_validator("quality", "class_mix", "distribution")
     @classmethod
     def _quality_len(cls, value: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
         for name, lam in value.items():
@@ -219,6 +233,9 @@ class CanaryState(BaseModel):
     stable_counts: Counts = Counts()
     statistics: Statistics = Statistics()
     """The sequential tests' state since the rollout began (not reset per step)."""
+    pass_evidence: dict[str, tuple[float, ...]] = Field(default_factory=dict)
+    """Per model-quality check, this step's evidence that the canary is within its margins
+    (`stats.PASS_GRID` log likelihood ratios, `quality.update_pass`); reset each step."""
     empty_intervals: int = Field(default=0, ge=0)
     """Consecutive intervals without usable evidence (no data, traffic not shifted)."""
     empty_since: dt.datetime | None = None
@@ -253,6 +270,14 @@ class CanaryState(BaseModel):
             raise ValueError(problem)
         return value
 
+    @field_validator("pass_evidence")
+    @classmethod
+    def _pass_len(cls, value: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+        for name, lam in value.items():
+            if len(lam) != len(stats.PASS_GRID):
+                raise ValueError(f"pass_evidence.{name}: expected {len(stats.PASS_GRID)} values")
+        return value
+
     @field_validator("started_at", "step_started_at", "empty_since", "fault_since",
                      "canary_silent_since")
     @classmethod
@@ -275,7 +300,8 @@ class CanaryState(BaseModel):
     def reset_step(self, now: dt.datetime) -> CanaryState:
         """A copy whose per-step counters start afresh at `now`."""
         return self.with_(
-            step_started_at=now, canary_counts=Counts(), stable_counts=Counts(), empty_intervals=0,
+            step_started_at=now, canary_counts=Counts(), stable_counts=Counts(), pass_evidence={},
+            empty_intervals=0,
             empty_since=None, stable_requests_without_canary=0, canary_silent_since=None,
         )
 

@@ -7,7 +7,7 @@ An e-process (a test martingale) can be looked at after every window and
 still keeps P(ever rejecting a true H0) <= alpha (Ville's inequality). That is
 the stated false-rollback rate of the policy.
 
-Four tests, all mixtures of likelihood ratios of binomial counts over a
+Four tests on requests, all mixtures of likelihood ratios of binomial counts over a
 fixed grid of alternatives (the mixture makes a test adapt to how bad the
 canary is without a tuning knob; a uniform prior over the grid costs
 log(len(grid)) of evidence, about 2 nats):
@@ -24,21 +24,41 @@ log(len(grid)) of evidence, about 2 nats):
 - **Error-rate limit**: canary errors are Binomial(n_c, p), H0 p <= p0 =
   `max_error_rate`, alternatives rho*p0.
 - **Latency vs stable**: the same conditional test on *slow* requests, those
-  above a bound set from the window's pooled (canary + stable) histogram:
-  `max_latency_ratio` x the pooled p99. Under H0 (same latency distribution)
-  requests are exchangeable, so a bound chosen from the pooled sample keeps
-  the canary's share of slow requests Binomial(slow, pi). This replaces a raw
-  "p99 ratio > 1.5" check, which with 100-200 samples and a heavy tail fails
-  2-7 % of healthy canaries per look (measured while writing this).
+  above a bound fixed before the window is seen: `max_latency_ratio` x
+  stable's p99 over its earlier windows (`analysis.latency_bound`; in the
+  rollout's first window, the window's pooled p99, a symmetric function of a
+  sample that is exchangeable under H0). Either way the canary's share of
+  slow requests is Binomial(slow, pi) under H0 (same latency distribution).
+  A bound from the window's own stable sample is not: stable's slow count is
+  held down by the sample that set it (15 % of identical canaries held an
+  hour in 10 s windows were rolled back, at 0.15 % stated). This replaces a
+  raw "p99 ratio > 1.5" check, which with 100-200 samples and a heavy tail
+  fails 2-7 % of healthy canaries per look.
 - **p99 limit**: "p99 <= L" means "at most 1 % of requests slower than L";
   the canary's count above L is tested against p0 = 1 %.
 
-The policy's alpha is split between the four (`ALPHA_SHARES`), so a healthy
-canary is rolled back wrongly with probability at most alpha over the whole
-rollout. The comparisons with stable get most of it; the hard limits catch
-gross violations, where evidence piles up fast anyway. State is the vector
-of log likelihood ratios per alternative: a few floats per test that live in
-`promotion.yaml`, so the tests resume exactly from git.
+**One budget.** The policy's `alpha` is the false-rollback rate of the whole
+canary: every test that can roll a canary back draws a fixed share of it
+(`ALPHA_SHARES`: these four, the model-quality family, the answers'
+distribution, the class mix and the paired answers), and the shares add up
+to 1, so by Bonferroni a healthy canary is rolled back by the statistics with
+probability at most `alpha` over the whole rollout, however often the
+controller looks. The comparisons with stable get most of it; the hard limits
+catch gross violations, where evidence piles up fast anyway. A family of
+tests inside one share (the classes of the class mix, the thresholds of the
+answers' distribution) is one test whose e-value is the *average* of its
+members' (`mean_log_e`; an average of e-processes is an e-process, Vovk &
+Wang 2021), which rejects whenever a Bonferroni split of the share would and
+sometimes sooner. State is the vector of log likelihood ratios per
+alternative: a few floats per test that live in `promotion.yaml`, so the
+tests resume exactly from git.
+
+**Passing is bounded too.** A step passes only once the canary is *shown*
+within a check's margins by an anytime-valid confidence sequence
+(`confidence_sequence`: a beta-binomial mixture martingale, Robbins 1970;
+Howard, Ramdas et al. 2021), which may be looked at after every window like
+the tests above, so a canary beyond the margins passes a step's check with
+probability at most 1 - its confidence, however long the step waits.
 
 Functions broadcast over leading axes so `benchmarks/canary.py` runs
 thousands of simulated rollouts through the very same code.
@@ -54,7 +74,11 @@ from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
     "ALPHA_SHARES",
+    "confidence_sequence",
+    "mean_log_e",
+    "pass_levels",
     "LIMIT_GRID",
+    "PASS_GRID",
     "QUALITY_GRID",
     "RELATIVE_GRID",
     "log_e_value",
@@ -71,16 +95,28 @@ QUALITY_GRID: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 """Alternatives for a model-quality check: the canary's share of poor answers =
 rho x the null ratio x stable's (finer near 1: the null already has a margin)."""
 
+PASS_GRID: tuple[float, ...] = (0.2, 0.35, 0.5, 0.65, 0.8)
+"""Alternatives for passing a model-quality check: the canary's share of poor answers =
+g x the harm boundary (`min_ratio` x stable's). Below 1: the test gathers evidence that
+the canary is *not* harmful (`update_relative` with these as its grid)."""
+
 LIMIT_GRID: tuple[float, ...] = (1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)
 """Alternatives for the limit test: canary error rate = rho x max_error_rate."""
 
 ALPHA_SHARES: dict[str, float] = {
-    "errors_vs_stable": 0.4,
-    "error_rate_limit": 0.1,
-    "latency_vs_stable": 0.4,
-    "latency_p99": 0.1,
+    "errors_vs_stable": 0.40,
+    "error_rate_limit": 0.05,
+    "latency_vs_stable": 0.15,
+    "latency_p99": 0.05,
+    "quality": 0.05,
+    "distribution": 0.10,
+    "class_mix": 0.10,
+    "answers": 0.10,
 }
-"""How the false-rollback rate alpha is divided between the tests (sums to 1)."""
+"""How the canary's one false-rollback rate `alpha` is divided between the tests
+that can roll it back (sums to 1). Errors vs stable keeps the largest share: it
+is the test that must act within the fewest requests. A check that is off leaves
+its share unspent (the total then overstates the rate, never understates it)."""
 
 P99_TAIL = 0.01
 """Fraction of requests allowed above the p99 limit."""
@@ -165,3 +201,82 @@ def wilson_interval(successes: int, trials: int, z: float) -> tuple[float, float
     centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_log_e(log_es: Sequence[float]) -> float:
+    """Log of the average of e-values given as logs (0 for none: e-value 1).
+
+    Vovk & Wang (2021, "E-values: calibration, combination and applications"):
+    the average of e-values is an e-value whatever their dependence, and the
+    average of e-processes on one filtration is an e-process, so a family of
+    tests judged by its mean keeps its level under continuous monitoring."""
+    if not log_es:
+        return 0.0
+    top = max(log_es)
+    if math.isinf(top):
+        return top
+    return top + math.log(sum(math.exp(v - top) for v in log_es) / len(log_es))
+
+
+CANARY_MISS_SHARE = 0.8
+"""Of a pass rule's miss rate (1 - `quality.pass_confidence`), the part the canary's own
+confidence sequence gets; stable's gets the rest. Stable has most of the traffic, so its
+bound is tight at a small miss rate, and the canary's, which sets how long a step waits,
+gets the most (a tenth fewer canary answers to pass than an even split)."""
+
+
+def pass_levels(confidence: float) -> tuple[float, float]:
+    """(canary's, stable's) confidence levels of a pass rule at `confidence` in all: their
+    miss rates add up to 1 - confidence (a union bound)."""
+    miss = 1.0 - confidence
+    return 1.0 - miss * CANARY_MISS_SHARE, 1.0 - miss * (1.0 - CANARY_MISS_SHARE)
+
+
+CS_PRIOR = (0.5, 0.5)
+"""The beta mixing distribution of `confidence_sequence` (Jeffreys')."""
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+def confidence_sequence(successes: float, trials: float, confidence: float) -> tuple[float, float]:
+    """An anytime-valid confidence interval for a binomial share: (low, high).
+
+    The set of shares p whose beta-binomial mixture martingale (a Beta prior
+    `CS_PRIOR` over the alternatives, divided by the likelihood under p) is still
+    below 1 / (1 - confidence). Under p that mixture is a nonnegative martingale,
+    so by Ville's inequality the set misses the true share at *any* of the
+    looks with probability at most 1 - confidence (Robbins 1970; Howard, Ramdas,
+    McAuliffe & Sekhon 2021, "Time-uniform, nonparametric, nonasymptotic
+    confidence sequences"): a rule that passes once the interval is within a
+    margin may look after every window. Counts are per unit (an image, a
+    request); (0, 1) without trials. Wider than a fixed-n interval by the price
+    of looking: at 95 % and 400 trials around 10 %, about +-4.3 points where
+    Wilson's says +-2.9."""
+    n = max(0.0, float(trials))
+    k = min(max(0.0, float(successes)), n)
+    if n <= 0:
+        return (0.0, 1.0)
+    a, b = CS_PRIOR
+    # log M(p) = log B(a+k, b+n-k) - log B(a, b) - k log p - (n-k) log(1-p): the beta
+    # functions do not depend on p, so they move to the limit once.
+    limit = math.log(1.0 / (1.0 - confidence)) - _log_beta(a + k, b + n - k) + _log_beta(a, b)
+    centre = k / n
+
+    def inside(p: float) -> bool:
+        p = min(max(p, 1e-15), 1.0 - 1e-15)
+        return -k * math.log(p) - (n - k) * math.log1p(-p) < limit
+
+    def edge(outside: float, within: float) -> float:
+        for _ in range(50):
+            mid = (outside + within) / 2
+            if inside(mid):
+                within = mid
+            else:
+                outside = mid
+        return within
+
+    low = 0.0 if inside(0.0) else edge(0.0, centre)
+    high = 1.0 if inside(1.0) else edge(1.0, centre)
+    return (low, high)

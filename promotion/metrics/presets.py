@@ -4,7 +4,18 @@ Queries are data (principles §7): each preset is one YAML file in `presets/`
 with three templates (`requests`, `errors`, `latency`) and the unit of the
 latency buckets. Templates use `string.Template` placeholders (`$model`,
 `$version`, `$workload`, `$namespace`, `$window`) because PromQL's own braces
-would fight `str.format`. Tests pin every rendered query.
+would fight `str.format`; `_substitute` is the one place values go
+into them. Tests pin every rendered query.
+
+Every counted signal (requests, errors, latency, the model's answers, the
+classes) is written as PromQL people can run -- a sum of `increase()` of
+counter selectors over `[$window]` -- and the canary reads it as the counters
+it names (`counter_selectors`): the metric source differences their raw
+samples at the window's ends itself (`promotion/metrics/prometheus.py`),
+because `increase()` extrapolates each series to the whole range and, at two
+scrapes per window, doubles the evidence the sequential tests see. A template
+of another shape (a `rate()`, a ratio, a bare gauge) cannot be read that way
+and is refused when the preset is loaded, naming the query.
 
 The registry fails loudly (principles §6): an unknown preset name is an error that
 lists the choices, never a silent fallback to a default.
@@ -14,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import pathlib
+import re
 import string
 from typing import Any, Literal, Mapping
 
@@ -22,13 +34,41 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contracts.errors import ExitCode, MlopsError
 
-__all__ = ["PRESET_NAMES", "PresetError", "QueryPreset", "get_preset", "promql_string",
-           "render_window"]
+__all__ = ["COUNTED", "PRESET_NAMES", "PresetError", "QueryPreset", "counter_selectors",
+           "get_preset", "promql_string", "render_window"]
 
 PRESET_DIR = pathlib.Path(__file__).with_name("presets")
 PRESET_NAMES = frozenset(p.stem for p in PRESET_DIR.glob("*.yaml"))
 PLACEHOLDERS = ("model", "version", "workload", "namespace", "window")
 QueryKind = Literal["requests", "errors", "latency", "weight"]
+COUNTED = ("requests", "errors", "latency")
+"""The kinds read as counters (with every `quality` signal and `classes`)."""
+
+_STRING = r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\''
+_SELECTOR = (r"[A-Za-z_:][A-Za-z0-9_:]*\s*(?:\{(?:[^{}\"']|" + _STRING + r")*\})?"
+             r"|\{(?:[^{}\"']|" + _STRING + r")*\}")
+_INCREASE = re.compile(r"\bincrease\(\s*(?P<sel>" + _SELECTOR + r")\s*\[(?P<range>[^\]]*)\]\s*\)")
+_GROUPING = re.compile(r"\b(?:by|without)\s*\([\w\s,]*\)")
+_ZERO = re.compile(r"\bvector\(\s*0\s*\)")
+_ALLOWED = frozenset({"sum", "or", "X", "0", "(", ")", "+"})
+SHAPE_HELP = ("a sum of increase() of counter selectors over [$window], e.g. "
+              "sum(increase(my_requests_total{app=\"$model\",version=\"$version\"}[$window]))")
+
+
+def counter_selectors(promql: str, window: str) -> list[str] | None:
+    """The counter selectors whose increases over `[window]` the query adds up, or None
+    when it is not such a sum (only `sum`, `sum by/without (...)`, `+`, `or vector(0)`
+    and parentheses around `increase(<selector>[<window>])` terms)."""
+    found = []
+    for match in _INCREASE.finditer(promql):
+        if match.group("range").strip() != window:
+            return None
+        found.append(match.group("sel").strip())
+    skeleton = _ZERO.sub(" 0 ", _GROUPING.sub(" ", _INCREASE.sub(" X ", promql)))
+    tokens = re.findall(r"[A-Za-z_]\w*|\S", skeleton)
+    if not found or any(t not in _ALLOWED for t in tokens):
+        return None
+    return found
 
 
 def promql_string(value: str) -> str:
@@ -140,6 +180,11 @@ class QueryPreset(BaseModel):
                         f"metrics preset {name!r}, query {kind!r}: ${placeholder} must be "
                         f"inside a double-quoted label value (label=\"${placeholder}\"), "
                         "where it is escaped")
+            if kind != "weight" and counter_selectors(template, "$window") is None:
+                raise PresetError(
+                    f"metrics preset {name!r}, query {kind!r}: the canary counts exactly "
+                    f"from the raw counters a query names, so write it as {SHAPE_HELP} "
+                    f"(got {template.strip()!r})")
         return preset
 
     def render_quality(self, **values: str) -> dict[str, str]:

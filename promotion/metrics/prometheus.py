@@ -1,31 +1,65 @@
 """Prometheus as a metric source, over its HTTP API (`/api/v1/query`).
 
-Each observation is a handful of instant queries (requests, errors, the
-latency buckets and the model-quality buckets of each version) evaluated at
-one `time`, so both versions are read over exactly the same window: the
-comparison with stable is fair by construction. Anything that goes wrong on
-the way (connection refused, timeout, HTTP error, `status: error`, a
+Every counted signal of a preset (requests, errors, the latency buckets, the
+model's answers, the classes) is a sum of counters; the source reads those
+counters' *raw* values at both ends of the window and differences them itself
+(`promotion/metrics/counters.py`: exact counts, reset-aware), instead of asking
+for `increase()`, which extrapolates each series to the whole range and, at
+two scrapes per window, doubles every count the sequential tests see. Per
+counter selector S and window (t - w, t] it asks three instant vectors, every
+selector pinned to its time with the `@` modifier:
+
+- `last_over_time(S[L] @ t)`: each series' last raw sample at or before t;
+- `last_over_time(S[L] @ t-w)`: the same at the window's start;
+- `resets(S[w+L] @ t)`: whether a series went down (a restarted process);
+
+with L = max(w, 5 m), longer than any scrape interval. A series with a reset
+is read again as raw samples (`S[w+L] @ t`, a matrix) and added up piece by
+piece; it is rare. Range vectors skip staleness markers, so a scrape that
+failed at an end does not make a series look new. PromQL relied on, from
+prometheus/prometheus docs/querying/: `last_over_time` and `resets`
+(functions.md), `@` (basics.md, on by default since 2.33), `label_replace` and
+`or` to answer many legs in one query (`promotion/metrics/batch.py`).
+
+Both versions, and with `observe_many` every model of a pass, are read in one
+query (in chunks of `MAX_LEGS` legs), at their own window ends: the comparison
+with stable is over exactly the same window by construction. Anything that goes
+wrong on the way (connection refused, timeout, HTTP error, `status: error`, a
 non-vector answer) becomes `Observations.faulted(...)`; an empty vector is a
 zero (no data).
-
-`increase()` extrapolates, so counts come back as floats; they are rounded
-to whole requests because the statistics count requests.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 import requests
 
 from promotion.decision.observations import Histogram, Observations, VersionWindow
-from promotion.metrics import batch
-from promotion.metrics.presets import QueryKind, QueryPreset, get_preset, render_window
+from promotion.metrics import batch, counters
+from promotion.metrics.presets import (
+    QueryKind,
+    QueryPreset,
+    counter_selectors,
+    get_preset,
+    render_window,
+)
 from serving.manifests import deployment_name
 
-__all__ = ["MetricFault", "PrometheusSource"]
+__all__ = ["LOOKBACK", "MAX_LEGS", "MetricFault", "PrometheusSource"]
+
+LOOKBACK = 300.0
+"""Seconds a window's end looks back for a series' last sample (at least the window):
+Prometheus' own default lookback, far above any scrape interval in use."""
+
+MAX_LEGS = 300
+"""Instant vectors asked in one query (a model's two versions need about 50)."""
+
+_Job = tuple[int, str, str, str, float, float]
+"""(which window, version, signal, counter selector, window seconds, window end)."""
 
 
 class MetricFault(RuntimeError):
@@ -100,84 +134,21 @@ class PrometheusSource:
                               f"{params.get('query')}")
         return list(data.get("result") or [])
 
-    def _scalar(self, promql: str, at: dt.datetime | None) -> int:
-        total = 0.0
-        for sample in self.query(promql, at):
-            value = float(sample["value"][1])
-            if not math.isnan(value):
-                total += value
-        return max(0, int(round(total)))
-
-    def _histogram(self, promql: str, at: dt.datetime | None, scale: float = 1.0) -> Histogram:
-        hist: Histogram = {}
-        for sample in self.query(promql, at):
-            le_text = sample.get("metric", {}).get("le")
-            if le_text is None:
-                raise MetricFault(f"histogram query returned a series without 'le': {promql}")
-            value = float(sample["value"][1])
-            le = math.inf if le_text in ("+Inf", "Inf", "inf") else float(le_text) * scale
-            hist[le] = 0.0 if math.isnan(value) else value
-        return dict(sorted(hist.items()))
-
-    def _version(self, model: str, version: str, window: float,
-                 at: dt.datetime | None) -> VersionWindow:
-        q = self.queries(model, version, window)
-        assert q["requests"] is not None and q["errors"] is not None
-        latency = None if q["latency"] is None else self._histogram(
-            q["latency"], at, self.preset.latency_scale)
-        quality = {signal: self._histogram(promql, at)
-                   for signal, promql in self.quality_queries(model, version, window).items()}
-        classes_q = self.classes_query(model, version, window)
-        classes = {} if classes_q is None else self._by_label(classes_q, "class", at)
-        return VersionWindow(requests=self._scalar(q["requests"], at),
-                             errors=self._scalar(q["errors"], at), latency=latency,
-                             quality={k: v for k, v in quality.items() if v},
-                             classes=classes if any(classes.values()) else {})
-
-    def _by_label(self, promql: str, label: str, at: dt.datetime | None) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for sample in self.query(promql, at):
-            key = sample.get("metric", {}).get(label)
-            if key is None:  # not a per-class series (an older server, a custom query):
-                continue     # the class mix is unmeasured, the window is not a fault
-            value = float(sample["value"][1])
-            out[str(key)] = 0.0 if math.isnan(value) else value
-        return dict(sorted(out.items()))
-
-    def observe(self, model: str, stable: str, canary: str, window: float,
-                at: dt.datetime | None = None) -> Observations:
-        """Both versions over the same `window` seconds ending at `at`."""
-        try:
-            return Observations(stable=self._version(model, stable, window, at),
-                                canary=self._version(model, canary, window, at),
-                                window_seconds=window)
-        except MetricFault as exc:
-            return Observations.faulted(str(exc), window_seconds=window)
-
-    def observe_many(self, wanted: Sequence[tuple[str, str, str, float, dt.datetime]]
-                     ) -> list[Observations | None]:
-        """`observe(model, stable, canary, window, at)` for each of `wanted`, in one query
-        per signal (`promotion/metrics/batch.py`) instead of twelve per model.
-
-        Each answer is parsed by the very code `observe` runs, from the very vectors
-        the per-model queries return, so the observations are identical. None for all
-        when a batched query fails: the caller asks per model, whose faults say which."""
-        legs: dict[str, dict[tuple[str, float, float], None]] = {}  # signal -> legs
-        for model, stable, canary, window, at in wanted:
-            for version in (stable, canary):
-                for signal, promql in self._signals(model, version, window).items():
-                    legs.setdefault(signal, {})[(promql, at.timestamp(), window)] = None
-        answers: dict[tuple[str, float], list[dict[str, Any]]] = {}
-        try:
-            for signal in sorted(legs):
-                answers.update(self._answer(list(legs[signal])))
-        except (MetricFault, ValueError):
-            return [None] * len(wanted)
-        replay = _Answered(self, answers)
-        return [replay.observe(*w) for w in wanted]
+    def reads(self, model: str, version: str, window: float) -> dict[str, list[str]]:
+        """signal -> the counter selectors it adds up (`requests`, `errors`, `latency`,
+        `quality.<signal>`, `classes`): what `observe` reads for one version."""
+        text = render_window(window)
+        out = {}
+        for signal, promql in self._signals(model, version, window).items():
+            selectors = counter_selectors(promql, text)
+            if selectors is None:  # presets are checked when loaded; say so if one slips by
+                raise MetricFault(f"query {signal!r} is not a sum of increase() over "
+                                  f"[{text}]: {promql}")
+            out[signal] = selectors
+        return out
 
     def _signals(self, model: str, version: str, window: float) -> dict[str, str]:
-        """Every query `_version` runs for one version, by signal."""
+        """Every counted query of one version, by signal."""
         out = {k: q for k, q in self.queries(model, version, window).items() if q is not None}
         out.update({f"quality.{k}": q
                     for k, q in self.quality_queries(model, version, window).items()})
@@ -186,25 +157,108 @@ class PrometheusSource:
             out["classes"] = classes
         return out
 
-    def _answer(self, legs: list[tuple[str, float, float]]
-                ) -> dict[tuple[str, float], list[dict[str, Any]]]:
-        """One signal's legs (query, window end, window): every leg that can be pinned to
-        its window end in one query, the others in one query per window end."""
-        groups: dict[float | None, list[tuple[str, float, str]]] = {}
-        for promql, at, window in legs:
-            text = render_window(window)
-            if f"[{text}]" in promql and batch.pinnable(promql, text):
-                groups.setdefault(None, []).append((promql, at, batch.pin(promql, text, at)))
-            else:
-                groups.setdefault(at, []).append((promql, at, promql))
-        out: dict[tuple[str, float], list[dict[str, Any]]] = {}
-        for when, group in groups.items():
-            time = max(at for _, at, _ in group) if when is None else when
-            params = {"query": batch.combine([leg for _, _, leg in group]),
-                      "time": f"{time:.3f}"}
-            parts = batch.split(self.api("/api/v1/query", params, "vector", method="POST"),
-                                len(group))
-            out.update({(promql, at): part for (promql, at, _), part in zip(group, parts)})
+    def observe(self, model: str, stable: str, canary: str, window: float,
+                at: dt.datetime | None = None) -> Observations:
+        """Both versions over the `window` seconds ending at `at` (default: now)."""
+        at = at or dt.datetime.now(dt.timezone.utc)
+        try:
+            return self._observe_all([(model, stable, canary, window, at)])[0]
+        except MetricFault as exc:
+            return Observations.faulted(str(exc), window_seconds=window)
+
+    def observe_many(self, wanted: Sequence[tuple[str, str, str, float, dt.datetime]]
+                     ) -> list[Observations | None]:
+        """`observe(model, stable, canary, window, at)` for each of `wanted`, in one query
+        (per `MAX_LEGS` legs) instead of one per model, each window at its own end.
+
+        The answers are added up by the very code `observe` runs, so the observations
+        are identical. None for all when a query fails: the caller asks per model,
+        whose faults say which."""
+        try:
+            return list(self._observe_all(wanted))
+        except (MetricFault, ValueError):
+            return [None] * len(wanted)
+
+    def _observe_all(self, wanted: Sequence[tuple[str, str, str, float, dt.datetime]]
+                     ) -> list[Observations]:
+        jobs: list[_Job] = []
+        legs: list[str] = []
+        for i, (model, stable, canary, window, at) in enumerate(wanted):
+            end = at.timestamp()
+            look = max(window, LOOKBACK)
+            last, span = render_window(look), render_window(window + look)
+            for version in (stable, canary):
+                for signal, selectors in self.reads(model, version, window).items():
+                    for selector in selectors:
+                        jobs.append((i, version, signal, selector, window, end))
+                        legs += [f"last_over_time({selector}[{last}] @ {end:.3f})",
+                                 f"last_over_time({selector}[{last}] @ {end - window:.3f})",
+                                 f"resets({selector}[{span}] @ {end:.3f})"]
+        vectors = self._ask(legs, max((w[4].timestamp() for w in wanted), default=0.0))
+        sums: dict[tuple[int, str, str], dict[str, float]] = {}
+        for j, (i, version, signal, selector, window, end) in enumerate(jobs):
+            at_end, at_start, resets = (_by_labels(v) for v in vectors[3 * j:3 * j + 3])
+            added, raw = counters.combine(at_end, at_start, resets)
+            if raw:
+                added.update(self._raw(selector, raw, window, end))
+            group = sums.setdefault((i, version, signal), {})
+            for labels, value in added.items():
+                key = _group_key(signal, dict(labels), selector)
+                if key is not None:
+                    group[key] = group.get(key, 0.0) + value
+        out = []
+        for i, (model, stable, canary, window, _) in enumerate(wanted):
+            signals = self.reads(model, stable, window)
+            out.append(Observations(stable=self._window(sums, i, stable, signals),
+                                    canary=self._window(sums, i, canary, signals),
+                                    window_seconds=window))
+        return out
+
+    def _window(self, sums: Mapping[tuple[int, str, str], dict[str, float]], i: int,
+                version: str, signals: Mapping[str, list[str]]) -> VersionWindow:
+        def total(signal: str) -> int:
+            return max(0, int(round(sum(sums.get((i, version, signal), {}).values()))))
+
+        def histogram(signal: str, scale: float = 1.0) -> Histogram:
+            buckets = sums.get((i, version, signal), {})
+            return dict(sorted((math.inf if le in ("+Inf", "Inf", "inf") else float(le) * scale,
+                                float(round(count))) for le, count in buckets.items()))
+
+        latency = histogram("latency", self.preset.latency_scale) if "latency" in signals \
+            else None
+        quality = {k.removeprefix("quality."): histogram(k) for k in signals
+                   if k.startswith("quality.")}
+        classes = {k: float(round(v)) for k, v in sorted(sums.get((i, version, "classes"),
+                                                                   {}).items())}
+        return VersionWindow(requests=total("requests"), errors=total("errors"),
+                             latency=latency, quality={k: v for k, v in quality.items() if v},
+                             classes=classes if any(classes.values()) else {})
+
+    def _ask(self, legs: list[str], time: float) -> list[list[dict[str, Any]]]:
+        """Each leg's instant vector, `MAX_LEGS` legs to a query."""
+        out: list[list[dict[str, Any]]] = []
+        for first in range(0, len(legs), MAX_LEGS):
+            chunk = legs[first:first + MAX_LEGS]
+            params = {"query": batch.combine(chunk), "time": f"{time:.3f}"}
+            out += batch.split(self.api("/api/v1/query", params, "vector", method="POST"),
+                               len(chunk))
+        return out
+
+    def _raw(self, selector: str, series: list[counters.Labels], window: float,
+             end: float) -> dict[counters.Labels, float]:
+        """The increase of `series` (they reset) from their raw samples around the window."""
+        span = render_window(window + max(window, LOOKBACK))
+        params = {"query": f"{selector}[{span}] @ {end:.3f}", "time": f"{end:.3f}"}
+        wanted = set(series)
+        out: dict[counters.Labels, float] = {}
+        for item in self.api("/api/v1/query", params, "matrix"):
+            labels = _labels(item.get("metric") or {})
+            if labels not in wanted:
+                continue
+            points = [(float(ts), float(v)) for ts, v in item.get("values") or []]
+            before = [v for ts, v in points if ts <= end - window]
+            inside = [v for ts, v in points if end - window < ts <= end]
+            out[labels] = counters.increase(before[-1] if before else None, inside)
         return out
 
     def is_online(self) -> bool:
@@ -215,14 +269,25 @@ class PrometheusSource:
             return False
 
 
-class _Answered(PrometheusSource):
-    """A source whose queries were answered already (`observe_many`): `observe` parses them."""
+def _labels(metric: Mapping[str, Any]) -> counters.Labels:
+    return tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
 
-    def __init__(self, source: PrometheusSource,
-                 answers: dict[tuple[str, float], list[dict[str, Any]]]) -> None:
-        self.__dict__.update(source.__dict__)
-        self.answers = answers
 
-    def query(self, promql: str, at: dt.datetime | None = None) -> list[dict[str, Any]]:
-        assert at is not None
-        return self.answers[(promql, at.timestamp())]
+def _by_labels(vector: list[dict[str, Any]]) -> dict[counters.Labels, float]:
+    out = {}
+    for sample in vector:
+        value = float(sample["value"][1])
+        out[_labels(sample.get("metric") or {})] = 0.0 if math.isnan(value) else value
+    return out
+
+
+def _group_key(signal: str, labels: Mapping[str, str], selector: str) -> str | None:
+    """Where one series' increase is added: one total for requests and errors, its `le`
+    for histograms, its `class` for the classes (None: a series without it)."""
+    if signal in ("requests", "errors"):
+        return ""
+    if signal == "classes":
+        return labels.get("class")  # an older server or a custom query: unmeasured, no fault
+    if "le" not in labels:
+        raise MetricFault(f"histogram series without 'le' for {selector}")
+    return labels["le"]

@@ -66,7 +66,7 @@ ATTACKS = {
     "approval auto": ({"promotion.approval": "auto"}, "approval auto is not allowed"),
     "one step to 100%": ({"promotion.canary.steps": [100]}, "steps [100] skip ahead"),
     "errors hidden": ({"promotion.canary.metrics": {"preset": "custom", "queries": {
-        "requests": "sum(x)", "errors": "vector(0)"}}},
+        "requests": "sum(increase(x[$window]))", "errors": "sum(increase(none[$window]))"}}},
         "custom metric queries are the platform's to write"),
     # Issue 41, finding 4: where the numbers come from is the platform's, set or not.
     "another namespace": ({"promotion.canary.metrics": {"namespace": "attacker"}},

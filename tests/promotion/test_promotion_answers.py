@@ -4,9 +4,11 @@ The same probe images answered by stable and canary: a label map rotated by one
 or two labels swapped on a BALANCED class mix (where the class-mix check is
 blind: `benchmarks/canary_quality.py`) is rolled back at the first window; a
 retrain's jittered boxes and a few renamed borderline ones are not; a probe
-with no boxes gives no verdict. The Clopper-Pearson bound is checked against
-values of the Beta quantile (scipy.stats.beta.ppf(1 - confidence, k, n - k + 1),
-computed once, not a dependency).
+with no boxes gives no verdict. Units are images (a crowd of one class is one
+trial), tested per stable class with Holm, so two rare classes swapped among ten
+are seen where the pooled share of boxes hid them. The Clopper-Pearson bound is
+checked against values of the Beta quantile (scipy.stats.beta.ppf(1 - confidence,
+k, n - k + 1), computed once, not a dependency).
 """
 
 from __future__ import annotations
@@ -115,9 +117,11 @@ def test_a_wrong_label_map_fails(names, at_least):
     paired = answers.compare(probe, _renamed(probe, names), CHECK)
     assert paired.matched == sum(len(i) for i in probe)
     assert paired.relabelled / paired.matched >= at_least
-    verdict, low, limit, matched, detail = answers.judge(CHECK, paired)
-    assert verdict == "fail" and low is not None and low > limit
-    assert detail.startswith(f"{paired.relabelled}/{matched} matched boxes labelled differently")
+    verdict, share, limit, images, detail = answers.judge(CHECK, paired)
+    assert verdict == "fail" and share == 1.0 and share > limit
+    assert images == paired.matched_images == len(probe)
+    assert detail.startswith("images renamed: ")
+    assert f"{paired.relabelled}/{paired.matched} matched boxes labelled differently" in detail
 
 
 def test_harmless_retrains_pass():
@@ -138,7 +142,8 @@ def test_boxes_below_min_score_are_left_out_on_both_sides():
 
 @pytest.mark.parametrize("paired, why", [
     (PairedAnswers(images=16), "no verdict"),
-    (PairedAnswers(images=16, stable_boxes=3, canary_boxes=3, matched=3, relabelled=3),
+    (PairedAnswers(images=16, stable_boxes=3, canary_boxes=3, matched=3, relabelled=3,
+                   matched_images=3, renamed_images=3, classes={"circle": (3, 3)}),
      "no verdict"),
     (PairedAnswers.failed("the stable version ships no probe images"), "no probe"),
     (None, "not probed"),
@@ -146,6 +151,77 @@ def test_boxes_below_min_score_are_left_out_on_both_sides():
 def test_no_boxes_no_verdict(paired, why):
     verdict, low, _, _, detail = answers.judge(CHECK, paired)
     assert verdict == "skipped" and low is None and why in detail
+
+
+def test_a_crowd_image_is_one_trial():
+    """Fifteen boxes of one class in one image, all renamed, and nine images where one box
+    of ten is renamed: by boxes 24 of 60 (40 %, 'beyond 35 %'), by images 1 of 10."""
+    crowd = [[Box("circle", 0.9, 35.0 * (j % 5), 35.0 * (j // 5), 35.0 * (j % 5) + 30,
+                  35.0 * (j // 5) + 30) for j in range(15)]]
+    plain = [[Box("square", 0.9, 35.0 * j, 0, 35.0 * j + 30, 30) for j in range(5)]
+             for _ in range(9)]
+    canary = _renamed(crowd, ROTATED) + [[b._replace(label="circle") if j == 0 else b
+                                          for j, b in enumerate(img)] for img in plain]
+    paired = answers.compare(crowd + plain, canary, CHECK)
+    assert (paired.matched, paired.relabelled) == (60, 24)
+    assert (paired.matched_images, paired.renamed_images) == (10, 1)
+    assert paired.classes == {"circle": (1, 1), "square": (9, 0)}
+    assert answers.judge(CHECK, paired)[0] == "pass"
+
+
+TEN = tuple(f"c{i}" for i in range(10))
+
+
+def _ten_class_probe(rng: np.random.Generator) -> list[list[Box]]:
+    """60 probe images of ten classes, stratified: c0 and c1, the rare ones (about 5 % of
+    boxes each), in 9 images each, the others in more; two to four boxes an image."""
+    out = []
+    for i in range(60):
+        first = TEN[i % 10] if i < 50 else TEN[(i - 50) // 4 % 2] if i < 58 else TEN[i - 56]
+        names = [first] + [TEN[int(rng.integers(2, 10))] for _ in range(rng.integers(1, 4))]
+        out.append([Box(n, 0.9, 35.0 * j, 0, 35.0 * j + 30, 30) for j, n in enumerate(names)])
+    return out
+
+
+def test_two_rare_classes_swapped_among_ten_fail_by_class():
+    """c0 <-> c1: 18 of about 180 matched boxes renamed (10 %, far below the margin), every
+    image of c0 and of c1 renamed (100 %): Holm over the classes names them."""
+    probe = _ten_class_probe(np.random.default_rng(4))
+    paired = answers.compare(probe, _renamed(probe, {"c0": "c1", "c1": "c0"}), CHECK)
+    assert paired.relabelled / paired.matched < 0.1
+    verdict, share, _, _, detail = answers.judge(CHECK, paired)
+    assert verdict == "fail" and share == 1.0
+    assert detail.startswith("images renamed: c0 9/9, c1 9/9")
+
+
+def test_a_class_with_too_few_probe_images_is_not_counted_in_the_family():
+    """Tarone: a hypothesis that cannot reach its level with every unit renamed does not
+    dilute the others (two images: 0.35^2 = 0.12, never below 0.001 / K)."""
+    level = 0.001
+    min_p = {"all classes": 1e-9, "common": 1e-8, "rare": 0.35 ** 2, "rarer": 0.35}
+    assert answers.testable(min_p, level) == 2
+    assert answers.holm({"all classes": 0.5, "common": 4e-4, "rare": 0.12, "rarer": 1.0},
+                        level, answers.testable(min_p, level)) == ["common"]
+
+
+def test_a_confusable_pair_within_the_margin_passes():
+    """Two good models disagree on a fifth of one class's images (a confusable pair):
+    under `max_share` (35 %) for the class, not a verdict."""
+    probe = _ten_class_probe(np.random.default_rng(4))
+    canary = [[b._replace(label="c3") if b.label == "c2" and k % 5 == 0 else b for b in img]
+              for k, img in enumerate(probe)]
+    paired = answers.compare(probe, canary, CHECK)
+    assert 0 < paired.classes["c2"][1] / paired.classes["c2"][0] <= 0.35
+    assert answers.judge(CHECK, paired)[0] == "pass"
+
+
+def test_holm_and_the_exact_p_value():
+    assert answers.p_value(6, 6, 0.35) == pytest.approx(0.35 ** 6)
+    assert answers.p_value(0, 6, 0.35) == 1.0 and answers.p_value(1, 0, 0.35) == 1.0
+    # m = 3 at 0.03: the smallest against 0.01, the next against 0.015, then stop
+    assert answers.holm({"a": 0.009, "b": 0.014, "c": 0.5}, 0.03) == ["a", "b"]
+    assert answers.holm({"a": 0.011, "b": 0.001, "c": 0.5}, 0.03) == ["b", "a"]
+    assert answers.holm({"a": 0.02, "b": 0.02}, 0.03) == []
 
 
 def test_different_image_counts_are_not_a_probe():

@@ -74,9 +74,9 @@ POLICY = {
     "insufficient_evidence": {"max_intervals": 200, "action": "pause"},
     # No metrics preset: the local platform's default, HAProxy's view (`haproxy`).
     # This small model finds ~0.4 objects per image: with the default margins the
-    # class mix would want ~140 canary detections per step; wide ones keep it on.
-    # 10 answers a step (not `min_requests`' 20): the class mix counts the canary's
-    # detections, ~1.5 a second at 10 % here, and the 10 % step waited for them.
+    # class mix would want hundreds of canary images per step; wide ones keep it on.
+    # 10 answers a step (not `min_requests`' 20): the quality checks count the canary's
+    # answered images, and the 10 % step waited for them.
     "quality": {"min_answers": 10, "class_mix": {"min_ratio": 3.0, "min_difference": 0.3}},
 }
 

@@ -63,7 +63,7 @@ PINNED = {
                    'proxy="shapes-detector",server="v2"}[30s]))',
     },
 }
-CLASSES = ('sum by (class) (increase(model_class_detections_total{model_name="shapes-detector",'
+CLASSES = ('sum by (class) (increase(model_class_images_total{model_name="shapes-detector",'
            'model_version="v2"}[30s]))')
 
 
@@ -139,6 +139,22 @@ def test_unreachable_prometheus_is_a_fault_not_no_data() -> None:
     decision = decide(CanaryPolicy(), start_canary("m", "v1", "v2", 10, now), obs, now)
     assert (decision.kind, decision.cause) == ("hold", "fault")
     assert decision.state.fault_intervals == 1
+
+
+def test_custom_queries_must_be_read_as_counters() -> None:
+    """The canary differences the raw counters a query names (exact counts): a rate, a
+    ratio or a gauge cannot be read that way and is refused at load, naming the query."""
+    with pytest.raises(PolicyError, match=r"promotion\.canary\.metrics.*'requests'.*sum of "
+                                          r"increase\(\) of counter selectors"):
+        load_policy({"metrics": {"preset": "custom", "queries": {
+            "requests": 'sum(rate(http_total{app="$model"}[$window])) * $window',
+            "errors": 'sum(increase(http_total{app="$model",code="500"}[$window]))'}}})
+    source = PrometheusSource("http://127.0.0.1:9", QueryPreset.from_mapping("custom", {
+        "requests": 'sum(increase(a_total{app="$model"}[$window])) + '
+                    'sum(increase(b_total{app="$model"}[$window]))',
+        "errors": 'sum(increase(a_total{app="$model",code="500"}[$window]))'}))
+    assert source.reads("m", "v1", 60) == {"requests": ['a_total{app="m"}', 'b_total{app="m"}'],
+                                           "errors": ['a_total{app="m",code="500"}']}
 
 
 # Issue 41, finding 4: `metrics.namespace` of a pushed canary policy went into the istio

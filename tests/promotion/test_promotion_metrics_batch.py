@@ -1,10 +1,11 @@
-"""Many models' windows in one query per signal: the same observations as one model at a time.
+"""Many models' windows in one query: the same observations as one model at a time.
 
 Against a real Prometheus (`tests/fixtures/prometheus.py`) loaded with the
 replay test's recorded rollouts: `PrometheusSource.observe_many` for several
 models whose windows end at different times (the controller aligns windows per
-model) must equal `observe` asked per model, sample for sample, in the
-presets' six queries instead of twelve per model. PromQL relied on, from
+model) must equal `observe` asked per model, sample for sample, in one query
+for all of them (each counter's raw values at its window's ends, pinned with `@`)
+where one model alone also takes one. PromQL relied on, from
 prometheus/prometheus docs/querying/: `label_replace` (functions.md), `or`
 (operators.md), the `@` modifier (basics.md), and `POST /api/v1/query` with a
 form body (api.md).
@@ -13,14 +14,21 @@ form body (api.md).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any, Iterator
 
 import pytest
 import requests
 
 from promotion.metrics import batch
-from promotion.metrics.presets import PRESET_NAMES, QueryPreset, get_preset
-from promotion.metrics.prometheus import PrometheusSource
+from promotion.metrics.presets import (
+    PRESET_NAMES,
+    PresetError,
+    QueryPreset,
+    counter_selectors,
+    get_preset,
+)
+from promotion.metrics.prometheus import MAX_LEGS, PrometheusSource
 from tests.fixtures.prometheus import OpenMetrics, replay_prometheus
 from tests.promotion.test_promotion_metrics_replay import T0, WINDOW, Window, record
 
@@ -60,8 +68,7 @@ def wanted(window: float = WINDOW) -> list[tuple[str, str, str, float, dt.dateti
 
 
 @pytest.mark.parametrize("preset", sorted(PRESET_NAMES))
-def test_one_query_per_signal_gives_the_per_model_observations(prometheus: str,
-                                                               preset: str) -> None:
+def test_one_query_gives_the_per_model_observations(prometheus: str, preset: str) -> None:
     one = PrometheusSource(prometheus, preset, namespace="serving")
     alone = [one.observe(*w) for w in wanted()]
     assert all(o.fault is None for o in alone)
@@ -70,49 +77,47 @@ def test_one_query_per_signal_gives_the_per_model_observations(prometheus: str,
     session = Counting()
     many = PrometheusSource(prometheus, preset, namespace="serving", session=session)
     assert many.observe_many(wanted()) == alone
-    assert session.queries == 6  # requests, errors, latency, 2 quality signals, classes
-
-
-def test_a_query_that_cannot_be_pinned_is_asked_per_window_end(prometheus: str) -> None:
-    # `sum(x)` without a range reads the query's `time`: legs are grouped by window end.
-    custom = QueryPreset.from_mapping("custom", {
-        "requests": 'sum(model_requests_total{model_name="$model",model_version="$version"})',
-        "errors": 'sum(increase(model_requests_total{model_name="$model",'
-                  'model_version="$version",status_code=~"5.."}[$window]))'})
-    one = PrometheusSource(prometheus, custom)
-    alone = [one.observe(*w) for w in wanted()]
-    assert alone[0].total_requests > 0
-    session = Counting()
-    many = PrometheusSource(prometheus, custom, session=session)
-    assert many.observe_many(wanted()) == alone
-    assert session.queries == 1 + 3  # errors pinned in one; requests per distinct end
+    assert session.queries == 1
 
 
 def test_a_failed_batch_leaves_the_models_to_be_asked_one_by_one(prometheus: str) -> None:
-    broken = QueryPreset.from_mapping("custom", {"requests": "sum(rate(x[$window]", "errors": "0"})
+    broken = QueryPreset.from_mapping("custom", {
+        "requests": 'sum(increase(x{a=~"("}[$window]))', "errors": "sum(increase(x[$window]))"})
     assert PrometheusSource(prometheus, broken).observe_many(wanted()) == [None] * len(ENDS)
 
 
+def test_a_big_pass_is_split_into_queries_of_max_legs(prometheus: str) -> None:
+    session = Counting()
+    source = PrometheusSource(prometheus, "haproxy", namespace="serving", session=session)
+    # haproxy: 9 counter selectors a version, 3 legs each: 54 a model
+    assert source.observe_many(wanted() * 2) == [source.observe(*w) for w in wanted() * 2]
+    assert session.queries == math.ceil(54 * 8 / MAX_LEGS) + 8
+
+
 @pytest.mark.parametrize("preset", sorted(PRESET_NAMES))
-def test_every_preset_query_can_be_pinned(preset: str) -> None:
+def test_every_preset_query_is_read_as_its_counters(preset: str) -> None:
     source = PrometheusSource("http://unused", preset)
-    for promql in source._signals("m", "v1", 60.0).values():
-        assert batch.pinnable(promql, "1m"), promql
-        assert batch.pin(promql, "1m", 1.5).count("[1m] @ 1.500") == promql.count("[1m]")
-    assert get_preset(preset).weight is None or not batch.pinnable(
+    reads = source.reads("m", "v1", 60.0)
+    assert set(reads) == {"requests", "errors", "latency", "quality.detections_per_image",
+                          "quality.top_score", "classes"}
+    assert all(sel and "increase" not in sel for sels in reads.values() for sel in sels)
+    assert get_preset(preset).weight is None or counter_selectors(
         get_preset(preset).render("weight", model="m", version="v1", workload="w",
-                                  namespace="n", window="1m") or "", "1m")
+                                  namespace="n", window="1m") or "", "1m") is None
 
 
 @pytest.mark.parametrize("promql", [
     'sum(x{a="b"})',                                    # an instant selector
     'sum(increase(x{a="b"}[5m]))',                      # another range
-    'sum(increase(x{a="b"}[1m] offset 1m))',            # already shifted
-    'sum(increase(x{a="b"}[1m])) / sum(up)',            # a bare name
+    'sum(rate(x{a="b"}[1m]))',                          # a rate
+    'sum(increase(x{a="b"}[1m])) / sum(up)',            # a ratio
     'max_over_time(sum(increase(x[1m]))[5m:1m])',       # a subquery
 ])
-def test_queries_that_cannot_be_pinned(promql: str) -> None:
-    assert not batch.pinnable(promql, "1m")
+def test_queries_that_are_not_sums_of_increases(promql: str) -> None:
+    assert counter_selectors(promql, "1m") is None
+    with pytest.raises(PresetError, match="counts exactly from the raw counters"):
+        QueryPreset.from_mapping("custom", {"requests": promql.replace("[1m]", "[$window]"),
+                                            "errors": "sum(increase(x[$window]))"})
 
 
 def test_split_refuses_an_untagged_sample() -> None:

@@ -93,13 +93,14 @@ def test_a_skewed_canary_is_rolled_back_by_a_quality_check_while_errors_and_late
 
 
 def test_a_harmless_drift_steps_through_every_weight_and_promotes():
-    """Stable answers 2 % of images with nothing, the retrain 3 %: below both margins."""
+    """Stable answers 8 % of images with nothing, the retrain 11 %: 1.4x, below the ratio
+    margin (2x), so harmless (harm needs both margins)."""
     rng = np.random.default_rng(11)
     policy = CanaryPolicy(min_requests=100)
     state = start_canary("shapes-detector", "v1", "v2", 10, T0)
     kinds = []
     for minute in range(1, 40):
-        decision = decide(policy, state, _window(state.weight, 0.03, 0.02, rng),
+        decision = decide(policy, state, _window(state.weight, 0.11, 0.08, rng),
                           T0 + dt.timedelta(minutes=minute))
         kinds.append(decision.kind)
         state = decision.state
@@ -116,29 +117,47 @@ NO_DETECTION = QualityCheck(name="no_detections", signal="detections_per_image",
 
 
 @pytest.mark.parametrize("poor, answers, stable, expected", [
-    (0, 100, (0, 900), "pass"),      # bound 2.6 % <= margin 5 %
-    (5, 100, (0, 900), "unknown"),   # 5 % seen, bound 10.3 %: not shown harmless
+    (0, 300, (0, 900), "pass"),      # bound 2.2 % <= stable's 0 % + 3 points
+    (0, 100, (0, 900), "unknown"),   # bound 6.7 %: not shown yet
     (10, 100, (0, 900), "unknown"),  # worse, but the test has not spoken yet
-    (10, 400, (160, 2000), "pass"),  # 2.5 % vs 8 %: bound 3.9 % <= margin 16 %
-    (48, 400, (160, 2000), "pass"),  # 12 % vs 8 % (a drift): bound 15.0 % <= 16 %
-    (60, 400, (160, 2000), "unknown"),  # 15 % vs 8 %: bound 18.3 % > 16 %
+    (10, 400, (160, 2000), "pass"),  # 2.5 % vs 8 %: bound 6.6 % <= 6.3 % + 3 points
+    (48, 400, (160, 2000), "unknown"),  # 12 % vs 8 %: the difference route cannot show it
 ])
 def test_a_quality_check_passes_a_step_only_when_the_canary_is_shown_within_the_margins(
         poor, answers, stable, expected):
     """`min_answers` answers without a rejection used to pass a step: at 10 % a canary
     failing 10 % of images where stable fails none passed with 100 answers, before the
-    test could speak. Now the canary's upper bound must be within the margins."""
+    test could speak. Now the canary must be shown within the margins by a bound valid at
+    every look: here the confidence sequences' route (no two-sample evidence yet)."""
     spec = CanaryPolicy().quality
     v = quality.judge(spec, NO_DETECTION, None, _hist(poor, answers), _hist(*stable),
                       min_answers=100)
     assert v.verdict == expected, v.detail
-    upper = quality.upper_bound(poor, answers, 0.95)
-    assert ("not yet shown within the margin" in v.detail) == (expected != "pass")
-    assert f"at most {quality._pct(upper)} at 95% confidence" in v.detail
+    assert ("not yet shown within the margins" in v.detail) == (expected != "pass")
+    assert "at 95% confidence (any look)" in v.detail
     # the old rule (pass_confidence: null) passes every one of them on the count alone
     old = quality.judge(spec.model_copy(update={"pass_confidence": None}), NO_DETECTION, None,
                         _hist(poor, answers), _hist(*stable), min_answers=100)
     assert old.verdict == "pass" and "confidence" not in old.detail
+
+
+def test_the_two_sample_pass_test_shows_a_drift_within_the_ratio():
+    """10 % vs 8 % (1.25x, a drift inside the 2x margin): the confidence sequences cannot
+    show it below 8 % + 3 points, the step's two-sample test shows it below 2x stable's.
+    A canary at the margin (16 %) is not shown within it."""
+    spec = CanaryPolicy().quality
+    rng = np.random.default_rng(1)
+    for share, expected in ((0.10, "pass"), (0.16, "unknown")):
+        lam = None
+        canary, stable = (0, 0), (0, 0)
+        for _ in range(20):
+            c, s = int(rng.binomial(100, share)), int(rng.binomial(900, 0.08))
+            lam = quality.update_pass(lam, NO_DETECTION, _hist(c, 100), _hist(s, 900))
+            canary, stable = (canary[0] + c, canary[1] + 100), (stable[0] + s, stable[1] + 900)
+        v = quality.judge(spec, NO_DETECTION, None, _hist(*canary), _hist(*stable),
+                          min_answers=100, pass_log_lr=lam)
+        assert v.verdict == expected, v.detail
+        assert ("shown below 2x stable's share" in v.detail) == (expected == "pass")
 
 
 def test_the_margin_is_the_larger_of_the_ratio_and_the_difference():
@@ -146,7 +165,7 @@ def test_the_margin_is_the_larger_of_the_ratio_and_the_difference():
     assert quality.harmful_above(check, 0.0) == pytest.approx(0.05)
     assert quality.harmful_above(check, 0.02) == pytest.approx(0.07)
     assert quality.harmful_above(check, 0.08) == pytest.approx(0.16)
-    # Wilson's bound: above the share seen, inside [0, 1], tighter with more answers
+    # the anytime-valid bound: above the share seen, inside [0, 1], tighter with more answers
     assert 0.0 < quality.upper_bound(0, 100, 0.95) < quality.upper_bound(0, 50, 0.95) < 1.0
     assert quality.upper_bound(100, 100, 0.95) == 1.0
     assert 0.1 < quality.upper_bound(10, 100, 0.95) < quality.upper_bound(10, 100, 0.99)
@@ -155,9 +174,10 @@ def test_the_margin_is_the_larger_of_the_ratio_and_the_difference():
 
 def test_a_canary_failing_one_image_in_ten_is_not_promoted_at_low_traffic():
     """The demo's traffic (40 req/s, 10 s windows, 100 answers a step) and a canary that
-    answers 10 % of images with nothing where stable answers 1 %: with the old rule a
-    step passed on 100 answers before the evidence could pile up, and at 25 and 50 %
-    each poor answer is weaker evidence. 200 rollouts through `decide`."""
+    answers 10 % of images with nothing where stable answers 4 % (harmful: 2.5x and 6
+    points more): with the old rule a step passed on 100 answers before the evidence
+    could pile up, and at 25 and 50 % each poor answer is weaker evidence. 200 rollouts
+    through `decide`."""
     rng = np.random.default_rng(5)
     outcomes = {"shown": [], "count": []}
     for rule, confidence in (("shown", 0.95), ("count", None)):
@@ -167,7 +187,7 @@ def test_a_canary_failing_one_image_in_ten_is_not_promoted_at_low_traffic():
             state = start_canary("m", "v1", "v2", 10, T0)
             for window in range(1, 200):
                 total = int(rng.poisson(400))
-                obs = _window(state.weight, 0.10, 0.01, rng, total=total)
+                obs = _window(state.weight, 0.10, 0.04, rng, total=total)
                 decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=10 * window))
                 state = decision.state
                 if decision.kind in ("rollback", "promote"):
@@ -186,7 +206,7 @@ def test_without_quality_data_the_checks_are_skipped_not_passed_or_failed():
     decision = decide(policy, state, obs, T0 + dt.timedelta(minutes=1))
     checks = {c.name: c.verdict for c in decision.evidence.checks}
     assert checks["quality_no_detections"] == "skipped"
-    assert checks["quality_low_confidence"] == "skipped"
+    assert "quality_distribution" not in checks and "quality_class_mix" not in checks
     assert decision.kind == "step"
 
 
@@ -198,7 +218,9 @@ def test_quality_counts_and_statistics_survive_promotion_yaml():
     assert decision.kind == "hold"
     back = load_state(dump_state_yaml(decision.state))
     assert back == decision.state
-    assert set(back.statistics.quality) == {"no_detections", "low_confidence"}
+    assert set(back.statistics.quality) == {"no_detections"}
+    assert set(back.pass_evidence) == {"no_detections"}
+    assert back.statistics.distribution  # the answers' distribution, per bound
     assert back.canary_counts.quality["detections_per_image"][0.0] > 0
 
 

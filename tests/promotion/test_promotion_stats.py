@@ -42,8 +42,62 @@ def test_limit_update_is_a_fair_bet_at_the_limit(n: int, p0: float) -> None:
 
 
 def test_alpha_shares_add_up_to_alpha() -> None:
+    """One budget for the whole canary: every test that can roll it back has a share."""
     assert sum(stats.ALPHA_SHARES.values()) == pytest.approx(1.0)
+    assert set(stats.ALPHA_SHARES) == {"errors_vs_stable", "error_rate_limit",
+                                       "latency_vs_stable", "latency_p99", "quality",
+                                       "distribution", "class_mix", "answers"}
     assert stats.rejection_log_threshold(0.01, 0.5) == pytest.approx(math.log(200))
+
+
+def test_the_mean_of_e_values() -> None:
+    assert stats.mean_log_e([]) == 0.0
+    assert stats.mean_log_e([math.log(4), math.log(2)]) == pytest.approx(math.log(3))
+    assert stats.mean_log_e([800.0, 0.0]) == pytest.approx(800.0 - math.log(2))  # no overflow
+
+
+def test_the_confidence_sequence_holds_at_every_look() -> None:
+    """400 runs, 100 looks of 20 trials each at p = 0.1: the anytime-valid sequence at 95 %
+    misses the truth at *some* look (every fifth checked) in at most 5 % of runs; Wilson's
+    interval, valid at one look, misses it at some look in far more (what a pass rule
+    looked at every window must not use)."""
+    rng = np.random.default_rng(21)
+    runs, looks, p = 400, 100, 0.1
+    k = np.cumsum(rng.binomial(20, p, (runs, looks)), axis=1)
+    missed_cs = missed_wilson = 0
+    for row in k:
+        n = 20 * np.arange(1, looks + 1)
+        cs = [stats.confidence_sequence(int(x), int(m), 0.95) for x, m in zip(row[::5], n[::5])]
+        missed_cs += any(not lo <= p <= hi for lo, hi in cs)
+        wilson = [stats.wilson_interval(int(x), int(m), 1.96) for x, m in zip(row, n)]
+        missed_wilson += any(not lo <= p <= hi for lo, hi in wilson)
+    assert missed_cs / runs <= 0.05
+    assert missed_wilson / runs >= 0.2
+
+
+def test_the_confidence_sequence_edges() -> None:
+    assert stats.confidence_sequence(0, 0, 0.95) == (0.0, 1.0)
+    low, high = stats.confidence_sequence(0, 200, 0.95)
+    assert low == 0.0 and 0 < high < 0.05
+    low, high = stats.confidence_sequence(200, 200, 0.95)
+    assert high == 1.0 and 0.95 < low < 1
+    low, high = stats.confidence_sequence(40, 400, 0.95)
+    assert low < 0.1 < high and high - low > 0.09  # wider than a one-look interval
+    assert stats.pass_levels(0.95) == pytest.approx((0.96, 0.99))
+
+
+@pytest.mark.parametrize("ratio, share", [(2.0, 0.1), (2.0, 0.02), (1.5, 0.3)])
+def test_the_pass_update_is_a_fair_bet_at_the_harm_boundary(ratio: float, share: float) -> None:
+    """update_relative pointed the other way (alternatives below the null, PASS_GRID): at
+    the harm boundary (the canary's share `ratio` x stable's) E[exp(increment)] == 1."""
+    nc, ns, total = 30, 270, 12
+    pi = ratio * nc / (ratio * nc + ns)
+    expectation = np.zeros(len(stats.PASS_GRID))
+    for x in range(total + 1):
+        inc = stats.update_relative(stats.initial(stats.PASS_GRID), x, total - x, nc, ns,
+                                    grid=stats.PASS_GRID, null_ratio=ratio)
+        expectation += np.exp(binom_logpmf(x, total, pi) + inc)
+    assert np.allclose(expectation, 1.0)
 
 
 def test_windows_without_both_versions_carry_no_evidence() -> None:

@@ -187,3 +187,22 @@ def test_server_metrics_class_label_stays_bounded():
         for s in family.samples
     }
     assert classes == {"circle", OTHER}
+
+
+def test_server_metrics_count_images_per_class_once():
+    """`model_class_images_total`: one image, one count per class it names, however many
+    boxes of it (a crowd of one class is one trial for the canary's class-mix check); a
+    stray name counts once in `other`, even with two strays in one image."""
+    metrics = ServerMetrics("m", "v1", ["circle", "square"])
+    for name in ("circle", "square", OTHER):  # every class series from the start
+        assert metrics.registry.get_sample_value(
+            "model_class_images_total",
+            {"model_name": "m", "model_version": "v1", "class": name}) == 0.0
+    metrics.observe_answer(AnswerSignals(15, 0.9, (("circle", 15),)))
+    metrics.observe_answer(AnswerSignals(3, 0.8, (("circle", 1), ("square", 2))))
+    metrics.observe_answer(AnswerSignals(2, 0.7, (("stray-a", 1), ("stray-b", 1))))
+    metrics.observe_answer(AnswerSignals(0, 0.0, ()))
+    assert sample(metrics, "model_class_images_total", **{"class": "circle"}) == 2
+    assert sample(metrics, "model_class_images_total", **{"class": "square"}) == 1
+    assert sample(metrics, "model_class_images_total", **{"class": OTHER}) == 1
+    assert sample(metrics, "model_class_detections_total", **{"class": "circle"}) == 16

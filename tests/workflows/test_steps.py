@@ -22,6 +22,7 @@ from mlops.cli import main as cli
 from tests.fixtures.serving import start_server, stop_server
 from tests.fixtures.training import copy_example, unpin
 from workflows.errors import StepError
+from workflows.probe_set import choose_probe_images, stratified_sample
 from workflows.steps import gate, publish, smoke_train
 
 
@@ -162,11 +163,12 @@ def test_publish_copies_the_export_under_model_and_version(smoke_run, tmp_path, 
     assert (target / "model.yaml").stat().st_mtime_ns == before
 
 
-def test_publish_ships_the_first_val_images_as_the_probe_set_served_at_the_probe_route(
+def test_publish_ships_a_stratified_random_probe_set_served_at_the_probe_route(
         smoke_run, tmp_path):
-    """Every published version gets `probe/` (workflows/probe_set.py): the first 32 val images
-    by file name, decodable, within the caps, outside the weights' digest; its server hands
-    them out at `GET .../probe` (serving/probe.py), what the paired answers check asks."""
+    """Every published version gets `probe/` (workflows/probe_set.py): 32 val images drawn at
+    random and stratified by class (seeded by the annotations, so the same pin ships the same
+    set), decodable, within the caps, outside the weights' digest; its server hands them out
+    at `GET .../probe` (serving/probe.py), what the paired answers check asks."""
     # lazy (collection cost): pillow loads only when this runs
     from PIL import Image
 
@@ -177,11 +179,19 @@ def test_publish_ships_the_first_val_images_as_the_probe_set_served_at_the_probe
     assert not (out / "smoke" / "model" / PROBE_DIR).exists()  # the export is left as written
     shipped = sorted((target / PROBE_DIR).iterdir())
     val = json.loads((repo / "data" / "val.json").read_text())
-    first = sorted(i["file_name"] for i in val["images"])[:PROBE_MAX_IMAGES]
+    chosen = choose_probe_images(repo / "data" / "val.json")
+    assert chosen == choose_probe_images(repo / "data" / "val.json")  # a re-run: the same set
     assert len(val["images"]) > PROBE_MAX_IMAGES  # so the cap, not the set's size, chose 32
-    assert [p.name for p in shipped] == [f"{i:02d}-{pathlib.Path(n).name}"
-                                         for i, n in enumerate(first)]
-    assert [p.read_bytes() for p in shipped] == [(repo / "data" / n).read_bytes() for n in first]
+    assert len(chosen) == len(set(chosen)) == PROBE_MAX_IMAGES
+    first = sorted(i["file_name"] for i in val["images"])[:PROBE_MAX_IMAGES]
+    names = [str(p.relative_to((repo / "data").resolve())) for p in chosen]
+    assert sorted(names) != first  # not the first by file name
+    by_id = {i["id"]: i["file_name"] for i in val["images"]}
+    classes = {a["category_id"] for a in val["annotations"]}
+    held = {a["category_id"] for a in val["annotations"] if by_id[a["image_id"]] in names}
+    assert held == classes  # every class has images in it
+    assert [p.name for p in shipped] == [f"{i:02d}-{p.name}" for i, p in enumerate(chosen)]
+    assert [p.read_bytes() for p in shipped] == [p.read_bytes() for p in chosen]
     assert sum(p.stat().st_size for p in shipped) <= PROBE_MAX_BYTES
     for path in shipped:
         with Image.open(path) as image:
@@ -304,3 +314,21 @@ def test_publish_removes_temp_copies_of_killed_publishes_only(tmp_path):
     publish.run(str(tmp_path / "out"), str(tmp_path / "models"))
     assert not stale.exists() and fresh.exists()
     assert (parent / "v-1" / "inference.pdiparams").read_bytes() == b"weights"
+
+
+def test_the_probe_draw_gives_every_class_images_even_a_rare_one():
+    """1000 images, every one with a common class, 13 with a rare one as well: the 32 drawn
+    hold all 13 of the rare class (the answers check tests each class on its own), the
+    draw is random (another seed, another set) and reproducible (the same seed, the same)."""
+    import numpy as np
+
+    images = [{"common"} | ({"rare"} if i % 83 == 0 else set()) for i in range(1000)]
+    rare = {i for i, c in enumerate(images) if "rare" in c}
+    first = stratified_sample(images, 32, np.random.default_rng(1))
+    assert len(first) == len(set(first)) == 32
+    assert rare <= set(first)
+    assert first == stratified_sample(images, 32, np.random.default_rng(1))
+    assert first != stratified_sample(images, 32, np.random.default_rng(2))
+    # a size cap: images the caller's `fits` refuses are passed over
+    small = stratified_sample(images, 32, np.random.default_rng(1), fits=lambda i: i % 2 == 1)
+    assert small and all(i % 2 == 1 for i in small)

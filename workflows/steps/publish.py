@@ -19,9 +19,9 @@ that every serving pod reads. A publish killed mid-copy leaves a hidden
 temporary directory; the next publish of the same model removes those that
 have not been written to for :data:`STALE_TMP_SECONDS`.
 
-The copy also gets the probe set (`workflows/probe_set.py`): the first val
-images of the repo's evaluation set, which the canary's paired answers check
-asks stable and canary. The export itself is left as training wrote it.
+The copy also gets the probe set (`workflows/probe_set.py`): val images of the
+repo's evaluation set drawn at random, stratified by class, which the canary's
+paired answers check asks stable and canary. The export itself is left as training wrote it.
 """
 
 import argparse
