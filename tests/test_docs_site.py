@@ -154,7 +154,7 @@ def test_every_field_of_each_configuration_file_has_a_reference_row(name):
 def test_the_field_words_come_from_the_source():
     page = config.markdown("canary-policy")
     # an attribute docstring, a comment above a field, a comment at the end of its line
-    assert "Relabelled matched boxes a harmless retrain may reach." in page
+    assert "Renamed images of one class a harmless retrain may reach." in page
     settings = config.markdown("settings")
     assert "GitHub organisation or user of the model repos" in settings
     assert "Flagger's default" in page
