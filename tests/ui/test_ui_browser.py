@@ -219,14 +219,14 @@ def test_hostile_text_from_prometheus_and_the_forge_runs_no_script(chromium, rep
                                                                      prometheus_replay):
     """A real Prometheus quotes a query's text in its error: a custom query (the platform's
     canary policy in the GitOps repo) whose regex is `(<img src=x onerror=...>` comes back as
-    `invalid regular expression in label_replace(): (<img ...>` (HTTP 422). charts.js put
+    a parse error quoting `(<img ...>` (HTTP 400, bad_data). charts.js put
     that error, and each panel's title, into `innerHTML`: the onerror ran with the page's
     token. Now it is text in the page (the fault's raw details), no image element exists,
     `window.__pwned` stays unset, and the CSP's Trusted Types refuse any markup that does
     not come through static/html.js. A PR comment with markup and a `javascript:` link
     (forge -> reviewer) is text and no link. Upstream: prometheus/prometheus
-    `promql/parser/parse.go` (label_replace's regex is compiled at parse time,
-    "invalid regular expression in label_replace(): %s")."""
+    `promql/parser/parse.go` (a matcher's regex is compiled at parse time and its error
+    quotes it)."""
     from gitops.forges.local import LocalForge
     from promotion.metrics.presets import get_preset
     from tests.fixtures.prometheus import OpenMetrics
@@ -237,16 +237,18 @@ def test_hostile_text_from_prometheus_and_the_forge_runs_no_script(chromium, rep
     model = get_preset("model")
     _commit_policy(repo.gitops, {"metrics": {"preset": "custom", "queries": {
         "requests": model.requests, "latency": model.latency,
-        "errors": f'sum(label_replace(up, "a", "b", "c", "({HOSTILE}"))'}}}, tmp_path)
+        # counted exactly (a sum of increase() of a selector), and Prometheus refuses the
+        # matcher's regex, quoting it
+        "errors": f'sum(increase(up{{a=~"({HOSTILE}"}}[$window]))'}}}, tmp_path)
     LocalForge(repo.gitops).comment(repo.pr, f"looks fine {HOSTILE} [more](javascript:"
                                              "window.__pwned=2)")
     with Served(UiConfig(gitops=str(repo.gitops), prometheus=url, user="ada")) as app:
         chromium.get(app.url + "#/models")
         card = '[data-fault="live-det"]'
-        wait(chromium, lambda d: "refused the query (HTTP 422)" in text(d, f"{card} .fault-line"),
+        wait(chromium, lambda d: "refused the query (HTTP 400)" in text(d, f"{card} .fault-line"),
              "the fault's one line")
         assert text(chromium, f"{card} .fault-line") == (
-            f"Prometheus at {url} refused the query (HTTP 422); live rates unavailable, git "
+            f"Prometheus at {url} refused the query (HTTP 400); live rates unavailable, git "
             "state shown")
         click(chromium, f"{card} summary")
         wait(chromium, lambda d: HOSTILE in text(d, f"{card} pre.raw"), "the raw text, as text")
