@@ -1,29 +1,9 @@
 """Paddle Serving's JSON request on `POST /GeneralModelService/inference`.
 
-Two request shapes that existing Paddle Serving callers send:
-
-* the C++ Serving (bRPC HTTP) shape, the protobuf `Request` as JSON::
-
-      {"tensor": [{"name": "image", "elem_type": 1, "shape": [1, 3, 128, 128],
-                   "float_data": [...]}], "fetch_var_names": ["..."], "log_id": 0}
-
-  answered with the protobuf `Response` as JSON::
-
-      {"outputs": [{"tensor": [{"name": ..., "elem_type": 1, "shape": [...],
-                                "float_data": [...]}], "engine_name": "general_infer_0"}],
-       "err_no": 0, "err_msg": "", "log_id": 0}
-
-* the Python web-service shape, a list of samples without the batch axis::
-
-      {"feed": [{"image": "<base64 PNG>"}], "fetch": ["bbox"]}
-
-  answered with `{"result": {name: nested list}}`.
-
-A string (or `data` list of strings, elem_type 20) is an encoded image and
-takes the detection path, as in the OIP route. Both shapes are converted to
-the OIP `Tensor`s the rest of the server understands; errors stay real HTTP
-errors (`err_no`/`err_msg` only describe successes, for old clients that
-read them).
+Both shapes existing callers send, the C++ Serving protobuf `Request` as JSON
+(`{"tensor": [...], "fetch_var_names": [...]}`) and the Python web service's samples
+(`{"feed": [...], "fetch": [...]}`), are converted to the OIP `Tensor`s the rest of the
+server understands and answered in the caller's own shape; errors stay HTTP errors.
 """
 
 import base64

@@ -66,11 +66,10 @@ class ServerSettings:
     #: nothing else is in flight, batching is off, recent requests took at most this
     #: long (0: never), and the request is light: raw tensors of at most one warm-up
     #: inference's size (`service.light_request`; never encoded images, whose decoding
-    #: costs what the sender chooses). The hand-off there and back cost ~0.2 ms a
-    #: request: the shapes example's JSON request at concurrency 1 went from 0.84 to
-    #: 0.94 of the bare loop in an A/B on this 2-core machine (serving/README.md,
-    #: Performance). Other work goes to the threads, so probes, /metrics and hang-up
-    #: detection never wait behind more than about this.
+    #: costs what the sender chooses), since the hand-off to a thread and back costs
+    #: about as much as such a request (docs/inside-serving.md). Other work goes to the
+    #: threads, so probes, /metrics and hang-up detection never wait behind more than
+    #: about this.
     inline_max_ms: float = 20.0
     #: How encoded images are decoded: pixel budget, deadline, reduced JPEG decoding.
     images: ImageOptions = ImageOptions()

@@ -1,33 +1,10 @@
 """The server's HTTP handlers: one method per route, over one server's data plane.
 
-The shape is KServe's `V2Endpoints` (kserve/kserve,
-python/kserve/kserve/protocol/rest/v2_endpoints.py): a class built on the data
-plane holds a handler per Open Inference Protocol v2 route, and the app binds
-the routes to its methods (`routes()`). Here the data plane is `ServerState`
-(`serving.dataplane`): the loaded model service, readiness, the in-flight
-count, the metrics and the fault drill.
-
-What the handlers add to the request work of `service.py`:
-
-* **Admission control.** At most `max_in_flight` inference requests are
-  admitted; the next one is answered 503 at once instead of queueing, so an
-  overload shows up as fast errors and bounded memory, not as a growing
-  queue: checked before the body is read, and again after. Admitted requests
-  wait for one of `threads` predictor workers. (uvicorn's own
-  `limit_concurrency` is not used: it would also turn away health probes and
-  metric scrapes exactly when they matter most.)
-* **Body limits.** `Content-Length` above `max_body_bytes` is refused (413)
-  before reading; a chunked body is counted while streaming and cut off at
-  the limit. The bodies being read or in flight share one budget of bytes
-  (`ServerState.bodies`, `--max-buffered-bytes`): a declared length that does
-  not fit is refused (503) before reading, and bytes are charged as they
-  arrive, so a slow sender holds only what it sent.
-* **Off the event loop.** Parsing, preprocessing, the predictor and
-  serialisation run on the worker threads; the loop moves bytes, and runs a
-  light request itself only when nothing else is in flight (raw tensors of at
-  most one warm-up's size: `_run_unless_abandoned`).
-* **Fault drills** (`serving.fault.FaultDrill`) apply on the inference routes,
-  inside the request timing and counting.
+KServe's `V2Endpoints` shape (kserve/kserve,
+python/kserve/kserve/protocol/rest/v2_endpoints.py) over `ServerState`
+(`serving.dataplane`); `routes()` binds them. Around the request work of `service.py`
+they add admission control (`max_in_flight`, 503 at once), body limits and the shared
+body budget, work off the event loop, and fault drills. Why: docs/inside-serving.md.
 """
 
 import asyncio

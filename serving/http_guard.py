@@ -1,26 +1,10 @@
 """uvicorn's httptools protocol with limits on the request head (`serving.limits`).
 
-uvicorn's `HttpToolsProtocol` (uvicorn/protocols/http/httptools_impl.py) feeds
-whatever arrives to the parser, which keeps a header field's name and value in
-memory until the field ends, and arms no timer until a first response was sent:
-39 MiB of headers were taken in and answered, and a connection that sent half a
-request line stayed open. (Its h11 protocol has `h11_max_incomplete_event_size`;
-httptools, the one the server runs, has nothing.) This subclass, per connection:
-
-* feeds the parser at most `max_header_bytes` bytes of a request's head (request
-  line and headers): a head not complete by then is answered 431 and the
-  connection closed, so no more than that is ever held for it;
-* counts header fields, 431 past `max_headers`;
-* gives a head `header_timeout` seconds from its first byte (a connection's first
-  request: from the connection's opening), then 408 and closes (a connection that
-  sent nothing is closed without an answer).
-  An idle keep-alive connection between requests is uvicorn's own keep-alive
-  timeout's (5 s).
-
-Only the head: bodies are the app's (`serving.endpoints`: size, time, memory).
-A head that follows a complete request in the same read (pipelining) is counted
-from the next read on, so it may pass the limit by up to one read (asyncio and
-uvloop read about 256 KiB at a time).
+Per connection, this subclass of uvicorn's `HttpToolsProtocol`
+(uvicorn/protocols/http/httptools_impl.py) feeds the parser at most `max_header_bytes`
+of a request's head and `max_headers` fields (431 past either, then close), and gives a
+head `header_timeout` seconds (408, then close). Bodies are the app's
+(`serving.endpoints`). Why: docs/inside-serving.md.
 """
 
 from __future__ import annotations

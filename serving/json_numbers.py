@@ -1,23 +1,10 @@
 """An OIP v2 request's JSON with its tensor numbers read straight into numpy.
 
-A 1x3x128x128 FP32 tensor sent as JSON is ~50,000 numbers. orjson turns
-each into a Python float and numpy then copies them out again: 1.4 ms of the
-shapes example's 2.3 ms request on these machines, more than the model
-itself. simdjson (the `pysimdjson` binding) parses the same bytes and hands
-a numeric array over as one buffer of doubles or 64-bit integers, with no
-Python object per element: 0.63 ms for the same body (measured in-process
-on this 2-core machine; serving/README.md, Performance).
-
-Only the `data` of each input is read that way; everything else in the
-document becomes plain Python as `orjson.loads` would give it. Whatever the
-fast path does not take (booleans, strings, mixed or out-of-range numbers,
-invalid JSON) goes through orjson, so `serving.protocol` validates it and
-words its errors exactly as before.
-
-Nesting: the numbers of nested `data` are taken in row-major order and only
-their count is checked against the shape, as Triton does (its
-`ReadDataFromJsonHelper` in triton-inference-server/server
-`src/http_server.cc` recurses into every array and counts the elements).
+simdjson (`pysimdjson`) hands each input's numeric `data` over as one buffer, with no
+Python float per element; everything else, and whatever the fast path does not take,
+goes through orjson, so `serving.protocol` validates and words errors as before. Nested
+`data` is counted against the shape as Triton does (`ReadDataFromJsonHelper`,
+triton-inference-server/server `src/http_server.cc`). Why: docs/inside-serving.md.
 """
 
 from typing import Any, Literal

@@ -4,26 +4,10 @@ and on the bodies the server holds, their defaults and bounds, and their flags.
     mlops serve ... [--max-header-bytes 32768] [--max-headers 100] [--header-timeout 10]
                     [--max-buffered-bytes N]
 
-* **Request head** (`serving.http_guard`): the request line and headers of one request
-  may take at most `max_header_bytes` bytes and `max_headers` header fields (431
-  otherwise), and must arrive within `header_timeout` seconds of their first byte, or
-  of the connection's opening (408 otherwise); the connection is closed either way.
-  uvicorn's httptools protocol had no limit: 39 MiB of headers grew the server by
-  345 MB and were answered 200. The defaults are those of common front ends (Apache
-  and gunicorn take 100 fields; nginx 4 x 8 KiB, Envoy 60 KiB of headers), far above
-  what an inference client sends.
-* **Bodies held** (`serving.endpoints`): request bodies being read or in flight may
-  take at most `max_buffered_bytes` bytes of the process's memory together (default:
-  `--max-in-flight` x `--max-body-bytes`). A request whose declared length does not
-  fit, or whose body passes it while arriving, is answered 503 (a retry later may
-  fit); bodies are charged as they arrive, so a slow sender holds no more than it
-  sent. Bodies used to be read without any bound before the in-flight check: 100
-  clients x 7 MB with `--max-in-flight 2` grew the server by 617 MB.
-
-These are the platform's settings, for the client -> server boundary: flags of
-`mlops serve` (the Deployment passes them), never read from a model's
-`infer_cfg.yml` (`serving.options`), which the person who pushes the model writes.
-This module imports nothing heavy, so `mlops --help` can register the flags.
+Heads are held by `serving.http_guard` (431, 408), bodies by `serving.endpoints` (503).
+They are the platform's flags, never read from a model's `infer_cfg.yml`. This module
+imports nothing heavy, so `mlops --help` can register the flags. Why these defaults:
+docs/inside-serving.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """Open-loop load generator: requests at a fixed rate, whatever the server does.
 
-Send times are scheduled up front (`start + i / rps`) and do not wait for
-responses, so a slow server shows up as latency and errors rather than as a
-quietly lower offered load (the closed-loop trap). Requests are handed to a
-pool of `concurrency_cap` threads; when all of them are busy, the request
-due now is counted as `dropped` (client-side saturation, reported, never
-silently delayed).
-
-Latency is measured from the moment a request is actually sent; how late
-the sender was against the schedule is reported separately as `lag`, so a
-generator that could not keep up is visible instead of folded into the
-server's numbers.
-
-A stop (Ctrl-C, SIGTERM: `Stop.on_signals`) is a request the send loop reads
-between two sends, never an exception raised wherever the signal lands: raised
-inside the thread pool while it started a sender thread, it left that thread
-unknown to the pool, whose request was sent and counted after the report was
-made. So the report holds exactly the requests handed over, each finished.
-
-The bodies are built once from real images (PNG/JPEG files, by default the
-example's validation set), as one BYTES tensor per request: what a client
-of a detection service sends. Each request's image is drawn at random
-(`seed`), not taken in turn: a router's weighted round robin (HAProxy's
-`roundrobin`, the local canary's) is periodic too, and a cycle of 200 images
-against a 10 % canary sent the canary the same 20 images, one in ten, for the
-whole step; depending on the phase they held 0 % or 15 % of the images a
-skewed model fails on, and the canary's quality check compared different
-inputs, not different models.
+Send times are scheduled up front; a request due while every sender is busy is counted
+as `dropped`, the sender's lateness as `lag`. Bodies are real images as one BYTES tensor
+per request, each drawn at random (`seed`). A stop (`Stop.on_signals`) is read between
+two sends. Why open loop, random draws and the stop flag: docs/inside-serving.md.
 """
 
 import base64

@@ -1,66 +1,11 @@
 """Serving manifests: pure builders for one model's Kubernetes and Istio documents.
 
-Every function here returns a plain ``dict`` (ready for ``yaml.safe_dump``) and
-does no I/O, so the promotion controller, the GitOps layout and the local
-platform all render the *same* desired state, and tests pin it as golden YAML.
-
-The documents of one model ``<model>``:
-
-* ``deployment(model, version, ...)`` -- one ``apps/v1`` Deployment per live
-  version, named ``<model>-<version>``, labelled ``app=<model>`` and
-  ``version=<version>``. It carries two annotations that other rooms read:
-
-  - ``mlops.paddle.org/model-uri``: where the model directory lives. In a
-    cluster this is informative (the pod reads the model from the volume, see
-    below); the *local platform* reads it (a ``file:///abs/dir`` URI) to start
-    ``mlops serve`` on that directory.
-  - ``mlops.paddle.org/weights-sha256``: the digest of the evaluated weights;
-    approval refuses a merge whose Deployment carries another digest.
-
-  When the caller passes the evaluated ``metrics``, a third one records them:
-
-  - ``mlops.paddle.org/metrics``: compact JSON with sorted keys, e.g.
-    ``{"map":0.61,"map50":0.91}``. The pipeline's gate reads it back from the
-    stable version's Deployment to compare a candidate with production; it
-    works in a cluster, where ``model-uri`` is not a path anyone can open.
-    :func:`deployment_metrics` is its reader. Without metrics the document is
-    exactly what it was before the annotation existed.
-
-* ``service(model)`` -- one Service ``<model>`` selecting ``app=<model>``
-  (every version), port named ``http``.
-* ``destination_rule(model, stable_version, canary_version)`` -- subsets
-  ``stable`` and (optionally) ``canary``, selecting on the ``version`` label.
-* ``virtual_service(model, stable_weight, canary_weight)`` -- one HTTP route
-  to the two subsets; weights are non-negative integers summing to 100.
-  With ``canary=False`` the route has the stable subset alone at 100, which
-  is what a DestinationRule without a canary subset needs (Istio answers 503
-  for a route to an undefined subset).
-
-How the model reaches the pod (a choice, and why): the model directory is
-mounted **read-only from a PersistentVolumeClaim** (``mlops-models`` by
-default) at ``/models``, and the server is started on
-``/models/<model>/<version>``. The training workflow exports into the same
-volume, so serving needs no downloader image, no object-store credentials in
-the serving namespace, and no writable volume. The rejected alternative, an
-initContainer pulling ``model_uri`` into an ``emptyDir``, would need a
-credentialed fetch image per pod start and doubles start-up time for large
-weights. The model server checks the weights itself and exposes their
-sha256 in ``model_info``; the annotation says which digest was approved.
-
-How the version is served (worker processes, adaptive batching) comes from
-its ``infer_cfg.yml`` ``serving:`` section (``serving.options``): ``deployment(...,
-serving=...)`` renders the values as ``mlops serve`` flags, so the pod, the
-local platform (which starts the server from this container spec) and the
-Git history all say the same. With ``workers: N`` and no explicit
-``resources``, the pod requests N CPUs (one per worker process, each running
-its own predictor) and N GiB of memory (each loads the model), limits one
-more of each; without the section the document is exactly what it was.
-
-The root filesystem is read-only; Paddle and Python need a scratch
-directory, so ``/tmp`` is an ``emptyDir`` and ``HOME`` points at it.
-
-Apis are ``apps/v1``, ``v1`` and ``networking.istio.io/v1`` (Istio >= 1.22).
-Bad input raises :class:`ManifestError` (``exit_code`` 2) naming the value.
+Each function returns a plain ``dict`` (ready for ``yaml.safe_dump``) and does no I/O:
+the Deployment of a version (with the model-uri, weights-sha256 and metrics annotations
+other rooms read; :func:`deployment_metrics` reads the last back), the Service, the
+DestinationRule and the VirtualService. Bad input raises :class:`ManifestError`
+(``exit_code`` 2) naming the value. Why a read-only volume, and the annotations:
+docs/inside-serving.md.
 """
 
 from __future__ import annotations

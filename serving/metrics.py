@@ -1,60 +1,9 @@
 """Prometheus metrics of one model server, in a registry of its own.
 
-Names and labels are what the canary analysis queries (the `model` preset
-in `promotion/`): every inference request is counted by
-`model_requests_total{model_name, model_version, status_code}` and timed by
-`model_request_duration_seconds`; `model_inference_duration_seconds` times
-only the predictor, so the two histograms together show where time goes.
-A fault drill's delay and injected errors land in the first two (that is
-what a drill rehearses), and `model_fault_delay_seconds` /
-`model_fault_error_ratio` say that a drill is on (0 when none), so an
-operator can tell a rehearsal from a real regression.
-
-Buckets: 20 log-spaced bounds from 1 ms to 1 s (ratio ~1.44, so a quantile
-read from them is off by at most ~20 %), plus 2.5 s and 5 s for outliers.
-A per-server registry (not the global one) keeps several servers in one
-test process apart.
-
-Several worker processes (`mlops serve --workers N`): Prometheus scrapes one
-port and whichever worker answers must report the whole server. The
-supervisor sets `PROMETHEUS_MULTIPROC_DIR` (a fresh, empty directory) before
-it starts the workers, so prometheus_client keeps every value in a memory-mapped
-file there, and `/metrics` is read from all of them (`MultiProcessCollector`):
-counters and histograms are summed over the workers; of the gauges,
-`model_in_flight_requests` is summed over live workers, `model_ready` is their
-minimum (1 only when every worker is ready), and `model_info` and the fault
-drill gauges their maximum (every worker publishes the same value). No `pid`
-label appears, so the series are the same as those of a single process.
-
-Model quality on live traffic (`quality.py`): a model that answers 200,
-fast and wrong (training/serving skew: wrong normalisation, BGR for RGB, a
-label map off by one) looks healthy above, so the answers themselves are
-measured too, per image of every successful inference answer (never for a
-4xx/5xx or a fault drill's injected error), and only where the server
-itself made the detections, i.e. for encoded-image requests (a raw-tensor
-request gets the model's heads back; nothing is recorded for it):
-
-* `model_detections_per_image` (histogram; buckets 0, 1, 2, 3, 4, 5, 6, 8,
-  10, 15, 20, 30, 50, 100): detections the client received per image that
-  score at least the model's `draw_threshold` (the ones a user would draw);
-  the `le="0.0"` bucket counts images without any.
-* `model_top_score` (histogram; 0.05 to 1.0 in steps of 0.05): the best
-  detection's score per image, 0.0 for an image without detections.
-* `model_class_detections_total{class}` (counter): those detections by class.
-* `model_class_images_total{class}` (counter): the images whose answer names the
-  class at least once (one image, one count: the canary's class-mix check counts
-  images, not boxes, so a crowd image of one class is one trial).
-  `class` is one of the model's own class names (`infer_cfg.yml` `labels:`)
-  or `other` for anything else (a class id the label list does not name),
-  never a free string from a request or an output: every label value is a
-  series kept for the life of the process and scraped every time, so the
-  set is bounded by the model's labels, not by traffic. Every series starts
-  at 0, so an `increase()` sees the first detection of a class.
-* `model_input_brightness` (histogram; 0.05 to 1.0 in steps of 0.05): the
-  mean pixel value of the decoded image scaled to 0..1, before the model's
-  normalisation; `model_input_pixels` (histogram; powers of 2 from 2^10 to
-  2^24): width x height as decoded. Input drift (dark frames, a different
-  camera resolution) is told apart from a model regression with these.
+Requests and latency by `model_name`, `model_version` and `status_code` (what the
+canary's `model` preset queries), the fault drill's gauges, and the quality signals of
+each encoded-image answer (`quality.py`), summed over worker processes when there are
+several. The names, buckets and label bounds, and why: docs/inside-serving.md.
 """
 
 import os

@@ -1,29 +1,10 @@
 """Read a model directory: the Paddle export, `infer_cfg.yml` and `model.yaml`.
 
-The directory is the artifact contract of the training step (docs/design.md
-§4, "Model artifact"; its names and `model.yaml` are `contracts.artifact`)::
-
-    inference.json | inference.pdmodel   program (PIR JSON from Paddle 3, or legacy)
-    inference.pdiparams                  weights
-    infer_cfg.yml                        input size, normalisation, labels, decoder
-                                         (or PaddleDetection's: `serving.ppdet_config`)
-    model.yaml                           name, version, weights_sha256, lineage
-
-A PaddleDetection export is served under its own names too: `tools/export_model.py`
-saves `model.json` (Paddle 3) or `model.pdmodel` with `model.pdiparams` beside its
-`infer_cfg.yml`, and no `model.yaml` (`UPSTREAM_EXPORTS`); `mlops serve` then
-names the version after the weights' digest.
-
-`infer_cfg.yml` is validated once here (pydantic), so the server and the
-benchmarks only ever see a typed `InferConfig`; a bad file is an error
-naming the file and the field. Tensor shapes are read from the program
-itself (the `data`/`fetch` ops of the PIR JSON), because a Paddle 3
-predictor reports `[0]` for every shape until it has run.
-
-An optional `fault:` section declares a *drill*: this version answers slowly
-or with errors on purpose, so a canary rollback can be rehearsed. It lives in
-the artifact (not in a server flag) so it travels unchanged from training
-through the GitOps repo to every replica, locally and in a cluster.
+The directory is the training step's artifact contract (docs/design.md §4, "Model
+artifact"; names in `contracts.artifact`); PaddleDetection's own export names are read
+too (`UPSTREAM_EXPORTS`). `infer_cfg.yml` is validated once into a typed `InferConfig`,
+errors naming the file and field; tensor shapes come from the program itself. An
+optional `fault:` section declares a drill. Why: docs/inside-serving.md.
 """
 
 import dataclasses

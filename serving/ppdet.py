@@ -1,31 +1,10 @@
 """PaddleDetection's preprocessing and inputs, as its own deploy code does them.
 
-Upstream (PaddleDetection release/2.7): `deploy/python/preprocess.py`
-(`decode_image`, `Resize`, `NormalizeImage`, `Permute`, `PadStride`,
-`preprocess`) and `deploy/python/infer.py` (`create_inputs`,
-`Detector.predict`). Each op here does the upstream op's arithmetic in the
-upstream dtypes, so an export answers the server as it answers
-PaddleDetection's `infer.py`:
-
-* decode with OpenCV (`cv2.imdecode`, BGR) and convert to RGB; `im_shape` is
-  the decoded (height, width) and `scale_factor` (1, 1) until a Resize;
-* `Resize` computes `im_scale_y`, `im_scale_x` (keep_ratio: the short side to
-  the smaller target, unless the long side would pass the larger one; else
-  each side to its target) and calls `cv2.resize(fx=, fy=, interpolation=interp)`;
-  `im_shape` becomes the resized (height, width), `scale_factor`
-  (im_scale_y, im_scale_x);
-* `NormalizeImage`: float32, `*= 1/255` when `is_scale`, `-= mean`, `/= std`
-  (`norm_type: mean_std`);
-* `Permute`: HWC -> CHW;
-* `PadStride`: zero-pad height and width up to a multiple of `stride`
-  (`im_shape` keeps the unpadded size);
-* a batch (`create_inputs`): each image zero-padded at the bottom/right to the
-  largest in the batch; `im_shape` and `scale_factor` float32 [N, 2].
-
-The graph has NMS inside and answers `bbox` [M, 6] rows of (class, score,
-x1, y1, x2, y2) in the caller's pixels and `bbox_num` [N]; the server returns
-those rows as they come, like `Detector.predict` (the draw threshold is for
-drawing, and for the quality signals).
+Upstream (PaddleDetection release/2.7): `deploy/python/preprocess.py` (`decode_image`,
+`Resize`, `NormalizeImage`, `Permute`, `PadStride`, `preprocess`) and
+`deploy/python/infer.py` (`create_inputs`, `Detector.predict`). Each op does the
+upstream arithmetic in the upstream dtypes, so an export answers the server as it
+answers `infer.py`. The ops one by one: docs/inside-serving.md.
 """
 
 import dataclasses

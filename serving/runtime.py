@@ -1,32 +1,10 @@
 """Paddle Inference predictors, used safely from concurrent requests.
 
-A Paddle predictor is not thread-safe: two threads must never run the same
-one. The pool owns a fixed set of worker threads, and each thread owns one
-predictor (a `clone()` of the first, sharing its weights), so a request
-handed to a worker runs on that worker's predictor and nothing is shared
-while running. The number of workers is the concurrency of inference; the
-server bounds how many requests may wait for them (see `server.py`).
-
-`warm_up` runs one inference on every worker's predictor, so the first
-real request does not pay for lazy initialisation and readiness means
-"every predictor has run once".
-
-Adaptive batching (`batch_max_size` > 1, off by default): the worker threads
-still parse, preprocess and serialise, but hand their inputs to a `Batcher`,
-whose one thread owns the predictor. It stacks the inputs of waiting requests
-that have the same shape (all but the batch dimension) and dtype into one
-`run()`, up to `batch_max_size` images (a request of several images counts
-each), and splits the outputs back along the batch dimension (a
-PaddleDetection export's `bbox` rows by its `bbox_num`). "Adaptive": a batch
-is what queued while the predictor was busy with the previous one, so its size
-follows the load; with `batch_timeout` > 0 it also waits up to that long for
-more, but only while requests it knows of (submitted to the pool, not yet at
-the predictor) may still join, so at concurrency 1 nothing ever waits. The
-default timeout is 0: on this project's models (predictor runs of 0.2-3 ms) any
-wait cost more throughput than the fuller batches gained
-(`benchmarks/serving_peers.py`). A request of another shape runs in a batch of its
-own; a batch that fails, or whose outputs cannot be split, is run again one
-request at a time, so one bad request never fails its neighbours.
+`PredictorPool`: a fixed set of worker threads, each owning one predictor (a `clone()`
+of the first), so no predictor is ever run by two threads; `warm_up` runs each once.
+`Batcher`: adaptive batching (`batch_max_size` > 1, off by default) of same-shape
+requests into one `run()`, a failed batch retried one request at a time. Why the
+default timeout is 0: docs/inside-serving.md.
 """
 
 import concurrent.futures

@@ -1,33 +1,10 @@
 """The work behind one inference request, without HTTP.
 
-`ModelService` turns a request body into a response body: parse, validate
-against the model's real inputs, preprocess (for encoded images), run a
-predictor, decode detections, serialise. The HTTP layer (`server.py`) adds
-admission control, limits, status codes and metrics around it, and the
-benchmark calls the very same `infer_body` in a bare loop, so "server vs
-in-process" compares exactly the HTTP overhead.
-
-Two request forms reach the same predictors:
-
-* raw tensors (the model's own inputs, e.g. FP32 `image` [N, 3, 128, 128])
-  -> the model's raw outputs;
-* one BYTES tensor of encoded images -> detections: `bbox` [M, 6] rows of
-  (class id, score, x1, y1, x2, y2) in the caller's pixels, `bbox_num` [N]
-  and `labels` [M] (class names).
-
-A PaddleDetection export (its `infer_cfg.yml`, `serving.ppdet_config`) takes
-the encoded-image form through PaddleDetection's own preprocessing and its
-three inputs (`serving.ppdet`); its graph does the NMS, so its `bbox` and
-`bbox_num` outputs are the detections. Otherwise the example's format applies:
-one image input and a CenterNet-style decode here (`serving.postprocess`).
-
-Only the encoded-image form carries model-quality signals (`quality.py`,
-one `AnswerSignals` per image in `Result.quality`): there the server itself
-turns the outputs into the detections the client receives. A raw-tensor
-answer is the model's heads, which the client decodes; the server records
-nothing about it rather than guess what the client makes of them.
-
-Everything here runs on a predictor worker thread (`PredictorPool.submit`).
+`ModelService` turns a request body into a response body: parse, validate against the
+model's real inputs, preprocess encoded images, run a predictor, decode detections,
+serialise. Raw tensors get the model's outputs; one BYTES tensor of encoded images gets
+detections and the answers' quality signals. Everything here runs on a predictor worker
+thread (`PredictorPool.submit`). More: docs/inside-serving.md.
 """
 
 import dataclasses
