@@ -1,48 +1,11 @@
 """The promotion controller: read git, look at the metrics, decide, commit. Repeat.
 
-One pass (`Controller.tick`) per poll, for every model under `apps/` on the
-GitOps repo's `main`:
-
-1. Read the folder and `promotion.yaml` from `main` (a bare mirror in the
-   work dir; `git archive` of the tip). Git is the only durable memory.
-2. A human changed the canary weight by hand in `virtualservice.yaml`? That
-   is a takeover: adopt the weight and pause, naming the commit and its author
-   (one commit; weight 0 is a rollback by hand). `mlops canary resume` hands
-   the rollout back to the controller.
-3. A rollout in flight? Analyse every *due window*: windows are
-   `policy.interval` long and aligned to the last committed decision
-   (`last_decision.at`), or to the merge that started the canary. For each:
-   `MetricSource.observe(...)` over exactly that window, then the pure
-   `decide(policy, state, observations, window_end)`.
-4. Decisions that change the rollout (step, promote, rollback, a budget that
-   pauses) are committed, one commit each (`promotion/gitrepo/apply.py`), with the
-   evidence in the trailers. Plain holds are not committed.
-
-**Why holds are not committed, and how their counters survive a restart.**
-A hold's state (the step's accumulated counts, the sequential tests' log
-likelihood ratios, the insufficient-evidence budget counter) changes every
-interval; committing it would write a commit every 30 s for as long as a
-canary waits for traffic. Instead the controller keeps the uncommitted state
-in memory and, after a restart, *rebuilds it by replaying the windows since
-the last committed decision*: the windows are aligned to the committed
-`last_decision.at`, Prometheus still holds their data, and `decide()` is a
-pure function, so the replay reaches the same in-memory state the killed
-controller had (the budget counter included) without a single extra commit.
-A step that the killed controller decided but did not push is decided again
-in the replay and pushed once; a step it did push is in `promotion.yaml`, so
-the replay starts after it: no step is repeated or skipped. Replays are
-bounded (`max_catchup` windows; older time is one long window). Optionally,
-`checkpoint_every=N` commits a hold after N uncommitted intervals, to bound
-the replay by commits instead of by Prometheus' retention.
-
-**Idempotence of the write.** A decision is committed only on top of the
-`promotion.yaml` it was computed from (`apply.StaleDecision` otherwise), and
-the write-back never forces: if `main` moved (a human paused, someone merged),
-the decision is dropped and made again from the new state.
-
-Side effects after a commit -- the notification webhook, the Argo CD refresh
-after a rollback, the canary report and the PR comment at the end of a rollout
--- are best-effort: the commit is the record.
+One pass (`Controller.tick`) per poll, for every model under `apps/` on the GitOps
+repo's `main`: read its folder and `promotion.yaml`, adopt a weight a person committed
+by hand (a takeover), judge every due window with the pure `decide`, and commit each
+decision that changes the rollout, one commit each (`promotion/gitrepo/apply.py`).
+Holds are kept in memory and rebuilt after a restart by replaying the windows since the
+last committed decision. Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations
@@ -260,7 +223,7 @@ class Controller:
             else:
                 # Only the model folders that moved: with a fleet, a commit is one
                 # model's decision, and exporting every folder each time grew the
-                # pass with models x commits (issue 31). Until it is done the tree
+                # pass with models x commits. Until it is done the tree
                 # is no commit's: a failure below means a full export next time.
                 self._tree_sha = None
                 for model in set(before) - set(trees):
@@ -279,7 +242,7 @@ class Controller:
 
         A folder whose tree id did not change is not parsed again: at 100 models
         every decision moves main, and re-reading every folder each time made a
-        pass grow with models x decisions (issue 31)."""
+        pass grow with models x decisions."""
         proc = self.mirror.git.run("ls-tree", sha, f"{layout.APPS}/", layout.CONFIG_FILE,
                                    check=False)
         out = {}
@@ -404,7 +367,7 @@ class Controller:
 
     def _policy(self, root: pathlib.Path, folder: layout.ModelState) -> CanaryPolicy:
         # The one reading `mlops ui` shares (the models' namespace from mlops-gitops.yaml),
-        # within the platform's bounds again (issue 41, finding 4).
+        # within the platform's bounds again.
         policy, loosened = bounded_folder_policy(folder, layout.load_config(root))
         if loosened:
             log.warning("%s: apps/%s/%s loosens the platform's policy (%s: %s); judged with "
@@ -444,7 +407,7 @@ class Controller:
 
         interval = float(self.config.interval or policy.interval)
         # A promotion asked for moves all the traffic to the candidate: only once it is
-        # ready (make-before-break, issue 43); a waiting one gets its first step first.
+        # ready (make-before-break); a waiting one gets its first step first.
         promote = committed.requested == "promote"
         if committed.requested is not None and not (promote and committed.phase is Phase.WAITING):
             if promote:
@@ -513,7 +476,7 @@ class Controller:
             if due > self.config.max_catchup else interval
 
     def _prefetch(self, models: list[str]) -> None:
-        """Every model's next due window read at once, before the pass (issue 31).
+        """Every model's next due window read at once, before the pass.
 
         A source with `observe_many` (`PrometheusSource`: one query per signal for
         all of them) answers the windows the pass is about to ask for one model at a
@@ -838,7 +801,7 @@ def _cannot_serve(policy: CanaryPolicy, state: CanaryState, answer: Readiness,
 
     `decide_ready` waits `ready_timeout` (15 minutes by default) for a candidate that is
     not ready, as it should for one that is still being applied or started; a warm-up
-    inference that fails on every try (issue 43: a 32x32 resize the graph cannot
+    inference that fails on every try (a 32x32 resize the graph cannot
     reshape) waited those 15 minutes for nothing. Its evidence is `decide_ready`'s; the
     rollback is the one `decide_ready` makes at the timeout, with the runtime's reason
     and without the wait (same cause, `not-ready`, so the trail reads alike)."""

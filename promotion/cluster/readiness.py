@@ -1,32 +1,11 @@
 """Is the candidate deployed and ready? Asked before its canary gets any traffic.
 
-A merged proposal puts the candidate at 0 % (`promotion.gitrepo.propose`); the
-controller moves it to its first step only once the runtime reports it
-*deployed* (the merge was applied: Argo CD polls every 3 minutes by default)
-and *ready* (its pods pass their readiness probe). Sending 10 % to a subset
-with no ready endpoints makes Istio answer 503 for those requests, and
-judging a canary that is not running yet reads "no traffic" as "down".
-
-One Protocol, one module-level class per backend (Flagger's router and
-provider shape):
-
-* :class:`KubernetesReadiness` -- the apps/v1 Deployment `<model>-<version>`
-  through the official client: its generation observed, every replica
-  updated and available (Flagger's `isDeploymentReady`, in
-  `fluxcd/flagger: pkg/canary/deployment_ready.go`), and its pod template
-  carrying the weights digest git says (so it is *this* merge that was
-  applied, not an older Deployment of the same name);
-* `local.platform.readiness.PlatformReadiness` -- the local platform's own
-  status (the stand-in lives with the platform);
-* :class:`AlwaysReady` -- no runtime to ask (tests of the decision logic).
-
-:func:`deployment_ready` is the pure half of the Kubernetes check.
-
-Not ready comes in two kinds (`Readiness.lasting`): *not yet* (the merge is not
-applied, the pods are starting), which the controller waits out up to the
-policy's `ready_timeout`, and *never* (Kubernetes gave up on the rollout:
-`ProgressDeadlineExceeded`; locally, the server's own "cannot answer" after a
-warm-up inference failed), which ends the rollout at once with its reason.
+One Protocol, one class per backend: :class:`KubernetesReadiness` (the Deployment's
+generation observed, every replica updated and available, its pod template carrying
+git's weights digest; :func:`deployment_ready` is the pure half), the local platform's
+`local.platform.readiness.PlatformReadiness`, and :class:`AlwaysReady` for tests.
+`Readiness.lasting` tells "not yet" (waited out) from "never" (ends the rollout). Why:
+docs/inside-promotion.md.
 """
 
 from __future__ import annotations

@@ -1,57 +1,11 @@
 """The paired answers check: the same images answered by stable and canary, compared. Pure.
 
-Why it exists: a label map rotated by one (`labels` / `label_list` shifted in
-`infer_cfg.yml`, weights unchanged) answers 200, fast and confident. On a
-skewed class mix the class-mix check (`promotion/decision/class_mix.py`) sees the
-shares move; on a balanced mix (the shapes example: 33/31/36 %) a rotation
-moves each share by at most 5 points and no count of names can see it:
-`benchmarks/canary_quality.py` measured it promoted in 1000 of 1000 runs.
-Asking both versions about the *same* images can: the boxes are where they
-were, only their names changed.
-
-The evidence. The controller sends a probe set (real images the stable
-version ships with its export, `contracts.artifact.PROBE_DIR`, served by the
-stable's server) to both versions through the router, pinned to each by a
-header (`promotion/metrics/probe.py`). Per image, each canary box is matched to a
-stable box (IoU >= `min_iou`, greedy by score: the best-scoring canary box
-takes the stable box it overlaps most, as COCO's evaluation matches
-detections to ground truth), and a matched pair whose labels differ is
-*relabelled*. Boxes either version finds alone say nothing about names and
-are not counted: the per-image checks judge missing answers.
-
-The decision, per image. One image is one trial: an image of a crowd of one
-class would otherwise count fifteen times, and boxes of one image are not
-independent (a bound on boxes rang 1.7 % of the time under clustering where
-it promised under 1 %). Per image and *stable* class, the image is renamed
-when more than half of its matched boxes of that class carry another label
-in the canary's answer. For each stable class, and for all
-images together, the share of renamed images gets an exact one-sided
-binomial test against `max_share` (the share a harmless retrain may reach
-for one class; a swap or a rotation renames 100 % of a class's images), and
-the tests are combined by Holm's step-down at the check's share of the
-policy's `alpha` (`stats.ALPHA_SHARES["answers"]`), over Tarone's testable
-hypotheses (a class with too few images to ever be rejected is left out of
-the count): a rollback when any is rejected, naming the classes. A class
-needs about 9 images in the probe (0.35^9 < 0.001/11) to be judged on its
-own; fewer still count in the pooled test. Per class, a swap of two rare classes is seen
-as soon as the probe holds enough of their images; pooled over all boxes it
-was drowned by the common ones (0 % caught for a 5 % <-> 3 % swap among ten
-classes). Fewer than `min_matched` images with a matched box (a probe set
-without objects, a version that finds nothing) gives no verdict: the check
-is skipped, never passed on silence.
-
-What the level covers: the draw of the probe images from the val set
-(`workflows/probe_set.py` draws them at random, stratified by class, so
-every class has images in it); the answers themselves are deterministic on
-CPU, so looking again every window repeats the same evidence rather than
-adding chances to fail (which is why it is not a sequential test like the
-others). Stratifying selects images of rare classes more often than their
-share; the per-class tests see images of their class drawn at random among
-the set's images of that class, the pooled test a stratified sample.
-
-Rejected: counting disagreements on every client request (the canary and
-stable never see the same request), and mirroring live traffic to both (twice
-the inference for every request, and Istio's mirror drops the answers).
+The probe images (`promotion/metrics/probe.py`) are answered by both versions; canary
+boxes are matched to stable boxes by IoU, and per image and stable class an image is
+renamed when most of its matched boxes changed label. Per class and pooled, an exact
+binomial test against `max_share`, combined by Holm's step-down over Tarone's testable
+classes at the check's share of `alpha`; too few matched images give no verdict. It
+sees a rotated label map that no share of names can. Why: docs/canary.md.
 """
 
 from __future__ import annotations

@@ -1,50 +1,11 @@
 """The class-mix check: does the canary name the classes in as many images as stable? Pure.
 
-A label map shifted by one (`label_list` rotated in `infer_cfg.yml`, weights
-unchanged) answers every request 200, fast and confident, and wrong: each
-detection carries its neighbour's name. Neither the error rate, the latency
-nor the per-image quality signals (detections per image, best score) can see
-it; the classes the version names can. The model server counts, per class,
-the images whose answer names it at least once (`serving/metrics.py`:
-`model_class_images_total`, the model's own class names and `other`, every
-series created at 0 when the server starts), and this check compares the
-canary's per-image shares with stable's over the same windows.
-
-**One image is one trial.** A share of *detections* by class is clustered by
-image: a crowd image with fifteen objects of one class moves fifteen counts at
-once, so a binomial test on detections is overconfident (identical models with
-15 % crowd images were rolled back 14.5 % of the time at a stated 0.33 %). An
-image names a class or it does not: per class, the canary's images naming it
-are Binomial(canary images, p) and stable's Binomial(stable images, p') on
-their own, whatever the images hold.
-
-The test, per class and per direction (more of it, less of it): given both
-versions' images naming class c in a window, under "the canary names c in as
-many of its images as stable does" the canary's count is (at most as spread
-as, Hoeffding 1963) Binomial(those images, pi) with pi the canary's share of
-all images: the same conditional test as the error check
-(`stats.update_relative`), which needs no estimate of stable's shares and
-survives a change of weight. Its null is moved to `min_ratio` x stable's
-share (and, for "less", stable's to `min_ratio` x the canary's), so a retrain
-that moves a class's share a little is not evidence. The classes and
-directions are one family with the check's share of the policy's `alpha`
-(`stats.ALPHA_SHARES["class_mix"]`): its e-value is the average of its
-members' (`stats.mean_log_e`); it fails when that average passes the
-threshold, for a class and direction whose own evidence is at least the
-average *and* whose share moved by at least `min_difference`.
-
-What it can see: any class whose image share moves by the margin, rare or
-common (a vanished class, a 5 % <-> 3 % swap among ten classes), at a speed
-set by how many images name it; a label map rotated on a perfectly balanced
-mix moves no share and is the paired answers' (`answers.py`) to see.
-
-To pass a step the canary needs `min_answers` images, no rejection, and each
-class's share shown inside the pass margins around stable's (`pass_ratio`,
-`pass_difference`: wider than the rollback margins, the indifference zone of a
-two-sided sequential design), each way, at `quality.pass_confidence` over
-every look of the step: by the step's two-sample test below the ratio
-(`update_pass`) or by both versions' anytime-valid confidence sequences within
-the difference (`stats.confidence_sequence`).
+Per class and direction, the canary's share of images naming the class
+(`model_class_images_total`, one image one trial) against stable's, by the error check's
+conditional test (`stats.update_relative`) with its null moved to `min_ratio`; the
+classes and directions are one family at the check's share of `alpha`. To pass a step,
+each class's share is shown within the wider pass margins (`update_pass`). Why:
+docs/canary.md, "The class mix".
 """
 
 from __future__ import annotations

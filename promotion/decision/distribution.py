@@ -1,36 +1,10 @@
 """The answers' distribution: are the canary's answers poorer than stable's anywhere? Pure.
 
-A model whose every score came out one logit lower (a changed calibration, a
-missing sigmoid temperature, a different NMS score) still draws its boxes in
-the right places; it just draws fewer of them (2.17 -> 1.72 confident boxes
-per image, -21 %) and less confidently. No "poor answer" share moves much: the
-images with no confident detection go from 11 % to 18 %, inside the
-`no_detections` check's margins, and the check was right to let that pass on
-its own. What moves is the whole distribution. This check compares it.
-
-The server exports, per image, its confident detections and its best score
-as histograms (`serving/metrics.py`). For every bound b of the policy's
-`distribution.bounds` and each signal, "images answered at or below b" is one
-per-image binomial share; the canary's share is tested against `min_ratio` x
-stable's with the conditional test of the error check
-(`stats.update_relative`: valid whatever the weight and the traffic do, one
-image one trial). The bounds are one family with one share of the policy's
-`alpha` (`stats.ALPHA_SHARES["distribution"]`): its e-value is the average of
-the members' (`stats.mean_log_e`, Vovk & Wang 2021), so looking at all the
-bounds costs the logarithm of their number and no more, and the family is a
-sequential two-sample test of "the canary's answers are stochastically
-poorer beyond the margin" that may be looked at after every window. It fails
-when the average passes the threshold, for a bound whose own evidence is at
-least the average and whose share moved by `min_difference` in the step.
-
-The bounds are fixed by the policy, before any window is seen: a bound
-picked from the data (stable's median, say) would make the test's null
-depend on the sample it judges.
-
-Passing: the check has no margin to show inside (it would need every bound's
-share shown within it); it passes a step on `min_answers` images without a
-rejection. The `no_detections` check and the class mix carry the shown-within
-rule for the shares that matter most.
+For each of the policy's bounds on confident detections and best score per image, the
+canary's share of images at or below it is tested against `min_ratio` x stable's
+(`stats.update_relative`); the bounds are one family (`stats.mean_log_e`) at the
+check's share of `alpha`. It passes a step on `min_answers` images without a rejection.
+Why: docs/canary.md, "The answers' distribution".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """The quality gate: is the candidate good enough to propose? A pure function.
 
-Two checks, both stated in plain words in the result: an absolute floor
-(`gate.min`) and a regression bound against the model in production
-(`gate.max_regression`). With no production model the second check is
-skipped and says so, rather than passing silently.
-
-`evaluate_paired_gate` is the same gate on a paired bootstrap of both models
-on the same images (`promotion.decision.paired`), a non-inferiority test with
-three outcomes. The rule, its error rates and how to size the evaluation sets
-are stated once, in docs/gate.md:
-
-* **non-inferior** (pass): the 95 % interval of the difference lies above
-  `-max_regression` (a regression beyond the margin is ruled out);
-* **worse** (fail): the whole interval lies below `-max_regression` (a
-  regression beyond the margin is shown);
-* **inconclusive**: neither; `gate.inconclusive` says what happens (`review`,
-  the default: the PR is opened all the same, marked for a human's judgement,
-  with the sample size that would settle it).
-
-The primary comparison is on all evaluation images together (val and the
-holdout pooled); each set on its own and each class of each set (under one
-simultaneous band, with its own margin `class_max_regression`) are safety
-checks that can only fail a candidate, and only on a regression shown beyond
-their margin, so an equally good candidate gets one chance to be judged, not
-one per set.
+`evaluate_gate`: an absolute floor (`gate.min`) and a regression bound against
+production (`gate.max_regression`), skipped and said so without a production model.
+`evaluate_paired_gate`: the same gate on a paired bootstrap (`promotion.decision.paired`),
+a non-inferiority test with three outcomes (non-inferior, worse, inconclusive) and
+per-set and per-class safety checks. The rule and its error rates: docs/gate.md.
 """
 
 import math

@@ -1,47 +1,11 @@
 """Champion vs challenger on the same images: a paired bootstrap of COCO mAP.
 
-Why: comparing the candidate's mAP on its val set with the number production
-scored on another val set, months ago, says nothing once the val set moves;
-and on a few hundred images a difference of a few thousandths is sampling
-noise. Here both models' detections on the *same* images are compared, and
-the images are resampled with replacement (the same resample for both
-models: a paired bootstrap) to give the difference an interval.
-
-What the bootstrap assumes: the val images are independent draws from the
-distribution the model will meet in deployment, and an image is the unit of
-sampling (all boxes of one image go in or out together). If the val set is
-not such a sample (picked hard cases, near-duplicate frames of one video),
-the interval is too narrow or answers a different question.
-
-How it stays fast: COCOeval is never run per resample; `promotion.decision.coco_ap`
-matches each model's detections once and computes AP for a whole matrix of
-image multiplicities (1,000 resamples of 200 images: about a second for both
-models).
-
-Intervals are percentile intervals, each with the Monte Carlo error of its
-ends (how far another bootstrap seed could move them: the spread of the order
-statistics around each quantile). BCa was compared and not kept: on the
-example's data it was not better (an independent review found it worse in all
-14 settings it measured).
-
-Several evaluation sets (val, and the holdout) are compared together
-(`compare_sets`): each set is resampled within itself (a stratified
-bootstrap: the sets keep their sizes), and the **pooled** result, each metric
-the image-weighted mean of the sets' own, is the primary comparison the gate
-judges: one comparison on all the evaluation images, where requiring every
-set to pass on its own would give an equally good candidate one more chance
-to fail per set. Per-class AP@0.5
-differences of every set form one family with a **simultaneous** band (a
-max-T bootstrap band, Westfall & Young: the `confidence` quantile of the
-largest studentised deviation over all classes of all sets), so "some class
-of some set is worse beyond its margin" is wrong with probability at most
-1 - confidence over the whole family, however many classes there are: the
-band's quantile always rests on (1 - confidence) x resamples draws, where
-Bonferroni percentile tails at 80 classes rested on less than one. A class
-that no image tells apart in any resample (the same AP every time) is marked
-`distinguished: false` and left out of the family. A class absent from a
-resample (no ground truth drawn) is left out of that resample's mean, as
-COCOeval leaves it out.
+Both models' detections on the same images, resampled together (the same resample for
+both), give the difference a percentile interval with the Monte Carlo error of its ends;
+AP over resamples comes from `promotion.decision.coco_ap`, never COCOeval per
+resample. `compare_sets` pools several evaluation sets (a stratified bootstrap) and puts
+every set's per-class AP@0.5 differences under one simultaneous max-T band. What it
+assumes, and why not BCa: docs/gate.md.
 """
 
 import math

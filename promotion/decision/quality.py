@@ -1,36 +1,10 @@
 """Model-quality checks: does the canary answer worse than stable? Pure, no I/O.
 
-A model can answer 200, fast and wrong: a wrong normalisation or colour
-order in `infer_cfg.yml`, a changed input size, a label map off by one, live
-data unlike the val set. The offline gate cannot see it (it evaluates with
-the training code's own preprocessing); the answers can. The model server
-exports, per version, histograms of what it answered (`serving/metrics.py`:
-detections per image, best score per image); each `QualityCheck` of the
-policy turns one of them into a count of *poor* answers (value at most a
-bound: no detection) and compares canary with stable in the same windows,
-with the same conditional binomial test as the error check
-(`stats.update_relative`), its null moved to `min_ratio` x stable's share so
-that a harmless drift is not evidence. One image is one trial: each answer
-falls in one bucket of the histogram, so the counts are binomial whatever an
-image holds. The checks are one family with one share of the policy's
-`alpha` (`stats.ALPHA_SHARES["quality"]`): its e-value is the average of the
-checks' (`stats.mean_log_e`), and a check fails when the family rejects, its
-own evidence is at least the family's, and the canary is also `min_difference`
-worse.
-
-The test only ever says "worse"; a step needs more than its silence. With
-100 answers at 10 % it has little power, and a canary that fails on 5-24 %
-of the images passed a step before the evidence could pile up (and at
-higher weights each poor answer is weaker evidence, the canary's share of
-all answers being larger). So a check passes a step only when the canary's
-own answers show it within the margins (`shown_within`): a two-sample
-sequential test over the step that its poor share is below `min_ratio` x
-stable's (`update_pass`: the error check's conditional test pointed the
-other way, its null the harm boundary), or the upper end of an anytime-valid
-confidence sequence of its share (`stats.confidence_sequence`) below stable's
-lower end + `min_difference`. Both are valid at every look, so a canary
-beyond the margins passes a step's check with probability at most 1 -
-`quality.pass_confidence`, however long the step waits.
+Each `QualityCheck` of the policy counts the images with a poor answer (at most a bound
+of a per-image histogram of `serving/metrics.py`) and tests the canary's share against
+`min_ratio` x stable's (`stats.update_relative`), the checks one family at their share
+of `alpha`. A check passes a step only when the canary's answers show it within the
+margins (`shown_within`). Why: docs/canary.md, "Poor answers".
 """
 
 from __future__ import annotations

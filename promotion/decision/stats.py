@@ -1,67 +1,12 @@
 """Anytime-valid sequential tests on request counts (pure numpy, no I/O).
 
-Why not a threshold per window (Flagger, Argo Rollouts, Kayenta): each look
-at a noisy windowed value is a fresh chance to fail a healthy canary, so the
-false-rollback rate grows with the number of looks and nobody can state it.
-An e-process (a test martingale) can be looked at after every window and
-still keeps P(ever rejecting a true H0) <= alpha (Ville's inequality). That is
-the stated false-rollback rate of the policy.
-
-Four tests on requests, all mixtures of likelihood ratios of binomial counts over a
-fixed grid of alternatives (the mixture makes a test adapt to how bad the
-canary is without a tuning knob; a uniform prior over the grid costs
-log(len(grid)) of evidence, about 2 nats):
-
-- **Errors vs stable** (same windows). Given the window's request counts and
-  its total errors E, under H0 "the canary fails no more often than stable"
-  the canary's errors are Binomial(E, pi) with pi its share of requests.
-  Under "the canary fails rho times as often" the share is
-  rho*n_c / (rho*n_c + n_s). The product of per-window likelihood ratios is a
-  supermartingale under H0 whatever the traffic split and the stable's own
-  error rate do, so the test needs no baseline estimate and survives step
-  changes of the weight. Windows where one version had no requests carry no
-  information and are skipped.
-- **Error-rate limit**: canary errors are Binomial(n_c, p), H0 p <= p0 =
-  `max_error_rate`, alternatives rho*p0.
-- **Latency vs stable**: the same conditional test on *slow* requests, those
-  above a bound fixed before the window is seen: `max_latency_ratio` x
-  stable's p99 over its earlier windows (`analysis.latency_bound`; in the
-  rollout's first window, the window's pooled p99, a symmetric function of a
-  sample that is exchangeable under H0). Either way the canary's share of
-  slow requests is Binomial(slow, pi) under H0 (same latency distribution).
-  A bound from the window's own stable sample is not: stable's slow count is
-  held down by the sample that set it (15 % of identical canaries held an
-  hour in 10 s windows were rolled back, at 0.15 % stated). This replaces a
-  raw "p99 ratio > 1.5" check, which with 100-200 samples and a heavy tail
-  fails 2-7 % of healthy canaries per look.
-- **p99 limit**: "p99 <= L" means "at most 1 % of requests slower than L";
-  the canary's count above L is tested against p0 = 1 %.
-
-**One budget.** The policy's `alpha` is the false-rollback rate of the whole
-canary: every test that can roll a canary back draws a fixed share of it
-(`ALPHA_SHARES`: these four, the model-quality family, the answers'
-distribution, the class mix and the paired answers), and the shares add up
-to 1, so by Bonferroni a healthy canary is rolled back by the statistics with
-probability at most `alpha` over the whole rollout, however often the
-controller looks. The comparisons with stable get most of it; the hard limits
-catch gross violations, where evidence piles up fast anyway. A family of
-tests inside one share (the classes of the class mix, the thresholds of the
-answers' distribution) is one test whose e-value is the *average* of its
-members' (`mean_log_e`; an average of e-processes is an e-process, Vovk &
-Wang 2021), which rejects whenever a Bonferroni split of the share would and
-sometimes sooner. State is the vector of log likelihood ratios per
-alternative: a few floats per test that live in `promotion.yaml`, so the
-tests resume exactly from git.
-
-**Passing is bounded too.** A step passes only once the canary is *shown*
-within a check's margins by an anytime-valid confidence sequence
-(`confidence_sequence`: a beta-binomial mixture martingale, Robbins 1970;
-Howard, Ramdas et al. 2021), which may be looked at after every window like
-the tests above, so a canary beyond the margins passes a step's check with
-probability at most 1 - its confidence, however long the step waits.
-
-Functions broadcast over leading axes so `benchmarks/canary.py` runs
-thousands of simulated rollouts through the very same code.
+Mixtures of binomial likelihood ratios over a grid of alternatives (e-processes), which
+may be looked at after every window: errors and slow requests against stable's
+(conditional on the window's totals), the error rate and the p99 against their limits;
+the policy's one `alpha` split among every rollback test (`ALPHA_SHARES`), a family's
+e-values averaged (`mean_log_e`); anytime-valid confidence sequences for passing a step
+(`confidence_sequence`). Functions broadcast over leading axes for the benchmarks.
+Why: docs/canary.md.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def _model(root: pathlib.Path, model: str, config: layout.RepoConfig,
         gateways = (folder.virtual_service.get("spec") or {}).get("gateways") or []
         if gateways and MESH_GATEWAY not in gateways:
             # istio pilot/pkg/model/push_context.go getGatewayNames: the mesh is implied only
-            # by an empty list (issue 42, B3)
+            # by an empty list
             problems.append(
                 f"{where}/virtualservice.yaml: gateways {gateways} leave out {MESH_GATEWAY!r}: "
                 "the routes bind to those Gateways alone, and callers in the mesh (the "

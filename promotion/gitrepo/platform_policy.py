@@ -1,30 +1,10 @@
 """The platform's policy, kept in the GitOps repo: a model repo may only tighten it.
 
-Who may skip review, the gate's floor, how a canary is judged and which
-server images may run decide what reaches production; the platform team owns
-them, in the `policy:` section of `mlops-gitops.yaml`. A model repo's
-`mlops.yaml` travels with every push, so whoever can push could otherwise
-write `approval: auto`, `gate.min: 0`, `steps: [100]` or an `errors:
-vector(0)` query and merge a candidate to 100 % with no human (issue 16,
-finding 5). The platform's values are bounds; the model's are merged over
-them, and any that loosens a bound the platform set is refused with the
-field named:
-
-* `approval` (default `pr`, even without a `policy:` section): every
-  candidate waits for a human unless the platform says `auto`;
-* `gate`: the same metric, `min` at least, `max_regression` at most;
-* `canary`: `interval`, `min_requests`, `min_latency_samples` at least;
-  `max_error_rate`, `max_p99_ms`, `max_latency_ratio`,
-  `min_latency_difference_ms`, `traffic_tolerance`, `no_traffic_grace` at
-  most; `steps` starting no higher and no fewer of them; `metrics`, `alpha`
-  and the budgets only as the platform sets them. Custom metric queries
-  never come from a model repo (an `errors: vector(0)` query hides every
-  error); `approval: step` once the platform asks for it, and `mode` (shadow
-  leaves a bad canary serving until a person acts) as the platform sets it,
-  if it does;
-* `images`: the serving image must start with one of the allowed prefixes.
-
-Pure: the callers read the section (`gitops.layout.RepoConfig.policy`).
+The `policy:` section of `mlops-gitops.yaml` sets bounds on approval, the gate, the
+canary and the serving images; a model's `mlops.yaml` is merged over them, and a value
+that loosens a bound is refused with the field named (`bounded` applies them again to a
+policy read back from git). Pure: the callers read the section
+(`gitops.layout.RepoConfig.policy`). The bounds and why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations
@@ -119,7 +99,7 @@ class PlatformPolicy(BaseModel):
         elif "metrics" in mine.model_fields_set and mine.metrics != platform.metrics:
             # Where the numbers come from is the platform's even where it left them
             # unset: a preset blind to the router or another namespace judges another
-            # canary than the one clients see (issue 41, finding 4).
+            # canary than the one clients see.
             problems.append("metrics (preset, namespace) are the platform's to set "
                             f"({WHERE}.canary.metrics)")
         for name in sorted(mine.model_fields_set & platform.model_fields_set):
@@ -149,7 +129,7 @@ class PlatformPolicy(BaseModel):
                 where: str) -> tuple[CanaryPolicy, list[str]]:
         """A policy read back from the GitOps repo, within the platform's bounds again.
 
-        The controller's check (issue 41, finding 4: it judged whatever
+        The controller's check (it judged whatever
         `canary-policy.yaml` said). Where the policy loosens a bound the bound wins
         and the field is named in the list returned; not a refusal, because a policy
         the platform tightened after a proposal must not leave that canary unjudged

@@ -1,15 +1,10 @@
 """A model's canary policy as the GitOps repo holds it, read one way by every reader.
 
-`apps/<model>/canary-policy.yaml` (written by `propose`) completed with the repo's
-own settings: a policy whose `metrics.namespace` is unset reads the models'
-namespace from `mlops-gitops.yaml`, where Argo CD deploys them. The controller
-decides with it and `mlops ui` queries Prometheus with it, so both read the same
-series (issue 42, B2: the UI read `default` while the controller read `models`, and
-the istio preset's `destination_workload_namespace` matched nothing on the page).
-The platform's bounds (`mlops-gitops.yaml`'s `policy:`) are applied again to what the
-file says: it came through a proposal, but what reached git is judged here, not
-trusted (issue 41, finding 4: another namespace in it was queried as written).
-Pure: the callers read the folder and the repo's settings.
+`apps/<model>/canary-policy.yaml` (written by `propose`), completed with the repo's own
+settings (an unset `metrics.namespace` is the models' namespace of `mlops-gitops.yaml`)
+and bounded again by the platform's policy, so the controller and `mlops ui` query the
+same series and what reached git is judged, not trusted. Pure: the callers read the
+folder and the repo's settings. Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Many instant vectors in one PromQL query: the query text, and its answer split back.
 
-A pass with K canaries in analysis used to send K x 2 versions x 6 signals
-instant queries (issue 31). Each vector the source needs -- a counter's last
-sample at a window's end, at its start, its resets (`promotion/metrics/prometheus.py`),
-every one pinned to its own time with the `@` modifier -- becomes one *leg*:
-`label_replace(<leg>, "mlops_leg", "<i>", "", "")` tags every sample of the
-leg's answer, and the legs are joined with `or`. The legs' label sets differ by
-the tag, so `or` keeps every sample of every leg, and the answer splits back
-into the very vectors the legs would have returned alone. Upstream semantics
-relied on (prometheus/prometheus, docs/querying/): `label_replace` with an
-empty source label and regex adds the label (functions.md), `or` is the union
-of label sets (operators.md).
-
-Pure: no I/O; `promotion/metrics/prometheus.py` sends what this builds.
+Each vector becomes one leg tagged by `label_replace(<leg>, "mlops_leg", "<i>", "", "")`,
+the legs joined with `or`, and the answer split back by the tag into the vectors the
+legs would have returned alone (prometheus/prometheus, docs/querying/functions.md and
+operators.md). Pure: no I/O; `promotion/metrics/prometheus.py` sends what this builds.
+Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

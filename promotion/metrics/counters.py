@@ -1,33 +1,10 @@
 """Exact counts from raw counter samples: what a window added to a counter. Pure, no I/O.
 
-Why not `increase()`: Prometheus extrapolates it. It takes the first and last
-samples inside the range and stretches their difference to the whole range
-(`extrapolatedRate` in prometheus/prometheus `promql/functions.go`;
-prometheus#1245, #3746). With a 60 s window and the usual 30 s scrape a range
-holds two samples 30 s apart, and their difference is doubled: every window
-reports about twice its requests. The sequential tests' log likelihood ratio
-is linear in the counts, so the e-value they report is about the square of a
-valid one, and a healthy canary held an hour was rolled back 4.7 % of the
-time where 1 % was stated. At a 1 s scrape and a 10 s window (the local
-platform) the stretch is small, which is why no local run showed it.
-
-What is exact instead: a counter's value at the window's end minus its value
-at the window's start, both read as the last raw sample at or before each
-end. Windows are aligned end to end (the controller's), so each request is
-counted in exactly one window: the one whose end first sees the scrape that
-counted it. A counter that went down restarted from zero (a restarted
-process); what it counted before the restart was seen by the samples before
-it, and from the restart on it counts from zero, so each piece is added
-(Prometheus' own reset rule in `resets()` and `increase()`). A series
-without a sample before the window began is new: it started at zero, so its
-whole value is the window's.
-
-The metric source reads, per counter selector, three instant vectors per
-window (`promotion/metrics/prometheus.py`): the last sample at the end, the
-last at the start, and the number of resets across both; only a series that
-reset (or vanished) needs its raw samples, asked for separately. `increase`
-below is that arithmetic on one series' raw samples; `combine` applies it to
-the three vectors.
+A window's count is the counter's last raw sample at or before the window's end minus
+the one at or before its start, each reset's pieces added and a new series counted from
+zero. `increase` is that arithmetic on one series' raw samples; `combine` applies it to
+the three instant vectors `promotion/metrics/prometheus.py` reads. Why not PromQL's
+`increase()`: docs/canary.md, "Exact counts".
 """
 
 from __future__ import annotations
