@@ -1,43 +1,11 @@
 """HAProxy for the local platform: the config, the command line, the start, and the
 runtime API client (the admin socket) the sync sets weights and servers through.
 
-HAProxy is our stand-in for Istio's VirtualService. One frontend per model on
-its own loopback port, one backend per model named after the model, one
-server per live version named after the version -- so HAProxy's exporter
-series (``haproxy_server_http_responses_total{proxy="<model>",server="<version>"}``)
-and the stats page read in our words.
-
-Weights change through the runtime API (``set weight``), servers come and go
-with ``add server`` / ``del server`` (dynamic servers, HAProxy >= 2.4): no
-reload, no dropped connection. Only a *new model* needs a new frontend and
-so a reload; the sync then renders this config with every server it has
-(the same names, ports and weights), and reloads the master-worker process
-with SIGUSR2, which keeps the listening sockets (``expose-fd listeners``).
-
-Balance is ``roundrobin``: weights are dynamic with it, and weighted
-round-robin gives the exact split per request (weights map percentages
-one-to-one; HAProxy accepts 0-256) -- provided a new split is applied
-raises first, lowers after (:mod:`plan`, rule 3b), or a server can fall
-out of the round for hundreds of requests. HAProxy's own check is a TCP
-connect: it takes a crashed server out of rotation within ~2 s, before the
-sync notices the crash. Readiness (the HTTP route) is the sync's probe with
-the Deployment's period, timeout and thresholds, as the kubelet's is in a
-cluster; an HTTP check here was stricter (1 s for the whole check, two
-misses) and answered clients 503 for a server that was busy, not down.
-
-Latency where clients see it: HAProxy 2.6's exporter has no response-time
-histogram (an average of the last 1024 requests and a maximum since start),
-so `router_latency.lua` keeps one per server (``mlops_router_response_seconds``,
-labelled ``proxy``/``server`` like the exporter's series) and the stats port
-serves it on ``/router-latency``; the ``haproxy`` metrics preset reads it.
-
-Pinned requests: a request with the ``x-mlops-version`` header goes to that
-version's server whatever its weight (``use-server`` with a log-format name,
-resolved per request, so the servers added at run time are found too; an
-unknown name falls back to the weights, and the probe asks the versioned URL
-so a wrong server answers 404). These are the canary analysis' own probes
-(`promotion/metrics/probe.py`): they are left out of the latency histogram, which is
-what clients see.
+HAProxy stands in for Istio's VirtualService: one frontend per model, one backend named
+after the model, one server per live version; weights and servers change through the
+runtime API without a reload, a new model's frontend by a SIGUSR2 reload. It also keeps
+a latency histogram per server (`router_latency.lua`) and routes the canary probes'
+`x-mlops-version` header to their version. Why: docs/inside-local.md.
 """
 
 from __future__ import annotations

@@ -1,57 +1,11 @@
 """The sync's decision, pure: ``plan(desired, actual, now) -> [actions]``.
 
-The sync loop observes (git, its processes, HAProxy's runtime state), calls
-this function, and executes what it returns; nothing here touches a socket,
-a process or a clock (``now`` is an input), so every reconcile rule is a
-unit test over plain data.
-
-Make-before-break is the thread through the rules: what serves keeps serving
-until what replaces it is ready, as in a cluster where the rendered
-Deployment's rolling update (``maxUnavailable: 0, maxSurge: 1``) starts the new
-pod before it stops the old one. Rules, in the order the actions come out:
-
-1. A model without a HAProxy frontend gets one (``OpenFrontend``; a reload).
-2. A desired version without a process is started; a crashed one is
-   restarted once its back-off has passed (``StartServer(restart=True)``).
-2b. A version whose model directory or pod template changed gets a new
-   process *beside* the one that serves (``StartServer(successor=True)``, a
-   surge pod); HAProxy's server is pointed at the successor once it is ready
-   (rule 3), and on the tick after that the old process is stopped and the
-   successor takes its place (``TakeOver``). A version whose old process does
-   not serve (starting, crashed) is simply stopped and started again. A
-   successor made stale by a newer commit is stopped and started afresh.
-3. HAProxy, per model: a *ready* server is added with its weight; an added
-   server gets its weight (the desired percent if ready, else 0 -- a
-   starting or crashed version takes no traffic), its port (after a restart
-   on another port, or a successor that is ready) and is enabled; servers of
-   versions that are no longer desired are removed.
-3b. Within a backend, weights that go up are set before weights that go
-   down, so the backend's total never dips below both the old and the new
-   total while the sync applies a split one server at a time. HAProxy 2.6's
-   roundrobin (src/lb_fwrr.c) re-places a server whose weight changed in
-   the *next* round when its position is past ``current round's weight +
-   the new total``: lowering the stable first (90 -> 50 while the canary is
-   still 10, a total of 60) sent it out of the round, and the canary took
-   every request until the round ended -- 100 % instead of 50 % for ~300
-   requests (20 s of a canary step here).
-3c. A split that sends traffic only to versions that are not serving yet
-   (a rollback to a version that is still starting; a promotion of a
-   candidate that is not ready) does not take traffic from the servers that
-   serve now: their routes keep their weights and stay (neither lowered nor
-   removed, so their processes stay too, rule 4) until a version of the new
-   split is ready *and* HAProxy sends it traffic; then the split is applied.
-   Before this rule, `mlops rollback --to` a stopped version removed the
-   serving version from HAProxy in the same tick that started the restored
-   one: every request was a 503 until it was ready (issue 43). A split whose
-   versions never become ready therefore keeps the old ones serving; the
-   status file shows both (`desired_weight` against `haproxy_weight`).
-4. Processes of versions that are no longer desired are stopped once HAProxy
-   no longer routes to them (server deleted or disabled, i.e. on the tick
-   after ``RemoveRoute``), so in-flight requests finish first.
-5. Prometheus targets are rewritten when the set of servers changed.
-
-HAProxy observed as ``None`` (socket unreachable, e.g. mid-reload) means no
-HAProxy actions this tick; the next tick sees the real state and catches up.
+The sync loop observes (git, its processes, HAProxy's runtime state), calls this
+function and executes what it returns; nothing here touches a socket, a process or a
+clock. Its rules, numbered as the comments cite them (1 frontends, 2 and 2b servers and
+their surge successors, 3 routes, 3b weights raised before lowered, 3c a split kept
+until its versions serve, 4 processes stopped after their routes, 5 Prometheus
+targets), and why: docs/inside-local.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,11 @@
 """A model version's Deployment, as the process the local platform starts for it (pure).
 
-Argo CD applies `apps/<model>/deployment-<version>.yaml`; the kubelet then
-runs container 0 of its pod template: `command` + `args` with `$(VAR)`
-references expanded from the container's `env`, the volumes mounted, and
-the pod added to the Service's endpoints once its `readinessProbe` passes.
-The local sync does the same with what was rendered for the cluster, so a
-Deployment that would not start or never become ready in a pod fails the
-same way here. What a machine without Kubernetes must translate, and how:
-
-* the image: ignored; the command runs from this Python environment
-  (`mlops` becomes `python -m mlops`, `python` this interpreter);
-* volumes: the read-only models claim mounted at `/models` is the model
-  directory the `model-uri` annotation names (`/models/<model>/<version>`
-  becomes that directory); an `emptyDir` becomes a scratch directory of the
-  server in the platform's work dir. Paths in args and env values under a
-  mount path are rewritten accordingly;
-* the network: a pod has its own IP, so its port is free; here every
-  server shares loopback. The container port's value in the args
-  (`--port 8080`) becomes a free local port and a `--host 0.0.0.0` becomes
-  `127.0.0.1`;
-* probes: the readiness probe's HTTP path, period, timeout and thresholds
-  are used as written (named ports resolved against the container's ports);
-  the startup probe's budget (`periodSeconds x failureThreshold`) is how
-  long a server may take to become ready before it counts as crashed. The
-  liveness probe is not acted on (a hung server is found by the readiness
-  probe, which takes it out of HAProxy).
-
-The container -> process part (env, `$(VAR)`, mounts) is `cogs.containers`,
-the translator the other stand-ins use too. Errors name the file and the field
-(:class:`PodSpecError`).
+Container 0 of the rendered pod template becomes a local process, as the kubelet would
+run it: the command from this Python environment, the models claim and `emptyDir`s as
+local directories, the container port as a free loopback port, the readiness and
+startup probes as written. The container -> process part is `cogs.containers`. Errors
+name the file and the field (:class:`PodSpecError`). What is translated and why:
+docs/inside-local.md.
 """
 
 from __future__ import annotations

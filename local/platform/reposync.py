@@ -68,7 +68,7 @@ class RepoSync:
                 self.git_error = None
                 return
             # Only the model folders whose git tree moved are exported and parsed:
-            # with a fleet in one repo, a commit is one model's decision (issue 31).
+            # with a fleet in one repo, a commit is one model's decision.
             folders = self.source.folders(head)
             changed = tuple(m for m, tree in folders.items() if self.folders.get(m) != tree)
             specs: dict[str, ModelSpec] = {}

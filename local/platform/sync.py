@@ -1,28 +1,11 @@
 """The local sync loop: our stand-in for Argo CD, run as a daemon by `mlops up`.
 
-Every tick (``poll_interval``, 0.5 s by default) it
-
-1. asks git for the GitOps repo's main sha; when it moved, reads
-   ``apps/`` at that commit and parses it (:mod:`reposync`, :mod:`desired`) --
-   a model whose files are broken keeps its last good spec, and the error,
-   naming the file, goes to the log and the status file;
-2. looks at its model-server processes (exited? ready yet?) and at HAProxy
-   through the runtime API;
-3. calls the pure :func:`plan.plan` and executes the actions it returns;
-4. writes ``state/status.json`` atomically: the applied commit, errors,
-   and per version its process, port, phase, restart count and weights.
-
-While it runs, the sync is also the supervisor of Prometheus and HAProxy
-(:mod:`supervisor`): if one dies it is started again (a fresh HAProxy gets every route back on
-the next tick); `mlops up` restarts a dead sync.
-
-Model servers are started in their own sessions with a pid file each
-(``run/servers/``); a restarted sync adopts the ones still alive, so
-`mlops up` after a sync crash does not restart healthy servers. On SIGTERM
-the sync exits and leaves servers running; `mlops down` stops them by their
-pid files.
-
-Run directly: ``python -m local.platform.sync --workdir DIR``.
+Every tick (``poll_interval``) it reads `apps/` when the GitOps repo's main moved
+(:mod:`reposync`, :mod:`desired`), observes its model-server processes and HAProxy,
+executes what the pure :func:`plan.plan` returns, and writes ``state/status.json``.
+It supervises Prometheus and HAProxy (:mod:`supervisor`) and adopts the model servers a
+previous sync left running. Run directly: ``python -m local.platform.sync --workdir DIR``.
+More: docs/inside-local.md.
 """
 
 from __future__ import annotations
