@@ -1,25 +1,11 @@
 """What a push may not choose: the platform's settings for one model repo, and where the
 git token may go.
 
-A pusher (anyone who may push one model repo) writes its `mlops.yaml`; the platform
-(who renders the push template, `mlops workflows render`, or installs the local hook)
-decides which model that repo publishes and which GitOps repo its candidates are
-proposed to. Before this module the pipeline's `gitops-repo` parameter defaulted to
-`promotion.gitops.repo` of the pushed commit, and the token-bearing steps handed the
-git token to whatever host that named: a pusher named its own URL, received the token
-and pushed to GitOps `main` with no review (issue 41, finding 1); and `model: b` in
-repo A published under `apps/b/` (finding 10).
-
-So the push template carries a :class:`PlatformBinding` (the submit step's
-`--platform`), and :func:`bind` holds the pushed commit to it: a field the commit
-leaves out takes the platform's value, a field it names differently is refused with
-the file, the field, both values and who owns it. Nothing else changes: what the
-commit trains and how it is gated stays the commit's (within `mlops-gitops.yaml`'s
-policy, `promotion.gitrepo.platform_policy`).
-
-:func:`git_scope` says where the token may go in the rendered pods: the credential
-helper answers only for these origins (`MLOPS_GIT_HOSTS`, `gitops.git`), and git
-speaks only their schemes (`GIT_ALLOW_PROTOCOL`).
+The push template carries a :class:`PlatformBinding` (the submit step's `--platform`),
+and :func:`bind` holds the pushed commit to it: a field the commit leaves out takes the
+platform's value, one it names differently is refused with the file, the field, both
+values and who owns it. :func:`git_scope` says where the token may go in the rendered
+pods (`MLOPS_GIT_HOSTS`, `GIT_ALLOW_PROTOCOL`). Why: docs/security.md, boundary 2.
 """
 
 from __future__ import annotations

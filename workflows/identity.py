@@ -1,43 +1,11 @@
 """Which API token each rendered pod holds, and whether its calls are allowed (pure).
 
-Every pod the project renders is derived here from the manifests alone, with
-the rules of the programs that turn them into pods:
-
-* Kubernetes' ServiceAccount admission plugin mounts the pod's account token
-  into every container unless `automountServiceAccountToken` says no; the
-  pod's field wins, then the account's, and the default is yes
-  (`plugin/pkg/admission/serviceaccount/admission.go` shouldAutomount,
-  kubernetes/kubernetes). A container that already mounts something at
-  `/var/run/secrets/kubernetes.io/serviceaccount` keeps that instead.
-* Argo Workflows (v3.7.9, `workflow/controller/workflowpod.go`): the pod's
-  account is the template's `serviceAccountName`, else the workflow's; only
-  a `false` automount reaches the pod (setupServiceAccount). When an
-  executor account is set (template `executor`, else the workflow's) Argo
-  mounts *its* token Secret (`<account>.service-account-token`, unless the
-  account names another: `util/secrets/secret_name.go`) at that path in
-  every argoexec container (newExecContainer). A resource template's main
-  container is argoexec itself (`operator.go` executeResource), so the
-  kubectl calls of `argoexec resource` use the executor's token, not the
-  pod's.
-* paddle-operator makes worker pods from the PaddleJob's pod template as it
-  is; Argo Events makes the Sensor's and EventSource's pods with the
-  `spec.template.serviceAccountName` (`pkg/reconciler/sensor/resource.go`,
-  argo-events v1.9) and no automount field of their own.
-
-Then :func:`allowed` decides each call with Kubernetes' RBAC semantics
-(`plugin/pkg/auth/authorizer/rbac/rbac.go` RuleAllows and
-`pkg/apis/rbac/v1/evaluation_helpers.go` VerbMatches, APIGroupMatches,
-ResourceMatches, ResourceNameMatches, NonResourceURLMatches;
-`pkg/registry/rbac/validation/rule.go` VisitRulesFor and appliesToUser for
-which bindings count: ClusterRoleBindings everywhere, RoleBindings only in
-their own namespace, a ServiceAccount subject by name and namespace, groups
-`system:serviceaccounts[:NS]` and `system:authenticated`), with the two
-default ClusterRoles every account has (`system:discovery`,
-`system:basic-user`; `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`).
-
-:func:`identity_problems` puts both together: every call a component's code
-makes (declared next to that code as `API_CALLS`) must be allowed for the
-token its pod holds, and a component that makes no call must hold no token.
+Every pod the project renders is derived from the manifests with the rules of the
+programs that make them (Kubernetes' ServiceAccount admission, Argo Workflows v3.7.9,
+paddle-operator, Argo Events v1.9); :func:`allowed` decides each call with Kubernetes'
+RBAC semantics, and :func:`identity_problems` requires every call a component declares
+(`API_CALLS`) to be allowed for its pod's token, and no token where no call is made.
+The upstream sources each rule follows: docs/inside-workflows.md.
 """
 
 import dataclasses

@@ -1,47 +1,11 @@
 """Run a rendered PaddleJob on this machine the way paddle-operator runs it in a cluster.
 
-The local runner gets the PaddleJob manifest exactly as Argo would create it
-(parameters substituted) and hands it here. For a collective job (workers
-only, `intranet: PodIP`), paddle-operator v0.3.5 creates `worker.replicas`
-pods from `spec.worker.template` and gives container 0 of pod `i`
-(`controllers/paddlejob_helper.go`, `constructPod` and `constructConfigMap`):
-
-* `POD_IP` (the pod's IP), `PADDLE_TRAINER_ID=i`, `TRAINING_ROLE` and
-  `PADDLE_TRAINING_ROLE` = `TRAINER` (`api/v1/paddlejob_types.go`);
-* from a ConfigMap named after the job (`envFrom`): `TRAINER_PORTS_NUM`
-  (`HOST_PORT_NUM` = 20), `PADDLE_PORT` (36000), `PADDLE_TRAINER_ENDPOINTS`
-  (`ip:PADDLE_PORT` of every worker, in index order), `PADDLE_TRAINERS` (the
-  IPs) and `PADDLE_TRAINERS_NUM` (`controllers/paddlejob_controller.go`
-  holds the two constants).
-
-Nothing else: in particular no `PADDLE_CURRENT_ENDPOINT`, which
-`paddle.distributed.init_parallel_env()` needs. So the worker command must
-be `python -m paddle.distributed.launch ...`, as the operator's own examples
-(`deploy/examples/resnet.yaml`) run it: Paddle's launcher reads `POD_IP` as
-its host, `PADDLE_TRAINER_ID` as its rank and, through its
-`collective_compatible` plugin (`paddle/distributed/launch/plugins/__init__.py`),
-takes the first endpoint as the rendezvous master and the number of distinct
-hosts as the node count; it then sets `PADDLE_CURRENT_ENDPOINT` and friends
-for the one rank it starts.
-
-Here each pod is a process group started with the container's own
-`command`, `args`, `env` and `workingDir` (paths mapped by the caller's
-mounts, as a volume mount would: `cogs.containers`, the one container ->
-process translator), plus that operator environment. Pod IPs become distinct
-loopback addresses (127.0.0.1, 127.0.0.2, ... -- all of 127.0.0.0/8 is
-loopback on Linux), because the launcher counts nodes by distinct hosts:
-one address for all would read as one node. A job whose command cannot form
-the collective fails here as it would in the cluster.
-
-The one thing not taken from the manifest is the CPU count: a pod has the
-cores of its limit, a local worker gets `cores // replicas` OpenMP threads
-(at least 1) unless the container's env sets `OMP_NUM_THREADS` itself.
-
-A `readOnly` volume mount is honoured: with `read_only` folders each worker runs in
-its own mount namespace where they are bind-mounted read-only (`read_only_argv`;
-unshare(1), mount(8)), so a training script that writes into the prepared data or
-the checkout gets EROFS as on a read-only volume, root or not (issue 41, finding 5).
-The mounts belong to the workers' process tree only and vanish with it.
+Each worker pod of a collective job becomes a process group started with its
+container's command, env and working directory (`cogs.containers`) plus the environment
+paddle-operator v0.3.5 gives it (`controllers/paddlejob_helper.go`), pod IPs as
+distinct loopback addresses; `readOnly` mounts are bind-mounted read-only in the
+workers' own mount namespace (`read_only_argv`). Why the worker command must be
+Paddle's launcher, and the rest: docs/inside-workflows.md.
 """
 
 from __future__ import annotations

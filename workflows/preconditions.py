@@ -1,31 +1,10 @@
 """What a cluster must allow before the rendered manifests can run there (pure).
 
-`mlops workflows lint` checks schemas and identities; a cluster can still refuse
-valid, well-authorised manifests. This module reads the documents (and, when given,
-the model repo's config) and reports each precondition a cluster admin has to see
-before applying them:
-
-* **Pod Security Admission**: the level each namespace must enforce for every pod
-  the documents make, with the containers the programs that turn them into pods add
-  (Argo's `init`/`wait` argoexec, whose securityContext is the controller ConfigMap's
-  `executor.securityContext`, `workflow/controller/workflowpod.go` newExecContainer,
-  v3.7.9; paddle-operator's `coord-paddle` init container with no securityContext,
-  `controllers/paddlejob_helper.go` genCoordinateInitContainer, v0.3.5). The checks
-  are those of kubernetes/pod-security-admission `policy/check_*.go` that a pod
-  spec can fail (baseline: host namespaces, privileged, capabilities beyond the
-  default set, hostPath, host ports, AppArmor and seccomp `Unconfined`, SELinux
-  types, procMount, unsafe sysctls; restricted, in addition: volume types, no
-  privilege escalation, runAsNonRoot, a non-zero runAsUser, a RuntimeDefault or
-  Localhost seccomp profile, `drop: [ALL]` and no capability but NET_BIND_SERVICE).
-* **Resource requests**: every container's CPU and memory requests and limits (a
-  namespace with a compute ResourceQuota and no LimitRange refuses a pod without).
-* **Images**: every image by name, where it is pulled from, and which names are
-  mutable tags (a rebuilt tag with `IfNotPresent` never reaches a node that has it).
-* **Data pins** (with the model repo): each lock `data:` names must be in the repo,
-  or prepare-data fails on every run.
-
-Owner references (`workflows/finalizers`, OwnerReferencesPermissionEnforcement) are
-checked with the identities (`workflows.identity`).
+From the documents (and the model repo's config, when given): the Pod Security
+Admission level each namespace must enforce, counting the containers Argo and
+paddle-operator add; every container's resource requests and limits; every image and
+which are mutable tags; the data pins the repo must hold. Owner references are checked
+with the identities (`workflows.identity`). Why each matters: docs/inside-workflows.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """Served detections kept by what decides them, so an unchanged export is not run again.
 
-Every push compares the candidate with production on the same val and holdout
-images (`workflows.comparison`). Production rarely changes between pushes and
-neither do those images, yet its export used to run through the serving stack
-at every push (a predictor made, every image decoded and inferred: about a
-third of the evaluate step's CPU). The detections depend only on
-
-* the export's files as the server reads them (program, weights,
-  `infer_cfg.yml`; not `model.yaml`, the record the pipeline keeps adding to, nor
-  `datalock.json`, the data lineage evaluate puts beside it after the comparison,
-  nor a valid `fault:` drill in `infer_cfg.yml`: the model server applies it to
-  HTTP requests (`serving.dataplane`), never to these detections, so the drill
-  pushes that re-export production's weights with a delay or an error rate find
-  production's detections instead of running a predictor: ~2.5 CPU-s a push),
-* the images: the ground truth's image list and categories, and each file's bytes,
-* how they are run: `workflows.served.BATCH`, the serving code (`serving/*.py`,
-  `workflows/served.py`) and the Paddle release,
-
-so a digest of these names an entry, `<root>/served/<key>.json`, holding the
-COCO results list exactly as `json.dumps` wrote it (floats read back are the
-same floats: the run's files stay byte-identical). Both models' detections are
-stored, so the first push after a promotion finds its production's: they are
-that candidate's from its own run.
-
-The root is the data cache (`$MLOPS_DATA_CACHE`): the local runner hands it to
-every step and keeps it between runs; in a cluster evaluate mounts the data
-cache's claim where prepare-data does (a repo with pins and `data_cache_claim`
-in the settings), and without it runs both exports every time. Entries are written
-atomically (concurrent runs write the same bytes under the same key); a hit
-marks its entry used, and past `MAX_ENTRIES` (an entry is a few hundred kB)
-the least recently used go.
+An entry, `<root>/served/<key>.json`, holds an export's COCO results on an image set,
+keyed by a digest of what decides them: the export's files as the server reads them,
+the images, and how they are run (the batch, the serving code, the Paddle release). The
+root is the data cache (`$MLOPS_DATA_CACHE`); writes are atomic and past `MAX_ENTRIES`
+the least recently used go. Why: docs/inside-workflows.md.
 """
 
 import hashlib

@@ -124,7 +124,7 @@ class PipelineSettings(BaseModel):
     # git servers of the model repos. The GitOps repo's server is added from the push
     # template's binding, and GitHub's for `model_forge: github`. The credential helper
     # answers no other server, and git in those steps speaks only these schemes
-    # (`workflows.binding.git_scope`; issue 41, finding 1). A private model repo on
+    # (`workflows.binding.git_scope`). A private model repo on
     # Gitea or GitLab needs its server here.
     git_hosts: list[Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?$")]] = \
         Field(default_factory=list)

@@ -33,7 +33,7 @@ def pinned_lock(loaded: LoadedConfig, out: str | pathlib.Path) -> pathlib.Path |
     """The prepared lock of a repo with pins (None without `data:`), verified again.
 
     StepError if prepare-data left none. The training job ran the pushed repo's code
-    after prepare-data, on the same workspace (issue 41, finding 5: it replaced the val
+    after prepare-data, on the same workspace (it replaced the val
     annotations and the lock beside them, and a failing candidate passed the gate). So
     the prepared lock must be the lock of the repo's own pins (read from the checkout,
     which the training pods mount read-only), and the files evaluation reads (the val

@@ -60,7 +60,7 @@ def render_child(args: argparse.Namespace) -> dict[str, Any]:
     """The commit's pipeline Workflow (schema-checked); ConfigError names what is wrong.
 
     The commit's `mlops.yaml` is held to the push template's binding first: its model
-    name and GitOps repo (where the git token goes) are the platform's (issue 41)."""
+    name and GitOps repo (where the git token goes) are the platform's."""
     loaded = bind(load_config(args.repo), parse_binding(args.platform))
     try:
         settings = PipelineSettings.model_validate_json(args.settings)

@@ -25,7 +25,7 @@ def check_artifact(output_dir: pathlib.Path, predictions: str,
     """The training output must hold a loadable export and detections, and its record
     must name `model` (the repo's, bound by the platform): the pushed code writes
     `model.yaml`, and its `name` chose where publish and propose put the candidate
-    (issue 41, finding 10: `name: b` published under `b/` and proposed `apps/b/`)."""
+    (`name: b` published under `b/` and proposed `apps/b/`)."""
     model_dir = output_dir / "model"
     missing = missing_files(model_dir)
     if not (output_dir / predictions).is_file():
