@@ -3,9 +3,9 @@
 A pusher writes class names, dataset names, PR bodies and reasons that later reach
 a reviewer's terminal (`mlops pr show`, `mlops data diff`) or a commit trailer the
 controller writes. Raw, an ESC starts a terminal escape sequence (a cursor move that
-rewrites the lines above, an OSC 52 clipboard write: issue 41, finding 17), a CR
+rewrites the lines above, an OSC 52 clipboard write), a CR
 overwrites the line it is on, and a control character in a commit trailer makes git
-refuse the commit every tick (finding 9). The characters are not removed but shown
+refuse the commit every tick. The characters are not removed but shown
 escaped (`\\x1b`, `\\u202e`), so a reader sees that something was there.
 
 Escaped: every Unicode control character (category Cc: C0, DEL, C1), the line and

@@ -1,40 +1,11 @@
 """The dataset lock file: its typed shape, its digest, and the one place it is read and written.
 
-Stored format (JSON, `format: 1`), one image per line so a week's change reviews as a
-short git diff::
-
-    {
-      "format": 1,
-      "kind": "DataLock",
-      "name": "shapes-2026w48",
-      "source": "s3://bucket/shapes",
-      "digest": "sha256:…",
-      "splits": {
-        "train": {
-          "annotations": {"path": "annotations/train.json", "size": 5120, "sha256": "…"},
-          "classes": {"circle": 41, "square": 38},
-          "images": [
-            {"path": "images/train/0000.png", "size": 812, "sha256": "…"},
-            …
-          ]
-        }
-      }
-    }
-
-A dataset read from another layout than this one (`datapins.layouts`: COCO 2017's own,
-a PaddleDetection dataset YAML) says so in `layout` (`coco2017`, `ppdet-coco`,
-`ppdet-voc`), and each split says how to read it: `image_root`, the folder its
-annotations' file names are relative to (default `images`), `format` (`coco`, or `voc`:
-the annotation file is PaddleDetection's list of `image xml` lines) and `files`, the
-other files its annotations are read from (VOC's XML files and label list). Those keys
-are written only when they differ from the defaults, so a lock of this layout reads as it
-always did and keeps its digest.
-
-`digest` is the sha256 of the canonical serialisation (sorted keys, no whitespace) of
-`splits` alone, each split without the keys at their defaults: the same bytes under
-the same paths give the same digest wherever they are stored, so moving a dataset from
-a NAS to S3 (a new `source`) or renaming the pin does not change it. JSON rather than
-YAML: PyYAML takes seconds per 100k entries, and orjson reads them in milliseconds.
+JSON (`format: 1`), one image per line so a change reviews as a short git diff:
+`name`, `source`, `digest` and per split the annotation file, the class counts and every
+image's path, size and sha256; a dataset of another layout (`datapins.layouts`) says so
+in `layout` and per split `image_root`, `format` and `files`, written only when not the
+default. `digest` hashes the canonical JSON of `splits` alone, so moving or renaming a
+dataset keeps it. The format and why JSON: docs/guides/data-pins.md.
 """
 
 from __future__ import annotations
@@ -129,7 +100,7 @@ class DataLock(pydantic.BaseModel):
     @classmethod
     def _printable_name(cls, value: str) -> str:
         # The name is shown to reviewers (the PR body, `mlops data diff`, the UI) and is
-        # written by whoever pushed the lock: one line of printable text (issue 41, #17).
+        # written by whoever pushed the lock: one line of printable text.
         if printable(value, lines=False) != value:
             raise ValueError(f"{printable(value, lines=False)!r}: one line of printable text "
                              "only (no control or bidi characters)")

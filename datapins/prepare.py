@@ -176,7 +176,7 @@ def verify_placed(lock: DataLock, dest: pathlib.Path, splits: Sequence[str],
 
     A workspace is checked once, when `prepare` places it; whatever runs after it on the
     same volume (the training job runs the pushed repo's own code) could replace a file
-    (issue 41, finding 5: the val annotations were rewritten and a failing candidate
+    (the val annotations were rewritten and a failing candidate
     passed the gate). So a reader that judges with the data (evaluation) checks again
     what it reads. Files are hashed as they are now, through symlinks; extra files are
     not looked at (nothing reads a file the lock does not name). A VOC split's COCO file

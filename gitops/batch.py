@@ -3,7 +3,7 @@
 `WriteBack.commit` is one change, one commit, one push. A controller that
 steers a fleet decides for many models in one pass; pushing each decision on
 its own costs a fetch, a checkout and a push per model, one after the other,
-and the last model's decision waits for all of them (issue 31: at 100 models
+and the last model's decision waits for all of them (at 100 models
 and 20 canaries that is most of a pass). `commit_batch` keeps *one decision,
 one commit* -- each change is its own commit with its own message and
 trailers -- and pushes them together:
@@ -62,8 +62,7 @@ def _apply(writer: WriteBack, git: Git, tip: str,
     for item in items:
         # The change AND its commit are the item's: a message git refuses (a control
         # character in a trailer) is that item's error like a change that raises; it
-        # once escaped this loop and lost every other model's decision of the pass
-        # (issue 41, finding 9).
+        # once escaped this loop and lost every other model's decision of the pass.
         try:
             out.append(_commit_one(writer, git, item))
         except Exception as exc:  # this item's fault only: undo its edits, go on
@@ -78,7 +77,7 @@ def _commit_one(writer: WriteBack, git: Git, item: BatchItem) -> BatchResult:
     item.change(git.cwd)
     git.run("add", "-A")
     # Commit first, ask after: a change almost always stages something, and
-    # each git process is a share of a busy pass (issue 31). A refused commit
+    # each git process is a share of a busy pass. A refused commit
     # with nothing staged is `unchanged`; with something staged, an error.
     refused = writer._commit_staged(git, item.message, check=False)
     if refused is None:

@@ -37,7 +37,7 @@ _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 # request's `protocol=` and `host=` (host[:port]) lines on the helper's stdin
 # (gitcredentials(7), "Custom helpers"; git-credential(1), "INPUT/OUTPUT FORMAT"). It
 # once answered any host, and a pushed mlops.yaml that named its own GitOps URL
-# received the token (issue 41, finding 1). Public: the pipeline's checkout pod gives
+# received the token. Public: the pipeline's checkout pod gives
 # the same helper to plain `git` through GIT_CONFIG_COUNT/KEY/VALUE env (see
 # `credential_config_env`).
 CREDENTIAL_HELPER = (
@@ -276,7 +276,7 @@ def line_problem(text: str) -> str | None:
     CR inside a trailer line, but a reader that splits lines as Python's
     `str.splitlines` does (CR, VT, FF, FS, GS, RS, NEL, U+2028/9) sees a second
     trailer there, so `by = "eve\\rMlops-Decision: rollback/controller"` forged
-    a controller decision (issue 26, finding 3).
+    a controller decision.
     """
     bad = next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
     if bad is None:

@@ -381,7 +381,7 @@ def write_model(
     folder = root / APPS / model
     # The folder is parsed once: what the kustomization needs afterwards (the
     # versions, the kept entries) follows from it and the plan. Parsing it again
-    # after the write was a third of each controller commit (issue 31).
+    # after the write was a third of each controller commit.
     before = read_model(root, model) if folder.is_dir() else None
     config = load_config(root)
     versions = set(before.deployments) if before is not None else set()

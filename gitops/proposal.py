@@ -1,32 +1,10 @@
 """Propose a model version: a branch with its manifests plus a PR, idempotently.
 
-``propose(repo, model, branch, files, title, body, forge)`` is what the
-promotion room calls with the candidate's Deployment, the VirtualService at
-its first canary step, ``promotion.yaml`` and the Markdown evaluation report.
-
-Looking first and adopting what exists (principles §12):
-
-* the PR for ``branch`` is already merged -> ``merged``, nothing written;
-  unless the caller says the version no longer serves (``reopen_merged``: it
-  was rolled back, or replaced and then rolled back to an older one): then the
-  version is proposed afresh on :func:`next_branch`, ``<branch>-2`` (``-3``
-  after that one is merged too...), with a new PR. A numbered suffix rather
-  than a timestamp keeps proposing idempotent (principles §12): a retried
-  pipeline step finds the same ``-2`` branch and its open PR instead of
-  opening another; and every forge keys PRs by head branch (the local
-  record's ``branch``, GitHub's ``head``, GitLab's ``source_branch``, Gitea's
-  head ref), so a fresh branch is what gives a fresh PR everywhere;
-* the branch carries a commit whose author is not our bot (a human pushed to
-  it) -> ``human-edited``: we do not write to that branch again, and say so
-  (the PR is opened if none is open, which changes no commit);
-* otherwise the files are committed on the branch (created from ``base``) --
-  a second identical call makes no commit -- and the one PR is opened, or its
-  title/body refreshed: ``opened`` / ``updated`` / ``unchanged``.
-
-The evaluated digest travels in the PR body as an invisible HTML comment
-(``<!-- mlops:proposal {...} -->``): the same on every forge, visible to
-approval (:mod:`gitops.approval`), which refuses a merge whose Deployment
-carries another ``mlops.paddle.org/weights-sha256``.
+``propose(repo, model, branch, files, title, body, forge)`` looks first and adopts what
+exists (principles §12): ``merged`` (or, for a version that no longer serves, a fresh
+numbered branch from :func:`next_branch`), ``human-edited`` (never written again), else
+``opened`` / ``updated`` / ``unchanged``. The evaluated digest travels in the PR body as
+an HTML comment that approval (:mod:`gitops.approval`) checks. Why: docs/guides/gitops.md.
 """
 
 from __future__ import annotations

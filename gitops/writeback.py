@@ -7,27 +7,10 @@ One call = one decision = one commit::
                                                trailers=[("Mlops-Decision", "step")]))
     result.status  # "committed" or "unchanged"
 
-``change(root)`` edits files in a clean checkout of the branch (through the
-manifest builders and :mod:`gitops.layout`, never by patching YAML text).
-What happens then, and why:
-
-* nothing staged -> ``unchanged``, no commit: writing the same desired state
-  twice is a no-op (idempotent steps, principles §12);
-* push ``HEAD:refs/heads/<branch>`` -- never ``--force``, never a ``+`` refspec;
-  there is no code path that can rewrite the remote (principles §11);
-* the push is rejected because the remote moved (``fetch first`` /
-  ``non-fast-forward``) -> wait (bounded back-off, injectable ``sleep``), fetch,
-  **rebase our one unpublished commit** onto the new tip (that is the
-  "re-apply": a line-level three-way merge of our change onto theirs), push
-  again. The other writer's commit stays exactly as it is, history is linear;
-* the rebase conflicts (they changed the lines we change) -> abort, raise
-  :class:`ConflictError` naming the files; the remote is untouched;
-* anything else (a hook declines, auth fails) -> :class:`GitError` at once.
-
-Writers are serialised per (repository, branch) inside one process by a lock,
-and across processes sharing a ``workdir`` by ``flock`` on the clone. Each
-(repository, branch) has its own work clone, so branches never share a checkout.
-With ``workdir=None`` every call clones into a fresh temporary directory.
+Nothing staged is ``unchanged`` (principles §12); the push never forces (principles
+§11); a remote that moved is fetched and our one commit rebased onto it, a conflict is
+:class:`ConflictError` naming the files, anything else :class:`GitError`. Writers are
+serialised per repository and branch. Why: docs/guides/gitops.md.
 """
 
 from __future__ import annotations

@@ -76,8 +76,8 @@ def load_split(data_dir: str | pathlib.Path, split: str,
 class SplitImages:
     """A split's images as `load_split`'s array, decoded all together when first used (an
     image, a batch, ``shape``): a run that trains no step (``--epochs 0``: production's
-    weights re-exported with a drill's flags) opens none of them (the example's 1,600
-    cost a rank ~0.9 CPU-s), and a run that trains decodes them before its first step,
+    weights re-exported with a drill's flags) opens none of them (decoding the example's
+    1,600 was most of such a run's start), and a run that trains decodes them before its first step,
     as it did before. (Decoding each image when a batch first takes it made the other
     ranks of a 2-worker job wait in the gradient all-reduce, and cost more than it saved.)
     """

@@ -46,7 +46,7 @@ WEEK_MARKER = "WEEK.json"
 #: PIL save options for the generators' PNGs: zlib's run-length strategy after PIL's
 #: per-row filter. On the examples' noisy images it encodes in 60 % of the CPU of zlib's
 #: default (level 6, Z_FILTERED) and 77 % of level 1's, and the files come out no
-#: bigger (measured 2026-11-27: 31.6 kB against 31.8 kB and 33.3 kB a shapes image).
+#: bigger (about 32 kB a shapes image either way).
 #: Lossless like every PNG: the pixels do not depend on it, only the files' bytes.
 #: (PIL passes `compress_type` to deflateInit2 as the strategy: PngImagePlugin's
 #: `_apply_encoderinfo`, libImaging/ZipEncode.c.)

@@ -1,4 +1,4 @@
-"""GitHub pull requests over the REST API (v3, ``2022-11-28``).
+"""GitHub pull requests over the REST API (v3, its version header pinned in ``_headers``).
 
 Token from ``GITHUB_TOKEN`` (or ``GH_TOKEN``); ``api_url`` is
 ``https://api.github.com`` or ``https://HOST/api/v3`` for GitHub Enterprise.

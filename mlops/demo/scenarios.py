@@ -96,29 +96,10 @@ class Example:
         side by side, and the gate finds the candidate worse beyond noise on those two
         classes and names them. None for an example whose generator has no such week.
 
-        Measured on 2026-11-26 (shapes, 1-process runs of train.py outside the pipeline):
-        the week-2 model fine-tuned 2 epochs (lr 0.001) on week 3 lost AP@0.5 on the
-        200-image holdout for circle -0.046 [-0.065, -0.022] and square -0.055 [-0.078,
-        -0.030] (Bonferroni intervals), mAP@0.5 -0.031 [-0.037, -0.022]; with half the new
-        labels swapped the circle interval only just cleared 0 (-0.019 [-0.037, -0.001]),
-        and with none swapped the same fine-tune was better (+0.009 [+0.004, +0.015]), so
-        what stops it is the labels, not the fine-tune. Through the demo's pipeline (two
-        workers), with the good version in production, the holdout gave circle -0.046
-        [-0.066, -0.023] and square -0.051 [-0.076, -0.029]; with the first version in
-        production (`--scenario bad-labels` alone) circle -0.036 and square -0.053, both
-        intervals below 0. With the first version's recipe of 7 epochs at lr 8e-3 (the demo,
-        2026-11-26 20:35): val circle -0.038 [-0.063, -0.018], square -0.053 [-0.080, -0.024];
-        holdout circle -0.025 [-0.045, -0.010], square -0.036 [-0.063, -0.011].
-        Since the evening of 2026-11-26 both fine-tunes are 1 epoch at lr 2e-3 (56 steps
-        instead of 112: half the demo's fine-tuning CPU), measured with 2-worker train.py
-        runs compared as the evaluate step compares: good against the first version, val
-        +0.0066 [+0.0004, +0.0148], holdout +0.0099 [+0.0014, +0.0176] (2 epochs at 1e-3:
-        +0.0106 [+0.0009, +0.0168], +0.0129); bad-labels against that good version, val
-        circle -0.044 [-0.069, -0.019], square -0.079 [-0.115, -0.052], holdout circle
-        -0.049 [-0.073, -0.031], square -0.052 [-0.079, -0.029] (2 epochs at 1e-3: val
-        -0.038 and -0.053). A weaker first version (6 epochs at 1.2e-2, mAP@0.5 0.911) left
-        the 1-epoch good push only within noise on val (+0.0076 [-0.0011, +0.0157]), so the
-        first version's recipe stays.
+        The recipe (a 1-epoch fine-tune at lr 2e-3) was chosen by comparing fine-tunes with
+        and without the swapped labels as the evaluate step compares them: the swapped
+        classes come out worse beyond noise on val and the holdout, while the same fine-tune
+        on clean labels is better (the intervals are in this docstring's commit body).
         """
         if not self.bad_labels:
             return None
@@ -152,8 +133,7 @@ class Example:
 
 EXAMPLES = {e.name: e for e in (
     # The fine-tune: benchmarks/warm_start.py (docs/guides/evaluation.md, "Warm start"); one
-    # epoch at lr 2e-3 since the evening of 2026-11-26 (bad_labels_scenario's docstring has
-    # the numbers).
+    # epoch at lr 2e-3 (bad_labels_scenario's docstring says why).
     Example("shapes-detector", 7, "no-scale", "with pixels not divided by 255",
             {"epochs": 1, "lr": 0.002},
             generator="shapes_data.py", week2="250 new images, more triangles; 50 retired",

@@ -101,7 +101,7 @@ class Demo:
         # set, Python reads no __pycache__ outside it, and under PYTHONDONTWRITEBYTECODE (set in
         # many CI and container environments) nothing was ever cached there, so every training
         # rank, launcher, server and command compiled paddle and the rest from source again
-        # (`import paddle` 4-4.8 CPU-s instead of 1.0-1.4, measured 2026-11-27).
+        # (`import paddle` cost about four times as much).
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.update({
             "TMPDIR": str(self.work / "tmp"),

@@ -1,33 +1,11 @@
 """Build every image we ship, with podman, from the Dockerfiles a cluster user builds.
 
-The images (:data:`IMAGES`): the project's tool images from `./Dockerfile`,
-one per `EXTRA` (train, serve, controller+ui); the training base image from the
-same Dockerfile (`--target training-base`, the kit and PaddlePaddle), tagged
-also with the name the resource templates give it (:data:`TRAINING_BASE`), as a
-platform publishes it; and each example model repo's training image from its own
-`Dockerfile`, unchanged, FROM that base (build argument `BASE_IMAGE`, as the
-pipeline's build-image step passes it). The `python:3.11-slim` the project's
-Dockerfile names is made locally first (`mlops.images.base`).
-
-Behind a TLS-intercepting proxy (common in companies, and the case on the
-machines this was written on) pip in a `RUN` step needs the host's CA bundle.
-It is mounted, read-only, into each `RUN` over the image's own bundle, with
-a pip.conf of our own whose `cert =` points at it (`podman build --volume`;
-pip from PyPI reads certifi's bundle, not the system's): neither file's
-content ever lands in a layer (buildah 1.28 leaves an empty `/etc/pip.conf`,
-the mount point, in the first `RUN`'s layer). The pip.conf is written clean
-(only `cert`), not copied from the host: a host's pip config may name local
-wheel dirs and constraint files that mean nothing inside an image and would
-make the build depend on this machine. That is this network's need, not an
-input of the image: a model repo's build gets nothing else (no index, no
-wheel), exactly as in a cluster.
-
-Each image carries the digest of its inputs (`mlops.images.context`: the
-Dockerfile, build arguments, the base image's ID, the context's files as its
-`.dockerignore` leaves them); an image whose label matches is not built again
-(a `podman build` saved, which takes seconds even with every layer cached). Otherwise layers
-are cached in the store (`--layers`), so a source change rebuilds only the
-layers after the source `COPY`.
+The images (:data:`IMAGES`): the tool images of `./Dockerfile`, one per extra; the
+training base image (`--target training-base`, also tagged :data:`TRAINING_BASE`); each
+example model repo's own `Dockerfile` FROM that base (`BASE_IMAGE`). The host's CA
+bundle is mounted into each `RUN` for pip behind a TLS-intercepting proxy, never into a
+layer; an image whose input digest (`mlops.images.context`) matches its label is not
+built again. Why: docs/guides/images.md.
 """
 
 from __future__ import annotations

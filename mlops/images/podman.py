@@ -1,30 +1,10 @@
 """Podman with a store of our own: every call sees the same settings and the same storage.
 
-Images built for the local stand-in of a cluster live in one directory,
-`$MLOPS_CONTAINERS_DIR` (default `~/.cache/paddle-mlops/containers`), never in
-the repo and never in the machine's shared `/var/lib/containers`:
-
-    storage/         graphroot (overlay layers, images, containers)
-    tmp/             TMPDIR of podman and mmdebstrap (build contexts, tars)
-    base/            the Debian rootfs tar the base image is imported from
-    containers.conf, storage.conf   written once, the same for every call
-    events.log       podman's event log (file logger: no journald here)
-
-Why these settings (measured on the 2-core Debian hosts this runs on,
-`podman` 4.3): hard rlimits cannot be raised there, so podman's default
-ulimits fail a run with `setrlimit RLIMIT_NOFILE`; crun refuses the hybrid
-cgroup layout (runc with cgroupfs works); and a store first opened with
-other settings makes every later `podman run` wait 20 s on conmon's
-clean-up, hence one `storage.conf` pointed at by every call
-(`CONTAINERS_STORAGE_CONF`, `CONTAINERS_CONF`). The runroot and podman's
-tmp_dir (locks, container state: what a reboot must forget) are under
-`/run` (`$XDG_RUNTIME_DIR` for a user), in a directory named after the
-store, not in it: the clean-up command conmon runs when a container exits
-refuses a `--runroot` longer than 50 characters ("the specified runroot is
-longer than 50 characters", exit 125), and every `podman run` then waits
-20 s for a clean-up that never comes (measured: 20.4 s instead of 0.4 s).
-No registry is reachable: every image is local and every call passes
-`--pull=never`.
+Images built for the local stand-in of a cluster live in `$MLOPS_CONTAINERS_DIR`
+(default `~/.cache/paddle-mlops/containers`): `storage/` (the graphroot), `tmp/`,
+`base/` (the Debian rootfs tar), `containers.conf` and `storage.conf` written once and
+named by every call, `events.log`. The runroot lives under `/run`; every call passes
+`--pull=never`. Why these settings: docs/guides/images.md.
 """
 
 from __future__ import annotations

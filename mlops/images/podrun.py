@@ -1,40 +1,11 @@
 """A rendered pod's container as a `podman run` command line (pure: nothing runs).
 
-The kubelet starts container `c` of a pod spec with, among the rest, what
-this module translates; the image tier (`tests/images/test_images.py`) and
-`mlops.images.runner` run the result for real:
-
-* `command` / `args` -> `--entrypoint` (the JSON form, so no shell splits it)
-  and the arguments after the image; with `args` only, the image's own
-  entrypoint is kept, as Kubernetes does. `$(VAR)` references are expanded
-  from the container's env, unknown ones left as written (the kubelet's
-  rule);
-* `env` (`value`; `valueFrom` only from the `secrets` the caller passes, a
-  missing one is an error as a missing Secret keeps a pod from starting),
-  `workingDir` -> `--env`, `--workdir`;
-* the security context, the container's over the pod's: `runAsUser` and
-  `runAsGroup` -> `--user`, `fsGroup` -> `--group-add` (the kubelet adds it
-  to the supplementary groups; the runner gives writable claim dirs to that
-  group as the kubelet does), `runAsNonRoot` with user 0 -> an error (the
-  kubelet refuses such a pod), `readOnlyRootFilesystem` -> `--read-only`
-  without podman's extra tmpfs mounts (`--read-only-tmpfs=false`: a path
-  the pod did not mount stays read-only, as in the cluster),
-  `allowPrivilegeEscalation: false` -> `no-new-privileges`, `capabilities`
-  -> `--cap-drop` / `--cap-add`, `seccompProfile` RuntimeDefault (podman's
-  default profile) or Unconfined;
-* volumes: an `emptyDir` -> a tmpfs (`sizeLimit` as its size; both media
-  are memory here, the container is gone after the run anyway); a
-  `persistentVolumeClaim` -> a bind mount of the directory the caller maps
-  the claim to, read-only when the volume or the mount says so, `subPath`
-  honoured. Any other volume type is an error naming it;
-* ports: nothing to translate on `--network=host` (the pod's port is the
-  host's: the caller renders the manifest with a free port); on another
-  network, `--publish 127.0.0.1:HOST:CONTAINER` for the ports the caller
-  maps.
-
-Resources (limits) are not applied: the tier measures nothing, and on a
-shared 2-core machine a CPU quota only slows the run down. Errors name the
-source and the field (:class:`PodRunError`).
+What the kubelet does with container `c` of a pod spec, translated: command and args
+(`$(VAR)` expanded by the kubelet's rule), env and Secrets the caller passes, the
+security context, `emptyDir` and claim volumes, ports; resource limits are not applied.
+The image tier (`tests/images/test_images.py`) and `mlops.images.runner` run the result
+for real. Errors name the source and the field (:class:`PodRunError`). Each translation:
+docs/guides/images.md.
 """
 
 from __future__ import annotations

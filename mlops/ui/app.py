@@ -11,15 +11,15 @@ else by the UI listening on loopback where only the proxy beside it can reach
 it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). With a
 token (`--token`, shared by whoever holds it) the person is the token's identity,
 the `--by` the UI was started with: a request cannot name someone else (`by` naming
-another person is a 403), so a merge is never authored as whoever the request says
-(issue 41, finding 15). Only on a UI with neither (loopback, one machine) does the
+another person is a 403), so a merge is never authored as whoever the request says.
+Only on a UI with neither (loopback, one machine) does the
 page's "as" field name the person. The
 name a request signs with must be one line of printable text: it becomes a commit
 trailer (`gitops.git.line_problem`).
 A refusal is `{"error": "<the CLI's one-line message>"}` with a 4xx; anything
 unexpected is logged here and answered with one line, never a traceback. Nothing the
 UI answers or prints carries a URL's credentials (`gitops.git.redact`: `/api/info`,
-every error, the start-up line; issue 41, finding 16), and every answer carries the
+every error, the start-up line), and every answer carries the
 headers of `mlops.ui.guard` (a strict Content-Security-Policy).
 """
 

@@ -6,10 +6,10 @@
   script, no inline handler, no `javascript:` URL, no eval) and parse markup only
   through its one Trusted Types policy (`static/html.js`), plus `nosniff`, no framing
   and no referrer. A string from the server -- a Prometheus error, a panel title, a PR
-  body -- that slipped past the escaping would still not run (issue 41, finding 3).
+  body -- that slipped past the escaping would still not run.
 * :class:`StreamSlots` -- how many event streams may be open: per server and per client.
   A stream costs a connection and a build each tick; without a cap 400 of them slowed
-  `/api/info` from milliseconds to seconds (issue 41, finding 14). Beyond the cap a
+  `/api/info` from milliseconds to seconds. Beyond the cap a
   request is refused (503 for the server, 429 for one client, with `Retry-After`) and
   the page polls instead.
 """

@@ -1,30 +1,11 @@
 """`mlops ui manifests`: the UI as a Deployment + Service in a cluster.
 
-Read-only unless `actions` is set; then every action needs the token from a
-Secret (`token_secret`) or the person an auth proxy signed in (`proxy_user`).
-
-Credentials come from Secrets as environment variables, never as arguments:
-
-* the GitOps repo's token as `MLOPS_GIT_TOKEN`, read-only UI included (it must
-  read a private GitOps repo too): the controller's own env entry,
-  :func:`promotion.cluster.deploy.git_token_env`, from the same Secret by default;
-* with `argo_server`, `ARGO_TOKEN` for the Argo Server, whose default auth mode
-  (`client`) wants a Kubernetes bearer token: by default a ServiceAccount
-  `mlops-ui-argo` with a token Secret and a Role that may only read Workflows
-  and their pods' logs in the Workflows' namespace (argo-server calls the API
-  as that token; the UI pod itself mounts no API token). Its TLS certificate is
-  checked against `argo_ca_configmap` (key `ca.crt`) or, explicitly, not at all
-  (`argo_insecure`).
-
-With `proxy_user` the pod runs oauth2-proxy beside the UI and the UI listens
-on 127.0.0.1 only: the proxy is the only thing that can reach it, so the one
-header the UI reads (`X-Forwarded-User`) was set by the proxy. oauth2-proxy
-sets that header itself (`--pass-user-headers`) and strips a client's copy
-first (`--skip-auth-strip-headers`, both oauth2-proxy 7.x defaults, pinned
-here as flags, which win over its env). A shared-secret header was the other
-choice; oauth2-proxy can send a static header only through its alpha config
-file, and the loopback bind needs no secret to leak. Without a proxy the UI
-binds 0.0.0.0 (ClusterIP: reach it with `kubectl port-forward`).
+Read-only unless `actions` is set; then every action needs the token from a Secret
+(`token_secret`) or the person an auth proxy signed in (`proxy_user`: oauth2-proxy in
+the same pod, the UI on 127.0.0.1 only). Credentials come from Secrets as environment
+variables, never arguments: the GitOps token as `MLOPS_GIT_TOKEN` and, with
+`argo_server`, `ARGO_TOKEN` of a ServiceAccount that may only read Workflows and their
+logs. Why: docs/cluster.md (the web UI's section) and docs/security.md, boundary 6.
 """
 
 from __future__ import annotations
@@ -119,7 +100,7 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
     host = "127.0.0.1" if proxy_user else "0.0.0.0"
     # `--runtime kubernetes`: a policy that names no preset reads with istio's, as the
-    # controller in the cluster reads it (issue 42: the UI read `model`'s).
+    # controller in the cluster reads it (the UI read `model`'s).
     args = ["ui", "--gitops", gitops_url, "--host", host, "--port", str(port),
             "--prometheus", prometheus_url or "", "--runtime", "kubernetes"]
     env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]

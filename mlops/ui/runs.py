@@ -4,7 +4,7 @@
 `run_events.read` gives its steps in order -- started, finished with phase,
 seconds and outputs, and the log each step writes. A log is served only from
 inside a run's output directory. Every run says what the gate made of it
-(:func:`gate_view`): its verdict and reason, or why it has none (issue 44 item 6).
+(:func:`gate_view`): its verdict and reason, or why it has none.
 """
 
 from __future__ import annotations
