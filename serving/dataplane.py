@@ -1,19 +1,10 @@
 """One server process's data plane: its settings and the state the routes share.
 
-`ServerState` holds what every request reads or changes: the loaded
-`ModelService`, readiness (this process's and, with worker processes, every
-worker's shared flag), the in-flight count, the metrics and the fault drill.
-The HTTP handlers (`serving.endpoints`) are methods over it.
-
-* **Readiness.** The HTTP port opens first (live, not ready); the model is
-  loaded, every predictor warmed up and one sample request answered on a
-  background thread (`ServerState.load`), then ready. A version that cannot
-  answer its sample stays live and never ready; the ready routes say why
-  (`not_ready_reason`). On SIGTERM the server reports not-ready at once.
-* **Inline runs.** A light request runs on the event loop itself when
-  nothing else is in flight (`ServerSettings.inline_max_ms`).
-* **Bodies held.** The bytes of request bodies being read or in flight, within
-  one budget (`BodyBudget`, `serving.limits`).
+`ServerState` holds what every request reads or changes: the loaded `ModelService`,
+readiness (with worker processes, every worker's shared flag; a version that cannot
+answer its sample stays live and never ready, `not_ready_reason` says why), the
+in-flight count, the body budget (`BodyBudget`, `serving.limits`), the metrics and the
+fault drill. The HTTP handlers (`serving.endpoints`) are methods over it.
 """
 
 import asyncio

@@ -1,20 +1,11 @@
 """Decode CenterNet-style heads into detections, in numpy.
 
-The model outputs a per-class heatmap [N, C, H, W] with values in (0, 1)
-(or logits, if `heatmap_activation: sigmoid`), a size map [N, 2, H, W]
-(width, height, in grid cells or input pixels) and an offset map
-[N, 2, H, W] (sub-cell dx, dy). A detection is a heatmap cell that is the
-maximum of its `nms_kernel` neighbourhood (the max-pool stands in for NMS),
-among the `top_k` best, above `score_threshold` (`decode:` in infer_cfg.yml).
-
-This is the decoder family the training example documents
-(`examples/shapes-detector/postprocess.py`); the server does not import
-examples (the arrow points the other way), so the parameters come from the
-model's own `infer_cfg.yml` and a test checks both decoders agree.
-
-Detections are returned PaddleDetection-style: `bbox` [M, 6] rows of
-(class id, score, x1, y1, x2, y2) in the caller's image pixels, and
-`bbox_num` [N], the number of rows per image.
+A per-class heatmap [N, C, H, W], a size map and an offset map [N, 2, H, W] become
+detections: heatmap cells that are the maximum of their `nms_kernel` neighbourhood,
+among the `top_k` best, above `score_threshold` (`decode:` in infer_cfg.yml), returned
+PaddleDetection-style (`bbox` [M, 6] rows of class id, score, x1, y1, x2, y2 in the
+caller's pixels, `bbox_num` [N]). The example's decoder family
+(`examples/shapes-detector/postprocess.py`), parameterised by the model's own config.
 """
 
 import numpy as np

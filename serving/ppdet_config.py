@@ -1,28 +1,12 @@
 """PaddleDetection's `infer_cfg.yml`, typed.
 
-PaddleDetection's `tools/export_model.py` writes it next to the export
-(`ppdet/engine/export_utils.py` `_dump_infer_config`, release/2.7), and its
-own deploy code reads it (`deploy/python/infer.py` `PredictConfig`)::
-
-    mode: paddle
-    draw_threshold: 0.5
-    metric: COCO
-    use_dynamic_shape: false
-    arch: YOLO
-    min_subgraph_size: 3
-    Preprocess:
-    - {type: Resize, interp: 2, keep_ratio: false, target_size: [608, 608]}
-    - {type: NormalizeImage, is_scale: true, mean: [...], std: [...], norm_type: mean_std}
-    - {type: Permute}
-    - {type: PadStride, stride: 32}
-    label_list: [person, bicycle, ...]
-
-`serving.modeldir` recognises this shape by its `Preprocess:` or `arch:` key.
-The ops the server implements (`serving.ppdet`) are the four above, the ones a
-detector's export lists; any other op is refused when the model loads, naming
-it, rather than served with a different preprocessing than training used.
-Keys the server has no use for (TensorRT's `min_subgraph_size`, `NMS`,
-`tracker`, ...) are accepted and ignored, as `PredictConfig` does.
+The file PaddleDetection's `tools/export_model.py` writes next to an export
+(`ppdet/engine/export_utils.py` `_dump_infer_config`, release/2.7) and its deploy code
+reads (`deploy/python/infer.py` `PredictConfig`): `draw_threshold`, `arch`, the
+`Preprocess:` ops (`Resize`, `NormalizeImage`, `Permute`, `PadStride`) and `label_list`.
+`serving.modeldir` recognises it by its `Preprocess:` or `arch:` key; an op the server
+does not implement (`serving.ppdet`) is refused at load, naming it; keys it has no use
+for are ignored, as `PredictConfig` does. Why: docs/inside-serving.md.
 """
 
 from typing import Annotated, Any, Literal, Union

@@ -1,19 +1,11 @@
 """Open Inference Protocol v2 (KServe/Triton) request and response bodies.
 
-Pure functions over bytes and numpy arrays, shared by the server, the
-client and the benchmark, so "parse the same body" means the same code.
-
-Parsing goes through simdjson and orjson on the raw body
-(`serving.json_numbers`): the standard `json` module (or a pydantic body
-model) spends ~20 ms on a 128x128x3 float list here, more than the inference
-itself. The binary tensor extension (header
-`Inference-Header-Content-Length`, tensors appended raw after the JSON) is
-supported in both directions; it is what `tritonclient` sends by default and
-it skips number parsing entirely.
-
-BYTES tensors carry encoded images. In JSON their elements are base64
-strings (JSON cannot hold raw bytes); with the binary extension they are
-length-prefixed raw bytes (4-byte little-endian length, then the bytes).
+Pure functions over bytes and numpy arrays, shared by the server, the client and the
+benchmark, so "parse the same body" means the same code. JSON bodies are parsed with
+simdjson and orjson (`serving.json_numbers`); the binary tensor extension
+(`Inference-Header-Content-Length`) is supported both ways. BYTES tensors carry encoded
+images: base64 strings in JSON, length-prefixed raw bytes (4-byte little-endian) in the
+binary form. Why not `json`: docs/inside-serving.md.
 """
 
 import base64

@@ -1,23 +1,11 @@
 """Model-quality signals of one answer: what the detector said about one image.
 
-HTTP metrics cannot tell a good model from one that answers 200, fast and
-wrong (training/serving skew: wrong normalisation, BGR for RGB, a label map
-off by one). These signals describe the answers themselves, per image, so a
-canary can compare their distributions with production's:
-
-* how many of the detections the client received score at least the model's
-  `draw_threshold` (`infer_cfg.yml`, PaddleDetection's name for it; 0.5 by
-  default): the ones a user would draw. A decoder that keeps every peak above
-  0.02 returns ~40 rows per image whatever the model sees, so the raw row
-  count says nothing; the confident count drops when the model goes blind;
-* the best detection's score (0.0 for an image without any);
-* the confident detections per class, on a bounded label set: the model's
-  own class names (`infer_cfg.yml` `labels:`) plus `OTHER` for anything else;
-* for encoded images, what came in: the mean brightness (0..1, before the
-  model's normalisation) and the decoded size in pixels.
-
-The functions here are pure numpy on arrays the request already holds; the
-server turns the records into metrics (`ServerMetrics.observe_answer`).
+Per image: the detections scoring at least the model's `draw_threshold` (the ones a
+user would draw), the best score, the confident detections per class on a bounded label
+set (the model's `labels:` plus `OTHER`), and for encoded images the input's mean
+brightness and size. Pure numpy on arrays the request already holds; the server turns
+the records into metrics (`ServerMetrics.observe_answer`). Why these:
+docs/inside-serving.md, "Metrics".
 """
 
 import collections

@@ -1,24 +1,11 @@
 """The model server: OIP v2 over HTTP (Starlette + uvicorn) around `ModelService`.
 
-One server process is its data plane (`dataplane.py`: settings, the loaded
-model, readiness, in-flight count, metrics), the handlers over it
-(`endpoints.py`, one method per route: admission control, body limit, work
-off the event loop), the fault drill a model declares (`fault.py`) and, with
-`workers` > 1, a supervisor of worker processes on one port
-(`supervisor.py`). This module puts them together and runs them under
-uvicorn:
-
-* **Startup.** The HTTP port opens first (live, not ready); the model loads
-  on a background thread (`ServerState.load`) and the server is ready once
-  it answered a sample request.
-* **Shutdown.** On SIGTERM the server reports not-ready at once, stops
-  accepting, lets in-flight requests finish, then stops the workers.
-* **Metrics** on `/metrics` (see `metrics.py`), including the quality
-  signals of every successful encoded-image answer (`quality.py`).
-
-Starlette rather than FastAPI: every body is parsed from raw bytes with
-orjson (a pydantic body model costs more than the inference), so FastAPI's
-validation layer would be unused weight on the hot path.
+Puts one process together and runs it under uvicorn: its data plane (`dataplane.py`),
+the handlers over it (`endpoints.py`), the fault drill a model declares (`fault.py`),
+`/metrics` (`metrics.py`) and, with `workers` > 1, a supervisor of worker processes on
+one port (`supervisor.py`). Live at once, ready once a sample request was answered; on
+SIGTERM not ready, in-flight requests finished, workers stopped. Why Starlette:
+docs/inside-serving.md.
 """
 
 import asyncio
