@@ -1,28 +1,12 @@
 """A container spec as a local process: the one translator every stand-in uses.
 
-The kubelet starts a container from its spec (kubernetes/kubernetes
-`pkg/kubelet/kuberuntime/kuberuntime_container.go`, `generateContainerConfig`;
-the expansion in `third_party/forked/golang/expansion/expand.go`). On a
-machine without Kubernetes the same spec runs as a process, and this module
-is what turns one into the other (pure: nothing starts):
-
-* ``env``: each ``value`` with ``$(VAR)`` references expanded from the
-  entries before it (an unknown reference stays as written, ``$$`` is not
-  special here); a ``valueFrom`` (a Secret, a field) is taken from the
-  ``secrets`` the caller passes, or, without them, left to the local
-  environment's own value;
-* ``command`` + ``args``: ``$(VAR)`` expanded from that env; ``python`` and
-  ``mlops`` become this interpreter (the image's interpreter is this
-  environment's); a container with neither cannot run (the image's own
-  entrypoint is not available locally);
-* volume mounts: a container path under a mount path (the longest wins)
-  becomes the local directory standing in for that volume, in args, env
-  values and ``workingDir``.
-
-Callers: the Argo stand-in (local.argo.runner), the PaddleJob's workers
-(workflows.paddlejob_local), a model server's Deployment
-(local.platform.podspec) and a container run by podman (mlops.images.podrun).
-Errors are :class:`ContainerSpecError`, naming the source and the field.
+Pure: `env` with `$(VAR)` expanded as the kubelet expands it (a `valueFrom` from the
+`secrets` the caller passes), `command` + `args` run by this interpreter, and paths under
+a volume mount rewritten to the local directory standing in for it. Callers: the Argo
+stand-in (local.argo.runner), the PaddleJob's workers (workflows.paddlejob_local), a
+model server's Deployment (local.platform.podspec) and podman (mlops.images.podrun).
+Errors are :class:`ContainerSpecError`, naming the source and the field. Upstream rules:
+docs/inside-foundations.md.
 """
 
 from __future__ import annotations

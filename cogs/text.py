@@ -1,26 +1,13 @@
 """Text someone else wrote, made safe for a terminal line or a one-line record.
 
-A pusher writes class names, dataset names, PR bodies and reasons that later reach
-a reviewer's terminal (`mlops pr show`, `mlops data diff`) or a commit trailer the
-controller writes. Raw, an ESC starts a terminal escape sequence (a cursor move that
-rewrites the lines above, an OSC 52 clipboard write), a CR
-overwrites the line it is on, and a control character in a commit trailer makes git
-refuse the commit every tick. The characters are not removed but shown
-escaped (`\\x1b`, `\\u202e`), so a reader sees that something was there.
+Control characters, line and paragraph separators and bidirectional overrides are shown
+escaped (`\\x1b`, `\\u202e`), not removed; a backslash stays as it is. Pure; no I/O.
 
-Escaped: every Unicode control character (category Cc: C0, DEL, C1), the line and
-paragraph separators (Zl, Zp) and the bidirectional overrides and isolates (Cf
-U+202A..U+202E, U+2066..U+2069: "Trojan Source" text that displays in another order
-than it reads). A backslash stays as it is: text that merely looks like an escape is
-harmless, and doubling every backslash would garble paths and patterns in reasons.
-
-Pure; no I/O. Two entries, one rule:
-
-* :func:`printable` -- for a terminal: keeps line breaks and tabs (a PR body has
-  lines) and escapes the rest;
+* :func:`printable` -- for a terminal: keeps line breaks and tabs, escapes the rest;
 * :func:`one_line` -- for a commit subject or trailer and any one-line record:
-  whitespace runs (LF, CR, tab, FS..US, NEL, ...) become one space, the rest is
-  escaped as by `printable`.
+  whitespace runs become one space, the rest is escaped as by `printable`.
+
+Why: docs/inside-foundations.md.
 """
 
 from __future__ import annotations

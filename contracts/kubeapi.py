@@ -1,23 +1,11 @@
 """A Kubernetes API call as RBAC sees it, declared next to the code that makes it.
 
-Each component that talks to the API server lists its calls as data
-(`API_CALLS` in `promotion/cluster/argocd.py`, `promotion/cluster/readiness.py`,
-`workflows/events.py`; Argo's executor in `workflows/identity.py`), so a test
-can hold every call against the Roles we render (`workflows.identity`), and a
-recording stand-in API server can prove the list is what the code really asks.
-
-An `ApiCall` holds the attributes Kubernetes' RBAC authorizer matches on
-(`plugin/pkg/auth/authorizer/rbac/rbac.go` RuleAllows, kubernetes/kubernetes):
-verb, API group, resource and subresource, the object's name and the
-namespace. `namespace` and `name` may hold `{placeholders}` (`{namespace}`:
-the pod's own; `{model}`, ...) that the check fills in per deployment.
-
-:func:`request_call` turns an HTTP request into those attributes the way the
-API server does (`staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`
-NewRequestInfo: `/api/v1/...` is the core group, `/apis/GROUP/VERSION/...`
-a named one; `namespaces/NS/RESOURCE[/NAME[/SUBRESOURCE]]`; GET of a
-collection is `list`, of a name `get`; POST `create`, PUT `update`, PATCH
-`patch`, DELETE `delete`; any other path is a non-resource URL).
+An `ApiCall` holds what Kubernetes' RBAC authorizer matches on (verb, API group,
+resource and subresource, name, namespace; `{placeholders}` filled per deployment), so
+each component lists its calls as data (`API_CALLS`) that `workflows.identity` holds
+against the rendered Roles. :func:`request_call` reads those attributes from an HTTP
+request the way the API server does (`NewRequestInfo`, k8s.io/apiserver). Why:
+docs/inside-foundations.md.
 """
 
 import dataclasses

@@ -1,20 +1,10 @@
 """The traffic split: which version gets what share, built, read and edited here.
 
-A model's split is two Istio documents in the GitOps repo: the
-DestinationRule names subsets (`stable`, `canary`) by a `version` label, and
-the VirtualService's first HTTP route gives each subset a weight. Serving
-builds them, propose and the controller edit them (keeping whatever a human
-added: retries, headers, other subsets), and the controller, the linter, the
-readiness check, `mlops gitops status` and the local sync read them. They all
-use these functions, so Istio's rules (weights are integers 0-100 summing to
-100; a single destination without a weight takes everything) hold the same
-everywhere.
-
-Reading comes in two strengths. `weights_by_version` is lenient: what can be
-read is returned and the rest is skipped (the controller must keep deciding
-on a folder a human half-edited). `read_routes` is strict: it raises
-`TrafficError` naming the file and the field (the local sync refuses to apply
-what a cluster would reject).
+A model's split is its DestinationRule (subsets `stable`, `canary` by a `version` label)
+and the first HTTP route of its VirtualService. Every room that builds, edits or reads a
+split uses these functions, so Istio's weight rules hold the same everywhere. Reading is
+lenient (`weights_by_version`: what can be read) or strict (`read_routes`: `TrafficError`
+naming the file and the field). Why: docs/inside-foundations.md.
 """
 
 from __future__ import annotations

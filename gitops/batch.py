@@ -1,25 +1,11 @@
 """Several decisions, one push: a batch of commits written by one writer.
 
-`WriteBack.commit` is one change, one commit, one push. A controller that
-steers a fleet decides for many models in one pass; pushing each decision on
-its own costs a fetch, a checkout and a push per model, one after the other,
-and the last model's decision waits for all of them (at 100 models
-and 20 canaries that is most of a pass). `commit_batch` keeps *one decision,
-one commit* -- each change is its own commit with its own message and
-trailers -- and pushes them together:
-
-* each change runs in the work clone on top of the previous ones; a change
-  that raises (e.g. `promotion.gitrepo.apply.StaleDecision`: its model moved on the
-  branch) is reset and reported as that item's error, the others go on;
-  a change that stages nothing is `unchanged`;
-* one push, never forced. Rejected because the remote moved: fetch, reset
-  to the new tip and **run the changes again** there (not a rebase: each
-  change re-checks the state it was decided from, so a decision whose model
-  a human changed meanwhile drops out as stale instead of being merged
-  line by line), then push again, with `WriteBack`'s bounded back-off.
-
-The clone, its lock and the back-off are `WriteBack`'s (same work clone, so
-single commits and batches of one writer never race each other).
+`commit_batch` keeps *one decision, one commit* -- each change its own commit with its
+own message and trailers -- and pushes them together, never forced. A change that raises
+is reset and reported as that item's error; a change that stages nothing is `unchanged`.
+A push rejected because the remote moved is retried after running the changes again on
+the new tip (not a rebase), with `WriteBack`'s clone, lock and back-off. Why:
+docs/inside-foundations.md.
 """
 
 from __future__ import annotations

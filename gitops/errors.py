@@ -1,20 +1,13 @@
 """Errors of the GitOps room, named after what the caller should do next.
 
-Every class is a :class:`contracts.errors.MlopsError` with its ``exit_code``
-(the table in ``contracts/errors.py``), so the CLI prints ``error: ...``
-without a traceback. Messages never contain credentials: URLs pass through
-:func:`gitops.git.redact` before they reach a message.
+Each is a :class:`contracts.errors.MlopsError` with its ``exit_code``; messages pass
+URLs through :func:`gitops.git.redact`, so they never carry credentials.
 
-* :class:`ConflictError` -- the remote changed the same lines we change; no
-  retry can fix it, a human must look at the named files. Remote untouched.
-* :class:`PushRejectedError` -- the remote kept moving and the bounded retries
-  ran out; running again later may succeed.
-* :class:`BrokenManifestError` -- a file in the GitOps repo does not parse;
-  fix that file (the message names it). Nothing was committed.
-* :class:`DigestMismatchError` -- approval refused: the merged Deployment does
-  not carry the weights digest that was evaluated.
-* :class:`MessageError` -- a commit subject or trailer (a `--by` name, say) is
-  not one line of printable text; fix the input. Nothing was committed.
+* :class:`ConflictError` -- the remote changed the lines we change: a person must look.
+* :class:`PushRejectedError` -- the remote kept moving; running again may succeed.
+* :class:`BrokenManifestError` -- a file in the GitOps repo does not parse; fix it.
+* :class:`DigestMismatchError` -- approval refused: not the evaluated weights digest.
+* :class:`MessageError` -- a commit subject or trailer is not one printable line.
 * :class:`GitError` -- git itself failed (network, auth, hook); message is git's.
 """
 

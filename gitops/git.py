@@ -1,19 +1,10 @@
 """Thin runner for the git CLI: environment, credentials, redaction.
 
-We drive the real ``git`` binary (2.38+ for ``merge-tree --write-tree``)
-through ``subprocess`` rather than a library, so behaviour is exactly what a
-human sees with the same commands, and hooks on the server side apply to us.
-
-Credentials never touch disk or logs:
-
-* a URL such as ``https://user:token@host/repo.git`` is split: the clone's
-  ``remote.origin.url`` is the URL *without* ``user:token@``, and the token
-  travels only in the child's environment (``MLOPS_GIT_TOKEN``);
-* a token may also come from ``MLOPS_GIT_TOKEN`` (and ``MLOPS_GIT_USERNAME``)
-  directly; otherwise the user's own credential helper applies;
-* git is pointed at an inline credential helper given with ``-c`` on the
-  command line that *reads the variable at run time*, so argv holds no secret;
-* every message we raise goes through :func:`redact`.
+The real ``git`` binary (2.38+ for ``merge-tree --write-tree``), through ``subprocess``.
+A token travels only in the child's environment (``MLOPS_GIT_TOKEN``, split from a
+``user:token@`` URL or given directly), read at run time by an inline credential helper
+passed with ``-c``, so neither disk, argv nor logs hold it; every message raised goes
+through :func:`redact`. Why: docs/inside-foundations.md.
 """
 
 from __future__ import annotations

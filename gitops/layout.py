@@ -1,27 +1,12 @@
 """The GitOps repository layout: what lives where, written and read back.
 
-Layout (kustomize-compatible, one folder per model)::
-
-    README.md                     for humans: what to edit, what is machine-owned
-    mlops-gitops.yaml             repo settings (Argo CD repoURL, namespaces)
-    apps/<model>/kustomization.yaml
-    apps/<model>/service.yaml
-    apps/<model>/destinationrule.yaml
-    apps/<model>/virtualservice.yaml
-    apps/<model>/deployment-<version>.yaml   one per live version
-    apps/<model>/promotion.yaml   canary state, owned by the promotion room (opaque here)
-    argocd/<model>.yaml           Argo CD Application: automated sync, prune, selfHeal
-
-Only the Kubernetes/Istio documents are kustomize ``resources``; any other file
-in ``apps/<model>/`` (``promotion.yaml`` ...) is an *extra*: written and read
-back verbatim, never applied to a cluster. Entries a human adds to
-``kustomization.yaml`` (say an HPA file) are kept when we refresh it.
-
-Everything here works on a checked-out directory (``root``) and does no git:
-the write-back passes a clean checkout to a change function that calls
-:func:`write_model` / :func:`write_files`. Reading parses *every* YAML file of
-the model first, so a hand-broken file stops the change with an error naming
-the file before anything is written or committed.
+One kustomize-compatible folder per model, ``apps/<model>/`` (kustomization, Service,
+DestinationRule, VirtualService, ``deployment-<version>.yaml`` per live version,
+``promotion.yaml`` owned by the promotion room), an Argo CD Application per model in
+``argocd/``, ``mlops-gitops.yaml`` and a README. Files that are not Kubernetes documents
+are *extras*, read back verbatim. Works on a checked-out ``root`` and does no git
+(:func:`write_model`, :func:`write_files`); reading parses every file of the model first,
+so a broken one is named before anything is written. More: docs/inside-foundations.md.
 """
 
 from __future__ import annotations

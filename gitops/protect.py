@@ -1,21 +1,9 @@
 """Protect a bare repository's main branch: no history rewrite, no deletion.
 
-The GitOps repo is the audit trail of production (every approval, canary step
-and rollback is a commit), and a model repo's history says what was trained.
-A bare repository that ``mlops gitops init`` or ``mlops hooks init-bare``
-makes therefore refuses, for its protected branch,
-
-* a non-fast-forward update (``git push --force``), and
-* the deletion of the branch,
-
-with a message naming the branch and the rule. Other branches (proposal
-branches, people's work) are left alone: a proposal branch may be deleted
-after its merge. This is a ``pre-receive`` hook rather than git's
-``receive.denyNonFastForwards``/``receive.denyDeletes``, which apply to every
-ref of the repository at once.
-
-On a forge the same rule is a branch protection setting (the cluster guide
-says where); this module covers the repositories the project creates itself.
+A ``pre-receive`` hook, installed in the bare repositories ``mlops gitops init`` and
+``mlops hooks init-bare`` make, refuses a non-fast-forward update and the deletion of the
+protected branch, with a message naming the branch and the rule; other branches are left
+alone. Why a hook, and the forges' equivalent: docs/inside-foundations.md.
 """
 
 from __future__ import annotations

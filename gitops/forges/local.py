@@ -1,27 +1,11 @@
 """The local forge: a pull request is a branch in the bare GitOps repo plus a record.
 
-Stored format (chosen so the repository alone is the whole truth -- any clone
-can list, show and approve PRs, and ``git log mlops-prs`` is their audit log):
-
-* the PR's changes live on its own branch (``mlops/<model>-<version>``, say);
-* its record is ``prs/<N>.json`` on the orphan side branch ``mlops-prs``
-  (never merged, never applied by Argo CD or the sync loop)::
-
-      {"number": 3, "title": "...", "body": "...", "branch": "...", "base": "main",
-       "state": "open", "base_sha": "<base tip when opened>", "head_sha": "<branch tip>",
-       "merge_commit": null, "comments": [{"author": "...", "body": "..."}]}
-
-Records are written through :class:`gitops.writeback.WriteBack` (one commit
-each, never forced); two writers picking the same number collide as a rebase
-conflict on ``prs/<N>.json`` and the loser simply takes the next number.
-
-State is *derived* each time it is read, so a human needs no tool:
-a recorded ``merged``/``closed`` wins; otherwise the PR is **merged** when its
-branch tip (or, if the branch was deleted, the recorded head) is an ancestor of
-the base branch and differs from the base tip at opening -- exactly what
-``git merge`` (fast-forward or not) by hand produces -- and **closed** when the
-branch was deleted unmerged. The rejected alternative, a JSON file in the
-local work dir, would tie PRs to one machine and could not see a human merge.
+The PR's changes live on its own branch; its record is ``prs/<N>.json`` on the orphan
+branch ``mlops-prs``, written through :class:`gitops.writeback.WriteBack` (a number two
+writers both picked collides as a rebase conflict, and the loser takes the next). State
+is derived when read: a recorded ``merged``/``closed`` wins, else merged when the branch
+tip is in the base and differs from the base at opening, closed when the branch was
+deleted unmerged. Why: docs/inside-foundations.md.
 """
 
 from __future__ import annotations
