@@ -1,24 +1,11 @@
 """Argo Events: a push to the model repo submits the pipeline for that commit.
 
-An EventSource receives push webhooks (GitHub, and a generic webhook that
-accepts the same GitHub-style push payload, as Gitea/Forgejo send it or a
-script can post it), and a Sensor turns one push into one push Workflow from
-the WorkflowTemplate `<model>-push` with parameters `repo`, `revision` and
-`ref`; that Workflow checks the commit out and creates the pipeline Workflow
-rendered from the commit's own `mlops.yaml` (`workflows.push`).
-
-Three rules keep the trigger honest:
-
-* Only pushes of the configured branch that are not deletions start a run.
-* Commits authored by our own bot identity never start training: its
-  write-back commits would otherwise re-trigger the pipeline forever (the
-  loop Argo Events users report).
-* Duplicate deliveries do not start duplicate runs. Argo Events gives every
-  delivery a fresh event id, so dedup cannot rely on it; instead the Workflow
-  names are derived from the model and the commit sha
-  (`workflows.push.push_workflow_name`, `workflows.pipeline.workflow_name`),
-  and the API server refuses a second Workflow with the same name: the push
-  Workflow's, and should two push Workflows of one sha exist, the pipeline's.
+An EventSource receives push webhooks (GitHub's, and a generic one taking the same
+payload), and a Sensor turns one push into one push Workflow from the WorkflowTemplate
+`<model>-push` with parameters `repo`, `revision` and `ref` (`workflows.push`). Only
+pushes of the configured branch that are not deletions start a run, never commits of the
+project's bot, and a duplicate delivery is refused by the Workflow's name. Why:
+docs/inside-workflows.md.
 """
 
 import re

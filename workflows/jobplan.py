@@ -1,25 +1,10 @@
 """Which training jobs a push needs: the smoke job, and the full job's workers (pure).
 
-The smoke job (`training.smoke`, one worker, a few steps on a data subset) is
-there to fail fast and cheaply before the full job spends its resources. Two
-kinds of push get nothing from it, so the pipeline renders no `smoke-train`
-task for them and `train` waits on what the smoke job would have waited on:
-
-* the full job trains no step (`epochs: 0`): it only re-exports the weights it
-  starts from (a push that changes serving flags only, e.g. a drill);
-* the full job's `max-steps` is at most the smoke job's: it is no bigger than
-  the smoke job, so the smoke job would only run it twice.
-
-A full job with epochs > 0 and no `max-steps` (or `max-steps: 0`, no cap)
-always keeps its smoke job. The args compared are the merged ones each
-PaddleJob gets (the template's, then `mlops.yaml`'s overrides).
-
-A full job that trains no step runs as ONE worker whatever `workers:` says:
-there is no collective to form, and rank 0 alone writes the export.
-
-When a decision changes the usual DAG, its reason goes on the WorkflowTemplate
-as an annotation (`PLAN_ANNOTATIONS`), which the local runner prints at the
-start of a run.
+No smoke job when the full job trains no step (`epochs: 0`) or is capped at no more
+`max-steps` than the smoke job (the merged args each PaddleJob gets are compared); a full
+job that trains no step runs as one worker. Each change to the usual DAG is annotated on
+the WorkflowTemplate with its reason (`PLAN_ANNOTATIONS`), which the local runner prints.
+Why: docs/inside-workflows.md.
 """
 
 import re

@@ -1,22 +1,11 @@
 """Validate rendered manifests against the official schemas, offline.
 
-Ships with the package (the JSON files in `workflows/schemas/`, see the
-README there for provenance), so `mlops workflows lint DIR` and
-`mlops gitops lint` work from an installed wheel:
-
-* Argo Workflows kinds: the verbatim upstream schema through a `$ref` to the
-  one kind, IntOrString widened to integer-or-string (Argo accepts both).
-* PaddleJob manifests embedded in resource templates: `paddlejob.schema.json`,
-  after replacing `{{...}}` placeholders with sample values (a placeholder is
-  not a DNS name, the value Argo substitutes at run time is).
-* Argo Events EventSource / Sensor, Istio VirtualService / DestinationRule,
-  Argo CD Application: their derived schemas.
-* Core kinds (ServiceAccount, Role, RoleBinding, ...): kubernetes-validate,
-  strict, when that package is installed; otherwise they are reported as not
-  checked rather than silently passed.
-* Identities, once every document is valid: which API token each rendered
-  pod holds and whether its calls are allowed by the Roles among the files
-  (`workflows.identity`).
+The schemas ship in `workflows/schemas/` (provenance in the README there), so
+`mlops workflows lint DIR` and `mlops gitops lint` work from an installed wheel: Argo
+Workflows kinds (IntOrString widened), PaddleJobs inside resource templates (placeholders
+replaced by sample values), Argo Events, Istio and Argo CD kinds, core kinds through
+kubernetes-validate when installed (else reported as not checked), then the identities
+(`workflows.identity`). Why: docs/inside-workflows.md.
 """
 
 import functools

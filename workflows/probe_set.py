@@ -1,25 +1,11 @@
 """The probe set `publish` ships with every export (`contracts.artifact.PROBE_DIR`).
 
-The canary's paired answers check (`promotion/decision/answers.py`) asks stable
-and canary the same real images; the stable's server hands them out from its
-export (`serving/probe.py`). So that every model repo gets one without changing
-its train.py, publish copies them from the evaluation set the pipeline already
-knows (`evaluation.annotations`, COCO: each image's `file_name` is relative to
-the annotations' folder, as evaluate reads it).
-
-The choice is random and stratified by class (`stratified_sample`): the paired
-answers check tests each stable class on its own (Holm over the classes,
-`promotion/decision/answers.py`), so every class needs images in the set, and
-its bound covers the draw of the images, so the draw must be random. The
-first images by file name were neither: the same clip, the same camera, the
-same misses in every window of every rollout, and no image of a rare class.
-Round by round the class with the fewest chosen images so far gets one more,
-drawn at random among the set's images that hold it and are not chosen yet
-(within `PROBE_MAX_IMAGES` and `PROBE_MAX_BYTES`); when no class can take
-more, images without objects fill the rest. The draw is seeded by the
-annotations' content, so a re-run of the same pin ships the same set and a
-new pin a new draw. probe/ is not weights: the record's digest does not cover
-it.
+The images the canary's paired answers check (`promotion/decision/answers.py`) asks stable
+and canary, drawn from the evaluation set (`evaluation.annotations`, COCO) by
+`stratified_sample`: round by round the class with the fewest chosen images gets one more,
+at random, within `PROBE_MAX_IMAGES` and `PROBE_MAX_BYTES`, images without objects filling
+the rest; seeded by the annotations' content. probe/ is not weights: the record's digest
+does not cover it. Why random and stratified: docs/canary.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Argo Events' dependency filters, evaluated here the way its Sensor evaluates them.
 
-A rendered Sensor's `filters` decide which pushes train. They were wrong in
-ways no schema check sees (an unanchored branch regex, a field one forge does
-not send), so the tests run every forge's documented push payload through
-them. This module is that evaluator, for the subset we render: `data`
-filters of type `string` (Go RE2 regexes, *unanchored*: `regexp.Match`),
-`bool` and `number`, comparators `=`/`!=` (and the number ones),
-`dataLogicalOperator` `and`/`or`; a path that does not exist fails the
-filter under `and` (and is skipped under `or`). Paths are gjson paths: dotted
-keys, array indices, `#` (array length) and the `@reverse` modifier.
-Everything is transcribed from argoproj/argo-events v1.9
-`pkg/sensors/dependencies/filter.go` (`filterEvent`, `filterData`). `exprs`,
-`context`, `time` and `script` filters are not rendered by this project and
-are refused here rather than guessed at.
-
-The event data a webhook source publishes is `{"header": {...}, "body":
-payload}` (`pkg/eventsources/events/event-data.go`, `WebhookEventData`); the
-GitHub source publishes `{"headers": ..., "body": payload}`. Header values
-are lists (Go's `http.Header`).
+For the subset the project renders: `data` filters of type `string` (Go RE2 regexes,
+*unanchored*), `bool` and `number`, their comparators, `dataLogicalOperator` `and`/`or`
+(a missing path fails under `and`), gjson paths (keys, indices, `#`, `@reverse`);
+transcribed from argoproj/argo-events v1.9 `pkg/sensors/dependencies/filter.go`
+(`filterEvent`, `filterData`). Other filter types are refused, not guessed at. Event data
+is `{"header"|"headers": ..., "body": payload}` (`pkg/eventsources/events/event-data.go`).
+Why: docs/inside-workflows.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """`evaluate`: COCO mAP@0.5 and mAP@[.5:.95] of the trained model on the val set.
 
-First checks what the training job left (the PaddleJob's workers only run
-the model repo's own command, so this is the first step that can say a
-training "succeeded" without an export), then writes `metrics.json` beside
-the model, records the metrics into the model's `model.yaml`, and outputs
-`map50`, `map`, the model's `version` and `model_dir` as parameters.
-
-With a model in production (the stable version in `--production-from-gitops`,
-`promotion.gitrepo.production`) whose export this step can read, both exports run
-through the serving stack on the same images, the val set and the
-holdout set (`mlops.yaml`'s pinned `data.holdout`, or `--holdout` for a repo
-without one) (`workflows.comparison`): the metrics are
-then the served candidate's on the val set ("judge what we ship") and
-`paired.json` holds the paired bootstrap the gate judges. Without one (the
-first push) the metrics are those of the model's own `bbox.json`, as before.
+Checks what the training job left, writes `metrics.json`, records the metrics in
+`model.yaml`, and outputs `map50`, `map`, `version` and `model_dir`. With a readable
+production export (`--production-from-gitops`), both exports run through the serving
+stack on the val and holdout images (`workflows.comparison`): the metrics are the served
+candidate's and `paired.json` holds the paired bootstrap the gate judges. Why:
+docs/inside-workflows.md.
 """
 
 import argparse

@@ -1,24 +1,11 @@
 """`gate`: pass or fail the candidate against `gate.min` and the production model.
 
-The verdict is an output parameter (`passed`), not the exit code: a failed
-gate is a judgement, not a crash, so Argo must not retry it and the exit
-handler still records it. `--exit-code` makes a failed gate exit 6 (gate refused) for
-scripts that want that.
-
-The production model is read from the GitOps repo the candidate would be
-proposed to (`--production-from-gitops REPO`, the pipeline passes its
-`gitops-repo` parameter): the stable version's recorded metrics
-(`promotion.gitrepo.production`). An empty REPO means none is configured (Argo
-passes the parameter even when it is unset). `--production FILE` (a
-model.yaml or metrics JSON) overrides it. A GitOps repo that cannot be read
-fails the step: production would be unknown, not absent.
-
-When the evaluate step ran production on the same images (`paired.json`,
-`workflows.comparison`), that is what is judged (`evaluate_paired_gate`: the
-sets pooled, each set and class a safety check; docs/gate.md), and
-production's recorded metrics are not read. Its `outcome` output is `pass`,
-`review` (inconclusive, proposed for a human's judgement) or `fail`; `passed`
-is true for the first two.
+The verdict is the output parameter `passed` (and `outcome`: `pass`, `review` or `fail`),
+not the exit code, unless `--exit-code` (6). Production is the stable version's recorded
+metrics in the GitOps repo (`--production-from-gitops REPO`; an empty REPO is none, an
+unreadable one fails the step), or `--production FILE`. When evaluate ran production on
+the same images (`paired.json`), that is judged (`evaluate_paired_gate`, docs/gate.md).
+Why: docs/inside-workflows.md.
 """
 
 import argparse

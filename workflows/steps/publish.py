@@ -1,27 +1,11 @@
 """`publish`: copy the gated model into the models volume, where serving reads it.
 
-Serving pods mount the models volume read-only and start on
-`<models>/<model>/<version>` (`serving.manifests`); the run's own workspace
-is deleted with the workflow. So a candidate that passed the gate is copied
-there before it is proposed, and the proposal points at the copy.
-
-The copy is atomic (a hidden temporary directory, then one rename), so a
-server never sees half a model, and idempotent: a retry, or a re-run of the
-same commit, finds the same weights already there and succeeds. Different
-weights under the same version are refused, never overwritten: a version
-names one set of weights for as long as a manifest may point at it.
-
-Only regular files and directories are copied, and a symbolic link anywhere
-in the export is refused with its path named: training code writes the
-export, and a link it left there (to a home directory, to a service-account
-token) would otherwise be followed and its target published on the volume
-that every serving pod reads. A publish killed mid-copy leaves a hidden
-temporary directory; the next publish of the same model removes those that
-have not been written to for :data:`STALE_TMP_SECONDS`.
-
-The copy also gets the probe set (`workflows/probe_set.py`): val images of the
-repo's evaluation set drawn at random, stratified by class, which the canary's
-paired answers check asks stable and canary. The export itself is left as training wrote it.
+The copy (``<models>/<model>/<version>``, which the proposal points at) is atomic and
+idempotent: the same weights again succeed, different weights under the same version are
+refused. Only regular files and directories are copied; a symbolic link anywhere in the
+export is refused with its path. Stale temporary directories older than
+:data:`STALE_TMP_SECONDS` are removed. The copy also gets the probe set
+(`workflows/probe_set.py`). Why: docs/inside-workflows.md.
 """
 
 import argparse

@@ -1,20 +1,10 @@
 """The pipeline's exit handler: record how the run ended, whatever happened.
 
-Argo runs it after the DAG (success or not) with `{{workflow.status}}` and
-`{{workflow.failures}}`; the local runner runs the same template. It writes
-`OUT/outcome.json` (status, failures, and the gate verdict when the gate
-ran) and `OUT/report.md` (the run in a page: commit, mAP, gate, the PR; the
-WorkflowTemplate declares it as the exit handler's `report` artifact, so the
-Argo UI shows it) and prints one line, so a run's end is readable from the
-workspace, the step log, the Argo UI or the workflow metrics.
-
-It also writes `OUT/pr-link`, which the WorkflowTemplate exports as the
-Workflow's only global output `pr-url` (Argo's `globalName`; only global
-outputs reach `status.outputs`, which the Argo UI's `links` read): the run's
-pull request, or, when the run opened none (stopped at the gate, failed
-earlier, or proposing is off), the GitOps repo's list of pull requests on its
-forge, else the model repo's page. So the "Pull request" link of
-docs/cluster.md leads somewhere on every run, not to a dead `null`.
+Run after the DAG with `{{workflow.status}}` and `{{workflow.failures}}` (the local runner
+runs the same template), it writes `OUT/outcome.json` (with the gate verdict when the gate
+ran), `OUT/report.md` (the exit handler's `report` artifact) and `OUT/pr-link`, exported
+as the Workflow's global output `pr-url`: the run's pull request, else the GitOps repo's
+list of them, else the model repo's page. Why: docs/inside-workflows.md.
 """
 
 import argparse

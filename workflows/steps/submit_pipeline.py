@@ -1,19 +1,11 @@
 """`submit-pipeline`: render the checked-out commit's pipeline and create its Workflow.
 
-The push Workflow's second step (`workflows.push`): the pipeline is rendered
-from the `mlops.yaml` of the commit in `--repo`, with the platform settings of
-`--settings` (JSON, baked into the push template's args by `mlops workflows
-render`), and created through the Kubernetes API with the pod's own token
-(ServiceAccount `mlops-submitter`, which may create Workflows and nothing else).
-
-A broken `mlops.yaml` fails this step with the config error naming the file
-and field (its log, in the Argo UI); nothing is created. A second delivery of
-the same commit finds its Workflow already there (409 AlreadyExists): that is
-the dedup working, so the step succeeds and nothing runs twice.
-
-The local runner does not run this in a container: its `submit-pipeline` stand-in
-(`local.argo.runner`) parses the same args with :func:`build_parser`, builds the
-same object with :func:`render_child` and runs it instead of creating it.
+The push Workflow's second step (`workflows.push`): renders the pipeline from the
+`mlops.yaml` of the commit in `--repo` with the platform settings of `--settings` and
+creates it with the pod's own token (ServiceAccount `mlops-submitter`). A broken
+`mlops.yaml` fails the step naming the file and field; a Workflow already there (409) is
+a duplicate delivery, and succeeds. The local runner parses the same args
+(:func:`build_parser`) and runs what :func:`render_child` builds.
 """
 
 import argparse
