@@ -1,27 +1,11 @@
 """What changed in the data between two locks: pure, for the pull request's body.
 
-Images are compared by content (sha256) per split, so a renamed file is neither added
-nor removed. Per split, the class counts before and after and the label distribution
-shift, the total variation distance TVD = ½ Σ |p(c) − q(c)| (0 when the proportions
-are unchanged, 1 when the two share no class); a shift confined to val or holdout is
-shown there, not diluted into the sum over every split (which stays, as the summary).
-
-**A noise floor.** Two samples of one distribution give TVD > 0, and more so the
-smaller they are, so a TVD alone does not say whether the labels moved. Per split,
-a permutation null: the two versions' units are pooled and split at random into
-groups of their sizes, `permutations` times (seeded: the same locks give the same
-report), and the report gives the null's 95th percentile and the permutation p-value
-of the observed TVD. The units are images when the annotation files are at hand
-(`annotations`, by their pinned sha256: one image is one unit, its boxes clustered in
-it); otherwise boxes, from the lock's class counts alone, which understates the floor
-of clustered data and says so.
-
-**Relabelled boxes.** An image whose content did not change can still have its boxes
-relabelled, which no count of images sees and a count of classes sees only as a net
-change. With the annotation files, per split, every image in both versions has its
-boxes matched by position (the same box to half a pixel) and the boxes whose class
-changed are counted, by pair (`bottle -> can`), with the boxes added and removed on
-unchanged images.
+Per split: images added and removed by content (sha256), class counts before and after,
+and the label shift (TVD) with a seeded permutation noise floor (the null's 95th
+percentile and the p-value; units are images when the annotation files are at hand,
+else boxes from the lock's counts); with the annotation files, boxes relabelled on
+unchanged images, matched by position and counted by pair. Why: docs/canary.md, "The
+data diff".
 """
 
 from __future__ import annotations

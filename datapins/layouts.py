@@ -1,23 +1,12 @@
 """Where a dataset's annotations and images are: the layouts `mlops data snapshot` reads.
 
-Teams keep their data where it lies; the snapshot finds it in one of these layouts and the
-lock records which (`DataLock.layout`) and, per split, how to read it (`image_root`,
-`format`, `files`), so prepare can lay out what training expects:
-`annotations/<split>.json` (COCO) and `images/<file_name>`.
-
-- `coco`: this project's own, `annotations/<split>.json` + `images/<file_name>`.
-- `coco2017`: COCO's own release, `annotations/instances_<split>2017.json` +
-  `<split>2017/<file_name>` (any year), found without a flag; COCO's other annotation
-  files there (captions, keypoints, ...) are not detection data and are left alone.
-- `ppdet-coco` / `ppdet-voc`: a PaddleDetection dataset YAML (`--ppdet-config`), its
-  `TrainDataset` the `train` split and its `EvalDataset` the `val` split: a
-  `COCODataSet` (`anno_path`, `image_dir` under `dataset_dir`) or a `VOCDataSet`
-  (`anno_path` a list of `image xml` lines under `dataset_dir/image_dir`, `label_list`),
-  read as PaddleDetection's own `ppdet/data/source/{coco,voc}.py` and `dataset.py` do.
-  `_BASE_` files are merged first, as PaddleDetection's `load_config` does, so a model's
-  config that includes `configs/datasets/*.yml` works too.
-
-A source in none of them gets one message naming the layouts it can read.
+`coco` (this project's own: `annotations/<split>.json` + `images/<file_name>`),
+`coco2017` (COCO's own release, found without a flag), and `ppdet-coco` / `ppdet-voc` (a
+PaddleDetection dataset YAML, `--ppdet-config`, read as PaddleDetection's
+`ppdet/data/source/{coco,voc}.py` do, `_BASE_` files merged first). The lock records
+which (`DataLock.layout`) and how to read each split, so prepare can lay out what
+training expects. A source in none of them gets one message naming the layouts.
+Details: docs/guides/data-pins.md.
 """
 
 from __future__ import annotations

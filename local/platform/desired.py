@@ -1,26 +1,10 @@
 """What the GitOps repo asks for: ``apps/<model>/`` parsed into plain data (pure).
 
-Input is a tree exported from one commit, read with the GitOps room's own
-reader (:func:`gitops.layout.read_model`, so both rooms agree on what the
-layout means); output one :class:`ModelSpec` per model folder, or a
-:class:`ModelError` naming the file when a human broke something.
-:func:`spec_from_state` is the pure part and carries the checks only running
-processes need (a local ``file://`` model URI, weights that add up). Errors are
-per model: a broken ``apps/a/`` does not stop ``apps/b/`` from applying, and
-the sync keeps the last good spec of ``a``.
-
-What we read (the documents ``serving.manifests`` builds):
-
-* each ``Deployment`` (label ``version``; annotation
-  ``mlops.paddle.org/model-uri``, a ``file://`` URI of the model directory
-  to serve locally; ``mlops.paddle.org/weights-sha256``);
-* the ``DestinationRule`` subsets (name -> ``version`` label);
-* the ``VirtualService``'s first HTTP route: subset -> weight.
-
-Anything else (Service, promotion.yaml, kustomization.yaml) is not needed to
-run processes and is ignored. A version with a Deployment but no route gets
-weight 0 (it runs, takes no traffic); a route to a subset with no Deployment
-behind it is an error, as it would be a 503 in the mesh.
+A tree exported from one commit, read with :func:`gitops.layout.read_model`, becomes one
+:class:`ModelSpec` per model folder (each Deployment's version, model URI and weights
+digest; the subsets; the first route's weights), or a :class:`ModelError` naming the
+file. :func:`spec_from_state` is the pure part. Errors are per model, so the sync keeps
+the last good spec of a broken one. Why: docs/inside-local.md.
 """
 
 from __future__ import annotations

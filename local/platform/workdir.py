@@ -1,24 +1,11 @@
 """The work dir of the local platform: where every file lives, and its config (how
 `mlops up` resolves it from what was passed, and keeps or moves its ports).
 
-One directory holds everything the platform owns, so a second `mlops up`
-finds its state and `mlops down` finds every process::
-
-    platform.json           config written by `mlops up` (ports, GitOps repo)
-    run/<name>.json         pid files: prometheus, haproxy, sync
-    run/servers/<m>-<v>.json  pid files of model servers (written by the sync;
-                            `<m>-<v>.next.json`: a new pod beside the old one)
-    run/.start.lock         taken while `mlops up` or the sync starts a service
-    logs/                   one log per process (servers under logs/servers/)
-    prometheus/             prometheus.yml, targets/*.json (file_sd), data/
-    haproxy/haproxy.cfg     rendered config (the admin socket sits beside it
-                            unless the path is too long for a unix socket)
-    state/status.json       what the sync applied (read by `mlops status`)
-    state/frontends.json    model -> HAProxy frontend port (owned by the sync)
-    gitops-cache/           bare git repo the sync fetches the GitOps main into
-
-The default work dir is ``$MLOPS_WORKDIR``, else ``./.mlops`` if it exists,
-else ``~/.mlops``.
+One directory holds everything the platform owns (`platform.json`, pid files under
+`run/`, `logs/`, `prometheus/`, `haproxy/`, `state/status.json`, the GitOps mirror), so
+a second `mlops up` finds its state and `mlops down` finds every process. The default is
+``$MLOPS_WORKDIR``, else ``./.mlops`` if it exists, else ``~/.mlops``. The full list:
+docs/inside-local.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """The pipeline's build-image step on one machine: the model repo's Dockerfile, built with podman.
 
-In a cluster the step runs BuildKit on the checkout (`workflows.pipeline.BUILD_SCRIPT`):
-the repo's own `Dockerfile` and context, and the build arguments the script passes
-(`--opt build-arg:NAME="$VAR"`, the values from the step's env: today only
-`BASE_IMAGE`, the platform's training base image). Nothing else reaches that build:
-no package index of ours, no wheel, no secret. Here the same build runs with podman
-(`mlops run`, the demo's pushes) from the same inputs, read from the rendered step
-itself, so a Dockerfile that cannot build in the cluster (a requirement on no public
-index, a file the `.dockerignore` leaves out, a missing Dockerfile) fails here first.
-
-What differs, and why: the image stays in the local store (no registry to push to;
-the training still runs as processes, `workflows.paddlejob_local`); BASE_IMAGE is
-taken from the store, never pulled (no registry is reachable here): the project's
-training base is built (or found current) first when the step names it
-(`mlops.images.build.TRAINING_BASE`), any other name must already be in the store;
-and pip in a `RUN` gets this network's CA bundle, read-only (`mlops.images.build`).
-
-An image built from the same inputs (`mlops.images.context`: the Dockerfile, the
-build arguments, the base, the files the `.dockerignore` leaves in) is used again
-without calling `podman build`: a push that changes only `mlops.yaml` or a data pin
-costs a digest and a few `podman image inspect`s. The project's training base counts
-by its kit (`_ensure_base`): a change to the pipeline's or the server's code rebuilds
-neither it nor the model images here.
+The same inputs as the cluster's BuildKit step (`workflows.pipeline.BUILD_SCRIPT`), read
+from the rendered step: the repo's `Dockerfile` and context and its build arguments
+(`BASE_IMAGE`). The image stays in the local store; `BASE_IMAGE` comes from the store,
+the project's training base built or found current first (`_ensure_base`); an image
+whose inputs (`mlops.images.context`) are unchanged is used again. Why, and what
+differs from the cluster: docs/guides/images.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The Starlette app: JSON for each page, POST for each action, the static page itself.
 
-Reads go through :class:`mlops.ui.source.GitopsSource` and the page builders;
-actions through :class:`mlops.ui.actions.Actions`. An action is a POST with the
-header `X-Mlops-UI: 1` (a cross-site form cannot set it) and, when a token is
-configured, `Authorization: Bearer TOKEN`; with actions off every POST is 403.
-Behind an auth proxy (`proxy_user`) the person is the ONE configured header
-(`proxy_header`), and only from a request that proves it came through the
-proxy: by the proxy's shared secret in `X-Mlops-Proxy-Secret` when one is set,
-else by the UI listening on loopback where only the proxy beside it can reach
-it (`mlops ui` refuses `--proxy-user` beyond loopback without a secret). With a
-token (`--token`, shared by whoever holds it) the person is the token's identity,
-the `--by` the UI was started with: a request cannot name someone else (`by` naming
-another person is a 403), so a merge is never authored as whoever the request says.
-Only on a UI with neither (loopback, one machine) does the
-page's "as" field name the person. The
-name a request signs with must be one line of printable text: it becomes a commit
-trailer (`gitops.git.line_problem`).
-A refusal is `{"error": "<the CLI's one-line message>"}` with a 4xx; anything
-unexpected is logged here and answered with one line, never a traceback. Nothing the
-UI answers or prints carries a URL's credentials (`gitops.git.redact`: `/api/info`,
-every error, the start-up line), and every answer carries the
-headers of `mlops.ui.guard` (a strict Content-Security-Policy).
+Reads go through :class:`mlops.ui.source.GitopsSource` and the page builders; actions
+through :class:`mlops.ui.actions.Actions`, each a POST with the header `X-Mlops-UI: 1`
+and, when configured, the token or the auth proxy's one user header (only from a request
+that proves it came through the proxy). The person who acts is never what a request
+says. A refusal is `{"error": ...}` with a 4xx, never a traceback; no answer carries a
+URL's credentials, and every answer carries `mlops.ui.guard`'s headers. Why:
+docs/security.md, boundary 6.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Live numbers and charts of a model's versions, read through the controller's preset.
 
-`promotion.metrics.live` is the one home of the queries (the demo's status line
-reads it too); here its answers become what the Models page shows:
-
-* :func:`live_rates` -- each version's requests/s, error share and p99 now;
-* :func:`charts` -- the same measures over the rollout so far (Prometheus range
-  queries), the weights committed in git beside the router's live weight, the
-  decision commits as marks on the time axis and the policy's limits as lines.
-
-The policy is read as the controller reads it (`promotion.gitrepo.policy_file`: the
-models' namespace from the GitOps repo's `mlops-gitops.yaml`); the preset is the one it
-names, else the runtime's router view (`promotion.metrics.live.RUNTIME_PRESETS`:
-`haproxy` on the local platform, `istio` in a cluster), else `model`.
-
-Prometheus down is a fault on the page, never an error: :func:`fault` makes it one
-line a person reads ("Prometheus at URL is unreachable (connection refused); live
-rates unavailable, git state shown") and keeps the raw text for a toggle. Both are
-text to the page, whatever Prometheus said (`static/html.js` escapes them).
+:func:`live_rates` (each version's requests/s, error share and p99 now) and
+:func:`charts` (the same over the rollout, git's weights beside the router's, decisions
+as marks, the policy's limits as lines) from `promotion.metrics.live`'s queries, with the
+policy read as the controller reads it (`promotion.gitrepo.policy_file`). Prometheus down
+is a fault on the page, never an error: :func:`fault` makes it one line and keeps the raw
+text for a toggle (docs/security.md, boundary 6).
 """
 
 from __future__ import annotations
