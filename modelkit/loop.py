@@ -1,24 +1,13 @@
 """The training run: ranks, optimiser, schedule, sample order, logging, checkpoints, export.
 
-A repo gives a :class:`Recipe` (a net factory, the loss of one step on given
-images, its export) and calls :func:`train`. What the loop guarantees, the
-same for every model:
-
-* ``--batch-size`` is the *global* batch; each of the W ranks takes every W-th
-  image of it. Same flags, same optimisation, whatever the number of workers.
-* The sample order and the flips are pure functions of (seed, epoch, step)
-  (:func:`batch_indices`), so resuming needs no RNG state: a checkpoint holds
-  model + optimizer + step, and a run killed at any point and restarted
-  continues the same curve (modelkit/checkpoints.py).
-* Gradients are all-reduced by ``paddle.DataParallel`` (gloo on CPU).
-  BatchNorm running statistics (non-trainable parameters in Paddle) are not,
-  so they are averaged across ranks before each checkpoint and at the end;
-  every rank then writes the sha256 of its weights to ``OUT/rank-<r>.sha256``
-  (they must be equal).
-* The log lines the pipeline and the demo read: ``config: ... total_steps=N``,
-  ``step=N epoch=E loss=L images/s=S lr=R``, ``resumed from ...``,
-  ``done: rank=R step=N weights_sha256=H``.
-* Rank 0 exports (the recipe's ``export``, with modelkit/export.py).
+A repo gives a :class:`Recipe` (a net factory, the loss of one step on given images, its
+export) and calls :func:`train`. The loop splits the global ``--batch-size`` over the
+ranks, draws the sample order and flips from (seed, epoch, step) (:func:`batch_indices`)
+so a resumed run continues the same curve (modelkit/checkpoints.py), averages BatchNorm
+statistics across ranks, writes ``OUT/rank-<r>.sha256``, logs the lines the pipeline
+reads (``config: ...``, ``step=N epoch=E loss=L ...``, ``resumed from ...``,
+``done: ...``) and exports on rank 0 (modelkit/export.py). Why:
+docs/guides/model-repo.md.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import tokenize
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 #: The longest module docstring allowed, in lines (the anchors' are 1 to 15).
-MAX_MODULE_DOC_LINES = 25
+MAX_MODULE_DOC_LINES = 15
 
 #: (name, pattern) of what a comment or docstring must not carry.
 FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -46,14 +46,20 @@ FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
 #: when its file passes; `python3 scripts/prose_check.py` lists the ones that do.
 _OTHERS = "being rewritten on another branch"
 PENDING: dict[str, str] = {path: _OTHERS for path in (
-    "datapins/__init__.py", "mlops/ui/__init__.py",  # the rooms' doors (__all__)
+    # the rooms' doors (an __all__ in each __init__)
+    "datapins/__init__.py", "gitops/__init__.py", "local/platform/__init__.py",
+    "mlops/ui/__init__.py", "modelkit/__init__.py",
+    # one builder per template; one CLI vocabulary; serve's settings
     "local/argo/hooks.py", "local/argo/runner.py", "workflows/pipeline.py",
-    "mlops/commands/data.py", "mlops/commands/pr.py",  # one CLI vocabulary
-    "promotion/decision/analysis.py",  # decide as a table of rules
-    "promotion/cluster/deploy.py", "promotion/decision/policy.py",
-    "promotion/gitrepo/apply.py", "promotion/gitrepo/propose.py",
+    "mlops/commands/data.py", "mlops/commands/pr.py", "mlops/commands/rollback.py",
+    "serving/options.py",
+    # decide as a table of rules; promotion/errors.py
+    "promotion/decision/analysis.py", "promotion/cluster/deploy.py",
+    "promotion/decision/coco_ap.py", "promotion/decision/policy.py",
+    "promotion/decision/state.py", "promotion/gitrepo/apply.py",
+    "promotion/gitrepo/production.py", "promotion/gitrepo/propose.py",
     "promotion/gitrepo/rollback.py", "promotion/metrics/presets.py",
-    "promotion/metrics/prometheus.py",  # promotion/errors.py
+    "promotion/metrics/probe.py", "promotion/metrics/prometheus.py",
 )}
 
 

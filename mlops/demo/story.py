@@ -1,22 +1,11 @@
 """The demo's story, played with real git, Prometheus, HAProxy and Paddle.
 
-1. bare model repo (with the push hook) and bare GitOps repo, the local
-   platform, the promotion controller;
-2. `git push` of the example: the hook runs the pipeline, the gate passes,
-   a PR is proposed; the demo approves it as a reviewer would (or waits for
-   the user with `--wait-approval`); that version serves 100 %, and a
-   steady load starts on its route (light while a pipeline trains, full
-   while a canary is judged);
-3. per scenario, one more push that changes `mlops.yaml`, or pins week 2's
-   (or week 3's, with bad labels) data (`mlops data snapshot` of the team's
-   storage, `datasets/` in the work dir; see `scenarios`);
-   a candidate that passes the gate goes through a canary under the live
-   load, shown as it moves, until it is promoted or rolled back;
-4. a summary, `summary.json`, the GitOps history and where the reports are.
-
-Everything the demo starts carries the platform's work-dir marker, so
-`mlops down` stops it all (training runs started by the hook included), and
-everything it writes stays inside the work dir (temp files, caches).
+Bare model and GitOps repos, the local platform and the controller; a `git push` of the
+example whose candidate is gated, proposed, approved (or awaited, `--wait-approval`) and
+served under a steady load; per scenario (`scenarios`) one more push, a canary shown as
+it moves until promoted or rolled back; then `summary.json`, the GitOps history and the
+reports. Everything it starts carries the work dir's marker, so `mlops down` stops it
+all, and everything it writes stays inside the work dir.
 """
 
 import argparse

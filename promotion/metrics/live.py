@@ -1,21 +1,11 @@
 """Live per-version measures, now and over time: the one home of the rates people watch.
 
-The controller judges counts over a window (`PrometheusSource.observe`); people
-watching a rollout want the same preset's numbers as rates: requests per second,
-the share of errors, the p99 latency in ms, the median of each quality signal
-and, where the router keeps one in Prometheus, its live weight. They are built
-here from the preset's own templates (the one home for the queries,
-`promotion/metrics/presets/*.yaml`), so the demo's status line (`mlops.demo.watch`),
-the UI's numbers and its charts read exactly what the controller reads:
-
-* :func:`live_queries` -- the PromQL per measure for one version (pure; tests pin it);
-* :class:`LiveReader.now` -- an instant query per measure (`/api/v1/query`);
-* :class:`LiveReader.series` -- the same queries as range queries
-  (`/api/v1/query_range`, Prometheus' HTTP API: `start`, `end`, `step`; the answer
-  is a `matrix` of `[unix time, "value"]` pairs), one value per step.
-
-A ratio over no requests is NaN in PromQL; it comes back as None ("no data"),
-never as zero. Prometheus unreachable or refusing a query is a `MetricFault`.
+Requests per second, error share, p99, each quality signal's median and the router's live
+weight, from the preset's own templates (`promotion/metrics/presets/*.yaml`), so the
+demo's status line, the UI's numbers and its charts read what the controller reads:
+:func:`live_queries` (pure), :class:`LiveReader.now` (instant queries) and
+:class:`LiveReader.series` (range queries, `/api/v1/query_range`). A ratio over no
+requests is None, never zero; Prometheus failing is a `MetricFault`.
 """
 
 from __future__ import annotations

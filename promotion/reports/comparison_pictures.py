@@ -1,21 +1,11 @@
 """Pictures for a champion-vs-challenger report: where the two models disagree, and PR curves.
 
-Numbers say *how much* two models differ; a reviewer also wants to see
-*where*. Two PNGs (no display in a pipeline pod):
-
-* a grid of the val images on which the models disagree most, each drawn
-  twice (candidate, production) with its boxes labelled by class and score
-  and the ground truth as dashed white outlines (composed with Pillow).
-  "Disagree" counts, per image, the difference in correct and in wrong
-  confident detections (score at or above the drawing threshold; correct =
-  a true positive at IoU 0.5 as COCO matches it, `promotion.decision.coco_ap`),
-  so an image one model gets right and the other wrong ranks first;
-* the precision-recall curve at IoU 0.5 of each model (COCO's 101-point
-  interpolated precision, averaged over classes: its area is mAP@0.5), from
-  faster-coco-eval's accumulated `precision` array (matplotlib's `Agg` backend).
-
+Two PNGs: a grid of the val images on which the models disagree most, each drawn for
+both models with the ground truth (Pillow), and each model's precision-recall curve at
+IoU 0.5 from faster-coco-eval's accumulated `precision` (matplotlib's `Agg` backend).
 `disagreement_matched` and `pr_curve_matched` are pure (they read the detections as
-`promotion.decision.coco_ap` matched them once); the `plot_*` functions write files.
+`promotion.decision.coco_ap` matched them); the `plot_*` functions write files. Why:
+docs/inside-promotion.md, "Reports".
 """
 
 import pathlib

@@ -1,19 +1,10 @@
 """Reports a human reads: the evaluation report (a PR body) and the canary report.
 
-Both are plain Markdown that GitHub, GitLab and Gitea render the same way
-(pipe tables, no HTML), built by pure functions from plain data so tests pin
-their text. Only `write_canary_report` touches the disk: it renders the PNG
-with matplotlib's `Agg` backend (no display on a controller pod) and writes
-the Markdown summary next to it. The PNG is drawn in a short-lived child
-process: in the long-lived controller, matplotlib's import and its font and
-glyph caches cost ~40 MB and grew it another ~25 MB over its first ten plots
-(`benchmarks/report_memory.py`), which the soak read as a leak.
-
-The canary report's data is a *timeline*: one point per analysis interval
-(time, weight, and per version request rate, error rate, p99), appended by
-the controller to `timeline.jsonl` in its work dir. The git history holds the
-decisions; the timeline holds what was seen between them, which git does not
-need to carry.
+Plain Markdown that GitHub, GitLab and Gitea render alike, built by pure functions from
+plain data. Only `write_canary_report` touches the disk: it draws the PNG in a
+short-lived child process (matplotlib's `Agg` backend) from the controller's
+`timeline.jsonl`, one point per analysis interval, and writes the Markdown beside it.
+Why a child process: docs/inside-promotion.md, "Reports".
 """
 
 from __future__ import annotations
