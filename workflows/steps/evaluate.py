@@ -34,7 +34,7 @@ from workflows.steps.data_lineage import (
     prepared_val,
     record_dataset,
 )
-from workflows.steps.training_step import check_artifact
+from workflows.steps.training_job import check_artifact
 
 
 def _production_dir(gitops: str, model: str, branch: str) -> tuple[str, pathlib.Path] | None:
