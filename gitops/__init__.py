@@ -5,8 +5,8 @@ It drives the real ``git`` CLI (2.38 or newer) and imports neither ``workflows``
 """
 
 __all__ = [
-    "approval",   # approve(): merge a proposal's PR only if it deploys the evaluated weights
-    "approver",   # approve_as(): a person approves (`mlops pr approve`, the UI's button)
+    "approval",   # approve(): merge a proposal's PR only if it deploys the evaluated weights;
+                  # approve_as(): a person approves (`mlops pr approve`, the UI's button)
     "archive",    # extract a `git archive` tar safely (the local sync reads a commit so)
     "batch",      # commit_batch(): several decisions, one push (the controller's tick)
     "errors",     # GitOpsError and its kinds, each with an exit code

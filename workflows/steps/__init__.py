@@ -8,7 +8,7 @@ every rendered argv with the real parsers (tests/workflows/test_rendered_argv.py
 """
 
 # The doors: the table, and each step a container runs by name (`mlops step NAME`, the
-# local runner); `common`, `data_lineage` and `training_step` are the steps' own parts.
+# local runner); `common`, `data_lineage` and `training_job` are the steps' own parts.
 __all__ = [
     "STEPS", "evaluate", "gate", "prepare_data", "production", "propose", "publish",
     "record_outcome", "smoke_train", "submit_pipeline", "train",
