@@ -1,15 +1,11 @@
 """Approve a proposal: merge its PR, but only if it deploys the evaluated weights.
 
-The check is made on the *merged* tree, computed before anything is pushed
-(``git merge-tree --write-tree`` of the PR head into the base): the Deployment
-``apps/<model>/deployment-<version>.yaml`` must carry the
-``mlops.paddle.org/weights-sha256`` recorded in the PR body when it was
-proposed (:func:`gitops.proposal.parse_record`). A mismatch -- someone edited
-the digest or swapped the weights on the branch -- raises
-:class:`DigestMismatchError` and nothing is merged. The merge itself goes
-through the forge with ``head_sha`` pinned to the verified commit, so a push to
-the branch after the check makes the forge refuse rather than merge unverified
-content.
+On the merged tree (``git merge-tree --write-tree``), before anything is pushed, the
+Deployment must carry the ``mlops.paddle.org/weights-sha256`` the PR body recorded
+(:func:`gitops.proposal.parse_record`), else :class:`DigestMismatchError` and no merge;
+the forge merges with ``head_sha`` pinned to the verified commit. :func:`approve_as`
+(`mlops pr approve`, the UI's Approve) authors the merge as the person who approved and
+comments who and from where. Why: docs/inside-foundations.md.
 """
 
 from __future__ import annotations
@@ -18,10 +14,12 @@ import pathlib
 from dataclasses import dataclass
 from typing import Literal
 
+from contracts.errors import MlopsError
 from gitops import yamlio
 from gitops.errors import DigestMismatchError, ForgeError, GitError
 from gitops.forges.base import Forge, PullRequest
 from gitops.git import DEFAULT_IDENTITY, Identity
+from gitops.people import identity_of
 from gitops.proposal import ANNOTATION_WEIGHTS_SHA256, ProposalRecord, parse_record
 from gitops.repo import Mirror
 
@@ -115,3 +113,16 @@ def approve(
     if merged.state != "merged":
         raise ForgeError(f"PR #{number}: the forge did not merge it (state {merged.state})")
     return Approval("merged", merged, f"merged PR #{number}; {checked}")
+
+
+def approve_as(repo: str | pathlib.Path, number: int, forge: Forge, by: str,
+               where: str = "the CLI") -> str:
+    """Check, merge as `by`, note it on the PR; the line the CLI prints and the UI shows."""
+    result = approve(repo, number, forge, author=identity_of(by))
+    message = result.message
+    if result.status == "merged":
+        try:
+            forge.comment(number, f"Approved by {by} in {where}: {message}")
+        except MlopsError as exc:
+            message += f" (note not added: {exc})"
+    return f"{message} (approved by {by})"

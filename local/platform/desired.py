@@ -2,7 +2,7 @@
 
 A tree exported from one commit, read with :func:`gitops.layout.read_model`, becomes one
 :class:`ModelSpec` per model folder (each Deployment's version, model URI and weights
-digest; the subsets; the first route's weights), or a :class:`ModelError` naming the
+digest; the subsets; the first route's weights), or a :class:`ModelProblem` naming the
 file. :func:`spec_from_state` is the pure part. Errors are per model, so the sync keeps
 the last good spec of a broken one. Why: docs/inside-local.md.
 """
@@ -46,7 +46,7 @@ class ModelSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelError:
+class ModelProblem:
     """``apps/<model>/`` could not be read; ``file`` is the culprit."""
 
     model: str
@@ -127,22 +127,22 @@ def spec_from_state(state: ModelState) -> ModelSpec:
     return ModelSpec(versions=versions, weights=weights)
 
 
-def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelError]]:
+def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelProblem]]:
     """Every model of a checked-out (exported) GitOps tree, through the GitOps room's reader.
 
     Broken models come back as errors naming the file, not as specs.
     """
     specs: dict[str, ModelSpec] = {}
-    errors: list[ModelError] = []
+    errors: list[ModelProblem] = []
     for model in layout.list_models(root):
         try:
             spec = spec_from_state(layout.read_model(root, model))
         except _Broken as exc:
-            errors.append(ModelError(model=model, file=exc.file, message=str(exc)))
+            errors.append(ModelProblem(model=model, file=exc.file, message=str(exc)))
             continue
         except GitOpsError as exc:
             file = getattr(exc, "path", None) or f"{APPS}/{model}/"
-            errors.append(ModelError(model=model, file=file, message=str(exc)))
+            errors.append(ModelProblem(model=model, file=file, message=str(exc)))
             continue
         if spec.versions:
             specs[model] = spec
@@ -152,7 +152,7 @@ def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelE
 def merge_last_good(
     previous: Mapping[str, ModelSpec],
     parsed: Mapping[str, ModelSpec],
-    errors: list[ModelError],
+    errors: list[ModelProblem],
 ) -> dict[str, ModelSpec]:
     """The state to apply: parsed models, plus the last good spec of broken ones."""
     out = dict(parsed)

@@ -3,7 +3,7 @@
 Checks what the training job left, writes `metrics.json`, records the metrics in
 `model.yaml`, and outputs `map50`, `map`, `version` and `model_dir`. With a readable
 production export (`--production-from-gitops`), both exports run through the serving
-stack on the val and holdout images (`workflows.comparison`): the metrics are the served
+stack on the val and holdout images (`workflows.paired_evaluation`): the metrics are the served
 candidate's and `paired.json` holds the paired bootstrap the gate judges. Why:
 docs/inside-workflows.md.
 """
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 from contracts.artifact import read_record_data, write_record_data
 from promotion.gitrepo.production import read_production
-from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
+from workflows.paired_evaluation import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.served_cache import ServedCache
 from workflows.steps.common import base_parser, run_main
 from workflows.steps.data_lineage import (
@@ -26,7 +26,7 @@ from workflows.steps.data_lineage import (
     prepared_val,
     record_dataset,
 )
-from workflows.steps.training_step import check_artifact
+from workflows.steps.training_job import check_artifact
 
 
 def _production_dir(gitops: str, model: str, branch: str) -> tuple[str, pathlib.Path] | None:
