@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Lint first: a second, and a finding fails the run before the tests. Types beside the
-# tests, their report waiting in a pipe: mypy takes 25 CPU-seconds cold and 1 with its
+# tests, their report waiting in a pipe: mypy is slow cold and fast with its
 # incremental cache, kept between runs in this machine's cache dir (mypy checks each
 # module's hash, so a fresh clone elsewhere reuses it; MYPY_CACHE_DIR is mypy's own
 # variable). (Settings in pyproject.toml: [tool.ruff] and [tool.mypy].)
@@ -16,8 +16,8 @@ exec {types_fd}<&"${MYPY[0]}"  # bash drops MYPY's fds once mypy ends: keep our 
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Bytecode is written (into __pycache__ dirs, which git and the image builds ignore): with
 # PYTHONDONTWRITEBYTECODE set, as in CI and container environments, each xdist worker
-# rewrote and compiled every test module again at collection (9 CPU-s a worker instead of
-# 4.5, measured 2026-11-27), before the demo's worker could start the demo.
+# rewrote and compiled every test module again at collection (about twice the CPU of a
+# worker's collection), before the demo's worker could start the demo.
 unset PYTHONDONTWRITEBYTECODE
 # Three workers (pytest-xdist; MLOPS_TEST_WORKERS to change), a whole module per worker at a
 # time, modules handed out in collection order (tests/conftest.py puts the slow ones first):
