@@ -15,8 +15,10 @@ _BOUNDS = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "mor
 
 def shown(value: Any) -> str:
     """A value as it was typed: numbers plain (`0`, not `0.0`), text quoted."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # `:g` would write 1073741824 as 1.07374e+09
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) < 1e15 else repr(value)
     return repr(value)
 
 
