@@ -7,10 +7,21 @@ from typing import Any, Mapping
 
 import pydantic
 
-__all__ = ["explain", "shown"]
+__all__ = ["explain", "from_environment", "shown"]
 
 _BOUNDS = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than"),
            "less_than_equal": ("le", "at most"), "less_than": ("lt", "less than")}
+
+
+def from_environment(given: Mapping[str, Any], table: Mapping[str, str],
+                     environ: Mapping[str, str]) -> dict[str, Any]:
+    """`given` with each option of `table` ({option: variable}) it lacks taken from a
+    non-empty variable of `environ`: the one way an option falls back to the environment."""
+    out = dict(given)
+    for option, variable in table.items():
+        if option not in out and environ.get(variable):
+            out[option] = environ[variable]
+    return out
 
 
 def shown(value: Any) -> str:

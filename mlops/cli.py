@@ -19,6 +19,7 @@ from typing import Sequence
 
 import mlops.commands
 from contracts.errors import report
+from mlops.commands._options import environment_defaults
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    environment_defaults(args)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

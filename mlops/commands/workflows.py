@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from contracts.errors import ExitCode, MlopsError
+from mlops.commands._options import alias
 
 # Hera (render, submit) and the schemas (lint) are imported inside the
 # commands: they take seconds, and `mlops --help` should not.
@@ -49,7 +50,7 @@ def _submit(args: argparse.Namespace) -> int:
     from workflows.submit import commit_parameters, submit
 
     params = commit_parameters(loaded.repo_dir, args.repo_url, args.revision, args.ref)
-    result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.insecure)
+    result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.argo_insecure)
     if result.created:
         print(
             f"Workflow {result.namespace}/{result.workflow}: submitted ({params['revision'][:12]})"
@@ -169,9 +170,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub_p.add_argument("--repo-url", help="git URL the cluster clones (default: remote 'origin')")
     sub_p.add_argument("--revision", help="commit sha (default: HEAD)")
     sub_p.add_argument("--ref", help="ref name (default: the current branch)")
-    sub_p.add_argument(
-        "--insecure", action="store_true", help="do not verify the server's TLS certificate"
-    )
+    sub_p.add_argument("--argo-insecure", action="store_true",
+                       help="do not verify the Argo Server's TLS certificate")
+    alias(sub_p, "--insecure", "argo_insecure", action="store_true")
     sub_p.set_defaults(func=_submit)
 
     lint = sub.add_parser(
