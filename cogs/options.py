@@ -3,9 +3,10 @@ flag, with the value given (`--workers 0: must be at least 1`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import pydantic
+if TYPE_CHECKING:  # only for the annotation: the CLI's parser imports this module
+    import pydantic
 
 __all__ = ["explain", "from_environment", "shown"]
 

@@ -126,3 +126,21 @@ def test_the_canary_actions_share_their_options():
     assert {"--gitops", "--branch", "--by", "--workdir"} <= steer["pause"]
     status = set(by_path[("mlops", "canary", "status")]._option_string_actions)
     assert {"--gitops", "--branch", "--json"} <= status
+
+
+def test_every_command_is_in_exactly_one_group_of_the_help():
+    """`mlops --help` lists the commands by what a person does; none twice, none left out
+    (`mlops.cli.GROUPS`), and the usage line is still argparse's."""
+    from mlops.cli import GROUPS
+
+    parser = build_parser()
+    registered = set(parser._subparsers._group_actions[0].choices)
+    listed = [name for names in GROUPS.values() for name in names]
+    assert sorted(listed) == sorted(registered)
+    text = parser.format_help()
+    assert text.startswith("usage: mlops [-h] COMMAND ...")
+    assert "other:" not in text
+    for title in GROUPS:
+        assert f"\n{title}:\n" in text
+    for name in registered:
+        assert sum(line.startswith(f"  {name} ") for line in text.splitlines()) == 1, name
