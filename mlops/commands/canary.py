@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 
 def _act(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.people import current_user
     from promotion.gitrepo.steering import canary_action
 
@@ -37,7 +36,6 @@ def _act(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.repo import Mirror
     from promotion.decision.state import dump_state, load_state
 
@@ -67,7 +65,6 @@ def split_problem(model: str, destination_rule: str | None,
                   virtual_service: str | None) -> str | None:
     """Why the controller refuses the split on main (file and field), None when it does not:
     the same strict reading as the controller's and the local sync's."""
-    # lazy (import cost): `mlops --help` does not load it
     import yaml
 
     from contracts.traffic import TrafficError, read_routes

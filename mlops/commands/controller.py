@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 def settings_of(args: argparse.Namespace) -> ControllerSettings:
     """`controller run`'s settings: the flags given, the rest from the environment or the
     defaults (`ControllerSettings.from_options`)."""
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.controller_settings import ControllerSettings
 
     return ControllerSettings.from_options(
@@ -46,7 +45,6 @@ def settings_of(args: argparse.Namespace) -> ControllerSettings:
 
 
 def _sources(settings: ControllerSettings) -> Any:
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.metrics.presets import QueryPreset
     from promotion.metrics.prometheus import PrometheusSource
 
@@ -69,7 +67,6 @@ def _sources(settings: ControllerSettings) -> Any:
 
 
 def _commenter(settings: ControllerSettings) -> Any:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.forges.registry import for_gitops
     from promotion.gitrepo.propose import branch_name
 
@@ -92,11 +89,9 @@ def _readiness(runtime: str, namespace: str, workdir: str | None) -> Any:
     if runtime == "none":
         return None
     if runtime == "kubernetes":
-        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.readiness import KubernetesReadiness
 
         return KubernetesReadiness(namespace)
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform.readiness import PlatformReadiness
     from local.platform.workdir import Workdir
 
@@ -119,7 +114,6 @@ def _prober(settings: ControllerSettings, readiness: Any) -> Any:
     """Who asks stable and canary the same probe images (`promotion/metrics/probe.py`): through
     the local platform's HAProxy, or the model's Service in the cluster (the header
     match of its VirtualService needs the controller's pod in the mesh), or a template."""
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.metrics.probe import HttpProbe
 
     template = settings.probe_url
@@ -137,7 +131,6 @@ def _prober(settings: ControllerSettings, readiness: Any) -> Any:
 
 def build(settings: ControllerSettings) -> Controller:
     """The controller the settings describe (tests build it the same way)."""
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.controller import Controller
     from promotion.controller_metrics import ControllerMetrics
     from promotion.reports.notify import Notifier
@@ -145,7 +138,6 @@ def build(settings: ControllerSettings) -> Controller:
     notifier = Notifier(settings.webhook) if settings.webhook else None
     refresher = None
     if settings.argocd_namespace:
-        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.argocd import ArgoRefresher
 
         refresher = ArgoRefresher(settings.argocd_namespace, host=settings.kube_api)
@@ -307,13 +299,11 @@ def _application_name(value: str) -> str:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.cluster.deploy import controller_manifests
     from promotion.controller_settings import ControllerSettings
 
     applications = list(args.application)
     if args.applications_from:
-        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.applications import applications_in
 
         applications += applications_in(args.applications_from)
@@ -327,7 +317,6 @@ def _manifests(args: argparse.Namespace) -> int:
         "argocd_namespace": args.argocd_namespace if applications else None})
     pull = list(args.image_pull_secret)
     if args.settings:
-        # lazy (import cost): `mlops --help` does not load it
         from workflows.settings import load_settings
 
         pull = [*load_settings(args.settings).image_pull_secrets, *pull]

@@ -25,7 +25,6 @@ def _cache(args: argparse.Namespace) -> pathlib.Path:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from datapins.layouts import dataset_root, read_ppdet_config
     from datapins.lock import read_lock, write_lock
     from datapins.snapshot import snapshot
@@ -57,7 +56,6 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from datapins.cache import Cache
     from datapins.lock import read_lock
     from datapins.prepare import prepare
@@ -78,7 +76,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import hashlib
 
     from datapins.cache import Cache

@@ -23,7 +23,6 @@ from mlops.errors import UserError
 
 
 def _init(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.repo import init_repo
 
     result = init_repo(args.target, repo_url=args.argocd_repo_url, namespace=args.namespace)
@@ -33,7 +32,6 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops import layout
     from gitops.repo import Mirror
     from serving.manifests import ANNOTATION_WEIGHTS_SHA256
@@ -66,13 +64,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load them
     from gitops import layout
     from gitops.repo import Mirror
     from promotion.decision.policy import parse_duration
     from promotion.gitrepo.lint import lint_tree
-
-    # lazy (import cost): `mlops --help` does not load it; it pulls jsonschema
     from workflows.lint import lint_paths
 
     repo = require_gitops(args)

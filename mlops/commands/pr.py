@@ -26,7 +26,6 @@ from mlops.errors import UserError
 
 def forge_from_args(args: argparse.Namespace) -> Any:
     """The forge the options name (local needs only the repo)."""
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.forges import registry
 
     name = args.forge or DEFAULT_FORGE
@@ -57,7 +56,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.proposal import parse_record
 
     forge = forge_from_args(args)
@@ -89,7 +87,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.approver import approve_as
     from gitops.people import current_user
 

@@ -28,7 +28,6 @@ from mlops.commands._options import from_env, gitops_option, require_gitops
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.people import current_user
     from mlops.commands.controller import readiness_from_args
     from promotion.gitrepo.rollback import DEFAULT_WAIT
@@ -64,7 +63,6 @@ def _other_platform(args: argparse.Namespace) -> str | None:
     workdir = args.platform_workdir
     if not workdir:
         return None
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform.workdir import Workdir, load_config
 
     config = load_config(Workdir(pathlib.Path(workdir)))

@@ -12,8 +12,6 @@ def _run(args: argparse.Namespace) -> int:
     """The cluster's two stages on this machine: the push Workflow (`workflows.push`) checks
     out the commit and its submit step renders that commit's pipeline; then that very
     Workflow runs here, where the cluster's step would create it through the API."""
-    # lazy (import cost): every `mlops` start registers this command; these pull Hera's
-    # models (seconds), pydantic, numpy (the gate's statistics) and serving options
     from local.argo.runner import run_workflow
     from mlops.images.stepbuild import step_builder
     from workflows.binding import binding_for

@@ -153,7 +153,6 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_load_command(args: argparse.Namespace) -> int:
     """Run the load generator and print its report."""
-    # lazy (import cost): `mlops --help` does not load it; it pulls pysimdjson
     from serving.loadgen import LoadError, Stop, default_images_dir, load_images, run_load
 
     images_dir = args.images or default_images_dir()

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 def settings_of(args: argparse.Namespace) -> UiSettings:
     """`mlops ui`'s settings: the flags given, the rest from the environment or the
     defaults (`UiSettings.from_options`)."""
-    # lazy (import cost): `mlops --help` does not load it (pydantic)
     from mlops.ui.settings import UiSettings
 
     return UiSettings.from_options({name: value for name, value in vars(args).items()
@@ -42,7 +41,6 @@ def ui_config(args: argparse.Namespace) -> UiConfig:
 
 def config_of(settings: UiSettings) -> UiConfig:
     """What the app runs with: `settings`, completed from the platform's work dir."""
-    # lazy (import cost): `mlops --help` does not load them; mlops.ui.app pulls starlette
     from local.platform.workdir import Workdir, default_workdir, load_config
     from mlops.ui.app import UiConfig
 
@@ -85,20 +83,15 @@ def config_of(settings: UiSettings) -> UiConfig:
 def _pipeline(path: str | None) -> Any:
     """The pipeline's settings (`--settings FILE`, else the defaults): the namespace its
     Workflows run in, the pods' image pull secrets."""
-    # lazy (import cost): `mlops --help` does not load it
     from workflows.settings import load_settings
 
     return load_settings(path)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import uvicorn
 
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.git import redact
-
-    # lazy (import cost): `mlops --help` does not load it; it pulls starlette
     from mlops.ui.app import create_app
     from mlops.ui.settings import LOOPBACK
 
@@ -122,10 +115,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import yaml
 
-    # lazy (import cost): `mlops --help` does not load it
     from mlops.ui.manifests import ARGO_CA_DIR, PROXY_HEADER, ui_manifests
     from mlops.ui.settings import UiSettings
 

@@ -20,19 +20,16 @@ class LintFailed(MlopsError):
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
     from workflows.settings import load_settings
 
     return load_settings(args.settings, namespace=getattr(args, "namespace", None))
 
 
 def _render(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
     from workflows.config import load_config
 
     loaded = load_config(args.path)  # a broken config stops here, before any write
     settings = _settings(args)
-    # lazy (import cost): `mlops --help` does not load it; it pulls hera, jsonschema
     from workflows.render import write_manifests
 
     for path in write_manifests(loaded, settings, pathlib.Path(args.out)):
@@ -41,12 +38,10 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
     from workflows.config import load_config
 
     loaded = load_config(args.path)
     settings = _settings(args)
-    # lazy (import cost): `mlops --help` does not load it; it pulls hera
     from workflows.submit import commit_parameters, submit
 
     params = commit_parameters(loaded.repo_dir, args.repo_url, args.revision, args.ref)
@@ -67,7 +62,6 @@ def _lint(args: argparse.Namespace) -> int:
     target = pathlib.Path(args.dir)
     if not target.exists():
         raise LintFailed(f"{target}: no such file or directory")
-    # lazy (import cost): `mlops --help` does not load it; it pulls jsonschema
     from workflows.lint import identity_problems, lint_paths, yaml_files
 
     files = yaml_files(target)
@@ -90,7 +84,6 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _preconditions(files: list[pathlib.Path], args: argparse.Namespace) -> list[str]:
     """What the cluster must allow (workflows.preconditions), as report lines."""
-    # lazy (import cost): `mlops --help` does not load it
     import yaml
 
     from workflows import preconditions as pre
@@ -114,7 +107,6 @@ def _preconditions(files: list[pathlib.Path], args: argparse.Namespace) -> list[
             "controller's `executor` settings: pass --argo-config (the "
             "workflow-controller-configmap) to judge them as configured"))
     if args.repo:
-        # lazy (import cost): pydantic
         from workflows.config import load_config
 
         loaded = load_config(args.repo)
