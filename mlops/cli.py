@@ -16,7 +16,7 @@ import importlib
 import pkgutil
 import sys
 import textwrap
-from typing import Iterator, Sequence
+from typing import Generator, Sequence
 
 import mlops.commands
 from contracts.errors import report
@@ -35,10 +35,10 @@ class _GroupedHelp(argparse.RawDescriptionHelpFormatter):
     """The top level's help: the usage as argparse writes it, the commands in groups
     (the epilog, `grouped`) instead of argparse's one flat list."""
 
-    def _iter_indented_subactions(self, action: argparse.Action) -> Iterator[argparse.Action]:
-        if isinstance(action, argparse._SubParsersAction):
-            return iter(())
-        return super()._iter_indented_subactions(action)
+    def _iter_indented_subactions(self, action: argparse.Action,
+                                  ) -> Generator[argparse.Action, None, None]:
+        if not isinstance(action, argparse._SubParsersAction):
+            yield from super()._iter_indented_subactions(action)
 
 
 def grouped(subparsers: argparse._SubParsersAction) -> str:
