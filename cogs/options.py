@@ -3,20 +3,34 @@ flag, with the value given (`--workers 0: must be at least 1`)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import pydantic
+if TYPE_CHECKING:  # only for the annotation: the CLI's parser imports this module
+    import pydantic
 
-__all__ = ["explain", "shown"]
+__all__ = ["explain", "from_environment", "shown"]
 
 _BOUNDS = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than"),
            "less_than_equal": ("le", "at most"), "less_than": ("lt", "less than")}
 
 
+def from_environment(given: Mapping[str, Any], table: Mapping[str, str],
+                     environ: Mapping[str, str]) -> dict[str, Any]:
+    """`given` with each option of `table` ({option: variable}) it lacks taken from a
+    non-empty variable of `environ`: the one way an option falls back to the environment."""
+    out = dict(given)
+    for option, variable in table.items():
+        if option not in out and environ.get(variable):
+            out[option] = environ[variable]
+    return out
+
+
 def shown(value: Any) -> str:
     """A value as it was typed: numbers plain (`0`, not `0.0`), text quoted."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # `:g` would write 1073741824 as 1.07374e+09
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) < 1e15 else repr(value)
     return repr(value)
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import pydantic
 
-from cogs.options import explain
+from cogs.options import explain, from_environment
 from contracts.errors import ExitCode, MlopsError
 from promotion.cluster.deploy import (
     CLUSTER_GIT_POLL,
@@ -95,7 +95,7 @@ class ControllerSettings(pydantic.BaseModel):
     argocd_namespace: str | None = None
     kube_api: str | None = None
     forge: str | None = None
-    forge_url: str | None = None
+    forge_api: str | None = None
     forge_repo: str | None = None
     report_url: str | None = None
     log_level: str = "info"
@@ -138,10 +138,8 @@ class ControllerSettings(pydantic.BaseModel):
         variable (`ENVIRONMENT`), else its default. A bad value is a `SettingsError`
         naming the flag."""
         env = os.environ if environ is None else environ
-        given = {k: v for k, v in options.items() if v is not None}
-        for field, variable in ENVIRONMENT.items():
-            if field not in given and env.get(variable):
-                given[field] = env[variable]
+        given = from_environment({k: v for k, v in options.items() if v is not None},
+                                 ENVIRONMENT, env)
         if "gitops" not in given:
             raise SettingsError(f"--gitops: no GitOps repository (pass --gitops, or set "
                                 f"${ENVIRONMENT['gitops']})")

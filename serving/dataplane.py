@@ -23,36 +23,38 @@ from serving.modeldir import ModelDir
 from serving.preprocess import ImageOptions
 from serving.runtime import PredictorPool, default_threads
 from serving.service import ModelService, Result
+from serving.settings import DEFAULTS
 
 log = logging.getLogger("serving.server")
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerSettings:
-    """How one server process is configured (the `mlops serve` flags)."""
+    """How one server process is configured: `serving.settings.ServeSettings` resolved
+    against the loaded model (its name, version, threads); the defaults are its."""
 
     model_name: str
     model_version: str
-    host: str = "127.0.0.1"
+    host: str = DEFAULTS.host
     port: int = 8000
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_in_flight: int = 16
+    max_body_bytes: int = DEFAULTS.max_body_bytes
+    max_in_flight: int = DEFAULTS.max_in_flight
     #: Seconds a client may take to send its body. Bodies are read before a request takes
     #: an in-flight slot, so slow senders cannot hold the slots; this bounds them anyway.
-    body_timeout: float = 10.0
+    body_timeout: float = DEFAULTS.body_timeout
     #: The digest the manifest says these weights have (the Deployment passes its
     #: annotation): the server hashes what it loads and refuses to serve anything else.
     weights_sha256: str | None = None
     threads: int = dataclasses.field(default_factory=default_threads)
-    math_threads: int = 1
-    graceful_timeout: float = 30.0
+    math_threads: int = DEFAULTS.math_threads
+    graceful_timeout: float = DEFAULTS.graceful_timeout
     #: Server processes behind the one port (1: this process alone, no supervisor).
-    workers: int = 1
+    workers: int = DEFAULTS.workers
     #: Adaptive batching (`runtime.Batcher`): at most this many images per predictor
     #: run; 1 turns batching off (the default).
-    batch_max_size: int = 1
+    batch_max_size: int = DEFAULTS.batch_max_size
     #: The longest a request waits for others to join its batch.
-    batch_timeout_ms: float = 0.0
+    batch_timeout_ms: float = DEFAULTS.batch_timeout_ms
     #: A request runs on the event loop itself, not handed to a predictor thread, when
     #: nothing else is in flight, batching is off, recent requests took at most this
     #: long (0: never), and the request is light: raw tensors of at most one warm-up
@@ -61,7 +63,7 @@ class ServerSettings:
     #: about as much as such a request (docs/inside-serving.md). Other work goes to the
     #: threads, so probes, /metrics and hang-up detection never wait behind more than
     #: about this.
-    inline_max_ms: float = 20.0
+    inline_max_ms: float = DEFAULTS.inline_max_ms
     #: How encoded images are decoded: pixel budget, deadline, reduced JPEG decoding.
     images: ImageOptions = ImageOptions()
     #: Request heads (size, fields, time) and the memory bodies may hold (`serving.limits`).

@@ -63,24 +63,20 @@ class HttpLimits:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The `mlops serve` flags of `HttpLimits`."""
-    parser.add_argument("--max-header-bytes", type=int, default=MAX_HEADER_BYTES, metavar="N",
+    """The `mlops serve` flags of `HttpLimits`; left out, None (`serving.settings` has the
+    defaults and bounds)."""
+    parser.add_argument("--max-header-bytes", type=int, metavar="N",
                         help="bytes a request line and its headers may take; more get 431 "
                              f"and the connection closed (default {MAX_HEADER_BYTES})")
-    parser.add_argument("--max-headers", type=int, default=MAX_HEADERS, metavar="N",
+    parser.add_argument("--max-headers", type=int, metavar="N",
                         help=f"header fields a request may have; more get 431 (default "
                              f"{MAX_HEADERS})")
-    parser.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT, metavar="S",
+    parser.add_argument("--header-timeout", type=float, metavar="S",
                         help="seconds a request's headers may take to arrive, from their "
                              "first byte or the connection's opening; then 408 and the "
                              f"connection closed (default {HEADER_TIMEOUT:g})")
-    parser.add_argument("--max-buffered-bytes", type=int, default=None, metavar="N",
+    parser.add_argument("--max-buffered-bytes", type=int, metavar="N",
                         help="bytes of request bodies held at once, being read or in "
                              "flight; a body that does not fit gets 503 (default: "
                              "--max-in-flight x --max-body-bytes)")
 
-
-def from_args(args: argparse.Namespace) -> HttpLimits:
-    """`HttpLimits` from the parsed flags; ValueError naming the flag out of bounds."""
-    return HttpLimits(args.max_header_bytes, args.max_headers, args.header_timeout,
-                      args.max_buffered_bytes)

@@ -21,13 +21,17 @@ be benchmarked as the thing it was meant to change.
 """
 
 import pathlib
+from typing import Annotated
 
 import pydantic
 import yaml
 
-DEFAULT_WORKERS = 1
-DEFAULT_BATCH_MAX_SIZE = 1  # 1: batching off
-DEFAULT_BATCH_TIMEOUT_MS = 0.0  # continuous: what queued while the predictor ran (measured best)
+#: The bounds of each option, whether the model's section or a flag sets it
+#: (`serving.settings.ServeSettings` has the defaults).
+Workers = Annotated[int, pydantic.Field(ge=1, le=64)]
+BatchMaxSize = Annotated[int, pydantic.Field(ge=1, le=256)]
+BatchTimeoutMs = Annotated[float, pydantic.Field(ge=0, le=1000)]
+MaxRequestPixels = Annotated[int, pydantic.Field(ge=1, le=1 << 30)]
 
 
 class ServingOptions(pydantic.BaseModel):
@@ -35,10 +39,10 @@ class ServingOptions(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    workers: int | None = pydantic.Field(default=None, ge=1, le=64, strict=True)
-    batch_max_size: int | None = pydantic.Field(default=None, ge=1, le=256, strict=True)
-    batch_timeout_ms: float | None = pydantic.Field(default=None, ge=0, le=1000)
-    max_request_pixels: int | None = pydantic.Field(default=None, ge=1, le=1 << 30, strict=True)
+    workers: Workers | None = pydantic.Field(default=None, strict=True)
+    batch_max_size: BatchMaxSize | None = pydantic.Field(default=None, strict=True)
+    batch_timeout_ms: BatchTimeoutMs | None = None
+    max_request_pixels: MaxRequestPixels | None = pydantic.Field(default=None, strict=True)
     reduced_decode: bool | None = pydantic.Field(default=None, strict=True)
 
     def args(self) -> list[str]:

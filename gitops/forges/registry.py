@@ -34,6 +34,8 @@ def _lazy(module: str, cls: str) -> Callable[..., Forge]:
 
 
 register("local", _lazy("gitops.forges.local", "LocalForge"))
+#: The forge when none is named: the GitOps repo's own PR branches.
+DEFAULT_FORGE = "local"
 register("github", _lazy("gitops.forges.github", "GitHubForge"))
 register("gitlab", _lazy("gitops.forges.gitlab", "GitLabForge"))
 register("gitea", _lazy("gitops.forges.gitea", "GiteaForge"))

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import tempfile
 from typing import TYPE_CHECKING
 
+from mlops.commands._options import gitops_option, require_gitops
 from mlops.errors import UserError
 
 if TYPE_CHECKING:
@@ -26,23 +26,22 @@ if TYPE_CHECKING:
 
 
 def _act(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.people import current_user
     from promotion.gitrepo.steering import canary_action
 
     workdir = pathlib.Path(args.workdir) if args.workdir else None
-    print(canary_action(args.gitops, args.model, args.action, current_user(args.by),
+    print(canary_action(require_gitops(args), args.model, args.action, current_user(args.by),
                         args.branch, workdir))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.repo import Mirror
     from promotion.decision.state import dump_state, load_state
 
+    gitops = require_gitops(args)
     with tempfile.TemporaryDirectory(prefix="mlops-canary-") as tmp:
-        with Mirror(args.gitops, path=pathlib.Path(tmp) / "m.git") as mirror:
+        with Mirror(gitops, path=pathlib.Path(tmp) / "m.git") as mirror:
             tip = mirror.sha(args.branch)
             text = mirror.show(tip, f"apps/{args.model}/promotion.yaml") if tip else None
             split = {name: mirror.show(tip, f"apps/{args.model}/{name}") if tip else None
@@ -66,7 +65,6 @@ def split_problem(model: str, destination_rule: str | None,
                   virtual_service: str | None) -> str | None:
     """Why the controller refuses the split on main (file and field), None when it does not:
     the same strict reading as the controller's and the local sync's."""
-    # lazy (import cost): `mlops --help` does not load it
     import yaml
 
     from contracts.traffic import TrafficError, read_routes
@@ -107,26 +105,26 @@ def _summary(state: CanaryState) -> str:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `mlops canary`."""
+    """Add `mlops canary`: five actions and `status`, over the same model and repo options."""
     parser = subparsers.add_parser(
         "canary", help="pause, resume, abort, promote or approve a step of a rollout")
     sub = parser.add_subparsers(dest="canary_command", metavar="ACTION", required=True)
+    rollout = argparse.ArgumentParser(add_help=False)  # what every action names
+    rollout.add_argument("model", metavar="MODEL")
+    gitops_option(rollout)
+    rollout.add_argument("--branch", default="main", help="the GitOps repo's branch "
+                                                          "(default: main)")
+    steer = argparse.ArgumentParser(add_help=False, parents=[rollout])  # what a commit needs
+    steer.add_argument("--by", help="who asks (default: the current user)")
+    steer.add_argument("--workdir", help="reuse clones here (default: a temporary dir)")
     for action, text in (("pause", "stop the analysis; weights stay"),
                          ("resume", "resume the analysis of a paused rollout"),
                          ("abort", "roll the candidate back at the next decision"),
                          ("promote", "promote the candidate at the next decision"),
-                         ("approve", "approve the next step up (policy approval: step)"),
-                         ("status", "where the rollout of MODEL stands (promotion.yaml)")):
-        p = sub.add_parser(action, help=text)
-        p.add_argument("model", metavar="MODEL")
-        p.add_argument("--gitops", default=os.environ.get("MLOPS_GITOPS_REPO"),
-                       required=not os.environ.get("MLOPS_GITOPS_REPO"),
-                       help="GitOps repository (path or URL; default: $MLOPS_GITOPS_REPO)")
-        p.add_argument("--branch", default="main")
-        if action != "status":
-            p.add_argument("--by", help="who asks (default: the current user)")
-            p.add_argument("--workdir", help="reuse clones here (default: a temporary dir)")
-            p.set_defaults(func=_act, action=action)
-        else:
-            p.add_argument("--json", action="store_true", help="the whole promotion.yaml as JSON")
-            p.set_defaults(func=_status)
+                         ("approve", "approve the next step up (policy approval: step)")):
+        sub.add_parser(action, help=text, parents=[steer]).set_defaults(func=_act,
+                                                                       action=action)
+    status = sub.add_parser("status", help="where the rollout of MODEL stands (promotion.yaml)",
+                            parents=[rollout])
+    status.add_argument("--json", action="store_true", help="the whole promotion.yaml as JSON")
+    status.set_defaults(func=_status)

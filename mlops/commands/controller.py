@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import pathlib
 import signal
 import sys
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from contracts.names import model_name_problem
+from mlops.commands._options import FORGES, alias, forge_options
 from mlops.errors import UserError
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 def settings_of(args: argparse.Namespace) -> ControllerSettings:
     """`controller run`'s settings: the flags given, the rest from the environment or the
     defaults (`ControllerSettings.from_options`)."""
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.controller_settings import ControllerSettings
 
     return ControllerSettings.from_options(
@@ -46,7 +45,6 @@ def settings_of(args: argparse.Namespace) -> ControllerSettings:
 
 
 def _sources(settings: ControllerSettings) -> Any:
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.metrics.presets import QueryPreset
     from promotion.metrics.prometheus import PrometheusSource
 
@@ -69,14 +67,14 @@ def _sources(settings: ControllerSettings) -> Any:
 
 
 def _commenter(settings: ControllerSettings) -> Any:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.forges.registry import for_gitops
     from promotion.gitrepo.propose import branch_name
 
     if not settings.forge:
         return None
 
-    forge = for_gitops(settings.forge, settings.gitops, settings.forge_url, settings.forge_repo)
+    forge = for_gitops(settings.forge, settings.gitops, settings.forge_api, settings.forge_repo,
+                       api_flag="--forge-api")
 
     def comment(model: str, candidate: str, body: str) -> None:
         pr = forge.find_pr(branch_name(model, candidate))
@@ -91,11 +89,9 @@ def _readiness(runtime: str, namespace: str, workdir: str | None) -> Any:
     if runtime == "none":
         return None
     if runtime == "kubernetes":
-        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.readiness import KubernetesReadiness
 
         return KubernetesReadiness(namespace)
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform.readiness import PlatformReadiness
     from local.platform.workdir import Workdir
 
@@ -106,7 +102,7 @@ def readiness_from_args(args: argparse.Namespace) -> tuple[str, Any]:
     """(the runtime, who tells readiness) from `--readiness`, `--readiness-namespace` and
     `--platform-workdir` or $MLOPS_WORKDIR, by the controller's rule
     (`ControllerSettings.runtime`): `mlops rollback` asks the same."""
-    workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
+    workdir = args.platform_workdir
     runtime = args.readiness or ("local" if workdir else "none")
     if runtime == "local" and not workdir:
         raise UserError("--readiness local needs the platform's work dir "
@@ -118,7 +114,6 @@ def _prober(settings: ControllerSettings, readiness: Any) -> Any:
     """Who asks stable and canary the same probe images (`promotion/metrics/probe.py`): through
     the local platform's HAProxy, or the model's Service in the cluster (the header
     match of its VirtualService needs the controller's pod in the mesh), or a template."""
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.metrics.probe import HttpProbe
 
     template = settings.probe_url
@@ -136,7 +131,6 @@ def _prober(settings: ControllerSettings, readiness: Any) -> Any:
 
 def build(settings: ControllerSettings) -> Controller:
     """The controller the settings describe (tests build it the same way)."""
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.controller import Controller
     from promotion.controller_metrics import ControllerMetrics
     from promotion.reports.notify import Notifier
@@ -144,7 +138,6 @@ def build(settings: ControllerSettings) -> Controller:
     notifier = Notifier(settings.webhook) if settings.webhook else None
     refresher = None
     if settings.argocd_namespace:
-        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.argocd import ArgoRefresher
 
         refresher = ArgoRefresher(settings.argocd_namespace, host=settings.kube_api)
@@ -193,8 +186,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("controller", help="the promotion controller")
     sub = parser.add_subparsers(dest="controller_command", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="analyse canaries and commit every decision")
-    run.add_argument("--gitops",
+    run.add_argument("--gitops", metavar="REPO",
                      help="GitOps repository (path or URL; default: $MLOPS_GITOPS_REPO)")
+    alias(run, "--repo", "gitops")
     run.add_argument("--prometheus", required=True, help="Prometheus base URL")
     run.add_argument("--preset",
                      help="metric preset for every model (haproxy|istio|model); default: "
@@ -245,16 +239,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--argocd-namespace",
                      help="in a cluster: refresh the Argo CD Application after a rollback")
     run.add_argument("--kube-api", help="Kubernetes API URL (default: in-cluster or kubeconfig)")
-    run.add_argument("--forge", help="forge for PR comments (local|github|gitlab|gitea)")
-    run.add_argument("--forge-url", help="forge API URL (hosted forges)")
-    run.add_argument("--forge-repo", help="owner/name of the GitOps repo on a hosted forge")
+    forge_options(run, env=False, help="comment each rollout's outcome on its pull request "
+                                       "there: local, github, gitlab or gitea (default: none, "
+                                       "no comments)")
     run.add_argument("--report-url", help="base URL where the work dir's rollouts/ is published")
     run.add_argument("--log-level", help="debug, info (default), warning or error")
     run.set_defaults(func=_run)
 
     man = sub.add_parser("manifests", help="print the controller's Deployment, ServiceAccount "
                                             "and RBAC for a cluster")
-    man.add_argument("--gitops", required=True, help="GitOps repository URL (as pods see it)")
+    man.add_argument("--gitops", metavar="REPO",
+                     help="GitOps repository URL (as pods see it; required)")
+    alias(man, "--repo", "gitops")
     man.add_argument("--prometheus", required=True, help="Prometheus URL (as pods see it)")
     man.add_argument("--image", default="registry.example.com/mlops/controller:0.1.0")
     man.add_argument("--namespace", default="mlops")
@@ -266,13 +262,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--git-secret", default="mlops-gitops-token",
                      help="Secret with key 'token' for pushing decision commits")
     man.add_argument("--webhook-secret", help="Secret with key 'url' for notifications")
-    man.add_argument("--forge", choices=["github", "gitlab", "gitea"],
-                     help="comment each rollout's outcome on its pull request there")
+    forge_options(man, env=False, choices=FORGES[1:],
+                  help="comment each rollout's outcome on its pull request there: github, "
+                       "gitlab or gitea")
     man.add_argument("--forge-secret", default="mlops-forge",
                      help="Secret with key 'token' for the forge's API (with --forge)")
-    man.add_argument("--forge-repo", help="owner/name of the GitOps repo on the forge "
-                                          "(default: from --gitops)")
-    man.add_argument("--forge-url", help="the forge's API root (default: from --gitops)")
     man.add_argument("--reports-claim", default="mlops-controller",
                      help="PersistentVolumeClaim (made with the manifests) that keeps the canary "
                           "reports across restarts; '' for an emptyDir")
@@ -305,13 +299,11 @@ def _application_name(value: str) -> str:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from promotion.cluster.deploy import controller_manifests
     from promotion.controller_settings import ControllerSettings
 
     applications = list(args.application)
     if args.applications_from:
-        # lazy (import cost): `mlops --help` does not load it
         from promotion.cluster.applications import applications_in
 
         applications += applications_in(args.applications_from)
@@ -319,13 +311,12 @@ def _manifests(args: argparse.Namespace) -> int:
     settings = ControllerSettings.in_cluster({
         "gitops": args.gitops, "prometheus": args.prometheus, "preset": args.preset,
         "git_poll": args.git_poll, "workers": args.workers, "forge": args.forge,
-        "forge_repo": args.forge_repo, "forge_url": args.forge_url,
+        "forge_repo": args.forge_repo, "forge_api": args.forge_api,
         "readiness_namespace": args.models_namespace,
         # asked to refresh only the Applications it is granted (none: no refresh)
         "argocd_namespace": args.argocd_namespace if applications else None})
     pull = list(args.image_pull_secret)
     if args.settings:
-        # lazy (import cost): `mlops --help` does not load it
         from workflows.settings import load_settings
 
         pull = [*load_settings(args.settings).image_pull_secrets, *pull]
@@ -333,7 +324,7 @@ def _manifests(args: argparse.Namespace) -> int:
         gitops_url=settings.gitops, prometheus_url=settings.prometheus, image=args.image,
         namespace=args.namespace, argocd_namespace=args.argocd_namespace,
         preset=settings.preset, git_secret=args.git_secret, webhook_secret=args.webhook_secret,
-        forge=settings.forge, forge_repo=settings.forge_repo, forge_url=settings.forge_url,
+        forge=settings.forge, forge_repo=settings.forge_repo, forge_url=settings.forge_api,
         forge_secret=args.forge_secret, models_namespace=settings.readiness_namespace,
         reports_claim=args.reports_claim or None, image_pull_secrets=list(dict.fromkeys(pull)),
         git_poll=settings.git_poll, applications=list(dict.fromkeys(applications)),

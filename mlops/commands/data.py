@@ -12,20 +12,19 @@ environment only (boto3's chain); no flag takes a key.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 
 from cogs.text import printable
+from mlops.commands._options import from_env
 from mlops.errors import UserError
 
 
-def _default_cache() -> pathlib.Path:
-    env = os.environ.get("MLOPS_DATA_CACHE")
-    return pathlib.Path(env) if env else pathlib.Path.home() / ".cache" / "mlops" / "data"
+def _cache(args: argparse.Namespace) -> pathlib.Path:
+    """`--cache`, else $MLOPS_DATA_CACHE (`from_env`), else ~/.cache/mlops/data."""
+    return pathlib.Path(args.cache or pathlib.Path.home() / ".cache" / "mlops" / "data")
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from datapins.layouts import dataset_root, read_ppdet_config
     from datapins.lock import read_lock, write_lock
     from datapins.snapshot import snapshot
@@ -57,7 +56,6 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from datapins.cache import Cache
     from datapins.lock import read_lock
     from datapins.prepare import prepare
@@ -65,7 +63,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
     lock = read_lock(pathlib.Path(args.lock))
     labels = [x.strip() for x in args.labels.split(",") if x.strip()] if args.labels else None
-    report = prepare(lock, pathlib.Path(args.dest), Cache(pathlib.Path(args.cache)),
+    report = prepare(lock, pathlib.Path(args.dest), Cache(_cache(args)),
                      open_source(args.source or lock.source, args.endpoint_url),
                      labels=labels, full_decode=args.full_decode, workers=args.workers)
     if report.skipped:
@@ -78,7 +76,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import hashlib
 
     from datapins.cache import Cache
@@ -88,7 +85,7 @@ def _diff(args: argparse.Namespace) -> int:
     old, new = read_lock(pathlib.Path(args.old)), read_lock(pathlib.Path(args.new))
     # The annotation files, where the cache holds them (`mlops data prepare` put them there,
     # by content): image-level noise floors and relabelled boxes. Not there: boxes only.
-    cache = Cache(pathlib.Path(args.cache))
+    cache = Cache(_cache(args))
     annotations = {}
     for split in (*old.splits.values(), *new.splits.values()):
         path = cache.entry(split.annotations.sha256)
@@ -132,7 +129,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="fetch the pinned files, verify and validate them into DIR")
     r.add_argument("lock", metavar="LOCK")
     r.add_argument("--dest", required=True, metavar="DIR")
-    r.add_argument("--cache", default=str(_default_cache()), metavar="DIR",
+    r.add_argument("--cache", metavar="DIR",
                    help="content-addressed cache (default: $MLOPS_DATA_CACHE or "
                         "~/.cache/mlops/data)")
     r.add_argument("--source", default=None,
@@ -141,13 +138,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the model's label list; a category outside it is refused")
     r.add_argument("--full-decode", action="store_true",
                    help="decode every pixel (catches truncated JPEGs; slower than verify)")
+    from_env(r, "cache")
     r.set_defaults(func=_prepare)
 
     d = sub.add_parser("diff", help="what changed between two lock files, as Markdown")
     d.add_argument("old", metavar="OLD")
     d.add_argument("new", metavar="NEW")
-    d.add_argument("--cache", default=str(_default_cache()), metavar="DIR",
+    d.add_argument("--cache", metavar="DIR",
                    help="where `prepare` keeps files by content; the annotation files found "
                         "there give per-image noise floors and relabelled boxes (default: "
                         "$MLOPS_DATA_CACHE or ~/.cache/mlops/data)")
+    from_env(d, "cache")
     d.set_defaults(func=_diff)

@@ -10,7 +10,6 @@ from mlops.demo import scenarios
 
 
 def _demo(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import os
 
     from mlops.demo.story import play

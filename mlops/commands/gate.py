@@ -20,7 +20,6 @@ from mlops.errors import UserError
 
 
 def _plan(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load them
     from promotion.decision.gate import plan
     from promotion.decision.paired import PairedResult
     from workflows.run_compare import find_run

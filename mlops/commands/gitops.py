@@ -3,9 +3,9 @@
 * ``mlops gitops init DIR|URL`` -- a new/empty DIR becomes a bare repo with the
   layout (README, ``mlops-gitops.yaml``, ``apps/``, ``argocd/``) on ``main``;
   a URL must name an existing repo, the layout is pushed to it. Idempotent.
-* ``mlops gitops show [MODEL] [--repo R] [--ref main]`` -- models, live
+* ``mlops gitops show [MODEL] [--gitops R] [--ref main]`` -- models, live
   versions, weights and weights digests as committed.
-* ``mlops gitops lint [--repo R] [--ref main] [--scrape-interval 30s]`` -- every
+* ``mlops gitops lint [--gitops R] [--ref main] [--scrape-interval 30s]`` -- every
   Kubernetes/Istio/Argo CD file against its official schema, then the
   cross-file rules (`promotion.gitrepo.lint`); exit 1 with one line per problem.
 
@@ -15,30 +15,14 @@ The repo defaults to ``$MLOPS_GITOPS_REPO``.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import tempfile
 
+from mlops.commands._options import gitops_option, require_gitops
 from mlops.errors import UserError
 
 
-def repo_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--repo`` (default ``$MLOPS_GITOPS_REPO``) to a parser."""
-    parser.add_argument(
-        "--repo",
-        default=os.environ.get("MLOPS_GITOPS_REPO"),
-        help="GitOps repo: path of the bare repo or its URL (default: $MLOPS_GITOPS_REPO)",
-    )
-
-
-def require_repo(args: argparse.Namespace) -> str:
-    if not args.repo:
-        raise UserError("no GitOps repo given: pass --repo PATH_OR_URL or set MLOPS_GITOPS_REPO")
-    return str(args.repo)
-
-
 def _init(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.repo import init_repo
 
     result = init_repo(args.target, repo_url=args.argocd_repo_url, namespace=args.namespace)
@@ -48,12 +32,11 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops import layout
     from gitops.repo import Mirror
     from serving.manifests import ANNOTATION_WEIGHTS_SHA256
 
-    repo = require_repo(args)
+    repo = require_gitops(args)
     with Mirror(repo) as mirror, tempfile.TemporaryDirectory(prefix="mlops-show-") as tmp:
         sha = mirror.export(args.ref, pathlib.Path(tmp))
         models = layout.list_models(pathlib.Path(tmp))
@@ -81,16 +64,13 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load them
     from gitops import layout
     from gitops.repo import Mirror
     from promotion.decision.policy import parse_duration
     from promotion.gitrepo.lint import lint_tree
-
-    # lazy (import cost): `mlops --help` does not load it; it pulls jsonschema
     from workflows.lint import lint_paths
 
-    repo = require_repo(args)
+    repo = require_gitops(args)
     try:
         scrape = parse_duration(args.scrape_interval)
     except ValueError as exc:
@@ -128,12 +108,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     show = sub.add_parser("show", help="models, versions, weights as committed")
     show.add_argument("model", nargs="?")
-    repo_argument(show)
+    gitops_option(show)
     show.add_argument("--ref", default="main", help="branch or commit (default: main)")
     show.set_defaults(func=_show)
 
     lint = sub.add_parser("lint", help="check the repo's files and the rules between them")
-    repo_argument(lint)
+    gitops_option(lint)
     lint.add_argument("--ref", default="main", help="branch or commit (default: main)")
     lint.add_argument("--scrape-interval", default="30s",
                       help="Prometheus scrape interval of the models (default 30s, kube-prometheus-"

@@ -25,7 +25,6 @@ def _root(value: str | None) -> pathlib.Path:
 
 
 def _build(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from mlops.images.build import build_all, select
     from mlops.images.podman import Store
 
@@ -39,7 +38,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from mlops.images.build import IMAGES, build_arg_values
 
     for spec in IMAGES:

@@ -61,7 +61,6 @@ def register(subparsers: Any) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform import lifecycle
 
     workdir = _workdir(args)
@@ -87,7 +86,6 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform import lifecycle
 
     result = lifecycle.down(_workdir(args))
@@ -101,7 +99,6 @@ def _fmt_weight(value: Any) -> str:
 
 
 def _runs(dirs: list[str]) -> list[dict[str, Any]]:
-    # lazy (import cost): `mlops --help` does not load it
     from workflows import run_events
 
     runs = []
@@ -130,7 +127,6 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform import lifecycle
 
     runs = _runs(args.runs)

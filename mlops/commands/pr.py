@@ -6,7 +6,7 @@
   merged tree, then merges with a merge commit authored by WHO (default: the current
   user; see :mod:`gitops.approval`).
 
-``--repo`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
+``--gitops`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
 (default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges take
 ``owner/name`` and the API root from the repo's https URL, or from
 ``--forge-repo`` and ``--forge-api`` (``$MLOPS_FORGE_REPO`` /
@@ -17,32 +17,30 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from cogs.text import printable
-from mlops.commands.gitops import repo_argument, require_repo
+from mlops.commands._options import DEFAULT_FORGE, forge_options, gitops_option, require_gitops
 from mlops.errors import UserError
 
 
 def forge_from_args(args: argparse.Namespace) -> Any:
     """The forge the options name (local needs only the repo)."""
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.forges import registry
 
-    name = args.forge
+    name = args.forge or DEFAULT_FORGE
     if name == "local":
-        return registry.create("local", require_repo(args))
+        return registry.create("local", require_gitops(args))
     if name not in registry.names():
         return registry.create(name)  # raises, listing the choices
-    if not args.forge_repo and "://" not in (args.repo or ""):
+    if not args.forge_repo and "://" not in (args.gitops or ""):
         raise UserError(
             f"--forge {name} needs --forge-repo (or MLOPS_FORGE_REPO), e.g. owner/name, "
-            "or --repo with the GitOps repo's https URL"
+            "or --gitops with the GitOps repo's https URL"
         )
     # owner/name and the API root default to what the repo's URL says.
     return registry.for_gitops(
-        name, args.repo or "", args.forge_api, args.forge_repo, api_flag="--forge-api"
+        name, args.gitops or "", args.forge_api, args.forge_repo, api_flag="--forge-api"
     )
 
 
@@ -58,7 +56,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.proposal import parse_record
 
     forge = forge_from_args(args)
@@ -90,12 +87,11 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.approval import approve_as
     from gitops.people import current_user
 
     forge = forge_from_args(args)
-    print(approve_as(require_repo(args), args.number, forge, current_user(args.by)))
+    print(approve_as(require_gitops(args), args.number, forge, current_user(args.by)))
     return 0
 
 
@@ -104,22 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="pr_command", metavar="ACTION", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        repo_argument(p)
-        p.add_argument(
-            "--forge",
-            default=os.environ.get("MLOPS_FORGE", "local"),
-            help="local, github, gitlab or gitea (default: $MLOPS_FORGE or local)",
-        )
-        p.add_argument(
-            "--forge-repo",
-            default=os.environ.get("MLOPS_FORGE_REPO"),
-            help="owner/name (GitHub, Gitea) or group/name (GitLab)",
-        )
-        p.add_argument(
-            "--forge-api",
-            default=os.environ.get("MLOPS_FORGE_API"),
-            help="API base URL of a self-hosted forge",
-        )
+        gitops_option(p)
+        forge_options(p)
 
     lst = sub.add_parser("list", help="list pull requests")
     common(lst)

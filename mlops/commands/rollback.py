@@ -22,17 +22,18 @@ commit that moves the traffic at once.
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
+
+from mlops.commands._options import from_env, gitops_option, require_gitops
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.people import current_user
     from mlops.commands.controller import readiness_from_args
     from promotion.gitrepo.rollback import DEFAULT_WAIT
     from promotion.gitrepo.steering import rollback_to
 
+    require_gitops(args)
     runtime, readiness = readiness_from_args(args)
     elsewhere = _other_platform(args) if args.readiness is None else None
     if elsewhere:  # $MLOPS_WORKDIR names a platform that serves another repo
@@ -59,10 +60,9 @@ def _other_platform(args: argparse.Namespace) -> str | None:
 
     Asked only when `--readiness` was not given: a work dir in the environment that
     syncs another GitOps repo would never report the version ready."""
-    workdir = args.platform_workdir or os.environ.get("MLOPS_WORKDIR")
+    workdir = args.platform_workdir
     if not workdir:
         return None
-    # lazy (import cost): `mlops --help` does not load it
     from local.platform.workdir import Workdir, load_config
 
     config = load_config(Workdir(pathlib.Path(workdir)))
@@ -97,13 +97,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--to", metavar="VERSION",
                    help="the version to serve (default: the previous stable version)")
-    p.add_argument("--gitops", default=os.environ.get("MLOPS_GITOPS_REPO"),
-                   required=not os.environ.get("MLOPS_GITOPS_REPO"),
-                   help="GitOps repository (path or URL; default: $MLOPS_GITOPS_REPO)")
+    gitops_option(p)
     p.add_argument("--branch", default="main")
     p.add_argument("--by", help="who asks (default: the current user)")
     p.add_argument("--workdir", help="reuse clones here (default: a temporary dir)")
-    p.add_argument("--models-root", default=os.environ.get("MLOPS_MODELS"),
+    p.add_argument("--models-root",
                    help="the models volume, to check that <root>/MODEL/VERSION is still "
                         "published (default: $MLOPS_MODELS, else the Deployment's file:// "
                         "model-uri)")
@@ -121,4 +119,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="how long the version may take to be ready before the rollback stops "
                         "with the traffic where it was (default: "
                         "promotion.gitrepo.rollback.DEFAULT_WAIT, 300)")
+    from_env(p, "models_root", "platform_workdir")
     p.set_defaults(func=_rollback)

@@ -1,21 +1,17 @@
 """`mlops run PATH`: run a push of the model repo locally (the same two Workflows as Argo)."""
 
 import argparse
-import os
 import pathlib
 from typing import Any
 
+from mlops.commands._options import ENVIRONMENT, from_env
 from mlops.errors import UserError
-
-MODE_ENV = "MLOPS_IMAGE_BUILD"  # mlops.images.stepbuild.MODE_ENV (not imported: start-up cost)
 
 
 def _run(args: argparse.Namespace) -> int:
     """The cluster's two stages on this machine: the push Workflow (`workflows.push`) checks
     out the commit and its submit step renders that commit's pipeline; then that very
     Workflow runs here, where the cluster's step would create it through the API."""
-    # lazy (import cost): every `mlops` start registers this command; these pull Hera's
-    # models (seconds), pydantic, numpy (the gate's statistics) and serving options
     from local.argo.runner import run_workflow
     from mlops.images.stepbuild import step_builder
     from workflows.binding import binding_for
@@ -28,7 +24,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     # build-image: the model repo's Dockerfile built with podman, from what the cluster's step
     # gives BuildKit (mlops.images.stepbuild); the environment digest without podman
-    builder = step_builder(args.image_build or os.environ.get(MODE_ENV) or "auto")
+    builder = step_builder(args.image_build or "auto")
     params = {}
     for item in args.param or []:
         name, sep, value = item.partition("=")
@@ -80,5 +76,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--image-build", choices=("auto", "podman", "record"),
         help="build-image: build the repo's Dockerfile with podman as the cluster's step "
         "builds it (podman; auto: when podman is installed, the default) or record the "
-        f"environment instead (record); default ${MODE_ENV} or auto")
+        f"environment instead (record); default ${ENVIRONMENT['image_build']} or auto")
+    from_env(parser, "image_build")
     parser.set_defaults(func=_run)

@@ -19,7 +19,6 @@ from mlops.errors import UserError
 
 
 def _compare(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     from workflows.run_compare import compare, find_run, read_run, render_table
 
     if len(args.run) < 2:

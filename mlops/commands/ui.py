@@ -16,6 +16,7 @@ import pathlib
 import sys
 from typing import TYPE_CHECKING, Any
 
+from mlops.commands._options import alias, forge_options, require_gitops
 from mlops.commands.pr import forge_from_args
 from mlops.errors import UserError
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 def settings_of(args: argparse.Namespace) -> UiSettings:
     """`mlops ui`'s settings: the flags given, the rest from the environment or the
     defaults (`UiSettings.from_options`)."""
-    # lazy (import cost): `mlops --help` does not load it (pydantic)
     from mlops.ui.settings import UiSettings
 
     return UiSettings.from_options({name: value for name, value in vars(args).items()
@@ -41,7 +41,6 @@ def ui_config(args: argparse.Namespace) -> UiConfig:
 
 def config_of(settings: UiSettings) -> UiConfig:
     """What the app runs with: `settings`, completed from the platform's work dir."""
-    # lazy (import cost): `mlops --help` does not load them; mlops.ui.app pulls starlette
     from local.platform.workdir import Workdir, default_workdir, load_config
     from mlops.ui.app import UiConfig
 
@@ -57,7 +56,7 @@ def config_of(settings: UiSettings) -> UiConfig:
         prometheus = f"http://127.0.0.1:{platform.prometheus_port}"
     # The forge `mlops pr` would use (local: the GitOps repo's own PR records).
     forge_args = argparse.Namespace(forge=settings.forge, forge_repo=settings.forge_repo,
-                                    forge_api=settings.forge_api, repo=gitops)
+                                    forge_api=settings.forge_api, gitops=gitops)
 
     def forge() -> Any:
         return forge_from_args(forge_args)
@@ -84,20 +83,15 @@ def config_of(settings: UiSettings) -> UiConfig:
 def _pipeline(path: str | None) -> Any:
     """The pipeline's settings (`--settings FILE`, else the defaults): the namespace its
     Workflows run in, the pods' image pull secrets."""
-    # lazy (import cost): `mlops --help` does not load it
     from workflows.settings import load_settings
 
     return load_settings(path)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import uvicorn
 
-    # lazy (import cost): `mlops --help` does not load it
     from gitops.git import redact
-
-    # lazy (import cost): `mlops --help` does not load it; it pulls starlette
     from mlops.ui.app import create_app
     from mlops.ui.settings import LOOPBACK
 
@@ -121,13 +115,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it
     import yaml
 
-    # lazy (import cost): `mlops --help` does not load it
     from mlops.ui.manifests import ARGO_CA_DIR, PROXY_HEADER, ui_manifests
     from mlops.ui.settings import UiSettings
 
+    require_gitops(args)
     pipeline = _pipeline(args.settings)
     argo_namespace = args.argo_namespace or pipeline.namespace
     signs_as_token = args.enable_actions and args.token_secret and not args.proxy_user
@@ -166,8 +159,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", metavar="DIR",
                    help="the local platform's work dir (default: $MLOPS_WORKDIR, ./.mlops, "
                         "~/.mlops): its GitOps repo and Prometheus")
-    p.add_argument("--gitops",
+    p.add_argument("--gitops", metavar="REPO",
                    help="GitOps repository (default: $MLOPS_GITOPS_REPO, else the platform's)")
+    alias(p, "--repo", "gitops")
     p.add_argument("--branch", default=None)
     p.add_argument("--prometheus", default=None,
                    help="Prometheus URL for live rates (default: the platform's; '' for none)")
@@ -189,14 +183,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="CA bundle (PEM) that signed the Argo Server's certificate")
     p.add_argument("--argo-insecure", action="store_true",
                    help="do not check the Argo Server's TLS certificate")
+    alias(p, "--insecure", "argo_insecure", action="store_true")
     p.add_argument("--settings", help="the pipeline's settings file (its namespace)")
-    p.add_argument("--forge",
-                   help="where the PRs are, as for `mlops pr`: local, github, gitlab or gitea "
-                        "(default: $MLOPS_FORGE or local)")
-    p.add_argument("--forge-repo",
-                   help="owner/name on a hosted forge (default: from --gitops)")
-    p.add_argument("--forge-api",
-                   help="API root of a self-hosted forge (default: $MLOPS_FORGE_API)")
+    forge_options(p, env=False)  # UiSettings reads $MLOPS_FORGE* (mlops.ui.settings)
     p.add_argument("--reports", metavar="DIR",
                    help="the controller's work dir (its rollouts/*/*/report.md and .png)")
     p.add_argument("--models-root",
@@ -222,7 +211,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_serve)
     sub = p.add_subparsers(dest="ui_command", metavar="ACTION")
     man = sub.add_parser("manifests", help="print the UI's Deployment and Service for a cluster")
-    man.add_argument("--gitops", required=True, help="GitOps repository URL (as pods see it)")
+    man.add_argument("--gitops", metavar="REPO",
+                     help="GitOps repository URL (as pods see it; required)")
+    alias(man, "--repo", "gitops")
     man.add_argument("--prometheus", help="Prometheus URL (as pods see it)")
     man.add_argument("--image", default="registry.example.com/mlops/controller:0.1.0")
     man.add_argument("--namespace", default="mlops")
@@ -263,6 +254,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--argo-insecure", action="store_true",
                      help="do not check the Argo Server's certificate (its default one is "
                           "self-signed)")
+    alias(man, "--insecure", "argo_insecure", action="store_true")
     man.add_argument("--settings", help="the pipeline's settings file (namespace of the "
                                         "Workflows, image_pull_secrets)")
     man.set_defaults(func=_manifests)

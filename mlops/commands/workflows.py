@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from contracts.errors import ExitCode, MlopsError
+from mlops.commands._options import alias
 
 # Hera (render, submit) and the schemas (lint) are imported inside the
 # commands: they take seconds, and `mlops --help` should not.
@@ -19,19 +20,16 @@ class LintFailed(MlopsError):
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
     from workflows.settings import load_settings
 
     return load_settings(args.settings, namespace=getattr(args, "namespace", None))
 
 
 def _render(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
     from workflows.config import load_config
 
     loaded = load_config(args.path)  # a broken config stops here, before any write
     settings = _settings(args)
-    # lazy (import cost): `mlops --help` does not load it; it pulls hera, jsonschema
     from workflows.render import write_manifests
 
     for path in write_manifests(loaded, settings, pathlib.Path(args.out)):
@@ -40,16 +38,14 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    # lazy (import cost): `mlops --help` does not load it; it pulls pydantic
     from workflows.config import load_config
 
     loaded = load_config(args.path)
     settings = _settings(args)
-    # lazy (import cost): `mlops --help` does not load it; it pulls hera
     from workflows.submit import commit_parameters, submit
 
     params = commit_parameters(loaded.repo_dir, args.repo_url, args.revision, args.ref)
-    result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.insecure)
+    result = submit(loaded, settings, args.argo_server, params, verify_ssl=not args.argo_insecure)
     if result.created:
         print(
             f"Workflow {result.namespace}/{result.workflow}: submitted ({params['revision'][:12]})"
@@ -66,7 +62,6 @@ def _lint(args: argparse.Namespace) -> int:
     target = pathlib.Path(args.dir)
     if not target.exists():
         raise LintFailed(f"{target}: no such file or directory")
-    # lazy (import cost): `mlops --help` does not load it; it pulls jsonschema
     from workflows.lint import identity_problems, lint_paths, yaml_files
 
     files = yaml_files(target)
@@ -89,7 +84,6 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _preconditions(files: list[pathlib.Path], args: argparse.Namespace) -> list[str]:
     """What the cluster must allow (workflows.preconditions), as report lines."""
-    # lazy (import cost): `mlops --help` does not load it
     import yaml
 
     from workflows import preconditions as pre
@@ -113,7 +107,6 @@ def _preconditions(files: list[pathlib.Path], args: argparse.Namespace) -> list[
             "controller's `executor` settings: pass --argo-config (the "
             "workflow-controller-configmap) to judge them as configured"))
     if args.repo:
-        # lazy (import cost): pydantic
         from workflows.config import load_config
 
         loaded = load_config(args.repo)
@@ -169,9 +162,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub_p.add_argument("--repo-url", help="git URL the cluster clones (default: remote 'origin')")
     sub_p.add_argument("--revision", help="commit sha (default: HEAD)")
     sub_p.add_argument("--ref", help="ref name (default: the current branch)")
-    sub_p.add_argument(
-        "--insecure", action="store_true", help="do not verify the server's TLS certificate"
-    )
+    sub_p.add_argument("--argo-insecure", action="store_true",
+                       help="do not verify the Argo Server's TLS certificate")
+    alias(sub_p, "--insecure", "argo_insecure", action="store_true")
     sub_p.set_defaults(func=_submit)
 
     lint = sub.add_parser(

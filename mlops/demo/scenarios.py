@@ -220,7 +220,6 @@ def outcome_of(run: dict[str, Any] | None, final: "CanaryState | None",
             return "pipeline_failed"
     if final is None:
         return None
-    # lazy (import cost): `mlops --help` reads this module's names; the state pulls numpy
     from promotion.decision.state import Phase
 
     if final.stable == version and final.phase in (Phase.IDLE, Phase.PROMOTED):

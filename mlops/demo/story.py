@@ -264,7 +264,7 @@ class Demo:
 
     def approve(self, version: str) -> float:
         number = self.wait_pr(version)
-        self.mlops("pr", "show", str(number), "--repo", str(self.gitops))
+        self.mlops("pr", "show", str(number), "--gitops", str(self.gitops))
         if self.args.wait_approval:
             print(f"\n>>> Review PR #{number}, then approve it in another terminal:\n"
                   f">>>   cd {self.work} && mlops pr approve {number} --repo gitops.git\n"
@@ -277,7 +277,7 @@ class Demo:
                 time.sleep(2)
             raise DemoError(f"PR #{number} was not approved within {self.args.timeout:.0f}s")
         print("(the demo plays the reviewer: the report above is what a human reads)")
-        self.mlops("pr", "approve", str(number), "--repo", str(self.gitops))
+        self.mlops("pr", "approve", str(number), "--gitops", str(self.gitops))
         return time.time()
 
     def wait_pr(self, version: str) -> int:

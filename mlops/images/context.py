@@ -44,7 +44,7 @@ def _patterns(context: pathlib.Path) -> list[str]:
 
 def context_files(context: pathlib.Path, dockerfile: str = "Dockerfile") -> list[str]:
     """The context's files a build sees (relative, sorted): `.dockerignore` applied."""
-    # lazy (import cost: docker-py's package pulls its API client)
+    # docker-py's package pulls its API client
     from docker.utils.build import exclude_paths
 
     if not context.is_dir():

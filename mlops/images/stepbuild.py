@@ -161,7 +161,6 @@ Builder = Callable[[Mapping[str, str], str, Callable[[str], None]], str]
 
 def step_builder(mode: str) -> Builder | None:
     """The local runner's image builder for `mode` (see :data:`MODE_ENV`); None: the stand-in."""
-    # lazy (import cost): only a run that builds needs them
     from mlops.images.podman import PodmanMissing, require_tools
 
     if mode not in MODES:

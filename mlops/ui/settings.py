@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 import pydantic
 
-from cogs.options import explain
+from cogs.options import explain, from_environment
+from gitops.forges.registry import DEFAULT_FORGE
 from gitops.git import line_problem
 from gitops.people import current_user
 from mlops.errors import UserError
@@ -53,7 +54,7 @@ class UiSettings(pydantic.BaseModel):
     argo_insecure: bool = False
     settings: str | None = None
     """The pipeline's settings file (the namespace its Workflows run in)."""
-    forge: str = "local"
+    forge: str = DEFAULT_FORGE
     forge_repo: str | None = None
     forge_api: str | None = None
     reports: str | None = None
@@ -93,10 +94,8 @@ class UiSettings(pydantic.BaseModel):
         variable (`ENVIRONMENT`), else its default. A bad value is a `UserError` naming the
         flag (`flags`: another name for a field, when the value came from one)."""
         env = os.environ if environ is None else environ
-        given = {k: v for k, v in options.items() if v is not None}
-        for field, variable in ENVIRONMENT.items():
-            if field not in given and env.get(variable):
-                given[field] = env[variable]
+        given = from_environment({k: v for k, v in options.items() if v is not None},
+                                 ENVIRONMENT, env)
         try:
             return cls(**given)
         except pydantic.ValidationError as exc:

@@ -128,7 +128,7 @@ def controller_manifests(
         if forge_repo:
             args += ["--forge-repo", forge_repo]
         if forge_url:
-            args += ["--forge-url", forge_url]
+            args += ["--forge-api", forge_url]
     if git_secret:
         env.append(git_token_env(git_secret))
     if webhook_secret:  # read from the environment by `controller run`: never in argv

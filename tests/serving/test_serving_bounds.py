@@ -122,9 +122,9 @@ def test_limits_out_of_bounds_are_user_errors(tiny_model_dir, capsys):
     """In-process, through the console script's entry point: refused before anything is
     served, naming the flag and its bounds (`serving.limits.BOUNDS`)."""
     for flags, words in (
-            (["--max-headers", "0"], "--max-headers must be between 8 and 1000"),
-            (["--max-header-bytes", str(1 << 30)], "--max-header-bytes must be between"),
-            (["--header-timeout", "nan"], "--header-timeout must be between 0.1 and 300"),
+            (["--max-headers", "0"], "--max-headers 0: must be at least 8"),
+            (["--max-header-bytes", str(1 << 30)], "--max-header-bytes 1073741824: must be at most"),
+            (["--header-timeout", "nan"], "--header-timeout nan: must be a number between 0.1 and 300"),
             (["--max-buffered-bytes", "4096"], "must be at least --max-body-bytes")):
         code = main(["serve", str(tiny_model_dir), "--port", "1", *flags])
         assert code != 0

@@ -224,9 +224,9 @@ def test_batching_on_a_paddledetection_export(model_server, ppdet_model_dir):
 def test_bad_flags_are_user_errors(trained_model, capsys):
     """In-process, through the console script's entry point (`mlops.cli.main`): the flags
     are refused before anything is served, so no subprocess start-up is needed to see it."""
-    for flags, words in ((["--workers", "0"], "--workers must be at least 1"),
-                         (["--batch-max-size", "0"], "--batch-max-size must be at least 1"),
-                         (["--inline-max-ms", "-1"], "--inline-max-ms must be between 0")):
+    for flags, words in ((["--workers", "0"], "--workers 0: must be at least 1"),
+                         (["--batch-max-size", "0"], "--batch-max-size 0: must be at least 1"),
+                         (["--inline-max-ms", "-1"], "--inline-max-ms -1: must be at least 0")):
         code = main(["serve", str(trained_model.model_dir), "--port", "1", *flags])
         assert code != 0
         assert words in capsys.readouterr().err

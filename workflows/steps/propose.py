@@ -19,6 +19,7 @@ import yaml
 
 from cogs.files import atomic_write_text
 from contracts.errors import report
+from gitops.forges.registry import DEFAULT_FORGE
 from workflows.errors import ConfigError
 
 
@@ -30,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--approval", choices=["pr", "auto"], default=None,
                    help="pr: a human merges; auto: merge at once (default: mlops.yaml or pr)")
     p.add_argument("--config", help="the model repo's mlops.yaml (canary policy, serving)")
-    p.add_argument("--forge", default="local", help="local|github|gitlab|gitea")
-    p.add_argument("--forge-url", help="forge API URL")
+    p.add_argument("--forge", default=DEFAULT_FORGE, help="local|github|gitlab|gitea")
+    p.add_argument("--forge-api", help="the forge's API root (default: from --gitops)")
+    p.add_argument("--forge-url", dest="forge_api", help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS)  # the old name, kept for a release
     p.add_argument("--forge-repo", help="owner/name of the GitOps repo on a hosted forge")
     p.add_argument("--metrics", help="candidate metrics (JSON/YAML) if model.yaml lacks them")
     p.add_argument("--production", help="production model's model.yaml (for the comparison)")
@@ -119,7 +122,8 @@ def run_args(args: argparse.Namespace) -> int:
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
     production = _read_mapping(args.production, "--production") if args.production else None
     gate = _read_mapping(args.gate, "--gate") if args.gate else None
-    forge = for_gitops(args.forge, args.gitops, args.forge_url, args.forge_repo)
+    forge = for_gitops(args.forge, args.gitops, args.forge_api, args.forge_repo,
+                       api_flag="--forge-api")
     result = propose(
         pathlib.Path(args.model_dir), args.gitops, forge, policy, model=args.model,
         approval=approval or "pr", image=image or "registry.example.com/mlops/paddle-serve:0.1.0",
