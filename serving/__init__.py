@@ -17,6 +17,7 @@ __all__ = [
     "modeldir",   # load_model_dir(): the export, infer_cfg.yml and model.yaml, read
     "options",    # ServingOptions: the `serving:` section of infer_cfg.yml
     "preprocess",  # ImageOptions and the pixel bound (`mlops serve`'s flags)
+    "settings",   # ServeSettings: every `mlops serve` option's default, bounds, precedence
     "probe",      # the probe set as the server hands it out (its file rule)
     "protocol",   # OIP v2 request and response bodies (Tensor)
     "runtime",    # PredictorPool: Paddle Inference predictors, safe under concurrency

@@ -123,8 +123,10 @@ def test_limits_out_of_bounds_are_user_errors(tiny_model_dir, capsys):
     served, naming the flag and its bounds (`serving.limits.BOUNDS`)."""
     for flags, words in (
             (["--max-headers", "0"], "--max-headers 0: must be at least 8"),
-            (["--max-header-bytes", str(1 << 30)], "--max-header-bytes 1073741824: must be at most"),
-            (["--header-timeout", "nan"], "--header-timeout nan: must be a number between 0.1 and 300"),
+            (["--max-header-bytes", str(1 << 30)],
+             "--max-header-bytes 1073741824: must be at most"),
+            (["--header-timeout", "nan"],
+             "--header-timeout nan: must be a number between 0.1 and 300"),
             (["--max-buffered-bytes", "4096"], "must be at least --max-body-bytes")):
         code = main(["serve", str(tiny_model_dir), "--port", "1", *flags])
         assert code != 0
