@@ -9,7 +9,7 @@ one commit* -- each change is its own commit with its own message and
 trailers -- and pushes them together:
 
 * each change runs in the work clone on top of the previous ones; a change
-  that raises (e.g. `promotion.gitrepo.apply.StaleDecision`: its model moved on the
+  that raises (e.g. `promotion.errors.StaleDecision`: its model moved on the
   branch) is reset and reported as that item's error, the others go on;
   a change that stages nothing is `unchanged`;
 * one push, never forced. Rejected because the remote moved: fetch, reset
