@@ -42,8 +42,9 @@ from promotion.decision.analysis import (
     shadowed,
 )
 from promotion.decision.observations import Observations, PairedAnswers, histogram_quantile
-from promotion.decision.policy import CanaryPolicy, PolicyError
-from promotion.decision.state import CanaryState, LastDecision, Phase, StateError
+from promotion.decision.policy import CanaryPolicy
+from promotion.decision.state import CanaryState, LastDecision, Phase
+from promotion.errors import PolicyError, StaleDecision, StateError
 from promotion.gitrepo import apply, platform_policy
 from promotion.gitrepo.policy_file import bounded_folder_policy
 from promotion.gitrepo.propose import current_state
@@ -324,7 +325,7 @@ class Controller:
         """`reconcile`, with one model's failure logged and contained."""
         try:
             found = self.reconcile(root, model)
-        except apply.StaleDecision as exc:
+        except StaleDecision as exc:
             log.info("%s: %s", model, exc)
             self._tracks.pop(model, None)
             found = []
@@ -614,7 +615,7 @@ class Controller:
             results = [BatchResult("error", error=exc)] * len(pending)
         done: dict[int, Outcome] = {}
         for p, result in zip(pending, results):
-            if isinstance(result.error, apply.StaleDecision):
+            if isinstance(result.error, StaleDecision):
                 log.info("%s: %s", p.outcome.model, result.error)
             elif result.error is not None and not isinstance(result.error, GitOpsError):
                 log.error("%s: %s", p.outcome.model, result.error)

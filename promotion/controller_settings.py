@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 import pydantic
 
 from cogs.options import explain, from_environment
-from contracts.errors import ExitCode, MlopsError
 from promotion.cluster.deploy import (
     CLUSTER_GIT_POLL,
     CLUSTER_SETTLE,
@@ -26,13 +25,14 @@ from promotion.cluster.deploy import (
     METRICS_PORT,
 )
 from promotion.controller import ControllerConfig
+from promotion.errors import SettingsError
 from promotion.metrics.live import RUNTIME_PRESETS
 from promotion.metrics.presets import PRESET_NAMES
 
 if TYPE_CHECKING:
     from promotion.decision.policy import CanaryPolicy
 
-__all__ = ["ENVIRONMENT", "ControllerSettings", "SettingsError"]
+__all__ = ["ENVIRONMENT", "ControllerSettings"]
 
 #: Options read from the environment when no flag gives them: the webhook URL is a
 #: secret (argv is readable by every user), the other two name where things are.
@@ -48,12 +48,6 @@ _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: another order are equal, and `typing`'s cache may hand one's order to the other's
 #: error messages.
 Runtime = Literal["kubernetes", "local", "none"]
-
-class SettingsError(MlopsError):
-    """An option the controller cannot run with; the message names the flag."""
-
-    exit_code = ExitCode.BAD_INPUT
-
 
 class ControllerSettings(pydantic.BaseModel):
     """How one controller process runs: the flags of `mlops controller run`, checked."""

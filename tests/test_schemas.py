@@ -90,7 +90,8 @@ def test_what_the_schema_refuses_the_loader_refuses(tmp_path, change, where):
         config = load_config(tmp_path)
     except ConfigError:
         return
-    from promotion.decision.policy import PolicyError, load_policy
+    from promotion.decision.policy import load_policy
+    from promotion.errors import PolicyError
 
     with pytest.raises(PolicyError, match=re.escape(where)):
         load_policy(config.config.promotion.canary)

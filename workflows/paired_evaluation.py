@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from promotion.decision.coco_ap import Matched, average_precision, match_detections, mean_ap
-from promotion.decision.paired import DetectionInputError, SetMatches, compare_sets
+from promotion.decision.paired import SetMatches, compare_sets
+from promotion.errors import DetectionInputError
 from promotion.reports.comparison_pictures import (
     disagreement_matched,
     plot_disagreements,

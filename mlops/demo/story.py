@@ -27,7 +27,8 @@ from local.platform import lifecycle, procs
 from local.platform.workdir import Workdir
 from mlops.demo import modelrepo, scenarios, timeline, watch
 from mlops.errors import UserError
-from promotion.decision.state import CanaryState, Phase, StateError, load_state
+from promotion.decision.state import CanaryState, Phase, load_state
+from promotion.errors import StateError
 from workflows import run_events
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import dataclasses
 import math
 from typing import Any
 
+from promotion.errors import MetricFault
 from promotion.metrics.live import LiveReader
-from promotion.metrics.prometheus import MetricFault
 
 WINDOW = 30.0
 #: The controller's preset on the local platform when the demo names none.

@@ -21,9 +21,9 @@ import requests
 from gitops import layout
 from gitops.git import redact
 from promotion.decision.policy import CanaryPolicy, load_policy
+from promotion.errors import MetricFault
 from promotion.gitrepo.policy_file import folder_policy
 from promotion.metrics.live import LiveReader, Series, preset_of
-from promotion.metrics.prometheus import MetricFault
 
 #: How many points a chart is drawn with (the step grows with the rollout's length).
 POINTS = 240

@@ -16,7 +16,8 @@ from gitops import layout
 from gitops.proposal import ANNOTATION_WEIGHTS_SHA256
 from gitops.repo import CommitInfo
 from mlops.ui.source import evidence
-from promotion.decision.state import CanaryState, StateError, load_state
+from promotion.decision.state import CanaryState, load_state
+from promotion.errors import StateError
 
 REPORT_FILES = ("report.md", "report.png")
 

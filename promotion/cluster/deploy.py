@@ -77,6 +77,171 @@ def forge_token_env(forge: str, forge_secret: str) -> dict[str, Any]:
         "name": forge_secret, "key": "token"}}}
 
 
+LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
+"""The labels of every object the controller's manifests make."""
+
+
+def _metadata(name: str, namespace: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": dict(LABELS)}
+
+
+def _controller_args(gitops_url: str, prometheus_url: str, models_namespace: str,
+                     git_poll: float, workers: int, argocd_namespace: str | None,
+                     preset: str | None, forge: str | None, forge_repo: str | None,
+                     forge_url: str | None) -> list[str]:
+    """The `mlops controller run` arguments: no secret ever goes here (see `_controller_env`)."""
+    args = ["controller", "run", "--gitops", gitops_url, "--prometheus", prometheus_url,
+            "--workdir", "/work", "--metrics-port", str(METRICS_PORT), "--metrics-addr",
+            "0.0.0.0", "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
+            "--git-poll", f"{git_poll:g}", "--workers", str(workers),
+            # a window is read once Prometheus has scraped its end: Istio's addon scrapes
+            # every 15 s, so two scrapes' worth (a settle of 0 judged the last 15 s unseen)
+            "--settle", f"{CLUSTER_SETTLE:g}"]
+    if argocd_namespace is not None:  # only with Applications to refresh
+        args += ["--argocd-namespace", argocd_namespace]
+    if preset:
+        args += ["--preset", preset]
+    if forge:
+        args += ["--forge", forge]
+        if forge_repo:
+            args += ["--forge-repo", forge_repo]
+        if forge_url:
+            args += ["--forge-api", forge_url]
+    return args
+
+
+def _controller_env(forge: str | None, forge_secret: str, git_secret: str | None,
+                    webhook_secret: str | None) -> list[dict[str, Any]]:
+    """The container's environment: the secrets, each from its Secret."""
+    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
+    if forge:
+        env.append(forge_token_env(forge, forge_secret))
+    if git_secret:
+        env.append(git_token_env(git_secret))
+    if webhook_secret:  # read from the environment by `controller run`: never in argv
+        env.append({"name": "MLOPS_WEBHOOK_URL", "valueFrom": {"secretKeyRef": {
+            "name": webhook_secret, "key": "url"}}})
+    return env
+
+
+def service_account(namespace: str) -> dict[str, Any]:
+    """The controller's ServiceAccount, which its Roles are bound to."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(NAME, namespace)}
+
+
+def _role_binding(name: str, role_namespace: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": _metadata(name, role_namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
+    }
+
+
+def argocd_rbac(namespace: str, argocd_namespace: str,
+                applications: Sequence[str]) -> list[dict[str, Any]]:
+    """Role + RoleBinding: `get`/`patch` on the named Argo CD Applications only; none
+    without names (the controller then refreshes none)."""
+    if not applications:
+        return []
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": _metadata(NAME, argocd_namespace),
+        "rules": [{"apiGroups": ["argoproj.io"], "resources": ["applications"],
+                   "resourceNames": list(dict.fromkeys(applications)),
+                   "verbs": ["get", "patch"]}],
+    }
+    return [role, _role_binding(NAME, argocd_namespace, namespace)]
+
+
+def readiness_rbac(namespace: str, models_namespace: str) -> list[dict[str, Any]]:
+    """Role + RoleBinding: `get` on the models' Deployments and Istio routing."""
+    name = f"{NAME}-readiness"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": _metadata(name, models_namespace),
+        # Deployments: is the candidate ready; the Istio routing: is a step's split live.
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+                  {"apiGroups": ["networking.istio.io"],
+                   "resources": ["destinationrules", "virtualservices"], "verbs": ["get"]}],
+    }
+    return [role, _role_binding(name, models_namespace, namespace)]
+
+
+def reports_pvc(namespace: str, claim: str) -> dict[str, Any]:
+    """The PersistentVolumeClaim that keeps the canary reports across restarts."""
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(claim, namespace),
+        "spec": {"accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "2Gi"}}},
+    }
+
+
+def _container(image: str, args: list[str], env: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": "controller",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["mlops"],
+        "args": args,
+        "env": env,
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
+                          "periodSeconds": 20, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": container_security(uid=_RUN_AS),
+        "volumeMounts": [{"name": "work", "mountPath": "/work"},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def deployment(namespace: str, container: dict[str, Any], reports_claim: str | None,
+               image_pull_secrets: Sequence[str] = ()) -> dict[str, Any]:
+    """One replica, `Recreate`, in the mesh; the work dir on the reports claim (or an
+    emptyDir without one)."""
+    work_volume: dict[str, Any] = (
+        {"name": "work", "persistentVolumeClaim": {"claimName": reports_claim}} if reports_claim
+        else {"name": "work", "emptyDir": {"sizeLimit": "2Gi"}})
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": NAME,
+        "securityContext": pod_security(_RUN_AS),
+        "containers": [container],
+        "volumes": [work_volume, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+    }
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": _metadata(NAME, namespace),
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "template": {
+                # In the mesh: the answers probe reaches each version through the model's
+                # VirtualService, which only a sidecar applies (contracts.traffic.SUBSET_HEADER).
+                "metadata": {"labels": {**LABELS, MESH_LABEL: "true"}, "annotations": {
+                    "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+                    "prometheus.io/path": "/metrics"}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def metrics_service(namespace: str) -> dict[str, Any]:
+    """The Service in front of the controller's `/metrics`."""
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _metadata(NAME, namespace),
+        "spec": {"selector": {"app.kubernetes.io/name": NAME},
+                 "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
+                            "protocol": "TCP"}]},
+    }
+
+
 def controller_manifests(
     *,
     gitops_url: str,
@@ -109,123 +274,15 @@ def controller_manifests(
         problem = model_name_problem(application)
         if problem:
             raise ValueError(f"application {application!r}: {problem}")
-    labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "mlops"}
-    args = ["controller", "run", "--gitops", gitops_url, "--prometheus", prometheus_url,
-            "--workdir", "/work", "--metrics-port", str(METRICS_PORT), "--metrics-addr",
-            "0.0.0.0", "--readiness", "kubernetes", "--readiness-namespace", models_namespace,
-            "--git-poll", f"{git_poll:g}", "--workers", str(workers),
-            # a window is read once Prometheus has scraped its end: Istio's addon scrapes
-            # every 15 s, so two scrapes' worth (a settle of 0 judged the last 15 s unseen)
-            "--settle", f"{CLUSTER_SETTLE:g}"]
-    if applications:
-        args += ["--argocd-namespace", argocd_namespace]
-    if preset:
-        args += ["--preset", preset]
-    env: list[dict[str, Any]] = [{"name": "HOME", "value": "/tmp"}]
-    if forge:
-        env.append(forge_token_env(forge, forge_secret))
-        args += ["--forge", forge]
-        if forge_repo:
-            args += ["--forge-repo", forge_repo]
-        if forge_url:
-            args += ["--forge-api", forge_url]
-    if git_secret:
-        env.append(git_token_env(git_secret))
-    if webhook_secret:  # read from the environment by `controller run`: never in argv
-        env.append({"name": "MLOPS_WEBHOOK_URL", "valueFrom": {"secretKeyRef": {
-            "name": webhook_secret, "key": "url"}}})
-    service_account = {
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
-    }
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": NAME, "namespace": argocd_namespace, "labels": dict(labels)},
-        "rules": [{"apiGroups": ["argoproj.io"], "resources": ["applications"],
-                   "resourceNames": list(dict.fromkeys(applications)),
-                   "verbs": ["get", "patch"]}],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": NAME, "namespace": argocd_namespace, "labels": dict(labels)},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
-    }
-    readiness_role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": f"{NAME}-readiness", "namespace": models_namespace,
-                     "labels": dict(labels)},
-        # Deployments: is the candidate ready; the Istio routing: is a step's split live.
-        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
-                  {"apiGroups": ["networking.istio.io"],
-                   "resources": ["destinationrules", "virtualservices"], "verbs": ["get"]}],
-    }
-    readiness_binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": f"{NAME}-readiness", "namespace": models_namespace,
-                     "labels": dict(labels)},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": f"{NAME}-readiness"},
-        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": namespace}],
-    }
-    container = {
-        "name": "controller",
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["mlops"],
-        "args": args,
-        "env": env,
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "livenessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"},
-                          "periodSeconds": 20, "failureThreshold": 3},
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"cpu": "1", "memory": "1Gi"}},
-        "securityContext": container_security(uid=_RUN_AS),
-        "volumeMounts": [{"name": "work", "mountPath": "/work"},
-                         {"name": "tmp", "mountPath": "/tmp"}],
-    }
-    work_volume: dict[str, Any] = (
-        {"name": "work", "persistentVolumeClaim": {"claimName": reports_claim}} if reports_claim
-        else {"name": "work", "emptyDir": {"sizeLimit": "2Gi"}})
-    deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
-        "spec": {
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "template": {
-                # In the mesh: the answers probe reaches each version through the model's
-                # VirtualService, which only a sidecar applies (contracts.traffic.SUBSET_HEADER).
-                "metadata": {"labels": {**labels, MESH_LABEL: "true"}, "annotations": {
-                    "prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
-                    "prometheus.io/path": "/metrics"}},
-                "spec": {
-                    "serviceAccountName": NAME,
-                    "securityContext": pod_security(_RUN_AS),
-                    "containers": [container],
-                    "volumes": [work_volume, {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
-                },
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": NAME, "namespace": namespace, "labels": dict(labels)},
-        "spec": {"selector": {"app.kubernetes.io/name": NAME},
-                 "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
-                            "protocol": "TCP"}]},
-    }
-    pod_spec = deployment["spec"]["template"]["spec"]  # type: ignore[index]
-    if image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
-    docs: list[dict[str, Any]] = [service_account, *([role, binding] if applications else []),
-            readiness_role, readiness_binding]
-    if reports_claim:
-        docs.append({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": reports_claim, "namespace": namespace, "labels": dict(labels)},
-            "spec": {"accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": "2Gi"}}},
-        })
-    return [*docs, deployment, service]
+    args = _controller_args(gitops_url, prometheus_url, models_namespace, git_poll, workers,
+                            argocd_namespace if applications else None, preset, forge,
+                            forge_repo, forge_url)
+    env = _controller_env(forge, forge_secret, git_secret, webhook_secret)
+    return [
+        service_account(namespace),
+        *argocd_rbac(namespace, argocd_namespace, applications),
+        *readiness_rbac(namespace, models_namespace),
+        *([reports_pvc(namespace, reports_claim)] if reports_claim else []),
+        deployment(namespace, _container(image, args, env), reports_claim, image_pull_secrets),
+        metrics_service(namespace),
+    ]

@@ -7,7 +7,10 @@ the controller commits together (one decision, one commit). Replaying the
 same inputs gives the same decision, which is what makes a restarted
 controller neither repeat nor skip a step.
 
-The order of the rules is the policy, so it is written down here:
+The order of the rules is the policy, so it is written down here and is the
+order of `RULES`, a table of small pure functions of (policy, state, window,
+now) that `decide` walks until one decides (each testable alone); the checks
+of rule 6 are `checks.CHECKS`, and what they lead to is `VERDICTS` (rule 7):
 
 1. Phases without a rollout in flight (idle, promoted, rolled back): hold.
 2. A human's request (abort, promote) is carried out; a paused rollout holds.
@@ -63,19 +66,21 @@ import datetime as dt
 import enum
 import json
 import math
-from typing import Any, Literal, Union
+from typing import Any, Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from promotion.decision import answers, class_mix, distribution, quality, stats
+from promotion.decision import checks, class_mix, distribution, quality, stats
+from promotion.decision.checks import TRAFFIC_ALPHA, Check, images_answered
 from promotion.decision.observations import (
     Histogram,
     Observations,
+    VersionWindow,
     count_above,
     histogram_quantile,
     merge_histograms,
 )
-from promotion.decision.policy import Budget, CanaryPolicy, QualityCheck
+from promotion.decision.policy import Budget, CanaryPolicy
 from promotion.decision.state import CanaryState, Counts, LastDecision, Phase, Statistics
 
 __all__ = [
@@ -92,12 +97,9 @@ __all__ = [
     "decide",
     "decide_ready",
     "shadowed",
+    "RULES",
+    "VERDICTS",
 ]
-
-TRAFFIC_ALPHA = 1e-3
-"""A window's traffic share is called off only when chance explains it with
-probability below this (Chernoff bound on the binomial tail). Being off only
-holds the window, so a per-window level is enough."""
 
 DOWN_ALPHA = 1e-6
 """A canary is called down when its run of zero requests has chance below
@@ -121,36 +123,6 @@ class HoldCause(str, enum.Enum):
     """The merged candidate is not deployed and ready yet: no traffic, nothing judged."""
     AWAITING_APPROVAL = "awaiting-approval"
     """`approval: step`: the analysis passed the step; a person has not approved it yet."""
-
-
-Verdict = Literal["pass", "fail", "unknown", "skipped"]
-
-
-class Check(BaseModel):
-    """One analysed value next to its threshold."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    verdict: Verdict
-    value: float | None = None
-    threshold: float | None = None
-    samples: int | None = None
-    statistic: float | None = None
-    """Sequential tests: log of the e-value (rejects at the threshold in `detail`).
-    Traffic: the Chernoff bound on the chance of a share this far off."""
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The check without empty fields, floats rounded for humans."""
-        out: dict[str, Any] = {"name": self.name, "verdict": self.verdict}
-        for key in ("value", "threshold", "samples", "statistic"):
-            val = getattr(self, key)
-            if val is not None:
-                out[key] = round(val, 6) if isinstance(val, float) else val
-        if self.detail:
-            out["detail"] = self.detail
-        return out
 
 
 class Evidence(BaseModel):
@@ -280,29 +252,8 @@ def _spent(budget: Budget, intervals: int, since: dt.datetime | None, now: dt.da
             and (now - since).total_seconds() >= budget.max_seconds)
 
 
-def _kl(share: float, expected: float) -> float:
-    """Bernoulli KL divergence KL(share || expected), the Chernoff exponent."""
-    def term(a: float, b: float) -> float:
-        if a == 0:
-            return 0.0
-        if b == 0:
-            return math.inf
-        return a * math.log(a / b)
-    return term(share, expected) + term(1 - share, 1 - expected)
-
-
-def _chance(n: int, share: float, expected: float) -> float:
-    """Upper bound on P(a share this far from `expected` in n requests | expected)."""
-    kl = _kl(share, expected)
-    return 0.0 if math.isinf(kl) else math.exp(-n * kl)
-
-
 def _floats(values: Any) -> tuple[float, ...]:
     return tuple(float(x) for x in values)
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def latency_bound(policy: CanaryPolicy, stable_before: Histogram | None,
@@ -352,77 +303,13 @@ def _latency_updates(policy: CanaryPolicy, rel: Any, lim: Any, obs: Observations
     return rel, lim
 
 
-def _images(hists: dict[str, Histogram]) -> float:
-    """Images a version answered, from its per-image histograms (0: not measured)."""
-    for signal in ("detections_per_image", "top_score"):
-        hist = hists.get(signal)
-        if hist:
-            return float(max(hist.values()))
-    return 0.0
-
-
 def _merge_quality(a: dict[str, dict[float, float]],
                    b: dict[str, dict[float, float]]) -> dict[str, dict[float, float]]:
     return {k: merge_histograms(a.get(k), b.get(k)) for k in sorted(set(a) | set(b))}
 
 
-def _quality_check(policy: CanaryPolicy, qc: QualityCheck, state: CanaryState, canary: Counts,
-                   stable: Counts) -> Check:
-    """One model-quality check (`promotion/decision/quality.py`) as evidence."""
-    name = f"quality_{qc.name}"
-    if state.weight >= 100:
-        return Check(name=name, verdict="skipped", detail="stable serves no traffic at 100%")
-    family = quality.family_log_e(state.statistics.quality, policy.quality.checks)
-    v = quality.judge(policy.quality, qc, state.statistics.quality.get(qc.name),
-                      canary.quality.get(qc.signal), stable.quality.get(qc.signal),
-                      min_answers=policy.min_requests, alpha=policy.alpha, family=family,
-                      pass_log_lr=state.pass_evidence.get(qc.name))
-    return Check(name=name, verdict=v.verdict, value=v.canary_share, threshold=v.stable_share,
-                 samples=v.samples, statistic=v.statistic, detail=v.detail)
-
-
 def _merge_classes(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     return {k: float(a.get(k, 0.0)) + float(b.get(k, 0.0)) for k in sorted(set(a) | set(b))}
-
-
-def _class_mix_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
-                     stable: Counts) -> Check:
-    """The class-mix check (`promotion/decision/class_mix.py`) as evidence."""
-    if state.weight >= 100:
-        return Check(name="quality_class_mix", verdict="skipped",
-                     detail="stable serves no traffic at 100%")
-    verdict, statistic, threshold, samples, detail = class_mix.judge(
-        policy.quality, state.statistics.class_mix, canary.classes, stable.classes,
-        _images(canary.quality), _images(stable.quality),
-        policy.quality.min_answers or policy.min_requests, alpha=policy.alpha,
-        pass_evidence=state.pass_evidence)
-    return Check(name="quality_class_mix", verdict=verdict, samples=samples,
-                 statistic=statistic, threshold=threshold, detail=detail)
-
-
-def _distribution_check(policy: CanaryPolicy, state: CanaryState, canary: Counts,
-                        stable: Counts) -> Check:
-    """The answers' distribution (`promotion/decision/distribution.py`) as evidence."""
-    if state.weight >= 100:
-        return Check(name="quality_distribution", verdict="skipped",
-                     detail="stable serves no traffic at 100%")
-    verdict, statistic, threshold, samples, detail = distribution.judge(
-        policy.quality.distribution, state.statistics.distribution, canary.quality,
-        stable.quality, policy.quality.min_answers or policy.min_requests, alpha=policy.alpha)
-    return Check(name="quality_distribution", verdict=verdict, samples=samples,
-                 statistic=statistic, threshold=threshold, detail=detail)
-
-
-def _answers_check(policy: CanaryPolicy, obs: Observations) -> Check | None:
-    """The paired answers check as evidence; None when the window was not probed."""
-    if obs.answers is None:
-        return None
-    verdict, share, limit, units, detail = answers.judge(policy.quality.answers, obs.answers,
-                                                         alpha=policy.alpha)
-    return Check(name="answers", verdict=verdict, value=share, threshold=limit,
-                 samples=units, statistic=None if share is None else
-                 (obs.answers.relabelled / obs.answers.matched if obs.answers.matched else 0.0),
-                 detail=detail)
 
 
 def _window_dict(obs: Observations) -> dict[str, Any]:
@@ -461,115 +348,160 @@ def _insufficient(policy: CanaryPolicy, state: CanaryState, reason: str, now: dt
                  evidence, empty_intervals=intervals, empty_since=since)
 
 
-def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
-           now: dt.datetime) -> Decision:
-    """Decide what the rollout does after one window; see the module docstring."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.timezone.utc)
-    obs = observations
-    base = Evidence(weight=state.weight, window=_window_dict(obs), step=_step_dict(state))
+def _base(state: CanaryState, obs: Observations) -> Evidence:
+    """The evidence every decision carries: the weight, the window, the step so far."""
+    return Evidence(weight=state.weight, window=_window_dict(obs), step=_step_dict(state))
 
-    # 1. Nothing in flight.
-    if not state.phase.active:
-        what = "no canary in progress" if state.phase is Phase.IDLE else \
-            f"rollout finished ({state.phase.value})"
-        return Hold(reason=what, cause=HoldCause.INACTIVE.value, evidence=base, state=state)
 
-    # 2. Humans first.
+Rule = Callable[[CanaryPolicy, CanaryState, Observations, dt.datetime], "Decision | CanaryState"]
+"""A rule of `decide`: (policy, state, window, now) -> a decision, which ends the walk,
+or the state the next rule sees (unchanged, or with the rule's counters updated)."""
+
+
+def inactive(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+             now: dt.datetime) -> Decision | CanaryState:
+    """Rule 1: no rollout in flight (idle, promoted, rolled back): hold."""
+    if state.phase.active:
+        return state
+    what = "no canary in progress" if state.phase is Phase.IDLE else \
+        f"rollout finished ({state.phase.value})"
+    return Hold(reason=what, cause=HoldCause.INACTIVE.value, evidence=_base(state, obs),
+                state=state)
+
+
+def requested(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+              now: dt.datetime) -> Decision | CanaryState:
+    """Rule 2: a human's abort or promote is carried out, whatever the window says."""
+    who = state.requested_by or "human"
     if state.requested == "abort":
-        return _rollback(state, "requested", f"aborted by {state.requested_by or 'human'}", now,
-                         base)
+        return _rollback(state, "requested", f"aborted by {who}", now, _base(state, obs))
     if state.requested == "promote":
-        return _promote(state, "requested", f"promoted by {state.requested_by or 'human'}", now,
-                        base)
+        return _promote(state, "requested", f"promoted by {who}", now, _base(state, obs))
+    return state
+
+
+def paused(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+           now: dt.datetime) -> Decision | CanaryState:
+    """Rule 2: a paused rollout holds; a waiting one is `decide_ready`'s, never a window's."""
     if state.phase is Phase.PAUSED:
-        reason = state.pause_reason or "paused by human"
-        return Hold(reason=reason, cause=HoldCause.PAUSED.value, evidence=base, state=state)
-    if state.phase is Phase.WAITING:  # judged by `decide_ready`, never by a window
+        return Hold(reason=state.pause_reason or "paused by human", cause=HoldCause.PAUSED.value,
+                    evidence=_base(state, obs), state=state)
+    if state.phase is Phase.WAITING:
         return Hold(reason="waiting until the candidate is deployed and ready",
-                    cause=HoldCause.NOT_READY.value, evidence=base, state=state)
+                    cause=HoldCause.NOT_READY.value, evidence=_base(state, obs), state=state)
+    return state
 
-    # 3. Faults: we could not look.
-    if obs.fault is not None:
-        intervals = state.fault_intervals + 1
-        since = state.fault_since or now
-        if _spent(policy.faults, intervals, since, now):
-            why = f"metric source failing for {intervals} intervals: {obs.fault}"
-            if policy.faults.action == "rollback":
-                return _rollback(state, "budget", why, now, base, fault_intervals=intervals,
-                                 fault_since=since)
-            return _hold(state, HoldCause.FAULT, f"{why}: paused", now, base,
-                         phase=Phase.PAUSED, pause_reason=f"paused: {why}",
-                         fault_intervals=intervals, fault_since=since)
-        return _hold(state, HoldCause.FAULT, f"metric source fault: {obs.fault}", now, base,
+
+def metric_fault(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+                 now: dt.datetime) -> Decision | CanaryState:
+    """Rule 3: a metric-source fault holds (cause `fault`), counted against the fault
+    budget, then pauses or rolls back; a window without one clears the count."""
+    if obs.fault is None:
+        return state.with_(fault_intervals=0, fault_since=None) if state.fault_intervals \
+            else state
+    base = _base(state, obs)
+    intervals = state.fault_intervals + 1
+    since = state.fault_since or now
+    if _spent(policy.faults, intervals, since, now):
+        why = f"metric source failing for {intervals} intervals: {obs.fault}"
+        if policy.faults.action == "rollback":
+            return _rollback(state, "budget", why, now, base, fault_intervals=intervals,
+                             fault_since=since)
+        return _hold(state, HoldCause.FAULT, f"{why}: paused", now, base,
+                     phase=Phase.PAUSED, pause_reason=f"paused: {why}",
                      fault_intervals=intervals, fault_since=since)
-    state = state.with_(fault_intervals=0, fault_since=None) if state.fault_intervals else state
+    return _hold(state, HoldCause.FAULT, f"metric source fault: {obs.fault}", now, base,
+                 fault_intervals=intervals, fault_since=since)
 
-    # 3b. Paired answers: evidence of its own, not of the client traffic.
-    paired = _answers_check(policy, obs)
-    if paired is not None and paired.verdict == "fail":
-        return _rollback(state, "verdict", f"answers: {paired.detail.split(' (')[0]}", now,
-                         base.model_copy(update={"checks": (paired,)}))
 
-    # 4. No data.
+def answers_differ(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+                   now: dt.datetime) -> Decision | CanaryState:
+    """Rule 3b: the paired answers say the canary names the same boxes differently: roll
+    back at once, whatever the client traffic (evidence of its own)."""
+    for paired in checks.answers_check(policy, state, obs):
+        if paired.verdict == "fail":
+            return _rollback(state, "verdict", f"answers: {paired.detail.split(' (')[0]}", now,
+                             _base(state, obs).model_copy(update={"checks": (paired,)}))
+    return state
+
+
+def no_requests(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+                now: dt.datetime) -> Decision | CanaryState:
+    """Rule 4: no requests at all: hold for insufficient evidence (never a pass, never a
+    failure), counted against its budget."""
     if obs.total_requests == 0:
-        return _insufficient(policy, state, "no requests in the window", now, base)
+        return _insufficient(policy, state, "no requests in the window", now, _base(state, obs))
+    return state
 
-    # 5. Traffic.
-    expected = state.weight / 100.0
-    share = obs.observed_share
-    assert share is not None
-    tolerance = policy.traffic_tolerance / 100.0
-    if obs.canary.requests == 0 and obs.stable.requests > 0:
-        streak = state.stable_requests_without_canary + obs.stable.requests
-        silent_since = state.canary_silent_since or \
-            (now - dt.timedelta(seconds=obs.window_seconds))
-        chance = (1.0 - expected) ** streak
-        check = Check(name="traffic", verdict="fail" if chance < DOWN_ALPHA else "unknown",
-                      value=0.0, threshold=float(state.weight), samples=streak,
-                      statistic=chance,
-                      detail=f"canary served 0 of the last {streak} requests")
-        evidence = base.model_copy(update={"checks": (check,)})
-        state = state.with_(stable_requests_without_canary=streak,
-                            canary_silent_since=silent_since)
-        if chance < DOWN_ALPHA:
-            silent_for = (now - silent_since).total_seconds()
-            if silent_for >= policy.no_traffic_grace:
-                return _rollback(state, "verdict",
-                                 f"canary receives no traffic ({streak} stable requests, "
-                                 f"none to the canary for {silent_for:.0f}s): it is down",
-                                 now, evidence)
-            return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE,
-                         f"canary receives no traffic for {silent_for:.0f}s "
-                         f"(grace {policy.no_traffic_grace:.0f}s)", now, evidence)
-    elif obs.canary.requests > 0 and state.stable_requests_without_canary:
-        state = state.with_(stable_requests_without_canary=0, canary_silent_since=None)
 
-    chance = _chance(obs.total_requests, share, expected)
-    shifted = abs(share - expected) <= tolerance or chance >= TRAFFIC_ALPHA
-    traffic = Check(name="traffic", verdict="pass" if shifted else "fail",
-                    value=round(share * 100, 4), threshold=float(state.weight),
-                    samples=obs.total_requests, statistic=chance,
-                    detail=f"observed canary share vs weight, tolerance "
-                           f"{policy.traffic_tolerance:g} points")
-    if not shifted:
-        return _insufficient(
-            policy, state,
-            f"traffic not shifted: canary got {share:.1%} of {obs.total_requests} requests, "
-            f"weight is {state.weight}%", now, base.model_copy(update={"checks": (traffic,)}))
+def canary_down(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+                now: dt.datetime) -> Decision | CanaryState:
+    """Rule 5: the canary serves nothing while stable serves so many requests that chance
+    cannot explain it (`DOWN_ALPHA`): hold for `no_traffic_grace`, then roll back. The run
+    of stable requests without the canary is carried in the state; a canary request ends it."""
+    if obs.canary.requests > 0 or obs.stable.requests == 0:
+        if obs.canary.requests > 0 and state.stable_requests_without_canary:
+            return state.with_(stable_requests_without_canary=0, canary_silent_since=None)
+        return state
+    streak = state.stable_requests_without_canary + obs.stable.requests
+    silent_since = state.canary_silent_since or (now - dt.timedelta(seconds=obs.window_seconds))
+    chance = (1.0 - state.weight / 100.0) ** streak
+    check = Check(name="traffic", verdict="fail" if chance < DOWN_ALPHA else "unknown",
+                  value=0.0, threshold=float(state.weight), samples=streak, statistic=chance,
+                  detail=f"canary served 0 of the last {streak} requests")
+    evidence = _base(state, obs).model_copy(update={"checks": (check,)})
+    state = state.with_(stable_requests_without_canary=streak, canary_silent_since=silent_since)
+    if chance >= DOWN_ALPHA:
+        return state
+    silent_for = (now - silent_since).total_seconds()
+    if silent_for >= policy.no_traffic_grace:
+        return _rollback(state, "verdict",
+                         f"canary receives no traffic ({streak} stable requests, "
+                         f"none to the canary for {silent_for:.0f}s): it is down",
+                         now, evidence)
+    return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE,
+                 f"canary receives no traffic for {silent_for:.0f}s "
+                 f"(grace {policy.no_traffic_grace:.0f}s)", now, evidence)
 
-    # 6. Count the window and judge.
-    canary = Counts(requests=state.canary_counts.requests + obs.canary.requests,
-                    errors=state.canary_counts.errors + obs.canary.errors,
-                    latency=merge_histograms(state.canary_counts.latency, obs.canary.latency),
-                    quality=_merge_quality(state.canary_counts.quality, obs.canary.quality),
-                    classes=_merge_classes(state.canary_counts.classes, obs.canary.classes))
-    stable = Counts(requests=state.stable_counts.requests + obs.stable.requests,
-                    errors=state.stable_counts.errors + obs.stable.errors,
-                    latency=merge_histograms(state.stable_counts.latency, obs.stable.latency),
-                    quality=_merge_quality(state.stable_counts.quality, obs.stable.quality),
-                    classes=_merge_classes(state.stable_counts.classes, obs.stable.classes))
-    st = state.statistics
+
+def traffic_not_shifted(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+                        now: dt.datetime) -> Decision | CanaryState:
+    """Rule 5: the canary's share is off its weight beyond tolerance and chance: the traffic
+    has not moved yet; hold, and the window's numbers do not count."""
+    for traffic in checks.traffic(policy, state, obs):
+        if traffic.verdict == "fail":
+            return _insufficient(
+                policy, state,
+                f"traffic not shifted: canary got {obs.observed_share:.1%} of "
+                f"{obs.total_requests} requests, weight is {state.weight}%", now,
+                _base(state, obs).model_copy(update={"checks": (traffic,)}))
+    return state
+
+
+def _add(before: Counts, window: VersionWindow) -> Counts:
+    """The step's counts with one window's added."""
+    return Counts(requests=before.requests + window.requests,
+                  errors=before.errors + window.errors,
+                  latency=merge_histograms(before.latency, window.latency),
+                  quality=_merge_quality(before.quality, window.quality),
+                  classes=_merge_classes(before.classes, window.classes))
+
+
+def _pass_evidence(policy: CanaryPolicy, state: CanaryState,
+                   obs: Observations) -> dict[str, Any]:
+    """The evidence that the answers are within their margins, with the window's added."""
+    per_check = {c.name: quality.update_pass(state.pass_evidence.get(c.name), c,
+                                             obs.canary.quality.get(c.signal),
+                                             obs.stable.quality.get(c.signal))
+                 for c in policy.quality.checks}
+    mix = {k: v for k, v in state.pass_evidence.items() if k.startswith(class_mix.PASS_KEY)}
+    return class_mix.update_pass(per_check | mix, policy.quality, obs.canary.classes,
+                                 obs.stable.classes, images_answered(obs.canary.quality),
+                                 images_answered(obs.stable.quality))
+
+
+def _statistics(policy: CanaryPolicy, st: Statistics, obs: Observations) -> Statistics:
+    """The sequential tests with the window's evidence added."""
     relative = stats.update_relative(st.relative, obs.canary.errors, obs.stable.errors,
                                      obs.canary.requests, obs.stable.requests)
     limit = stats.update_limit(st.limit, obs.canary.errors, obs.canary.requests,
@@ -579,128 +511,75 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     qual = {c.name: quality.update(st.quality.get(c.name), c, obs.canary.quality.get(c.signal),
                                    obs.stable.quality.get(c.signal))
             for c in policy.quality.checks}
-    state = state.with_(
-        canary_counts=canary, stable_counts=stable, empty_intervals=0, empty_since=None,
-        pass_evidence=class_mix.update_pass(
-            {c.name: quality.update_pass(state.pass_evidence.get(c.name), c,
-                                         obs.canary.quality.get(c.signal),
-                                         obs.stable.quality.get(c.signal))
-             for c in policy.quality.checks} | {
-                k: v for k, v in state.pass_evidence.items() if k.startswith(class_mix.PASS_KEY)},
-            policy.quality, obs.canary.classes, obs.stable.classes,
-            _images(obs.canary.quality), _images(obs.stable.quality)),
-        statistics=Statistics(relative=_floats(relative), limit=_floats(limit),
-                              latency_relative=_floats(lat_rel), latency_limit=_floats(lat_lim),
-                              quality=qual,
-                              class_mix=class_mix.update(st.class_mix, policy.quality,
-                                                         obs.canary.classes, obs.stable.classes,
-                                                         _images(obs.canary.quality),
-                                                         _images(obs.stable.quality)),
-                              distribution=distribution.update(
-                                  st.distribution, policy.quality.distribution,
-                                  obs.canary.quality, obs.stable.quality),
-                              stable_latency=merge_histograms(st.stable_latency,
-                                                              obs.stable.latency)),
-    )
+    return Statistics(
+        relative=_floats(relative), limit=_floats(limit), latency_relative=_floats(lat_rel),
+        latency_limit=_floats(lat_lim), quality=qual,
+        class_mix=class_mix.update(st.class_mix, policy.quality, obs.canary.classes,
+                                   obs.stable.classes, images_answered(obs.canary.quality),
+                                   images_answered(obs.stable.quality)),
+        distribution=distribution.update(st.distribution, policy.quality.distribution,
+                                         obs.canary.quality, obs.stable.quality),
+        stable_latency=merge_histograms(st.stable_latency, obs.stable.latency))
 
-    def e_check(name: str, log_lr: Any) -> tuple[float, float, bool]:
-        threshold = stats.rejection_log_threshold(policy.alpha, stats.ALPHA_SHARES[name])
-        value = float(stats.log_e_value(log_lr))
-        return value, threshold, value >= threshold
 
-    canary_rate = canary.errors / canary.requests if canary.requests else None
-    stable_rate = stable.errors / stable.requests if stable.requests else None
+def count_window(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+                 now: dt.datetime) -> Decision | CanaryState:
+    """Rule 6: the window counts: its numbers join the step's and the sequential tests,
+    and the insufficient-evidence run ends."""
+    return state.with_(
+        canary_counts=_add(state.canary_counts, obs.canary),
+        stable_counts=_add(state.stable_counts, obs.stable),
+        empty_intervals=0, empty_since=None,
+        pass_evidence=_pass_evidence(policy, state, obs),
+        statistics=_statistics(policy, state.statistics, obs))
 
-    checks = [traffic]
-    rel_e, rel_t, rel_fail = e_check("errors_vs_stable", relative)
-    checks.append(Check(
-        name="errors_vs_stable", verdict="fail" if rel_fail else "pass",
-        value=canary_rate, threshold=stable_rate, samples=canary.requests, statistic=rel_e,
-        detail=f"mixture SPRT on the canary's share of errors; rejects at log e >= {rel_t:.3f}"))
-    lim_e, lim_t, lim_fail = e_check("error_rate_limit", limit)
-    checks.append(Check(
-        name="error_rate_limit", verdict="fail" if lim_fail else (
-            "pass" if canary_rate is not None and canary_rate <= policy.max_error_rate
-            else "unknown"),
-        value=canary_rate, threshold=policy.max_error_rate, samples=canary.requests,
-        statistic=lim_e, detail=f"mixture SPRT vs max_error_rate, rejects at log e >= "
-                                f"{lim_t:.3f}; to step, the step's rate must be within it"))
 
-    if obs.canary.latency is None:
-        checks.append(Check(name="latency_p99", verdict="skipped",
-                            detail="the metric source has no latency histogram"))
-    else:
-        p99_c = histogram_quantile(0.99, canary.latency)
-        p99_s = histogram_quantile(0.99, stable.latency)
-        n_lat_c = int(round(max(canary.latency.values()))) if canary.latency else 0
-        n_lat_s = int(round(max(stable.latency.values()))) if stable.latency else 0
-        enough = n_lat_c >= policy.min_latency_samples and p99_c is not None
-        p99_c_ms = None if p99_c is None else p99_c * 1000
-        p99_s_ms = None if p99_s is None else p99_s * 1000
-        e, t, fail = e_check("latency_p99", lat_lim)
-        checks.append(Check(
-            name="latency_p99", value=p99_c_ms, threshold=policy.max_p99_ms, samples=n_lat_c,
-            statistic=e, verdict="fail" if fail else "unknown" if not enough else (
-                "pass" if p99_c_ms is not None and p99_c_ms <= policy.max_p99_ms else "unknown"),
-            detail=f"SPRT: share of canary requests above the limit vs 1 %, rejects at log e >= "
-                   f"{t:.3f}; to step, the step's p99 must be within the limit "
-                   f"on {policy.min_latency_samples}+ samples"))
-        if state.weight >= 100:
-            checks.append(Check(name="latency_vs_stable", verdict="skipped",
-                                detail="stable serves no traffic at 100%"))
-        else:
-            both = enough and n_lat_s >= policy.min_latency_samples and bool(p99_s)
-            ratio = (p99_c / p99_s) if (both and p99_c is not None and p99_s) else None
-            within = ratio is not None and p99_c_ms is not None and p99_s_ms is not None and (
-                ratio <= policy.max_latency_ratio
-                or p99_c_ms - p99_s_ms <= policy.min_latency_difference_ms)
-            e, t, fail = e_check("latency_vs_stable", lat_rel)
-            checks.append(Check(
-                name="latency_vs_stable", value=ratio, threshold=policy.max_latency_ratio,
-                samples=min(n_lat_c, n_lat_s), statistic=e,
-                verdict="fail" if fail else ("pass" if both and within else "unknown"),
-                detail=f"p99 ratio canary/stable (ms {_ms(p99_c_ms)} vs {_ms(p99_s_ms)}); "
-                       f"SPRT on the canary's share of requests slower than "
-                       f"{policy.max_latency_ratio:g}x stable's p99, rejects at log e >= "
-                       f"{t:.3f}; to step, the ratio must be within it"))
-    for qc in policy.quality.checks:
-        checks.append(_quality_check(policy, qc, state, canary, stable))
-    if policy.quality.distribution is not None and (canary.quality or stable.quality):
-        checks.append(_distribution_check(policy, state, canary, stable))
-    if policy.quality.class_mix is not None and (canary.classes or stable.classes):
-        checks.append(_class_mix_check(policy, state, canary, stable))
-    if paired is not None:
-        checks.append(paired)
-    checks.append(Check(
-        name="requests", value=float(canary.requests), threshold=float(policy.min_requests),
-        samples=canary.requests,
-        verdict="pass" if canary.requests >= policy.min_requests else "unknown",
-        detail="canary requests in this step"))
-    evidence = Evidence(weight=state.weight, window=base.window, step=_step_dict(state),
-                        checks=tuple(checks))
+VerdictRule = Callable[[CanaryPolicy, CanaryState, Evidence, dt.datetime], "Decision | None"]
+"""A rule over a counted window's evidence: a decision, or None for the next one."""
 
-    failed = [c for c in checks if c.verdict == "fail"]
-    if failed:
-        names = {
-            "errors_vs_stable": "canary errors exceed stable's",
-            "error_rate_limit": f"canary error rate above {policy.max_error_rate:g}",
-            "latency_p99": f"canary p99 above {policy.max_p99_ms:g} ms",
-            "latency_vs_stable": f"canary slower than stable (tail beyond "
-                                 f"{policy.max_latency_ratio:g}x the p99)",
-        }
-        reason = "; ".join(
-            f"model quality ({c.name.removeprefix('quality_')}): {c.detail.split(' (SPRT')[0]}"
-            if c.name.startswith("quality_") else names.get(c.name, c.name) for c in failed)
-        return _rollback(state, "verdict", reason, now, evidence)
 
-    # 7. Good enough to move on?
-    waiting = [c for c in checks if c.verdict == "unknown"]
-    if waiting:
-        missing = ", ".join(
-            f"{c.name} ({c.samples or 0} samples)" if c.name != "requests"
-            else f"{canary.requests}/{policy.min_requests} canary requests" for c in waiting)
-        return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE, f"collecting evidence: {missing}",
-                     now, evidence)
+def _failure(policy: CanaryPolicy, check: Check) -> str:
+    """What a failed check says in a rollback's reason."""
+    if check.name.startswith("quality_"):
+        return (f"model quality ({check.name.removeprefix('quality_')}): "
+                f"{check.detail.split(' (SPRT')[0]}")
+    return {
+        "errors_vs_stable": "canary errors exceed stable's",
+        "error_rate_limit": f"canary error rate above {policy.max_error_rate:g}",
+        "latency_p99": f"canary p99 above {policy.max_p99_ms:g} ms",
+        "latency_vs_stable": f"canary slower than stable (tail beyond "
+                             f"{policy.max_latency_ratio:g}x the p99)",
+    }.get(check.name, check.name)
+
+
+def rejected(policy: CanaryPolicy, state: CanaryState, evidence: Evidence,
+             now: dt.datetime) -> Decision | None:
+    """Rule 6: any check that fails rolls back (cause `verdict`), naming each."""
+    failed = [c for c in evidence.checks if c.verdict == "fail"]
+    if not failed:
+        return None
+    reason = "; ".join(_failure(policy, c) for c in failed)
+    return _rollback(state, "verdict", reason, now, evidence)
+
+
+def collecting(policy: CanaryPolicy, state: CanaryState, evidence: Evidence,
+               now: dt.datetime) -> Decision | None:
+    """Rule 7: a check not yet settled either way holds: "not yet rejected" is not "good"."""
+    waiting = [c for c in evidence.checks if c.verdict == "unknown"]
+    if not waiting:
+        return None
+    missing = ", ".join(
+        f"{c.name} ({c.samples or 0} samples)" if c.name != "requests"
+        else f"{state.canary_counts.requests}/{policy.min_requests} canary requests"
+        for c in waiting)
+    return _hold(state, HoldCause.INSUFFICIENT_EVIDENCE, f"collecting evidence: {missing}",
+                 now, evidence)
+
+
+def advance(policy: CanaryPolicy, state: CanaryState, evidence: Evidence,
+            now: dt.datetime) -> Decision | None:
+    """Rule 7: every check passed: promote after the last step, else step (with
+    `approval: step`, only once a person approved it; until then hold)."""
     nxt = policy.next_step(state.weight)
     if nxt is None:
         return _promote(state, "passed", f"all checks passed at {state.weight}%", now, evidence)
@@ -714,6 +593,51 @@ def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
     moved = state.reset_step(now).with_(awaiting_approval=None, approved_by=None)
     return Step(to=nxt, reason=reason, cause="passed", evidence=evidence,
                 state=_record(moved, "step", reason, "passed", now, weight=nxt))
+
+
+VERDICTS: tuple[VerdictRule, ...] = (rejected, collecting, advance)
+"""What a counted window's checks lead to, in order; `advance` always decides."""
+
+
+def judge(policy: CanaryPolicy, state: CanaryState, obs: Observations,
+          now: dt.datetime) -> Decision | CanaryState:
+    """Rules 6-7: make the `checks.CHECKS` on the counted window, then walk `VERDICTS`."""
+    made = tuple(c for check in checks.CHECKS for c in check(policy, state, obs))
+    evidence = Evidence(weight=state.weight, window=_window_dict(obs), step=_step_dict(state),
+                        checks=made)
+    for verdict in VERDICTS:
+        decision = verdict(policy, state, evidence, now)
+        if decision is not None:
+            return decision
+    raise AssertionError("`advance` always decides")
+
+
+RULES: tuple[Rule, ...] = (
+    inactive,
+    requested,
+    paused,
+    metric_fault,
+    answers_differ,
+    no_requests,
+    canary_down,
+    traffic_not_shifted,
+    count_window,
+    judge,
+)
+"""`decide`'s rules in the order of the module docstring; `judge` always decides."""
+
+
+def decide(policy: CanaryPolicy, state: CanaryState, observations: Observations,
+           now: dt.datetime) -> Decision:
+    """Decide what the rollout does after one window: walk `RULES` until one decides."""
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=dt.timezone.utc)
+    for rule in RULES:
+        outcome = rule(policy, state, observations, now)
+        if not isinstance(outcome, CanaryState):
+            return outcome
+        state = outcome
+    raise AssertionError("`judge` always decides")
 
 
 def shadowed(before: CanaryState, decision: Decision) -> Decision:

@@ -17,17 +17,11 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from promotion.decision.coco_ap import (
-    DetectionInputError,
-    Matched,
-    average_precision,
-    match_detections,
-    mean_ap,
-)
+from promotion.decision.coco_ap import Matched, average_precision, match_detections, mean_ap
+from promotion.errors import DetectionInputError
 
 __all__ = [
     "ClassDifference",
-    "DetectionInputError",
     "Interval",
     "PairedResult",
     "SetMatches",

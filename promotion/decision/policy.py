@@ -41,17 +41,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contracts.errors import ExitCode, MlopsError
+from promotion.errors import PolicyError
 from promotion.metrics.presets import PRESET_NAMES, QueryPreset
 
-__all__ = ["AnswersCheck", "Budget", "CanaryPolicy", "ClassMixCheck", "MetricsSpec", "PolicyError",
+__all__ = ["AnswersCheck", "Budget", "CanaryPolicy", "ClassMixCheck", "MetricsSpec",
            "QualityCheck", "QualitySpec", "load_policy", "parse_duration"]
-
-
-class PolicyError(MlopsError, ValueError):
-    """The canary policy is invalid; the message names the field."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

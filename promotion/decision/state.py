@@ -35,16 +35,15 @@ from pydantic import (
     field_validator,
 )
 
-from contracts.errors import ExitCode, MlopsError
 from contracts.names import valid_model_name, version_problem
 from promotion.decision import stats
+from promotion.errors import StateError
 
 __all__ = [
     "CanaryState",
     "Counts",
     "LastDecision",
     "Phase",
-    "StateError",
     "Statistics",
     "dump_state",
     "dump_state_yaml",
@@ -57,12 +56,6 @@ __all__ = [
 ]
 
 STATE_VERSION: Literal[1] = 1
-
-
-class StateError(MlopsError, ValueError):
-    """`promotion.yaml` cannot be read; the message names the field."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 class Phase(str, enum.Enum):

@@ -40,25 +40,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from cogs.text import one_line, printable
-from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.writeback import Message, WriteBack, WriteResult
 from promotion.decision import state as st
-from promotion.decision.state import (
-    CanaryState,
-    LastDecision,
-    Phase,
-    StateError,
-    dump_state_yaml,
-    load_state,
-)
+from promotion.decision.state import CanaryState, LastDecision, Phase, dump_state_yaml, load_state
+from promotion.errors import StaleDecision, StateError
 
 __all__ = [
     "POLICY_FILE",
     "OnRollback",
     "Plan",
-    "StaleDecision",
     "commit",
     "message",
     "plan",
@@ -71,12 +63,6 @@ POLICY_FILE = "canary-policy.yaml"
 OnRollback = Literal["remove", "scale-to-zero"]
 
 Kind = Literal["step", "hold", "rollback", "promote", "manual", "start"]
-
-
-class StaleDecision(MlopsError, RuntimeError):
-    """`main` moved under the decision (its base state changed): decide again."""
-
-    exit_code = ExitCode.FAILED
 
 
 @dataclass(frozen=True)

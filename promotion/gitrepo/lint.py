@@ -17,8 +17,8 @@ from contracts.names import model_name_problem
 from contracts.traffic import MESH_GATEWAY
 from gitops import layout, yamlio
 from gitops.errors import GitOpsError
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
-from promotion.decision.state import StateError
+from promotion.decision.policy import CanaryPolicy, load_policy
+from promotion.errors import PolicyError, StateError
 from promotion.gitrepo import apply
 from promotion.gitrepo.platform_policy import load_platform_policy
 from promotion.gitrepo.production import current_state

@@ -21,7 +21,8 @@ from gitops.errors import GitOpsError
 from gitops.git import remote
 from gitops.repo import Mirror
 from promotion.decision.gate import GateConfig
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.policy import CanaryPolicy, load_policy
+from promotion.errors import PolicyError
 
 __all__ = ["PlatformPolicy", "load_platform_policy"]
 

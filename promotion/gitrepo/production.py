@@ -28,16 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from contracts.artifact import RECORD_FILE, ArtifactError, read_record_data
-from contracts.errors import ExitCode, MlopsError
 from gitops import layout
 from gitops.errors import GitOpsError
 from gitops.git import remote
 from gitops.repo import Mirror
 from promotion.decision.state import CanaryState, load_state
+from promotion.errors import ProductionError
 from serving import manifests
 
 __all__ = [
-    "ProductionError",
     "ProductionModel",
     "current_state",
     "production_metrics",
@@ -45,12 +44,6 @@ __all__ = [
     "read_production",
     "stable_version",
 ]
-
-
-class ProductionError(MlopsError):
-    """The GitOps repo could not be read, so production is unknown (not absent)."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 @dataclass(frozen=True)

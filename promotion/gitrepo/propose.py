@@ -49,13 +49,13 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 
 from contracts.artifact import ModelRecord, read_record
-from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import approval as approvals
 from gitops import layout, proposal
 from gitops.repo import Mirror
 from promotion.decision.policy import CanaryPolicy
 from promotion.decision.state import CanaryState, Phase, dump_state_yaml
+from promotion.errors import ProposeError
 from promotion.gitrepo import apply
 from promotion.gitrepo.production import (
     current_state,
@@ -70,16 +70,9 @@ from serving.options import ServingOptions, read_serving_options
 
 __all__ = [
     "ProposalPlan",
-    "ProposeError",
     "branch_name",
     "plan_proposal",
 ]
-
-class ProposeError(MlopsError):
-    """The candidate cannot be proposed; the message says why and what to do."""
-
-    exit_code = ExitCode.BAD_INPUT
-
 
 def branch_name(model: str, version: str) -> str:
     """The proposal branch of one model version (stable, so proposals are idempotent)."""

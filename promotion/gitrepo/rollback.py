@@ -87,29 +87,25 @@ from contracts.artifact import (
     WeightsMismatch,
     read_record,
 )
-from contracts.errors import ExitCode, MlopsError
 from contracts.traffic import set_subsets, set_weights
 from gitops import layout
 from gitops.repo import Mirror
 from gitops.writeback import DEFAULT_BACKOFF, Backoff, Message, WriteBack, WriteResult
 from promotion.cluster.readiness import Readiness, ReadinessCheck
-from promotion.decision.state import (
-    CanaryState,
-    LastDecision,
-    Phase,
+from promotion.decision.state import CanaryState, LastDecision, Phase, dump_state_yaml, load_state
+from promotion.errors import (
+    RollbackDigestMismatch,
+    RollbackError,
+    RollbackNotFound,
+    RollbackNotReady,
+    StaleRollback,
     StateError,
-    dump_state_yaml,
-    load_state,
 )
 from promotion.gitrepo.production import current_state, stable_version
 from serving import manifests
 
 __all__ = [
     "PastVersion",
-    "RollbackDigestMismatch",
-    "RollbackError",
-    "RollbackNotFound",
-    "RollbackNotReady",
     "RollbackPlan",
     "RollbackResult",
     "choose_target",
@@ -118,36 +114,6 @@ __all__ = [
     "rollback",
     "stable_versions",
 ]
-
-
-class RollbackError(MlopsError):
-    """The rollback cannot be done as asked; the message says why and what to do."""
-
-    exit_code = ExitCode.BAD_INPUT
-
-
-class RollbackNotFound(RollbackError):
-    """The model, the version, its Deployment in the history or its model files are gone."""
-
-    exit_code = ExitCode.NOT_FOUND
-
-
-class RollbackDigestMismatch(RollbackError):
-    """The published weights are not the ones the version's Deployment was approved with."""
-
-    exit_code = ExitCode.DIGEST_MISMATCH
-
-
-class RollbackNotReady(RollbackError):
-    """The version did not become ready in time, or cannot: the traffic did not move."""
-
-    exit_code = ExitCode.FAILED
-
-
-class StaleRollback(RollbackError):
-    """The branch moved between reading it and committing: plan again."""
-
-    exit_code = ExitCode.FAILED
 
 
 @dataclass(frozen=True)

@@ -17,24 +17,18 @@ import datetime as dt
 import pathlib
 from typing import Callable, cast, get_args
 
-from contracts.errors import ExitCode, MlopsError
 from gitops.writeback import Backoff, WriteBack
 from promotion.cluster.readiness import ReadinessCheck
+from promotion.errors import SteeringError
 from promotion.gitrepo.apply import HumanAction, human_commit
 from promotion.gitrepo.rollback import DEFAULT_WAIT, rollback
 
-__all__ = ["CANARY_ACTIONS", "SteeringError", "canary_action", "rollback_to"]
+__all__ = ["CANARY_ACTIONS", "canary_action", "rollback_to"]
 
 CANARY_ACTIONS: tuple[str, ...] = get_args(HumanAction)
 
 _DONE = {"pause": "paused", "resume": "resumed", "abort": "abort requested",
          "promote": "promotion requested", "approve": "next step approved"}
-
-
-class SteeringError(MlopsError, ValueError):
-    """A request to steer that names no known action."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 def canary_action(gitops: str, model: str, action: str, by: str, branch: str = "main",

@@ -32,9 +32,9 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from contracts.errors import ExitCode, MlopsError
+from promotion.errors import PresetError
 
-__all__ = ["COUNTED", "PRESET_NAMES", "PresetError", "QueryPreset", "counter_selectors",
+__all__ = ["COUNTED", "PRESET_NAMES", "QueryPreset", "counter_selectors",
            "get_preset", "promql_string", "render_window"]
 
 PRESET_DIR = pathlib.Path(__file__).with_name("presets")
@@ -121,12 +121,6 @@ def _substitute(template: str, values: Mapping[str, str]) -> str:
     `render_window` made) escaped for the double-quoted string it sits in."""
     return string.Template(template).substitute(
         {k: v if k == "window" else promql_string(v) for k, v in values.items()})
-
-
-class PresetError(MlopsError, ValueError):
-    """Unknown preset or a broken template; the message says which and why."""
-
-    exit_code = ExitCode.BAD_INPUT
 
 
 class QueryPreset(BaseModel):

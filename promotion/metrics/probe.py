@@ -30,23 +30,13 @@ from typing import Any, Callable, Mapping, Protocol
 
 import requests
 
-from contracts.errors import MlopsError
 from contracts.traffic import CANARY, STABLE, SUBSET_HEADER, VERSION_HEADER
 from promotion.decision.answers import Box
+from promotion.errors import ProbeError
 
-__all__ = ["AnswersProbe", "HttpProbe", "ProbeError", "boxes_from_response"]
+__all__ = ["AnswersProbe", "HttpProbe", "boxes_from_response"]
 
 Answers = tuple[list[list[Box]], list[list[Box]]]
-
-
-class ProbeError(MlopsError):
-    """The probe could not be made (no probe set shipped, a version unreachable).
-    `lasting`: asking again in this step will not help (a 404: no probe set, no such
-    version behind the router)."""
-
-    def __init__(self, message: str, lasting: bool = False) -> None:
-        super().__init__(message)
-        self.lasting = lasting
 
 
 class AnswersProbe(Protocol):

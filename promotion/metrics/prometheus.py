@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import requests
 
 from promotion.decision.observations import Histogram, Observations, VersionWindow
+from promotion.errors import MetricFault
 from promotion.metrics import batch, counters
 from promotion.metrics.presets import (
     QueryKind,
@@ -49,7 +50,7 @@ from promotion.metrics.presets import (
 )
 from serving.manifests import deployment_name
 
-__all__ = ["LOOKBACK", "MAX_LEGS", "MetricFault", "PrometheusSource"]
+__all__ = ["LOOKBACK", "MAX_LEGS", "PrometheusSource"]
 
 LOOKBACK = 300.0
 """Seconds a window's end looks back for a series' last sample (at least the window):
@@ -60,10 +61,6 @@ MAX_LEGS = 300
 
 _Job = tuple[int, str, str, str, float, float]
 """(which window, version, signal, counter selector, window seconds, window end)."""
-
-
-class MetricFault(RuntimeError):
-    """The metric source could not answer (as opposed to answering "no data")."""
 
 
 def _workload(model: str, version: str) -> str:

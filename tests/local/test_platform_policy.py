@@ -19,7 +19,7 @@ import yaml
 
 from mlops.cli import main as cli
 from promotion.decision.gate import GateConfig
-from promotion.decision.policy import PolicyError
+from promotion.errors import PolicyError
 from promotion.gitrepo.platform_policy import load_platform_policy
 from tests.fixtures.gitops import Human
 from tests.fixtures.production import fake_model_dir

@@ -14,8 +14,9 @@ import yaml
 
 from mlops.cli import build_parser, main
 from mlops.commands.controller import settings_of
-from promotion.controller_settings import ControllerSettings, SettingsError
+from promotion.controller_settings import ControllerSettings
 from promotion.decision.policy import load_policy
+from promotion.errors import SettingsError
 
 RUN = ["controller", "run", "--gitops", "/nowhere/gitops", "--prometheus", "http://127.0.0.1:1",
        "--once"]

@@ -14,7 +14,6 @@ from promotion.decision.state import (
     CanaryState,
     Counts,
     Phase,
-    StateError,
     dump_state,
     dump_state_yaml,
     load_state,
@@ -23,6 +22,7 @@ from promotion.decision.state import (
     resume,
     start_canary,
 )
+from promotion.errors import StateError
 
 T0 = dt.datetime(2026, 11, 23, 9, 0, tzinfo=dt.timezone.utc)
 

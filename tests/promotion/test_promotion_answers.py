@@ -25,7 +25,8 @@ from promotion.decision.answers import Box
 from promotion.decision.observations import Observations, PairedAnswers, VersionWindow
 from promotion.decision.policy import AnswersCheck, CanaryPolicy, load_policy
 from promotion.decision.state import start_canary
-from promotion.metrics.probe import ProbeError, boxes_from_response
+from promotion.errors import ProbeError
+from promotion.metrics.probe import boxes_from_response
 
 T0 = dt.datetime(2026, 11, 26, 9, 0, tzinfo=dt.timezone.utc)
 CLASSES = ("circle", "square", "triangle")

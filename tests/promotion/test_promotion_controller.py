@@ -25,6 +25,7 @@ from gitops.writeback import Message, WriteBack
 from mlops.cli import main as cli
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.state import load_state
+from promotion.errors import StaleDecision
 from promotion.gitrepo import apply
 from tests.fixtures.promotion_controller import (
     MODEL,
@@ -346,7 +347,7 @@ def test_a_stale_decision_is_not_written(canary_repo, tmp_path):
     plan = apply.plan(folder, old, old.with_(weight=25))
     msg = apply.message("step", old, old.with_(weight=25), at=dt.datetime.now(dt.timezone.utc),
                         reason="again", cause="passed")
-    with pytest.raises(apply.StaleDecision):
+    with pytest.raises(StaleDecision):
         apply.commit(WriteBack(str(canary_repo)), "main", plan, old, msg)
     assert len(decision_log(canary_repo)) == 1
 

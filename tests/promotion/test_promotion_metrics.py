@@ -14,12 +14,12 @@ import re
 import pytest
 
 from promotion.decision.analysis import decide
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
+from promotion.decision.policy import CanaryPolicy, load_policy
 from promotion.decision.state import start_canary
+from promotion.errors import PolicyError, PresetError
 from promotion.metrics import MetricSource
 from promotion.metrics.presets import (
     PRESET_NAMES,
-    PresetError,
     QueryPreset,
     get_preset,
     promql_string,

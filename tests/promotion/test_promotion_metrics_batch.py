@@ -20,14 +20,9 @@ from typing import Any, Iterator
 import pytest
 import requests
 
+from promotion.errors import PresetError
 from promotion.metrics import batch
-from promotion.metrics.presets import (
-    PRESET_NAMES,
-    PresetError,
-    QueryPreset,
-    counter_selectors,
-    get_preset,
-)
+from promotion.metrics.presets import PRESET_NAMES, QueryPreset, counter_selectors, get_preset
 from promotion.metrics.prometheus import MAX_LEGS, PrometheusSource
 from tests.fixtures.prometheus import OpenMetrics, replay_prometheus
 from tests.promotion.test_promotion_metrics_replay import T0, WINDOW, Window, record

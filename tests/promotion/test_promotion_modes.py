@@ -22,8 +22,9 @@ from gitops.writeback import Message, WriteBack
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.analysis import Hold, decide, shadowed
 from promotion.decision.observations import Observations, VersionWindow
-from promotion.decision.policy import CanaryPolicy, PolicyError, load_policy
-from promotion.decision.state import StateError, approve_step, start_canary
+from promotion.decision.policy import CanaryPolicy, load_policy
+from promotion.decision.state import approve_step, start_canary
+from promotion.errors import PolicyError, StateError
 from promotion.gitrepo import apply
 from tests.fixtures.promotion_controller import (
     MODEL,

@@ -22,7 +22,6 @@ from pycocotools.cocoeval import COCOeval
 
 from promotion.decision.coco_ap import (
     RECALL_THRESHOLDS,
-    DetectionInputError,
     _first_at_least,
     average_precision,
     match_detections,
@@ -32,6 +31,7 @@ from promotion.decision.paired import (
     paired_bootstrap,
     paired_bootstrap_matched,
 )
+from promotion.errors import DetectionInputError
 from tests.fixtures.detections import detect, make_gt
 
 

@@ -15,7 +15,8 @@ from promotion.decision.gate import (
     plan,
 )
 from promotion.decision.paired import ClassDifference, Interval, PairedResult
-from promotion.gitrepo.platform_policy import PolicyError, load_platform_policy
+from promotion.errors import PolicyError
+from promotion.gitrepo.platform_policy import load_platform_policy
 
 CFG = GateConfig(metric="map50", min=0.85, max_regression=0.01)
 

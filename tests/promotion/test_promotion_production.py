@@ -15,12 +15,8 @@ from gitops.forges.local import LocalForge
 from gitops.repo import Mirror
 from gitops.writeback import Message, WriteBack
 from promotion.decision.policy import load_policy
-from promotion.gitrepo.production import (
-    ProductionError,
-    production_metrics,
-    production_of,
-    read_production,
-)
+from promotion.errors import ProductionError
+from promotion.gitrepo.production import production_metrics, production_of, read_production
 from promotion.gitrepo.propose import propose
 from serving import manifests
 from tests.fixtures.production import fake_model_dir, put_in_production

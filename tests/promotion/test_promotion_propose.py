@@ -20,7 +20,8 @@ from contracts.artifact import WeightsMismatch
 from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
 from promotion.decision.policy import load_policy
-from promotion.gitrepo.propose import ProposeError, branch_name, propose
+from promotion.errors import ProposeError
+from promotion.gitrepo.propose import branch_name, propose
 from promotion.reports.report import evaluation_report
 from tests.fixtures.promotion_controller import git
 from tests.manifest_validation import validate_manifest

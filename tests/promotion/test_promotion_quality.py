@@ -16,8 +16,9 @@ import pytest
 from promotion.decision import quality, stats
 from promotion.decision.analysis import decide
 from promotion.decision.observations import Observations, VersionWindow
-from promotion.decision.policy import CanaryPolicy, PolicyError, QualityCheck, load_policy
+from promotion.decision.policy import CanaryPolicy, QualityCheck, load_policy
 from promotion.decision.state import dump_state_yaml, load_state, start_canary
+from promotion.errors import PolicyError
 from promotion.metrics.presets import get_preset
 from promotion.metrics.prometheus import PrometheusSource
 from promotion.reports.report import write_canary_report

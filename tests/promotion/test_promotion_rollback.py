@@ -35,13 +35,12 @@ from mlops.cli import main as cli
 from promotion.controller import Controller, ControllerConfig
 from promotion.decision.policy import load_policy
 from promotion.decision.state import CanaryState, Phase, dump_state
+from promotion.errors import RollbackError, RollbackNotFound
 from promotion.gitrepo import apply
 from promotion.gitrepo import rollback as rollback_module
 from promotion.gitrepo.propose import propose
 from promotion.gitrepo.rollback import (
     PastVersion,
-    RollbackError,
-    RollbackNotFound,
     choose_target,
     plan_restore,
     plan_rollback,

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from promotion.controller import Controller, ControllerConfig
-from promotion.decision.state import StateError, load_state
+from promotion.decision.state import load_state
+from promotion.errors import StateError
 from tests.fixtures.gitops import Human
 from tests.fixtures.promotion_controller import (
     MODEL,

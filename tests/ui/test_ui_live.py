@@ -22,9 +22,9 @@ import requests
 from mlops.ui import live as charts
 from mlops.ui.app import UiConfig
 from promotion.decision.policy import load_policy
+from promotion.errors import MetricFault
 from promotion.metrics.live import LiveReader, live_queries
 from promotion.metrics.presets import get_preset
-from promotion.metrics.prometheus import MetricFault
 from tests.fixtures.common import free_port
 from tests.fixtures.prometheus import OpenMetrics
 from tests.fixtures.ui import Served

@@ -33,7 +33,8 @@ from mlops.ui.live import fault, policy_of
 from mlops.ui.manifests import ui_manifests
 from mlops.ui.runs import gate_view, runs_view
 from promotion.controller import Controller, ControllerConfig
-from promotion.metrics.prometheus import MetricFault, PrometheusSource
+from promotion.errors import MetricFault
+from promotion.metrics.prometheus import PrometheusSource
 from tests.fixtures.common import free_port
 from tests.fixtures.prometheus import OpenMetrics
 from tests.fixtures.ui import Served, make_run
