@@ -1,28 +1,13 @@
 """What can go wrong in the promotion room, named after what the caller should do next.
 
-Fix the input (exit 2, the message names the file, field or flag):
-
-* :class:`SettingsError` -- a `controller run` option it cannot run with.
-* :class:`PolicyError` -- the canary policy (`canary-policy.yaml`, the platform's bounds).
-* :class:`StateError` -- `promotion.yaml` cannot be read.
-* :class:`PresetError` -- an unknown metric preset or a broken PromQL template.
-* :class:`SteeringError` -- `mlops canary ACTION` names no known action.
-* :class:`ProductionError` -- the GitOps repo cannot be read, so production is unknown.
-* :class:`ProposeError` -- the candidate cannot be proposed.
-* :class:`RollbackError` -- the rollback cannot be done as asked; its kinds say more:
-  :class:`RollbackNotFound` (exit 7), :class:`RollbackDigestMismatch` (exit 5),
-  :class:`RollbackNotReady` and :class:`StaleRollback` (exit 1: try again).
-
-Decide again (exit 1): :class:`StaleDecision`, `main` moved under a canary decision.
-
-Caught by their callers and turned into something else:
-
-* :class:`MetricFault` -- the metric source could not answer: the canary holds with
-  cause `fault` (never "no data", never a verdict).
-* :class:`ProbeError` -- the paired answers probe could not be made: the window is
-  judged without it (`lasting`: not again in this step).
-* :class:`DetectionInputError` -- ground truth or detections the evaluation cannot
-  score: the evaluation step names the file.
+Fix the input (exit 2, naming the file, field or flag): `SettingsError`, `PolicyError`,
+`StateError`, `PresetError`, `SteeringError`, `ProductionError`, `ProposeError`, and
+`RollbackError` with its kinds (`RollbackNotFound` exit 7, `RollbackDigestMismatch`
+exit 5, `RollbackNotReady` and `StaleRollback` exit 1: try again). Decide again (exit 1):
+`StaleDecision`, `main` moved under a canary decision. Caught by their callers and
+turned into something else: `MetricFault` (the canary holds with cause `fault`),
+`ProbeError` (the window is judged without the paired answers), `DetectionInputError`
+(the evaluation step names the file). Each class's docstring says when it is raised.
 """
 
 from __future__ import annotations

@@ -38,11 +38,6 @@ from tests.rooms import ROOMS
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: Directories outside the rooms whose Python files are checked as importers.
 OUTSIDE_IMPORTERS = ("examples", "scripts")
-#: Doors declared before their module exists: `promotion.errors` (the room's exceptions in
-#: one module) lands from a parallel branch. Remove an entry once its module is on main.
-PENDING = {"promotion.errors"}
-
-
 class Tree:
     """The rooms of one checkout, read with `ast`: their modules and declared doors."""
 
@@ -185,8 +180,7 @@ def test_every_door_is_there():
         doors = TREE.doors(package)
         bound = _bound_names(ast.parse(init.read_text()))
         missing += [f"{package}.{door}" for door in doors or ()
-                    if door not in bound and not TREE.is_module(f"{package}.{door}")
-                    and f"{package}.{door}" not in PENDING]
+                    if door not in bound and not TREE.is_module(f"{package}.{door}")]
     assert not missing, f"doors that lead nowhere: {missing}"
 
 
