@@ -302,17 +302,78 @@ def paddlejob_manifest(
 
     Collective mode (workers only, no parameter servers). Each worker pod
     runs the model repo's own command from the checkout on the shared
-    workspace, in the image built for this commit. `/dev/shm` is a memory
-    emptyDir because NCCL/Gloo and Paddle's DataLoader use shared memory and
-    the container default (64 MiB) makes collective jobs crash. `deadline`: the step's
-    `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step at its
-    deadline it stops only its own pod, and the job's pods would train on until the
-    Workflow is deleted (their owner); the kubelet ends each worker at the same deadline.
+    workspace, in the image built for this commit (`_worker_pod_spec`).
     """
+    return {
+        "apiVersion": PADDLEJOB_API,
+        "kind": "PaddleJob",
+        "metadata": {
+            "name": f"{{{{workflow.name}}}}-{which}",
+            "labels": {
+                "app.kubernetes.io/part-of": "mlops",
+                "mlops.dev/model": loaded.config.model,
+                "mlops.dev/job": which,
+                "workflows.argoproj.io/workflow": "{{workflow.name}}",
+            },
+        },
+        "spec": {
+            # Pods of a finished job are removed; a failed job keeps its pods
+            # (and logs) until the workflow, their owner, is deleted.
+            "cleanPodPolicy": "OnCompletion",
+            "intranet": "PodIP",
+            "worker": {
+                "replicas": job.workers,
+                "template": {"spec": _worker_pod_spec(loaded, job, which, settings, deadline)},
+            },
+        },
+    }
+
+
+def _worker_pod_spec(
+    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
+    deadline: int | None,
+) -> dict[str, Any]:
+    """A PaddleJob worker's pod spec.
+
+    `/dev/shm` is a memory emptyDir because NCCL/Gloo and Paddle's DataLoader use shared
+    memory and the container default (64 MiB) makes collective jobs crash. `deadline`:
+    the step's `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step
+    at its deadline it stops only its own pod, and the job's pods would train on until
+    the Workflow is deleted (their owner); the kubelet ends each worker at the same
+    deadline.
+    """
+    warm = _warm_start(loaded, which)
+    return {
+        **({"imagePullSecrets": _pull_secrets(settings)}
+           if settings.image_pull_secrets else {}),
+        "restartPolicy": "Never",
+        **({"activeDeadlineSeconds": deadline} if deadline else {}),
+        "automountServiceAccountToken": False,  # training needs no API
+        "securityContext": pod_security(settings.run_as_user),
+        "containers": [_worker_container(loaded, job, which)],
+        "volumes": [
+            {
+                "name": "workspace",
+                "persistentVolumeClaim": {
+                    "claimName": "{{workflow.name}}-workspace"
+                },
+            },
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
+            },
+            *([{"name": "models", "persistentVolumeClaim": {
+                "claimName": settings.models_claim, "readOnly": True}}]
+              if warm else []),
+        ],
+    }
+
+
+def _worker_container(loaded: LoadedConfig, job: ResourceTemplate, which: str) -> dict[str, Any]:
+    """A PaddleJob worker's one container: the model repo's training command."""
     model = loaded.config.model
-    out_dir = f"$(MLOPS_OUT)/{which}"
     command, args = worker_command(
-        loaded.config.training.command, job, out_dir,
+        loaded.config.training.command, job, f"$(MLOPS_OUT)/{which}",
         source=f"{loaded.path.name}: training.command",
         data_dir=DATA_DIR if loaded.config.data else None,
     )
@@ -334,71 +395,22 @@ def paddlejob_manifest(
         {"name": "HOME", "value": "/tmp"},
     ]
     return {
-        "apiVersion": PADDLEJOB_API,
-        "kind": "PaddleJob",
-        "metadata": {
-            "name": f"{{{{workflow.name}}}}-{which}",
-            "labels": {
-                "app.kubernetes.io/part-of": "mlops",
-                "mlops.dev/model": model,
-                "mlops.dev/job": which,
-                "workflows.argoproj.io/workflow": "{{workflow.name}}",
-            },
-        },
-        "spec": {
-            # Pods of a finished job are removed; a failed job keeps its pods
-            # (and logs) until the workflow, their owner, is deleted.
-            "cleanPodPolicy": "OnCompletion",
-            "intranet": "PodIP",
-            "worker": {
-                "replicas": job.workers,
-                "template": {
-                    "spec": {
-                        **({"imagePullSecrets": _pull_secrets(settings)}
-                           if settings.image_pull_secrets else {}),
-                        "restartPolicy": "Never",
-                        **({"activeDeadlineSeconds": deadline} if deadline else {}),
-                        "automountServiceAccountToken": False,  # training needs no API
-                        "securityContext": pod_security(settings.run_as_user),
-                        "containers": [
-                            {
-                                "name": "paddle",
-                                "image": "{{inputs.parameters.image}}",
-                                "workingDir": PATH_ENV["MLOPS_REPO"],
-                                "command": command,
-                                "args": args,
-                                "env": env,
-                                "resources": resources,
-                                "securityContext": container_security(read_only_root=False),
-                                "volumeMounts": [
-                                    *_training_mounts(loaded, which),
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    # Its own model's exports only, not every team's
-                                    # (issue 41, finding 10): production's is under it.
-                                    *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
-                                        "subPath": model, "readOnly": True}] if warm else []),
-                                ],
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "workspace",
-                                "persistentVolumeClaim": {
-                                    "claimName": "{{workflow.name}}-workspace"
-                                },
-                            },
-                            {
-                                "name": "dshm",
-                                "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
-                            },
-                            *([{"name": "models", "persistentVolumeClaim": {
-                                "claimName": settings.models_claim, "readOnly": True}}]
-                              if warm else []),
-                        ],
-                    }
-                },
-            },
-        },
+        "name": "paddle",
+        "image": "{{inputs.parameters.image}}",
+        "workingDir": PATH_ENV["MLOPS_REPO"],
+        "command": command,
+        "args": args,
+        "env": env,
+        "resources": resources,
+        "securityContext": container_security(read_only_root=False),
+        "volumeMounts": [
+            *_training_mounts(loaded, which),
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            # Its own model's exports only, not every team's
+            # (issue 41, finding 10): production's is under it.
+            *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
+                "subPath": model, "readOnly": True}] if warm else []),
+        ],
     }
 
 
