@@ -438,7 +438,9 @@ def _metric_lines(tmpl: dict[str, Any], scope: dict[str, str]) -> list[str]:
     return lines
 
 
-def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+def _task_scope(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any]) -> dict[str, str]:
+    """The run's scope plus the task's `inputs.parameters.*`: its arguments, else the
+    template's defaults."""
     name = task["name"]
     scope = dict(ctx.scope)
     args = {
@@ -450,11 +452,13 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         if value is None:
             raise _TaskFailed(f"input parameter {p['name']!r} has no value")
         scope[f"inputs.parameters.{p['name']}"] = str(value)
+    return scope
 
-    outputs = ctx.out / "outputs" / name
-    shutil.rmtree(outputs, ignore_errors=True)
-    outputs.mkdir(parents=True)
-    local_paths = {
+
+def _local_paths(ctx: _Ctx, outputs: pathlib.Path) -> dict[str, str]:
+    """The env names of the pods' paths (`PATH_ENV` and the volumes') -> this run's
+    directories."""
+    return {
         "MLOPS_REPO": str(ctx.repo),
         "MLOPS_OUT": str(ctx.out),
         "MLOPS_OUTPUTS": str(outputs),
@@ -466,76 +470,118 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         DATA_CACHE_ENV: os.environ.get(DATA_CACHE_ENV)
         or str(pathlib.Path.home() / ".cache" / "mlops" / "data"),
     }
+
+
+def _container_env(tmpl: dict[str, Any], scope: dict[str, str]) -> dict[str, str]:
+    """The container's own env with Argo's `{{...}}` resolved (just the path env for a
+    template without a container)."""
     container = tmpl.get("container") or {}
-    container_env = {
-        e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
-        for e in container.get("env") or []
-        if "value" in e  # valueFrom (a Secret in the cluster): the local environment's own value
-    }
     if not container:
-        container_env = dict(PATH_ENV)
-    if container_env.get(ALLOW_PROTOCOL_ENV):
+        env = dict(PATH_ENV)
+    else:
+        env = {
+            e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
+            for e in container.get("env") or []
+            if "value" in e  # valueFrom (a Secret in the cluster): the local environment's own
+        }
+    if env.get(ALLOW_PROTOCOL_ENV):
         # The forge's stand-in here is a directory (a bare repo): git reaches it with its
         # `file` transport, as the volumes above stand in for the pod's mounts. No token
         # travels over it.
-        container_env[ALLOW_PROTOCOL_ENV] += ":file"
-    env = {**container_env, **local_paths}
-    mounts = _mounts(container_env, local_paths)
-    where = f"template {tmpl['name']}"
+        env[ALLOW_PROTOCOL_ENV] += ":file"
+    return env
 
-    def mapped(path: str) -> pathlib.Path:
+
+@dataclass
+class _TaskEnv:
+    """Where one task runs locally: its scope, env, mounts and outputs folder."""
+
+    scope: dict[str, str]
+    env: dict[str, str]
+    local_paths: dict[str, str]
+    mounts: Mounts
+    outputs: pathlib.Path
+    where: str
+
+    def mapped(self, path: str) -> pathlib.Path:
+        """A container path as this run's file (`_TaskFailed` outside every mount)."""
         try:
-            return pathlib.Path(mounts.require(path, where))
+            return pathlib.Path(self.mounts.require(path, self.where))
         except ContainerSpecError as exc:
             raise _TaskFailed(str(exc)) from None
 
+
+def _task_env(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any]) -> _TaskEnv:
+    """Resolve the task's inputs and make its empty outputs folder."""
+    scope = _task_scope(ctx, task, tmpl)
+    outputs = ctx.out / "outputs" / task["name"]
+    shutil.rmtree(outputs, ignore_errors=True)
+    outputs.mkdir(parents=True)
+    local_paths = _local_paths(ctx, outputs)
+    container_env = _container_env(tmpl, scope)
+    return _TaskEnv(scope=scope, env={**container_env, **local_paths}, local_paths=local_paths,
+                    mounts=_mounts(container_env, local_paths), outputs=outputs,
+                    where=f"template {tmpl['name']}")
+
+
+def _act(ctx: _Ctx, tmpl: dict[str, Any], te: _TaskEnv, log: Any) -> dict[str, Any] | None:
+    """Do what the template says, locally; returns the PaddleJob manifest it ran, if any.
+
+    Its `mlops.dev/local` stand-in where it names one, else its container's command.
+    """
     action = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(LOCAL_ANNOTATION, "")
-    manifest: dict[str, Any] | None = None
-
-    with open(record.log, "w") as log:
-        if action == "paddlejob":
-            manifest_text = (tmpl.get("resource") or {}).get("manifest")
-            if not manifest_text:
-                raise _TaskFailed(
-                    f"template {tmpl['name']} is annotated {action} but has no resource manifest"
-                )
-            manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
-            deadline = tmpl.get("activeDeadlineSeconds")
-            _standin_paddlejob(
-                log, manifest, local_paths, mounts, float(deadline) if deadline else None
-            )
-        elif action == SUBMIT_STEP and container:
-            _standin_submit(ctx, outputs, log, _local_argv(container, scope, where, mounts, env))
-        elif action:
-            if action not in STANDINS:
-                raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
-            script = substitute(" ".join(str(a) for a in container.get("args") or []),
-                                scope, where) if container else ""
-            STANDINS[action](ctx, outputs, log, env=env, script=script)
-        elif container:
-            # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
-            resolved = {**container, **{
-                key: [substitute(str(a), scope, where) for a in container.get(key) or []]
-                for key in ("command", "args")}}
-            try:
-                process = local_process(resolved, source=where, mounts=mounts, env=env)
-            except ContainerSpecError as exc:
-                raise _TaskFailed(str(exc)) from None
-            _run_container(log, process.argv, env,
-                           pathlib.Path(process.cwd) if process.cwd else ctx.repo)
-        else:
+    container = tmpl.get("container") or {}
+    scope, where = te.scope, te.where
+    if action == "paddlejob":
+        manifest_text = (tmpl.get("resource") or {}).get("manifest")
+        if not manifest_text:
             raise _TaskFailed(
-                f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
+                f"template {tmpl['name']} is annotated {action} but has no resource manifest"
             )
+        manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
+        deadline = tmpl.get("activeDeadlineSeconds")
+        _standin_paddlejob(
+            log, manifest, te.local_paths, te.mounts,
+            float(deadline) if deadline else None,
+        )
+        return manifest
+    if action == SUBMIT_STEP and container:
+        _standin_submit(ctx, te.outputs, log,
+                        _local_argv(container, scope, where, te.mounts, te.env))
+    elif action:
+        if action not in STANDINS:
+            raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
+        script = substitute(" ".join(str(a) for a in container.get("args") or []),
+                            scope, where) if container else ""
+        STANDINS[action](ctx, te.outputs, log, env=te.env, script=script)
+    elif container:
+        # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
+        resolved = {**container, **{
+            key: [substitute(str(a), scope, where) for a in container.get(key) or []]
+            for key in ("command", "args")}}
+        try:
+            process = local_process(resolved, source=where, mounts=te.mounts, env=te.env)
+        except ContainerSpecError as exc:
+            raise _TaskFailed(str(exc)) from None
+        _run_container(log, process.argv, te.env,
+                       pathlib.Path(process.cwd) if process.cwd else ctx.repo)
+    else:
+        raise _TaskFailed(
+            f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
+        )
+    return None
 
-    # Everything the step wrote is kept; the declared outputs must be there.
-    for f in sorted(outputs.iterdir()):
+
+def _collect_outputs(tmpl: dict[str, Any], te: _TaskEnv, record: TaskRecord,
+                     manifest: dict[str, Any] | None) -> None:
+    """Everything the step wrote is kept; the declared outputs must be there."""
+    for f in sorted(te.outputs.iterdir()):
         if f.is_file() and not f.name.startswith("."):
             record.outputs[f.name] = f.read_text().strip()
     for p in (tmpl.get("outputs") or {}).get("parameters") or []:
         source = p.get("valueFrom") or {}
         if "path" in source:
-            path = mapped(source["path"])
+            path = te.mapped(source["path"])
             if not path.is_file() and "default" in source:  # Argo's executor does the same
                 record.outputs[p["name"]] = str(source["default"])
                 continue
@@ -545,11 +591,20 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         elif "jsonPath" in source and manifest is not None:
             record.outputs[p["name"]] = _jsonpath(manifest, source["jsonPath"])
     for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
-        path = mapped(a["path"])
+        path = te.mapped(a["path"])
         if not path.exists() and not a.get("optional"):
             raise _TaskFailed(f"output artifact {a['name']!r} is missing ({path})")
         record.artifacts[a["name"]] = str(path)
-    metric_scope = {**scope, **{f"outputs.parameters.{k}": v for k, v in record.outputs.items()}}
+
+
+def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+    """Run one task's template locally: its action, then its outputs and metrics."""
+    te = _task_env(ctx, task, tmpl)
+    with open(record.log, "w") as log:
+        manifest = _act(ctx, tmpl, te, log)
+    _collect_outputs(tmpl, te, record, manifest)
+    metric_scope = {**te.scope,
+                    **{f"outputs.parameters.{k}": v for k, v in record.outputs.items()}}
     ctx.metrics += _metric_lines(tmpl, metric_scope)
     record.phase = "Succeeded"
 
