@@ -648,31 +648,11 @@ def run_workflow(
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     ordered = dag_tasks(doc)
     model = doc["metadata"].get("labels", {}).get("mlops.dev/model") or doc["metadata"]["name"]
-
-    params = workflow_parameters(doc)
-    sha = _git(repo, "rev-parse", "HEAD")
-    params.setdefault("repo", "")
-    params["repo"] = params["repo"] or str(repo)
-    params["revision"] = params.get("revision") or sha or "local"
-    params.update(parameters or {})
-    name = (
-        workflow_name(model, params["revision"])
-        if re.fullmatch(r"[0-9a-fA-F]{7,40}", params["revision"])
-        else f"{model}-local"
-    )
-
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "report.md").unlink(missing_ok=True)  # the exit handler writes this run's
-    (out / run_events.EVENTS_FILE).unlink(missing_ok=True)  # this run's events only
-    (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
-    scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
-    scope.update(
-        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
-         # operator.go setGlobalParameters (v3.7.9): every annotation, as JSON
-         "workflow.annotations.json": json.dumps(doc["metadata"].get("annotations") or {})}
-    )
-    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, submit=submit,
-               image_builder=image_builder)
+    params = _run_parameters(doc, repo, parameters)
+    name = _run_name(model, params["revision"])
+    _clear_run_files(out)
+    ctx = _Ctx(repo=repo, out=out, model=model, scope=_run_scope(doc, params, name), echo=echo,
+               submit=submit, image_builder=image_builder)
 
     echo(f"local run {name}: {repo} -> {out}")
     for key in PLAN_ANNOTATIONS:  # why this DAG has no smoke job, or fewer workers
@@ -680,82 +660,13 @@ def run_workflow(
             echo(f"  {key.split('/')[-1]}: {doc['metadata']['annotations'][key]}")
     run_events.append(out, "run_started", workflow=name)
     start = time.monotonic()
-    records: list[TaskRecord] = []
     global_outputs: dict[str, str] = {}
-    status: dict[str, str] = {}
-    failed: TaskRecord | None = None
-    for task in ordered:
-        record = TaskRecord(
-            name=task["name"],
-            template=task["template"],
-            log=str(out / "logs" / f"{task['name']}.log"),
-        )
-        records.append(record)
-        if failed is not None:
-            record.phase, record.message = "Omitted", f"not run: {failed.name} failed"
-        elif task.get("depends") and not eval_depends(task["depends"], status):
-            record.phase, record.message = "Omitted", f"depends {task['depends']!r} is false"
-        elif task.get("when") and not eval_when(
-            substitute(task["when"], ctx.scope, f"task {record.name} when")
-        ):
-            record.phase, record.message = "Skipped", f"when {task['when']!r} is false"
-        else:
-            echo(f"  {record.name:<14} running   (log: {record.log})")
-            run_events.append(out, "task_started", task=record.name, log=record.log)
-            t0 = time.monotonic()
-            try:
-                _run_task(ctx, task, templates[task["template"]], record)
-            except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
-                record.phase, record.message = "Failed", str(exc)
-            record.seconds = round(time.monotonic() - t0, 3)
-            if record.phase == "Failed":
-                failed = record
-        status[record.name] = record.phase
-        _export_globals(templates[task["template"]], record, global_outputs)
-        _task_finished(out, record)
-        for key, value in record.outputs.items():
-            ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
-        ctx.scope[f"tasks.{record.name}.status"] = record.phase
-        if record.phase != "Omitted" or failed is None or failed is record:
-            echo(
-                f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
-                + (f"  {record.message}" if record.message and record.phase != "Succeeded" else "")
-            )
-
-    outputs = _dag_outputs(templates.get(doc["spec"].get("entrypoint", "")) or {}, ctx.scope)
-    for key, value in outputs.items():
-        ctx.scope[f"workflow.outputs.parameters.{key}"] = value
-    wf_status = "Failed" if failed else "Succeeded"
-    ctx.scope["workflow.status"] = wf_status
-    ctx.scope["workflow.failures"] = json.dumps(
-        [
-            {
-                "displayName": failed.name,
-                "templateName": failed.template,
-                "phase": "Failed",
-                "message": failed.message,
-            }
-        ]
-        if failed
-        else []
-    )
-    ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
-    exit_name = doc["spec"].get("onExit")
-    if exit_name:
-        record = TaskRecord(
-            name=exit_name, template=exit_name, log=str(out / "logs" / f"{exit_name}.log")
-        )
-        run_events.append(out, "task_started", task=record.name, log=record.log)
-        t0 = time.monotonic()
-        try:
-            _run_task(ctx, {"name": exit_name}, templates[exit_name], record)
-        except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
-            record.phase, record.message = "Failed", str(exc)
-        record.seconds = round(time.monotonic() - t0, 3)
-        records.append(record)
-        _export_globals(templates[exit_name], record, global_outputs)
-        _task_finished(out, record)
-        echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
+    records, failed = _run_dag(ctx, ordered, templates, global_outputs)
+    outputs = _conclude(ctx, doc, templates, failed, start)
+    wf_status = ctx.scope["workflow.status"]
+    exit_record = _run_exit_handler(ctx, doc, templates, global_outputs)
+    if exit_record is not None:
+        records.append(exit_record)
     ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
     ctx.metrics += _metric_lines(doc["spec"], ctx.scope)
 
@@ -780,6 +691,144 @@ def run_workflow(
         )
     _print_summary(result, echo)
     return result
+
+
+def _run_parameters(doc: dict[str, Any], repo: pathlib.Path,
+                    given: dict[str, str] | None) -> dict[str, str]:
+    """The workflow's parameters for a local run: the template's defaults, the repo dir
+    and its HEAD where none is given, then the caller's."""
+    params = workflow_parameters(doc)
+    sha = _git(repo, "rev-parse", "HEAD")
+    params.setdefault("repo", "")
+    params["repo"] = params["repo"] or str(repo)
+    params["revision"] = params.get("revision") or sha or "local"
+    params.update(given or {})
+    return params
+
+
+def _run_name(model: str, revision: str) -> str:
+    """The cluster's Workflow name for a commit id; `<model>-local` for anything else."""
+    if re.fullmatch(r"[0-9a-fA-F]{7,40}", revision):
+        return workflow_name(model, revision)
+    return f"{model}-local"
+
+
+def _clear_run_files(out: pathlib.Path) -> None:
+    """OUT ready for a new run: its folders made, the last run's report and events gone."""
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "report.md").unlink(missing_ok=True)  # the exit handler writes this run's
+    (out / run_events.EVENTS_FILE).unlink(missing_ok=True)  # this run's events only
+    (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
+
+
+def _run_scope(doc: dict[str, Any], params: dict[str, str], name: str) -> dict[str, str]:
+    """The `{{workflow.*}}` values known before the first task runs."""
+    scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
+    scope.update(
+        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
+         # operator.go setGlobalParameters (v3.7.9): every annotation, as JSON
+         "workflow.annotations.json": json.dumps(doc["metadata"].get("annotations") or {})}
+    )
+    return scope
+
+
+def _not_run(ctx: _Ctx, task: dict[str, Any], status: dict[str, str],
+             failed: TaskRecord | None) -> tuple[str, str] | None:
+    """(phase, message) of a task Argo would not run here, None for one it runs: omitted
+    after a failure (fail-fast) or when its `depends` is false, skipped by its `when`."""
+    if failed is not None:
+        return "Omitted", f"not run: {failed.name} failed"
+    if task.get("depends") and not eval_depends(task["depends"], status):
+        return "Omitted", f"depends {task['depends']!r} is false"
+    if task.get("when") and not eval_when(
+        substitute(task["when"], ctx.scope, f"task {task['name']} when")
+    ):
+        return "Skipped", f"when {task['when']!r} is false"
+    return None
+
+
+def _attempt(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+    """Run one task, timed; a failure becomes the record's phase and message."""
+    run_events.append(ctx.out, "task_started", task=record.name, log=record.log)
+    t0 = time.monotonic()
+    try:
+        _run_task(ctx, task, tmpl, record)
+    except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
+        record.phase, record.message = "Failed", str(exc)
+    record.seconds = round(time.monotonic() - t0, 3)
+
+
+def _run_dag(ctx: _Ctx, ordered: list[dict[str, Any]], templates: dict[str, dict[str, Any]],
+             global_outputs: dict[str, str]) -> tuple[list[TaskRecord], TaskRecord | None]:
+    """The entrypoint DAG's tasks in order; the records and the failed task, if any."""
+    records: list[TaskRecord] = []
+    status: dict[str, str] = {}
+    failed: TaskRecord | None = None
+    for task in ordered:
+        tmpl = templates[task["template"]]
+        record = TaskRecord(name=task["name"], template=task["template"],
+                            log=str(ctx.out / "logs" / f"{task['name']}.log"))
+        records.append(record)
+        not_run = _not_run(ctx, task, status, failed)
+        if not_run:
+            record.phase, record.message = not_run
+        else:
+            ctx.echo(f"  {record.name:<14} running   (log: {record.log})")
+            _attempt(ctx, task, tmpl, record)
+            if record.phase == "Failed":
+                failed = record
+        status[record.name] = record.phase
+        _export_globals(tmpl, record, global_outputs)
+        _task_finished(ctx.out, record)
+        for key, value in record.outputs.items():
+            ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
+        ctx.scope[f"tasks.{record.name}.status"] = record.phase
+        if record.phase != "Omitted" or failed is None or failed is record:
+            ctx.echo(
+                f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
+                + (f"  {record.message}" if record.message and record.phase != "Succeeded" else "")
+            )
+    return records, failed
+
+
+def _conclude(ctx: _Ctx, doc: dict[str, Any], templates: dict[str, dict[str, Any]],
+              failed: TaskRecord | None, start: float) -> dict[str, str]:
+    """The DAG's outputs, and the `{{workflow.*}}` values the exit handler reads (status,
+    failures, duration); returns the outputs."""
+    outputs = _dag_outputs(templates.get(doc["spec"].get("entrypoint", "")) or {}, ctx.scope)
+    for key, value in outputs.items():
+        ctx.scope[f"workflow.outputs.parameters.{key}"] = value
+    ctx.scope["workflow.status"] = "Failed" if failed else "Succeeded"
+    ctx.scope["workflow.failures"] = json.dumps(
+        [
+            {
+                "displayName": failed.name,
+                "templateName": failed.template,
+                "phase": "Failed",
+                "message": failed.message,
+            }
+        ]
+        if failed
+        else []
+    )
+    ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
+    return outputs
+
+
+def _run_exit_handler(ctx: _Ctx, doc: dict[str, Any], templates: dict[str, dict[str, Any]],
+                      global_outputs: dict[str, str]) -> TaskRecord | None:
+    """The `onExit` template, whatever the DAG's outcome; its record (None: no handler)."""
+    exit_name = doc["spec"].get("onExit")
+    if not exit_name:
+        return None
+    record = TaskRecord(
+        name=exit_name, template=exit_name, log=str(ctx.out / "logs" / f"{exit_name}.log")
+    )
+    _attempt(ctx, {"name": exit_name}, templates[exit_name], record)
+    _export_globals(templates[exit_name], record, global_outputs)
+    _task_finished(ctx.out, record)
+    ctx.echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
+    return record
 
 
 def _export_globals(tmpl: dict[str, Any], record: TaskRecord, into: dict[str, str]) -> None:
