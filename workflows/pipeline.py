@@ -1,35 +1,9 @@
 """The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
 
-checkout -> build-image -> push-image -> smoke-train -> train -> evaluate -> gate ->
-publish-model -> propose
-(and the exit handler, record-outcome); with dataset pins (`mlops.yaml` data:),
-checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`).
-No smoke-train where it cannot catch anything (the full job trains no step, or
-no more steps than the smoke job): train then follows what smoke-train would
-have (`workflows.jobplan` says the rule and puts its reason on the template).
-
-Argo runs this object once submitted; the local runner (`local.argo.runner`)
-walks the very same object. So every template carries what a machine
-without Kubernetes needs to act it out, in a form Argo itself ignores:
-
-* container templates run `mlops step NAME ...` (or any other command) with
-  their paths written as `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`.
-  Kubernetes expands `$(VAR)` in command/args from the container's env; the
-  runner expands the same names to local directories.
-* templates that only make sense in a cluster (git clone into a volume, an
-  image build, a PaddleJob) carry the annotation `mlops.dev/local`, naming
-  the local stand-in: `checkout`, `environment-digest` (the image build: podman
-  where installed, `mlops.images.stepbuild`), `registry-push`, `paddlejob` (the
-  rendered PaddleJob itself, run as paddle-operator would: one process per
-  worker pod, see `workflows.paddlejob_local`).
-
-Adding a task here is all it takes for both runtimes to run it.
-
-The run's files live on one ReadWriteMany volume (`workspace`, created per
-workflow from a claim template and deleted with it): the checkout at
-/workspace/repo, the training output at /workspace/out/{smoke,full}. The
-PaddleJob pods mount the same claim (Argo names it `<workflow>-workspace`),
-so training, evaluation and the gate see the same files without copying.
+One builder per step template (`_STEP_TEMPLATES`), the DAG over them, and the
+WorkflowTemplate that holds both. Argo runs the rendered object; the local runner
+(`local.argo.runner`) walks the same one, guided by what each template carries for it:
+the `$(MLOPS_*)` paths and the `mlops.dev/local` annotation (docs/pipeline-internals.md).
 """
 
 from collections.abc import Callable, Sequence

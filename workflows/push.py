@@ -1,25 +1,8 @@
 """What one push runs: the push Workflow, and the pipeline Workflow of the pushed commit (pure).
 
-The pipeline's shape and its PaddleJobs' args, workers, image and warm start come
-from `mlops.yaml` at render time (`workflows.pipeline`). So that every push runs the
-pipeline of ITS OWN commit, in a cluster as on one machine, a push goes in two stages:
-
-1. The Sensor submits the push Workflow, from the static WorkflowTemplate
-   `<model>-push` (rendered here, beside the pipeline): `checkout` of the pushed
-   commit (the pipeline's own checkout template), then `submit-pipeline`.
-2. `submit-pipeline` (`workflows.steps.submit_pipeline`) loads that checkout's
-   `mlops.yaml`, renders the pipeline with the platform's settings (baked into
-   its args at render time: one document says what a push runs, the local
-   runner executes the same args, and settings hold Secret *names*, never
-   secrets) and creates the commit's Workflow with the full spec inline
-   (:func:`child_workflow`): named `<model>-<sha12>`, labelled and annotated as
-   the Sensor used to name, label and annotate it, so the Argo UI, `mlops`
-   commands and the PR link keep working, and a duplicate delivery is refused
-   by name (AlreadyExists).
-
-Inline, not create-or-update of the `<model>` WorkflowTemplate: two pushes in
-flight would race on one template, and a run would read whichever was written
-last. An inline spec is the commit's alone.
+The push WorkflowTemplate `<model>-push` checks the commit out, then its
+`submit-pipeline` step renders that commit's own pipeline (`child_workflow`) and
+creates it with the spec inline (docs/pipeline-internals.md, "A push").
 """
 
 import copy

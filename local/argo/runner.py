@@ -1,35 +1,9 @@
 """The local runner: act out the pipeline's Hera DAG on one machine.
 
-It walks the WorkflowTemplate object that `workflows.pipeline` builds, in
-its rendered form (exactly what Argo would receive), never a hand-copied
-list of steps. For each task, in `depends` order:
-
-* resolve its arguments (`{{tasks.X.outputs.parameters.Y}}`, workflow
-  parameters), honour `depends` and `when` as Argo does;
-* pick its local action from the template itself: a container runs its own
-  command and args (`mlops step NAME` runs in-process, other commands as
-  subprocesses), with `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`
-  expanded to local directories; a template annotated `mlops.dev/local`
-  runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
-  the model repo's image built from the step's own script and env by the
-  `image_builder` the caller passes (`mlops run` passes podman's,
-  `mlops.images.stepbuild`), else a digest of the Python environment; `registry-push`: nothing
-  to push to, the built image's name passed on; `submit-pipeline`:
-  the push Workflow's step, whose rendered pipeline Workflow goes to `submit=`
-  instead of the Kubernetes API;
-  `paddlejob`: the rendered PaddleJob itself, one process per worker pod
-  with the pod's command, env and workingDir plus paddle-operator's env,
-  see `workflows.paddlejob_local`);
-* read its declared output parameters and artifacts from the mapped paths,
-  and the template's Prometheus metrics into `OUT/metrics.prom`.
-
-On the first failure it stops scheduling (Argo's DAG fail-fast), runs the
-exit handler, and reports the failing step with the end of its log.
-Everything lands under OUT: `logs/<task>.log`, `events.jsonl` (typed run
-events as they happen: `workflows.run_events`), `run.json` (the run's one
-record: status, phases, timings, outputs, and the exit handler's outcome,
-gate verdict and failures, folded in from its `outcome.json`), `report.md`
-(the exit handler's page) and `metrics.prom` (the workflow's metrics).
+It walks the rendered WorkflowTemplate (exactly what Argo would receive), task by task
+in `depends` order, running each template's `mlops.dev/local` stand-in or its own
+container, and writes the run's logs, events, records, report and metrics under OUT
+(docs/pipeline-internals.md, "The local runner").
 """
 
 import contextlib
