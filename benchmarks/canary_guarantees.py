@@ -81,6 +81,7 @@ import platform
 import re
 import sys
 import time
+import zlib
 from typing import Any, Callable
 
 import numpy as np
@@ -284,7 +285,12 @@ def _probe(rng: np.random.Generator, case: Case, images: int = 32, val: int = 50
     return answers_check.compare(answer(a_s), answer(case.canary.answers), check)
 
 
-def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
+def rollout(rng: np.random.Generator, case: Case,
+            traffic: np.random.Generator | None = None) -> dict[str, Any]:
+    """One rollout to its end or the horizon. `traffic` draws the requests of each window
+    (its own stream, so that two versions of the code see the same traffic as long as
+    they decide alike); the answers, errors and latencies come from `rng`."""
+    traffic = rng if traffic is None else traffic
     policy = CanaryPolicy(interval=case.interval,
                           min_requests=10**9 if case.held else case.min_requests)
     state = start_canary("m", "v1", "v2", policy.steps[0], T0)
@@ -292,6 +298,7 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
     canary_requests = 0
     base: dict[str, dict[Any, float]] = {"canary": {}, "stable": {}}
     probed = None
+    decisions = 0
     while t < case.horizon:
         t += case.interval
         weight = state.weight / 100
@@ -301,9 +308,9 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
             for name, version in (("canary", case.canary), ("stable", case.stable)):
                 draws = []
                 for _ in range(parts):
-                    total = int(rng.poisson(case.rate * case.scrape))
-                    n = int(rng.binomial(total, weight)) if name == "canary" else \
-                        int(rng.binomial(total, 1 - weight))
+                    total = int(traffic.poisson(case.rate * case.scrape))
+                    n = int(traffic.binomial(total, weight)) if name == "canary" else \
+                        int(traffic.binomial(total, 1 - weight))
                     draws.append(draw(rng, n, version, case.answers))
                 if case.reading == "increase":  # two samples inside: the last interval x2
                     windows[name] = _combine(draws[-1:], lambda v: float(round(2 * v[0])))
@@ -312,8 +319,8 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
             n_c = int(windows["canary"]["requests"])
             canary, stable = windows["canary"], windows["stable"]
         else:
-            total = int(rng.poisson(case.rate * case.interval))
-            n_c = int(rng.binomial(total, weight))
+            total = int(traffic.poisson(case.rate * case.interval))
+            n_c = int(traffic.binomial(total, weight))
             canary = draw(rng, n_c, case.canary, case.answers)
             stable = draw(rng, total - n_c, case.stable, case.answers)
         canary_requests += n_c
@@ -324,12 +331,14 @@ def rollout(rng: np.random.Generator, case: Case) -> dict[str, Any]:
                            window_seconds=case.interval,
                            answers=probed[1] if case.probe and probed else None)
         decision = decide(policy, state, obs, T0 + dt.timedelta(seconds=t))
+        decisions += 1
         state = decision.state
         if decision.kind in ("rollback", "promote"):
             failed = [c.name for c in decision.evidence.checks if c.verdict == "fail"]
             return {"outcome": decision.kind, "seconds": t, "canary_requests": canary_requests,
-                    "failed": failed}
-    return {"outcome": "open", "seconds": t, "canary_requests": canary_requests, "failed": []}
+                    "decisions": decisions, "failed": failed}
+    return {"outcome": "open", "seconds": t, "canary_requests": canary_requests,
+            "decisions": decisions, "failed": []}
 
 
 IDENTICAL = Version()
@@ -383,10 +392,12 @@ HELD_RUNS_AT_LEAST = 300
 SLOW_CASES = ("detect.rare_swap", "detect.label_swap")  # the probe: a val set per step
 
 
-def run_case(rng: np.random.Generator, key: str, runs: int) -> dict[str, Any]:
+def run_case(rng: np.random.Generator, key: str, runs: int, seed: int = 1) -> dict[str, Any]:
     case = CASES[key]
     started = time.monotonic()
-    results = [rollout(rng, case) for _ in range(runs)]
+    stream = zlib.crc32(key.encode())  # the case's traffic: the same on any code
+    results = [rollout(rng, case, np.random.default_rng([seed, stream, i]))
+               for i in range(runs)]
     rolled = [r for r in results if r["outcome"] == "rollback"]
     low, high = stats.wilson_interval(len(rolled), runs, 1.96)
     row: dict[str, Any] = {
@@ -408,6 +419,9 @@ def run_case(rng: np.random.Generator, key: str, runs: int) -> dict[str, Any]:
         reqs = np.array([r["canary_requests"] for r in rolled])
         row["canary_requests_to_rollback_p50"] = float(np.percentile(reqs, 50))
         row["canary_requests_to_rollback_p90"] = float(np.percentile(reqs, 90))
+        looks = np.array([r["decisions"] for r in rolled])
+        row["windows_to_rollback_p50"] = float(np.percentile(looks, 50))
+        row["windows_to_rollback_p90"] = float(np.percentile(looks, 90))
     print(f"{key:40s} {len(rolled):4d}/{runs} rolled back ({row['rate']:.2%}, 95% CI "
           f"{low:.2%}..{high:.2%}) by {row['by_check']}"
           + (f"; canary requests to rollback p50 {row['canary_requests_to_rollback_p50']:.0f} "
@@ -453,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         if key.startswith("held_hour.") and runs < HELD_RUNS_AT_LEAST:
             print(f"note: {key} with {runs} < {HELD_RUNS_AT_LEAST} rollouts", flush=True)
         group, name = key.split(".", 1)
-        doc.setdefault(group, {})[name] = run_case(rng, key, runs) | {"seed": args.seed}
+        doc.setdefault(group, {})[name] = run_case(rng, key, runs, args.seed) | {"seed": args.seed}
     if args.baseline:
         baseline: dict[str, Any] = {"code": args.baseline_code,
                                     "files": [pathlib.Path(p).name for p in args.baseline]}

@@ -7,7 +7,7 @@ data, the demo's `good` push: a 1-epoch fine-tune of production at lr 2e-3) and 
 **bad-labels** retrain (week 3's data, 3 in 4 new circle/square labels swapped,
 the same fine-tune). Each candidate's served detections on the evaluation sets
 are gated against production's by the gate step's own code
-(`workflows.steps.gate.paired_verdict` over `workflows.comparison`'s paired
+(`workflows.steps.gate.paired_verdict` over `workflows.paired_evaluation`'s paired
 records). Saves benchmarks/results/gate_power.json:
 
     {"healthy": {"trials", "passed", "inconclusive", "failed", ...},
@@ -45,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 from promotion.decision.coco_ap import match_detections  # noqa: E402
 from promotion.decision.gate import GateConfig  # noqa: E402
 from promotion.decision.paired import SetMatches  # noqa: E402
-from workflows.comparison import paired_doc  # noqa: E402
 from workflows.config import load_config  # noqa: E402
+from workflows.paired_evaluation import paired_doc  # noqa: E402
 from workflows.served_cache import CachedExport  # noqa: E402
 from workflows.steps.gate import paired_verdict  # noqa: E402
 

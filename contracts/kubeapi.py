@@ -2,7 +2,7 @@
 
 Each component that talks to the API server lists its calls as data
 (`API_CALLS` in `promotion/cluster/argocd.py`, `promotion/cluster/readiness.py`,
-`workflows/events.py`; Argo's executor in `workflows/identity.py`), so a test
+`workflows/argo_events.py`; Argo's executor in `workflows/identity.py`), so a test
 can hold every call against the Roles we render (`workflows.identity`), and a
 recording stand-in API server can prove the list is what the code really asks.
 

@@ -1,13 +1,20 @@
-"""Dataset pins (issue 29): a lock file in the model repo names a COCO dataset by content.
+"""Dataset pins: a lock file in the model repo names a dataset by content.
 
-`snapshot` reads a dataset from a source (a directory, or `s3://bucket/prefix`) and
-returns a :class:`~datapins.lock.DataLock`; `prepare` fetches exactly the pinned files
-through a content-addressed cache, verifies every digest and validates the data;
-`diff` says what changed between two locks. The room imports only `contracts`, so the
-pipeline's prepare-data step (workflows) and the CLI (mlops) can both use it.
-
-Source layout (a directory or an S3 prefix; the same relative paths in both)::
-
-    SOURCE/annotations/<split>.json    one COCO file per split: train, val, holdout, ...
-    SOURCE/images/<file_name>          each image's COCO `file_name` is relative to images/
+`snapshot` reads a dataset where it lies (a directory or `s3://bucket/prefix`, in one of
+the `layouts`) into a `lock.DataLock`; `prepare` fetches exactly the pinned files through
+a content-addressed `cache`, verified and validated; `diff` says what changed between two
+locks. The room imports only `contracts` and `cogs`, so the pipeline's prepare-data step
+and the CLI can both use it.
 """
+
+__all__ = [
+    "cache",     # the content-addressed file cache prepare fills
+    "diff",      # what changed between two locks, for the PR's body
+    "errors",    # DataError and its kinds
+    "layouts",   # where a dataset's annotations and images are (mlops data snapshot)
+    "lock",      # the lock file: DataLock, read_lock, write_lock
+    "prepare",   # the pinned files into a workspace, checked
+    "roles",     # one dataset out of the pins a model repo names per role
+    "snapshot",  # pin a dataset by content
+    "sources",   # open a source (directory or S3) by its URI
+]

@@ -10,6 +10,13 @@ the digest or swapped the weights on the branch -- raises
 through the forge with ``head_sha`` pinned to the verified commit, so a push to
 the branch after the check makes the forge refuse rather than merge unverified
 content.
+
+:func:`approve_as` is what `mlops pr approve N` and the UI's Approve call: the
+merge is authored by the person who approved (the local forge writes them as the
+merge commit's author; a hosted forge merges as its token's owner and names them
+in the title), and the PR gets a comment saying who approved and from where. The
+comment is a courtesy: merged is merged, so a comment that fails is reported in
+the returned line, not raised.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import pathlib
 from dataclasses import dataclass
 from typing import Literal
 
+from contracts.errors import MlopsError
 from gitops import yamlio
 from gitops.errors import DigestMismatchError, ForgeError, GitError
 from gitops.forges.base import Forge, PullRequest
 from gitops.git import DEFAULT_IDENTITY, Identity
+from gitops.people import identity_of
 from gitops.proposal import ANNOTATION_WEIGHTS_SHA256, ProposalRecord, parse_record
 from gitops.repo import Mirror
 
@@ -115,3 +124,16 @@ def approve(
     if merged.state != "merged":
         raise ForgeError(f"PR #{number}: the forge did not merge it (state {merged.state})")
     return Approval("merged", merged, f"merged PR #{number}; {checked}")
+
+
+def approve_as(repo: str | pathlib.Path, number: int, forge: Forge, by: str,
+               where: str = "the CLI") -> str:
+    """Check, merge as `by`, note it on the PR; the line the CLI prints and the UI shows."""
+    result = approve(repo, number, forge, author=identity_of(by))
+    message = result.message
+    if result.status == "merged":
+        try:
+            forge.comment(number, f"Approved by {by} in {where}: {message}")
+        except MlopsError as exc:
+            message += f" (note not added: {exc})"
+    return f"{message} (approved by {by})"

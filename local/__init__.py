@@ -10,3 +10,9 @@ runs here as local processes, from the same rendered manifests (design §2):
 
 It sits between the face (``mlops``: CLI, UI, demo, images) and ``workflows``.
 """
+
+__all__ = [
+    "argo",      # the Argo stand-ins: runner (`mlops run`), hooks (`mlops hooks`)
+    "errors",    # LocalError: the runtime's error base
+    "platform",  # the platform (`mlops up|down|status`), its work dir and readiness
+]

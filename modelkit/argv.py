@@ -1,4 +1,5 @@
-"""The flags every model repo's `train.py` takes: the pipeline appends them (workflows/training.py).
+"""The flags every model repo's `train.py` takes: the pipeline appends them
+(workflows/worker_command.py).
 
     --output-dir OUT --checkpoint-dir CKPT     where the export and the checkpoints go
     --epochs --batch-size --lr --max-steps --subset --seed --log-every --checkpoint-every

@@ -49,7 +49,7 @@ import yaml
 from contracts.kubeapi import ApiCall
 from promotion.cluster import argocd, readiness
 from promotion.cluster.deploy import NAME as CONTROLLER
-from workflows.events import SENSOR_API_CALLS
+from workflows.argo_events import SENSOR_API_CALLS
 from workflows.push import PUSH_LABEL, SUBMIT_STEP
 from workflows.steps import submit_pipeline
 

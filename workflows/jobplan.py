@@ -36,7 +36,8 @@ PLAN_ANNOTATIONS = (SMOKE_ANNOTATION, WORKERS_ANNOTATION)
 def _count(args: dict[str, Any], key: str) -> int | None:
     """An integer training arg (`epochs: 0`, `max-steps: "20"`), or None when absent or
     not a whole number (the decision then keeps the safe default). `max_steps` is the same
-    flag (`workflows.training.arg_flags`); the last one written wins, as on the command line."""
+    flag (`workflows.worker_command.arg_flags`); the last one written wins, as on the command
+    line."""
     values = [v for k, v in args.items() if str(k).replace("_", "-") == key]
     value = values[-1] if values else None
     if isinstance(value, bool):

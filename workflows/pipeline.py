@@ -38,7 +38,7 @@ from workflows.config import LoadedConfig
 from workflows.jobplan import full_job, plan_annotations, smoke_needed
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
-from workflows.training import worker_command
+from workflows.worker_command import worker_command
 
 # Paths inside the pods. The runner maps these env names to local paths.
 MODELS_ENV = "MLOPS_MODELS"  # the models volume's mount, in publish and propose only

@@ -25,7 +25,7 @@ PUSH_ENTRYPOINT = "push"
 SUBMIT_STEP = "submit-pipeline"
 #: What the Sensor sets on the pipeline Workflow (and now on the push Workflow): copied.
 UI_ANNOTATIONS = ("workflows.argoproj.io/title", "workflows.argoproj.io/description")
-#: The parameters the Sensor fills per push, in its order (`workflows.events`).
+#: The parameters the Sensor fills per push, in its order (`workflows.argo_events`).
 PUSH_PARAMETERS = ("repo", "revision", "ref")
 PUSH_LABEL = "mlops.dev/push"  # not `mlops.dev/model`: `mlops` lists pipeline runs by that
 WORKSPACE_SIZE = "1Gi"  # one checkout of a model repo (the data and outputs are elsewhere)

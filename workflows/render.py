@@ -11,10 +11,10 @@ from typing import Any
 import yaml
 
 from cogs.files import atomic_write_text
+from workflows.argo_events import build_eventsource, build_sensor
 from workflows.config import LoadedConfig
 from workflows.data_snapshot import build_snapshot_cron
 from workflows.errors import ConfigError
-from workflows.events import build_eventsource, build_sensor
 from workflows.lint import validate_doc
 from workflows.pipeline import build_workflow_template
 from workflows.push import build_push_template

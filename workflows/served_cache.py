@@ -1,7 +1,7 @@
 """Served detections kept by what decides them, so an unchanged export is not run again.
 
 Every push compares the candidate with production on the same val and holdout
-images (`workflows.comparison`). Production rarely changes between pushes and
+images (`workflows.paired_evaluation`). Production rarely changes between pushes and
 neither do those images, yet its export used to run through the serving stack
 at every push (a predictor made, every image decoded and inferred: about a
 third of the evaluate step's CPU). The detections depend only on

@@ -7,7 +7,7 @@ prints where the run's log is, which git shows as `remote: ...`). Like the
 Sensor's push Workflow, `mlops run` first renders the pipeline from that
 commit's `mlops.yaml` (`workflows.push`), then runs it.
 
-The same three rules as the Sensor (`workflows.events`):
+The same three rules as the Sensor (`workflows.argo_events`):
 
 * only the configured branch, and never a deletion;
 * never a commit authored by the bot identity (its write-back commits would

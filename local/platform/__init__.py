@@ -23,3 +23,12 @@ logs and state live in one work dir; `mlops down` stops them all;
 * ``lifecycle``   -- up / down / status, used by ``mlops.commands.platform``
 * ``readiness``   -- what the controller asks before it sends a version traffic
 """
+
+# The doors: what the face (`mlops up`, the controller's local runtime, the UI, the demo)
+# uses; the sync loop and the services it runs are the platform's own.
+__all__ = [
+    "lifecycle",  # up / down / status
+    "procs",      # supervised processes: the demo starts and checks its own the same way
+    "readiness",  # PlatformReadiness: "is this version deployed and ready?" here
+    "workdir",    # the work dir's layout and the platform's config file
+]

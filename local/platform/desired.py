@@ -3,7 +3,7 @@
 Input is a tree exported from one commit, read with the GitOps room's own
 reader (:func:`gitops.layout.read_model`, so both rooms agree on what the
 layout means); output one :class:`ModelSpec` per model folder, or a
-:class:`ModelError` naming the file when a human broke something.
+:class:`ModelProblem` naming the file when a human broke something.
 :func:`spec_from_state` is the pure part and carries the checks only running
 processes need (a local ``file://`` model URI, weights that add up). Errors are
 per model: a broken ``apps/a/`` does not stop ``apps/b/`` from applying, and
@@ -62,7 +62,7 @@ class ModelSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelError:
+class ModelProblem:
     """``apps/<model>/`` could not be read; ``file`` is the culprit."""
 
     model: str
@@ -143,22 +143,22 @@ def spec_from_state(state: ModelState) -> ModelSpec:
     return ModelSpec(versions=versions, weights=weights)
 
 
-def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelError]]:
+def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelProblem]]:
     """Every model of a checked-out (exported) GitOps tree, through the GitOps room's reader.
 
     Broken models come back as errors naming the file, not as specs.
     """
     specs: dict[str, ModelSpec] = {}
-    errors: list[ModelError] = []
+    errors: list[ModelProblem] = []
     for model in layout.list_models(root):
         try:
             spec = spec_from_state(layout.read_model(root, model))
         except _Broken as exc:
-            errors.append(ModelError(model=model, file=exc.file, message=str(exc)))
+            errors.append(ModelProblem(model=model, file=exc.file, message=str(exc)))
             continue
         except GitOpsError as exc:
             file = getattr(exc, "path", None) or f"{APPS}/{model}/"
-            errors.append(ModelError(model=model, file=file, message=str(exc)))
+            errors.append(ModelProblem(model=model, file=file, message=str(exc)))
             continue
         if spec.versions:
             specs[model] = spec
@@ -168,7 +168,7 @@ def read_checkout(root: pathlib.Path) -> tuple[dict[str, ModelSpec], list[ModelE
 def merge_last_good(
     previous: Mapping[str, ModelSpec],
     parsed: Mapping[str, ModelSpec],
-    errors: list[ModelError],
+    errors: list[ModelProblem],
 ) -> dict[str, ModelSpec]:
     """The state to apply: parsed models, plus the last good spec of broken ones."""
     out = dict(parsed)

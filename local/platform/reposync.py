@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Any
 
-from local.platform.desired import ModelError, ModelSpec, merge_last_good, read_checkout
+from local.platform.desired import ModelProblem, ModelSpec, merge_last_good, read_checkout
 from local.platform.gitsource import GitSource, GitSourceError
 from local.platform.workdir import PlatformConfig, Workdir
 
@@ -31,7 +31,7 @@ class RepoSync:
         self.config = config
         self.source = GitSource(config.gitops, config.branch, workdir.gitops_cache)
         self.desired: dict[str, ModelSpec] = {}
-        self.errors: list[ModelError] = []
+        self.errors: list[ModelProblem] = []
         self.git_error: str | None = None
         self.seen_commit: str | None = None
         #: model -> git tree id of its folder at `seen_commit` (what was parsed).
@@ -72,7 +72,7 @@ class RepoSync:
             folders = self.source.folders(head)
             changed = tuple(m for m, tree in folders.items() if self.folders.get(m) != tree)
             specs: dict[str, ModelSpec] = {}
-            errors: list[ModelError] = []
+            errors: list[ModelProblem] = []
             if changed:
                 with tempfile.TemporaryDirectory(prefix="mlops-sync-") as tree:
                     self.source.export(head, pathlib.Path(tree),

@@ -4,7 +4,7 @@
 * ``mlops pr show N``
 * ``mlops pr approve N [--by WHO]`` -- verifies the evaluated weights digest on the
   merged tree, then merges with a merge commit authored by WHO (default: the current
-  user; see :mod:`gitops.approver`).
+  user; see :mod:`gitops.approval`).
 
 ``--repo`` (default ``$MLOPS_GITOPS_REPO``) is the GitOps repo; ``--forge``
 (default ``$MLOPS_FORGE`` or ``local``) picks the backend. Hosted forges take
@@ -91,7 +91,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _approve(args: argparse.Namespace) -> int:
     # lazy (import cost): `mlops --help` does not load it
-    from gitops.approver import approve_as
+    from gitops.approval import approve_as
     from gitops.people import current_user
 
     forge = forge_from_args(args)

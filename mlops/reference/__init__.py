@@ -8,3 +8,9 @@ from `contracts.errors.ExitCode`, the benchmarks from `benchmarks/results/*.json
 (`benchmarks`). The JSON Schemas are also shipped in the package (`mlops/schemas/`),
 for editors and for `mlops schema`.
 """
+
+__all__ = [
+    "benchmarks",  # the benchmarks page
+    "cli",         # the CLI reference page and the exit-code table
+    "config",      # the configuration reference pages
+]

@@ -9,7 +9,7 @@ One module per job, no second parser of anything:
 * :mod:`mlops.ui.live` -- per-version rates now and the live canary charts, read through
   the controller's preset (`promotion.metrics.live`, the one home of the live queries);
 * :mod:`mlops.ui.actions` -- every button calls the domain function its CLI command calls
-  (`gitops.approver`, `promotion.gitrepo.steering`);
+  (`gitops.approval`, `promotion.gitrepo.steering`);
 * :mod:`mlops.ui.stream` -- server-sent events: each page's data pushed when it changes;
 * :mod:`mlops.ui.app` -- the Starlette routes; `static/` holds hand-written HTML, CSS
   and JS (no build step, no CDN: every asset ships in the package; the charts use the

@@ -1,6 +1,6 @@
 """What each button does: exactly the domain function its CLI command calls.
 
-* Approve -> `gitops.approver.approve_as` (`mlops pr approve N --by WHO`: the
+* Approve -> `gitops.approval.approve_as` (`mlops pr approve N --by WHO`: the
   digest check on the would-be merge, the merge authored by the person who
   approved, a comment on the PR saying who and where);
 * pause, resume, abort, promote, approve a step ->
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from contracts.errors import ExitCode, MlopsError
-from gitops.approver import approve_as
+from gitops.approval import approve_as
 from promotion.gitrepo.steering import canary_action, rollback_to
 
 _STATUS = {

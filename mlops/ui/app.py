@@ -117,8 +117,8 @@ class UiError(UserError):
     """A request the UI cannot answer as asked (a 400 naming the parameter)."""
 
 
-class NotFound(UserError):
-    """A model, run or file the request names does not exist (a 404)."""
+class ModelNotFound(UserError):
+    """A model the request names has no folder in the GitOps repo (a 404)."""
 
     exit_code = ExitCode.NOT_FOUND
 
@@ -297,7 +297,7 @@ class UiEndpoints:
         snap = self.src.snapshot(fetch=fetch)
         current = snap.models.get(name)
         if current is None:
-            raise NotFound(f"no model {name!r} in apps/ of {self.config.gitops}")
+            raise ModelNotFound(f"no model {name!r} in apps/ of {self.config.gitops}")
         state, _ = model_pages.canary_state(current)
         started = state.started_at.timestamp() if state and state.started_at else None
         now = time.time()

@@ -18,7 +18,13 @@ from typing import Protocol, runtime_checkable
 
 from promotion.decision.observations import Observations
 
-__all__ = ["MetricSource"]
+__all__ = [
+    "MetricSource",  # the protocol a metric source keeps
+    "live",          # live per-version rates, now and over time (UI, demo)
+    "presets",       # PromQL presets kept as data, found by name
+    "probe",         # HttpProbe: the paired answers probe
+    "prometheus",    # PrometheusSource: Prometheus as a metric source
+]
 
 
 @runtime_checkable

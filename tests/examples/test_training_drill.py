@@ -17,7 +17,7 @@ import yaml
 from serving.modeldir import FaultConfig, InferConfig, load_model_dir
 from tests.fixtures.training import copy_example, example_module, run_train
 from workflows.config import load_config
-from workflows.training import training_args
+from workflows.worker_command import training_args
 
 train = example_module("train")
 

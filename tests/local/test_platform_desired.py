@@ -5,7 +5,7 @@ import pytest
 
 from gitops import layout
 from local.platform.desired import (
-    ModelError,
+    ModelProblem,
     ModelSpec,
     VersionSpec,
     merge_last_good,
@@ -89,7 +89,7 @@ def test_non_file_model_uri_is_refused(tmp_path):
 
 def test_last_good_spec_is_kept_for_a_broken_model():
     good = ModelSpec(versions={"v1": VersionSpec("/m")}, weights={"v1": 100})
-    error = ModelError("shapes", "apps/shapes/x.yaml", "broken")
+    error = ModelProblem("shapes", "apps/shapes/x.yaml", "broken")
     assert merge_last_good({"shapes": good}, {}, [error]) == {"shapes": good}
     # A model that disappeared cleanly is dropped.
     assert merge_last_good({"shapes": good}, {}, []) == {}

@@ -1,6 +1,6 @@
 """Who acts (issue 32 item 4, issue 28): the merge the UI or `mlops pr approve --by`
 makes is authored by the person who approved, through the one domain function
-both call (`gitops.approver.approve_as`); the bot stays the committer. (The CLI's
+both call (`gitops.approval.approve_as`); the bot stays the committer. (The CLI's
 `--by`: tests/gitops/test_gitops_local_pr.py::test_cli_list_show_approve.)
 
 A real GitOps repo and the local forge (`tests/fixtures/ui.py`), no fakes.

@@ -23,14 +23,14 @@ from gitops import git as gitcli
 from mlops import cli
 from serving.manifests import MODELS_MOUNT
 from tests.fixtures.production import fake_model_dir
-from workflows.config import load_config
-from workflows.events import (
+from workflows.argo_events import (
     DESCRIPTION_ANNOTATION,
     SHAPES,
     TITLE_ANNOTATION,
     build_sensor,
     ui_annotations,
 )
+from workflows.config import load_config
 from workflows.pipeline import ARGO_METRIC_PREFIX, WORKFLOW_OUTPUTS, build_workflow_template
 from workflows.sensor_filters import MISSING, gjson_get
 from workflows.settings import PipelineSettings

@@ -20,8 +20,8 @@ import pytest
 
 from gitops.git import BOT_IDENTITY, DEFAULT_IDENTITY
 from tests.manifest_validation import validate_manifest
+from workflows.argo_events import build_eventsource, build_sensor
 from workflows.config import load_config
-from workflows.events import build_eventsource, build_sensor
 from workflows.sensor_filters import MISSING, dependency_matches, gjson_get
 from workflows.settings import PipelineSettings
 

@@ -25,8 +25,8 @@ from local.argo.runner import run_workflow
 from tests.fixtures.kubeapi import api_stand_in
 from tests.fixtures.workflows import git, make_fake_model_repo
 from tests.manifest_validation import validate_manifest
+from workflows.argo_events import build_sensor
 from workflows.config import load_config
-from workflows.events import build_sensor
 from workflows.identity import allowed, pod_identities
 from workflows.push import build_push_template, child_workflow, push_workflow_name, settings_arg
 from workflows.render import render_documents

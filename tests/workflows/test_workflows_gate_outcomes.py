@@ -2,7 +2,7 @@
 
 `mlops step gate` judges the `paired.json` the evaluate step wrote; here that file is
 built from synthetic detections (tests/fixtures/detections.py) by the evaluate step's own
-`workflows.comparison.paired_doc`, so no model is trained. The outputs are what the
+`workflows.paired_evaluation.paired_doc`, so no model is trained. The outputs are what the
 pipeline's DAG reads: `passed` (on to publish and propose) and `outcome`.
 """
 
@@ -17,7 +17,7 @@ from promotion.decision.coco_ap import match_detections
 from promotion.decision.paired import SetMatches
 from tests.fixtures.detections import detect, make_gt
 from tests.fixtures.training import copy_example, unpin
-from workflows.comparison import paired_doc
+from workflows.paired_evaluation import paired_doc
 
 
 def _paired(out: pathlib.Path, images: int, candidate_seed: int, **candidate) -> None:

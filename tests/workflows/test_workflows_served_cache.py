@@ -1,6 +1,6 @@
 """Production's served detections come from the cache when nothing that decides them changed.
 
-Covers workflows/served_cache.py and its use in workflows/comparison.py: the
+Covers workflows/served_cache.py and its use in workflows/paired_evaluation.py: the
 comparison's files (detections, paired.json, pictures) are byte-identical with
 and without the cache, cold and warm; a warm run opens no predictor for an
 export it has seen on those images; the key follows the export's served files,
@@ -18,8 +18,8 @@ import shutil
 import pytest
 import yaml
 
-from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.evaluation import EvaluationError
+from workflows.paired_evaluation import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.served_cache import CachedExport, ServedCache, export_digest, images_digest
 
 IMAGES = 16

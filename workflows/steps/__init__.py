@@ -7,6 +7,13 @@ templates build these argv with `workflows.pipeline._step_args`; a test parses
 every rendered argv with the real parsers (tests/workflows/test_rendered_argv.py).
 """
 
+# The doors: the table, and each step a container runs by name (`mlops step NAME`, the
+# local runner); `common`, `data_lineage` and `training_job` are the steps' own parts.
+__all__ = [
+    "STEPS", "evaluate", "gate", "prepare_data", "production", "propose", "publish",
+    "record_outcome", "smoke_train", "submit_pipeline", "train",
+]
+
 STEPS = {
     "prepare-data": "workflows.steps.prepare_data",
     "smoke-train": "workflows.steps.smoke_train",

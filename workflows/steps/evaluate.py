@@ -10,7 +10,7 @@ With a model in production (the stable version in `--production-from-gitops`,
 `promotion.gitrepo.production`) whose export this step can read, both exports run
 through the serving stack on the same images, the val set and the
 holdout set (`mlops.yaml`'s pinned `data.holdout`, or `--holdout` for a repo
-without one) (`workflows.comparison`): the metrics are
+without one) (`workflows.paired_evaluation`): the metrics are
 then the served candidate's on the val set ("judge what we ship") and
 `paired.json` holds the paired bootstrap the gate judges. Without one (the
 first push) the metrics are those of the model's own `bbox.json`, as before.
@@ -23,9 +23,9 @@ from typing import Any, Sequence
 
 from contracts.artifact import read_record_data, write_record_data
 from promotion.gitrepo.production import read_production
-from workflows.comparison import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.config import load_config
 from workflows.evaluation import EvaluationError, evaluate_detections
+from workflows.paired_evaluation import PAIRED_FILE, EvalSet, compare_with_production
 from workflows.served_cache import ServedCache
 from workflows.steps.common import base_parser, run_main
 from workflows.steps.data_lineage import (
@@ -34,7 +34,7 @@ from workflows.steps.data_lineage import (
     prepared_val,
     record_dataset,
 )
-from workflows.steps.training_step import check_artifact
+from workflows.steps.training_job import check_artifact
 
 
 def _production_dir(gitops: str, model: str, branch: str) -> tuple[str, pathlib.Path] | None:

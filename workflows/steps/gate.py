@@ -14,7 +14,7 @@ model.yaml or metrics JSON) overrides it. A GitOps repo that cannot be read
 fails the step: production would be unknown, not absent.
 
 When the evaluate step ran production on the same images (`paired.json`,
-`workflows.comparison`), that is what is judged (`evaluate_paired_gate`: the
+`workflows.paired_evaluation`), that is what is judged (`evaluate_paired_gate`: the
 sets pooled, each set and class a safety check; docs/gate.md), and
 production's recorded metrics are not read. Its `outcome` output is `pass`,
 `review` (inconclusive, proposed for a human's judgement) or `fail`; `passed`

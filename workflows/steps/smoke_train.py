@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from workflows.config import load_config
 from workflows.steps.common import base_parser, run_main
-from workflows.steps.training_step import run_job
+from workflows.steps.training_job import run_job
 
 SMOKE_TIMEOUT_S = 15 * 60
 

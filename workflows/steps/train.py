@@ -4,7 +4,7 @@ import argparse
 from typing import Any, Sequence
 
 from workflows.steps.common import base_parser, run_main
-from workflows.steps.training_step import run_job
+from workflows.steps.training_job import run_job
 
 
 def run(repo: str, out: str) -> dict[str, Any]:
