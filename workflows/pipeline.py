@@ -527,9 +527,9 @@ def _prepare_data_template(r: _Render) -> Container | None:
     Retried on infrastructure errors only: a bad dataset exits non-zero with the file
     and entry named, and that is not retried.
     """
-    settings = r.settings
     if r.loaded.config.data is None:
         return None
+    settings = r.settings
     cache_mounts = [m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
     return r.container(
         "prepare-data",
@@ -672,7 +672,7 @@ def _find_production_template(r: _Render) -> Container | None:
 def _evaluate_template(r: _Render) -> Container:
     """`evaluate`: the candidate's metrics, beside production's on the same images.
 
-    Production runs on the candidate's images too (`workflows.comparison`): the step
+    Production runs on the candidate's images too (`workflows.paired_evaluation`): the step
     finds it in the GitOps repo and reads its export from the models volume, read-only.
     The pictures of that comparison go with the report.
     """
