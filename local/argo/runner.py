@@ -453,15 +453,17 @@ def _container_env(tmpl: dict[str, Any], scope: dict[str, str]) -> dict[str, str
     if not container:
         env = dict(PATH_ENV)
     else:
+        # A valueFrom (a Secret in the cluster) is left out: the local environment's own
+        # value stands in for it.
         env = {
             e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
             for e in container.get("env") or []
-            if "value" in e  # valueFrom (a Secret in the cluster): the local environment's own
+            if "value" in e
         }
     if env.get(ALLOW_PROTOCOL_ENV):
         # The forge's stand-in here is a directory (a bare repo): git reaches it with its
-        # `file` transport, as the volumes above stand in for the pod's mounts. No token
-        # travels over it.
+        # `file` transport, as the run's directories stand in for the pod's volumes
+        # (`_local_paths`). No token travels over it.
         env[ALLOW_PROTOCOL_ENV] += ":file"
     return env
 
