@@ -1,39 +1,14 @@
 """The pipeline as one Hera WorkflowTemplate: the single definition of the DAG.
 
-checkout -> build-image -> push-image -> smoke-train -> train -> evaluate -> gate ->
-publish-model -> propose
-(and the exit handler, record-outcome); with dataset pins (`mlops.yaml` data:),
-checkout -> prepare-data -> smoke-train as well (`workflows.steps.prepare_data`).
-No smoke-train where it cannot catch anything (the full job trains no step, or
-no more steps than the smoke job): train then follows what smoke-train would
-have (`workflows.jobplan` says the rule and puts its reason on the template).
-
-Argo runs this object once submitted; the local runner (`local.argo.runner`)
-walks the very same object. So every template carries what a machine
-without Kubernetes needs to act it out, in a form Argo itself ignores:
-
-* container templates run `mlops step NAME ...` (or any other command) with
-  their paths written as `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`.
-  Kubernetes expands `$(VAR)` in command/args from the container's env; the
-  runner expands the same names to local directories.
-* templates that only make sense in a cluster (git clone into a volume, an
-  image build, a PaddleJob) carry the annotation `mlops.dev/local`, naming
-  the local stand-in: `checkout`, `environment-digest` (the image build: podman
-  where installed, `mlops.images.stepbuild`), `registry-push`, `paddlejob` (the
-  rendered PaddleJob itself, run as paddle-operator would: one process per
-  worker pod, see `workflows.paddlejob_local`).
-
-Adding a task here is all it takes for both runtimes to run it.
-
-The run's files live on one ReadWriteMany volume (`workspace`, created per
-workflow from a claim template and deleted with it): the checkout at
-/workspace/repo, the training output at /workspace/out/{smoke,full}. The
-PaddleJob pods mount the same claim (Argo names it `<workflow>-workspace`),
-so training, evaluation and the gate see the same files without copying.
+One builder per step template (`_STEP_TEMPLATES`), the DAG over them, and the
+WorkflowTemplate that holds both. Argo runs the rendered object; the local runner
+(`local.argo.runner`) walks the same one, guided by what each template carries for it:
+the `$(MLOPS_*)` paths and the `mlops.dev/local` annotation (docs/pipeline-internals.md).
 """
 
-from functools import partial
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from hera.workflows import (
@@ -301,17 +276,78 @@ def paddlejob_manifest(
 
     Collective mode (workers only, no parameter servers). Each worker pod
     runs the model repo's own command from the checkout on the shared
-    workspace, in the image built for this commit. `/dev/shm` is a memory
-    emptyDir because NCCL/Gloo and Paddle's DataLoader use shared memory and
-    the container default (64 MiB) makes collective jobs crash. `deadline`: the step's
-    `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step at its
-    deadline it stops only its own pod, and the job's pods would train on until the
-    Workflow is deleted (their owner); the kubelet ends each worker at the same deadline.
+    workspace, in the image built for this commit (`_worker_pod_spec`).
     """
+    return {
+        "apiVersion": PADDLEJOB_API,
+        "kind": "PaddleJob",
+        "metadata": {
+            "name": f"{{{{workflow.name}}}}-{which}",
+            "labels": {
+                "app.kubernetes.io/part-of": "mlops",
+                "mlops.dev/model": loaded.config.model,
+                "mlops.dev/job": which,
+                "workflows.argoproj.io/workflow": "{{workflow.name}}",
+            },
+        },
+        "spec": {
+            # Pods of a finished job are removed; a failed job keeps its pods
+            # (and logs) until the workflow, their owner, is deleted.
+            "cleanPodPolicy": "OnCompletion",
+            "intranet": "PodIP",
+            "worker": {
+                "replicas": job.workers,
+                "template": {"spec": _worker_pod_spec(loaded, job, which, settings, deadline)},
+            },
+        },
+    }
+
+
+def _worker_pod_spec(
+    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
+    deadline: int | None,
+) -> dict[str, Any]:
+    """A PaddleJob worker's pod spec.
+
+    `/dev/shm` is a memory emptyDir because NCCL/Gloo and Paddle's DataLoader use shared
+    memory and the container default (64 MiB) makes collective jobs crash. `deadline`:
+    the step's `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step
+    at its deadline it stops only its own pod, and the job's pods would train on until
+    the Workflow is deleted (their owner); the kubelet ends each worker at the same
+    deadline.
+    """
+    warm = _warm_start(loaded, which)
+    return {
+        **({"imagePullSecrets": _pull_secrets(settings)}
+           if settings.image_pull_secrets else {}),
+        "restartPolicy": "Never",
+        **({"activeDeadlineSeconds": deadline} if deadline else {}),
+        "automountServiceAccountToken": False,  # training needs no API
+        "securityContext": pod_security(settings.run_as_user),
+        "containers": [_worker_container(loaded, job, which)],
+        "volumes": [
+            {
+                "name": "workspace",
+                "persistentVolumeClaim": {
+                    "claimName": "{{workflow.name}}-workspace"
+                },
+            },
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
+            },
+            *([{"name": "models", "persistentVolumeClaim": {
+                "claimName": settings.models_claim, "readOnly": True}}]
+              if warm else []),
+        ],
+    }
+
+
+def _worker_container(loaded: LoadedConfig, job: ResourceTemplate, which: str) -> dict[str, Any]:
+    """A PaddleJob worker's one container: the model repo's training command."""
     model = loaded.config.model
-    out_dir = f"$(MLOPS_OUT)/{which}"
     command, args = worker_command(
-        loaded.config.training.command, job, out_dir,
+        loaded.config.training.command, job, f"$(MLOPS_OUT)/{which}",
         source=f"{loaded.path.name}: training.command",
         data_dir=DATA_DIR if loaded.config.data else None,
     )
@@ -333,71 +369,22 @@ def paddlejob_manifest(
         {"name": "HOME", "value": "/tmp"},
     ]
     return {
-        "apiVersion": PADDLEJOB_API,
-        "kind": "PaddleJob",
-        "metadata": {
-            "name": f"{{{{workflow.name}}}}-{which}",
-            "labels": {
-                "app.kubernetes.io/part-of": "mlops",
-                "mlops.dev/model": model,
-                "mlops.dev/job": which,
-                "workflows.argoproj.io/workflow": "{{workflow.name}}",
-            },
-        },
-        "spec": {
-            # Pods of a finished job are removed; a failed job keeps its pods
-            # (and logs) until the workflow, their owner, is deleted.
-            "cleanPodPolicy": "OnCompletion",
-            "intranet": "PodIP",
-            "worker": {
-                "replicas": job.workers,
-                "template": {
-                    "spec": {
-                        **({"imagePullSecrets": _pull_secrets(settings)}
-                           if settings.image_pull_secrets else {}),
-                        "restartPolicy": "Never",
-                        **({"activeDeadlineSeconds": deadline} if deadline else {}),
-                        "automountServiceAccountToken": False,  # training needs no API
-                        "securityContext": pod_security(settings.run_as_user),
-                        "containers": [
-                            {
-                                "name": "paddle",
-                                "image": "{{inputs.parameters.image}}",
-                                "workingDir": PATH_ENV["MLOPS_REPO"],
-                                "command": command,
-                                "args": args,
-                                "env": env,
-                                "resources": resources,
-                                "securityContext": container_security(read_only_root=False),
-                                "volumeMounts": [
-                                    *_training_mounts(loaded, which),
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    # Its own model's exports only, not every team's
-                                    # (issue 41, finding 10): production's is under it.
-                                    *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
-                                        "subPath": model, "readOnly": True}] if warm else []),
-                                ],
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "workspace",
-                                "persistentVolumeClaim": {
-                                    "claimName": "{{workflow.name}}-workspace"
-                                },
-                            },
-                            {
-                                "name": "dshm",
-                                "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
-                            },
-                            *([{"name": "models", "persistentVolumeClaim": {
-                                "claimName": settings.models_claim, "readOnly": True}}]
-                              if warm else []),
-                        ],
-                    }
-                },
-            },
-        },
+        "name": "paddle",
+        "image": "{{inputs.parameters.image}}",
+        "workingDir": PATH_ENV["MLOPS_REPO"],
+        "command": command,
+        "args": args,
+        "env": env,
+        "resources": resources,
+        "securityContext": container_security(read_only_root=False),
+        "volumeMounts": [
+            *_training_mounts(loaded, which),
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            # Its own model's exports only, not every team's
+            # (issue 41, finding 10): production's is under it.
+            *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
+                "subPath": model, "readOnly": True}] if warm else []),
+        ],
     }
 
 
@@ -498,18 +485,53 @@ def data_mounts(settings: PipelineSettings) -> list[m.VolumeMount]:
     return [m.VolumeMount(name="data", mount_path=settings.data_mount, read_only=True)]
 
 
-def _prepare_data_template(
-    loaded: LoadedConfig, settings: PipelineSettings, tool_container: Any
-) -> Container | None:
+@dataclass(frozen=True)
+class _Render:
+    """One rendering: a model repo's config under the platform's settings. What every
+    step template's builder reads, and the step-container defaults they share."""
+
+    loaded: LoadedConfig
+    settings: PipelineSettings
+
+    @property
+    def model(self) -> str:
+        return self.loaded.config.model
+
+    @property
+    def model_label(self) -> Label:
+        return Label(key="model", value=self.model)
+
+    def container(self, name: str, args: list[str], **options: Any) -> Container:
+        """A step's container template (`_tool_container`, with this model's tool env)."""
+        return _tool_container(name, args, settings=self.settings, env=_tool_env(self.model),
+                               **options)
+
+    def git_env(self, *, helper: bool) -> list[Env | SecretEnv]:
+        """The git token with where it may go (`workflows.binding`): the platform's servers."""
+        return _git_credentials(self.settings, helper=helper,
+                                scope=git_scope(self.loaded, self.settings))
+
+    def production_args(self, step: str) -> list[str]:
+        """`mlops step STEP` told where production is: the GitOps repo and its branch."""
+        return _step_args(step, "--production-from-gitops", "{{workflow.parameters.gitops-repo}}",
+                          "--gitops-branch", self.loaded.config.promotion.gitops.branch)
+
+    def image(self) -> str:
+        """The per-commit training image, as build-image names it and push-image pushes it."""
+        return f"{self.settings.training_image(self.model)}:{{{{workflow.parameters.revision}}}}"
+
+
+def _prepare_data_template(r: _Render) -> Container | None:
     """`mlops step prepare-data`: the pins fetched, verified and validated into OUT/data.
 
     Retried on infrastructure errors only: a bad dataset exits non-zero with the file
     and entry named, and that is not retried.
     """
-    if loaded.config.data is None:
+    if r.loaded.config.data is None:
         return None
+    settings = r.settings
     cache_mounts = [m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
-    return tool_container(
+    return r.container(
         "prepare-data",
         _step_args("prepare-data", "--cache", f"$({DATA_CACHE_ENV})"),
         extra_env=[
@@ -526,16 +548,413 @@ def _prepare_data_template(
     )
 
 
-def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) -> WorkflowTemplate:
-    """The model repo's pipeline as a WorkflowTemplate (named after the model)."""
-    model = loaded.config.model
-    image_repo = settings.training_image(model)
-    tool_container = partial(_tool_container, settings=settings, env=_tool_env(model))
-    # The git token with where it may go (`workflows.binding`): the platform's servers.
-    git_env = partial(_git_credentials, settings, scope=git_scope(loaded, settings))
-    model_label = Label(key="model", value=model)
-    smoke_job = loaded.smoke.model_copy(update={"workers": 1})  # smoke is always one worker
+def _checkout_template(r: _Render) -> Container:
+    """`checkout`: the pushed commit cloned into the workspace (`CHECKOUT_SCRIPT`)."""
+    return r.container(
+        "checkout",
+        [CHECKOUT_SCRIPT],
+        image=r.settings.git_image,
+        command=["sh", "-c"],
+        extra_env=[
+            Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
+            Env(name="REVISION", value="{{workflow.parameters.revision}}"),
+            *r.git_env(helper=True),
+        ],
+        outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
+        annotations={LOCAL_ANNOTATION: "checkout"},
+    )
 
+
+def _build_image_template(r: _Render) -> Container:
+    """`build-image`: the commit's training image, built from its Dockerfile into a tarball.
+
+    BuildKit rootless, daemonless (buildctl-daemonless.sh starts a private buildkitd as
+    uid 1000 for this one build). Chosen over Kaniko: Google archived Kaniko in 2025
+    (only third-party forks are maintained), while BuildKit is the maintained engine
+    behind `docker build`, runs without privileges, and caches layers. Rootless BuildKit
+    needs seccomp/AppArmor unconfined (user namespaces) and the no-process-sandbox flag
+    inside a pod, so the pushed Dockerfile's RUN steps can see buildkitd's processes and
+    files: this container gets no registry credential (issue 41, finding 11). It writes
+    the image as a tarball on the workspace; push-image, a container of its own that runs
+    no code of the commit, pushes it with the push credential. Its state (buildkitd's
+    root) is under HOME, the /tmp emptyDir.
+    """
+    settings = r.settings
+    return r.container(
+        BUILD_TASK,
+        [BUILD_SCRIPT],
+        image=settings.buildkit_image,
+        command=["sh", "-c"],
+        extra_env=[
+            Env(name="IMAGE", value=r.image()),
+            Env(name="IMAGE_TAR", value=IMAGE_TAR),
+            Env(name="BASE_IMAGE", value=r.loaded.full.image),
+            Env(name="BUILD_CACHE", value=BUILD_CACHE_MOUNT),
+            Env(name="BUILDKITD_FLAGS", value="--oci-worker-no-process-sandbox"),
+            *([Env(name="DOCKER_CONFIG", value=BASE_PULL_AUTH)]
+              if settings.base_pull_secret else []),
+        ],
+        extra_mounts=[
+            *([m.VolumeMount(name="base-pull-auth", mount_path=BASE_PULL_AUTH,
+                             read_only=True)] if settings.base_pull_secret else []),
+            *([m.VolumeMount(name="build-cache", mount_path=BUILD_CACHE_MOUNT,
+                             sub_path=r.model)] if settings.build_cache_claim else []),
+        ],
+        security_context=m.SecurityContext(
+            seccomp_profile=m.SeccompProfile(type="Unconfined"),
+            app_armor_profile=m.AppArmorProfile(type="Unconfined"),
+            run_as_user=1000,
+            run_as_group=1000,
+        ),
+        annotations={LOCAL_ANNOTATION: "environment-digest"},
+    )
+
+
+def _push_image_template(r: _Render) -> Container:
+    """`push-image`: the push credential's one container.
+
+    crane on build-image's tarball, the dockerconfigjson Secret mounted read-only as
+    DOCKER_CONFIG, no shell, no code of the commit. Its output is the pushed image by
+    digest, which the PaddleJobs run.
+    """
+    return r.container(
+        "push-image",
+        PUSH_ARGS,
+        image=r.settings.crane_image,
+        command=["crane"],
+        extra_env=[
+            Env(name="IMAGE", value=r.image()),
+            Env(name="IMAGE_TAR", value=IMAGE_TAR),
+            Env(name="DOCKER_CONFIG", value=REGISTRY_AUTH),
+        ],
+        extra_mounts=[m.VolumeMount(name="registry-auth", mount_path=REGISTRY_AUTH,
+                                    read_only=True)],
+        outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
+        annotations={LOCAL_ANNOTATION: "registry-push"},
+    )
+
+
+def _smoke_train_template(r: _Render) -> Resource | None:
+    """`smoke-train`: the smoke job, always one worker; none where it cannot catch anything
+    (`workflows.jobplan.smoke_needed`)."""
+    if not smoke_needed(r.loaded)[0]:
+        return None
+    job = r.loaded.smoke.model_copy(update={"workers": 1})
+    return _training_template(r.loaded, job, "smoke-train", "smoke",
+                              r.settings.smoke_deadline_seconds, r.settings)
+
+
+def _train_template(r: _Render) -> Resource:
+    """`train`: the full job, with the workers `workflows.jobplan.full_job` decides."""
+    return _training_template(r.loaded, full_job(r.loaded)[0], "train", "full",
+                              r.settings.train_deadline_seconds, r.settings)
+
+
+def _find_production_template(r: _Render) -> Container | None:
+    """`find-production`: with `training.init_from: production`, the export the full job
+    starts from, read from the GitOps repo as the gate reads it (empty: from scratch)."""
+    if not _warm_start(r.loaded, "full"):
+        return None
+    return r.container(
+        "find-production",
+        r.production_args("find-production"),
+        extra_env=r.git_env(helper=False),
+        # production's export is on the models volume (its `file://` model-uri): without
+        # it every full job trained from scratch (issue 42, B1)
+        extra_mounts=[_models_read_only()],
+        outputs=[
+            Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir"))),
+            Parameter(name="version", value_from=m.ValueFrom(path=_out("version"))),
+        ],
+    )
+
+
+def _evaluate_template(r: _Render) -> Container:
+    """`evaluate`: the candidate's metrics, beside production's on the same images.
+
+    Production runs on the candidate's images too (`workflows.paired_evaluation`): the step
+    finds it in the GitOps repo and reads its export from the models volume, read-only.
+    The pictures of that comparison go with the report.
+    """
+    # The data cache's claim, where there is one (a repo with pins), also keeps the
+    # exports' served detections between runs (`workflows.served_cache`), as locally.
+    served_cache = r.loaded.config.data is not None and bool(r.settings.data_cache_claim)
+    return r.container(
+        "evaluate",
+        r.production_args("evaluate"),
+        extra_env=[*r.git_env(helper=False),  # a private GitOps repo
+                   *([Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT)] if served_cache
+                     else [])],
+        extra_mounts=[_models_read_only(),
+                      *([m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
+                        if served_cache else [])],
+        outputs=[
+            Parameter(name="map50", value_from=m.ValueFrom(path=_out("map50"))),
+            Parameter(name="map", value_from=m.ValueFrom(path=_out("map"))),
+            Artifact(
+                name="report",
+                path=f"{PATH_ENV['MLOPS_OUT']}/full/metrics.json",
+                archive=NoneArchiveStrategy(),
+            ),
+            Artifact(name="model", path=f"{PATH_ENV['MLOPS_OUT']}/full/model"),
+        ],
+        metrics=[
+            Gauge(
+                name="mlops_candidate_map50",
+                help="COCO mAP@0.5 of the latest candidate",
+                labels=[r.model_label],
+                realtime=False,
+                value="{{outputs.parameters.map50}}",
+            ),
+            Gauge(
+                name="mlops_candidate_map",
+                help="COCO mAP@[.5:.95] of the latest candidate",
+                labels=[r.model_label],
+                realtime=False,
+                value="{{outputs.parameters.map}}",
+            ),
+        ],
+    )
+
+
+def _gate_template(r: _Render) -> Container:
+    """`gate`: the verdict on the candidate against the model in production.
+
+    Production is the stable version in the GitOps repo the candidate would be proposed
+    to (an empty parameter means none is configured: the gate checks the floor only).
+    """
+    return r.container(
+        "gate",
+        r.production_args("gate"),
+        retry=False,  # the verdict is an output, not an error to retry
+        extra_env=r.git_env(helper=False),  # a private GitOps repo
+        # production's model.yaml (metrics, dataset lock) behind its file:// model-uri
+        extra_mounts=[_models_read_only()],
+        outputs=[
+            Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
+            # pass, review (inconclusive, proposed for a human's judgement) or fail
+            Parameter(name="outcome", value_from=m.ValueFrom(path=_out("outcome"))),
+            Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
+            Parameter(name="value", value_from=m.ValueFrom(path=_out("value"))),
+            Artifact(
+                name="verdict",
+                path=f"{PATH_ENV['MLOPS_OUT']}/full/gate.json",
+                archive=NoneArchiveStrategy(),
+            ),
+        ],
+        metrics=[
+            Counter(
+                name="mlops_gate_outcomes_total",
+                help="Gate verdicts on candidates",
+                labels=[
+                    r.model_label,
+                    Label(key="passed", value="{{outputs.parameters.passed}}"),
+                    Label(key="outcome", value="{{outputs.parameters.outcome}}"),
+                ],
+                value="1",
+            ),
+        ],
+    )
+
+
+def _models_env() -> list[Env]:
+    """The models volume's mount, where serving pods read `<model>/<version>`."""
+    return [Env(name=MODELS_ENV, value=MODELS_MOUNT)]
+
+
+def _publish_template(r: _Render) -> Container:
+    """`publish-model`: a candidate that passed, copied to the models volume before it is
+    proposed."""
+    return r.container(
+        "publish-model",
+        _step_args("publish", "--models-root", f"$({MODELS_ENV})"),
+        extra_env=_models_env(),
+        extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT)],
+        outputs=[Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir")))],
+    )
+
+
+def _forge_env(r: _Render) -> list[SecretEnv]:
+    """The forge's API token from the settings' Secret, as the env var its client reads."""
+    forge = r.loaded.config.promotion.gitops.forge
+    if forge not in FORGE_TOKEN_ENV:
+        return []
+    return [SecretEnv(name=FORGE_TOKEN_ENV[forge], secret_name=r.settings.forge_secret,
+                      secret_key=r.settings.forge_secret_key, optional=True)]
+
+
+def _propose_template(r: _Render) -> Container:
+    """`propose`: the candidate's serving manifests on a branch of the GitOps repo, and a PR.
+
+    `mlops step propose` (`promotion.gitrepo.propose` behind it); the PR's body is the
+    evaluation report and the gate's verdict. The manifests point at the published copy,
+    not at this run's workspace (deleted with the run).
+    """
+    gitops = r.loaded.config.promotion.gitops
+    return r.container(
+        "propose",
+        [
+            "step",
+            "propose",
+            "{{inputs.parameters.model-dir}}",
+            "--gitops",
+            "{{workflow.parameters.gitops-repo}}",
+            "--config",
+            f"$(MLOPS_REPO)/{r.loaded.path.name}",
+            "--metrics",
+            "$(MLOPS_OUT)/full/metrics.json",
+            "--gate",
+            "$(MLOPS_OUT)/full/gate.json",
+            "--forge",
+            gitops.forge,
+            "--branch",
+            gitops.branch,
+            "--model",  # the bound name, not the one the trained export's record says
+            r.model,
+            "--outputs",
+            PROPOSAL_OUTPUTS,
+            *[arg for name in r.settings.image_pull_secrets
+              for arg in ("--image-pull-secret", name)],
+        ],
+        inputs=[Parameter(name="model-dir")],
+        outputs=[
+            Parameter(name="version",
+                      value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/version")),
+            Parameter(name="pr-url",
+                      value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
+        ],
+        extra_env=[*_models_env(), *_forge_env(r), *r.git_env(helper=False)],
+        extra_mounts=[_models_read_only()],
+    )
+
+
+def _record_outcome_template(r: _Render) -> Container:
+    """The exit handler: the run's report and its PR link, whatever the outcome."""
+    return r.container(
+        EXIT_HANDLER,
+        [
+            "step",
+            EXIT_HANDLER,
+            "--status",
+            "{{workflow.status}}",
+            "--workflow",
+            "{{workflow.name}}",
+            "--failures",
+            "{{workflow.failures}}",
+            "--out",
+            "$(MLOPS_OUT)",
+            "--gitops",
+            "{{workflow.parameters.gitops-repo}}",
+            "--forge",
+            r.loaded.config.promotion.gitops.forge,
+            "--repo",
+            "{{workflow.parameters.repo}}",
+        ],
+        deadline=600,
+        retry=False,
+        outputs=[
+            # The run's report (commit, mAP, gate, PR, failures) in the Argo UI's artifacts.
+            Artifact(name="report", path=REPORT_PATH, archive=NoneArchiveStrategy(),
+                     optional=True),
+            # The Workflow's only global output, set on every run (the exit handler always
+            # runs), so the Argo UI's link ${status.outputs.parameters.0.value} always
+            # resolves (docs/cluster.md, section 6). Only outputs with a globalName reach
+            # status.outputs (operator.go addParamToGlobalScope, v3.7.9); the DAG's own
+            # outputs (WORKFLOW_OUTPUTS) do not.
+            Parameter(name=PR_LINK_OUTPUT, global_name=PR_LINK_OUTPUT,
+                      value_from=m.ValueFrom(path=PR_LINK_PATH, default="")),
+        ],
+    )
+
+
+#: The step templates' builders, in the order the templates are rendered. A builder
+#: returns None for a step this repo's pipeline does not have.
+_STEP_TEMPLATES: tuple[Callable[[_Render], Container | Resource | None], ...] = (
+    _checkout_template,
+    _build_image_template,
+    _push_image_template,
+    _prepare_data_template,
+    _smoke_train_template,
+    _train_template,
+    _find_production_template,
+    _evaluate_template,
+    _gate_template,
+    _publish_template,
+    _propose_template,
+    _record_outcome_template,
+)
+
+
+def _pipeline_dag(steps: dict[str, Container | Resource]) -> DAG:
+    """The entrypoint DAG over the step templates this repo's pipeline has."""
+    image_arg = Parameter(name="image", value="{{tasks.push-image.outputs.parameters.image}}")
+    prepared = "prepare-data" in steps
+    warm = "find-production" in steps
+    inputs = "push-image && prepare-data" if prepared else "push-image"
+    tasks: list[Task | m.DAGTask] = [
+        Task(name="checkout", template=steps["checkout"]),
+        Task(name=BUILD_TASK, template=steps[BUILD_TASK], depends="checkout"),
+        Task(name="push-image", template=steps["push-image"], depends=BUILD_TASK),
+    ]
+    if prepared:
+        tasks.append(Task(name="prepare-data", template=steps["prepare-data"], depends="checkout"))
+    if "smoke-train" in steps:
+        tasks.append(Task(name="smoke-train", template=steps["smoke-train"],
+                          arguments=[image_arg], depends=inputs))
+    train_args = [image_arg]
+    if warm:
+        tasks.append(Task(name="find-production", template=steps["find-production"],
+                          depends="checkout"))
+        train_args.append(Parameter(
+            name="init-from", value="{{tasks.find-production.outputs.parameters.model-dir}}"))
+    # Publish and propose only a candidate that passed, and only where
+    # a GitOps repo is configured (empty parameter: end at the gate).
+    proposing = (
+        "{{tasks.gate.outputs.parameters.passed}} == true"
+        " && '{{workflow.parameters.gitops-repo}}' != ''"
+    )
+    tasks += [
+        Task(name="train", template=steps["train"], arguments=train_args,
+             depends=" && ".join(["smoke-train" if "smoke-train" in steps else inputs,
+                                  *(["find-production"] if warm else [])])),
+        Task(name="evaluate", template=steps["evaluate"], depends="train"),
+        Task(name="gate", template=steps["gate"], depends="evaluate.Succeeded"),
+        Task(name="publish-model", template=steps["publish-model"], depends="gate.Succeeded",
+             when=proposing),
+        Task(
+            name="propose",
+            template=steps["propose"],
+            # The bare name is Argo's "Succeeded or Skipped": a skipped
+            # publish leaves propose to its own `when`, which says why.
+            depends="publish-model",
+            when=proposing,
+            arguments=[Parameter(name="model-dir",
+                                 value="{{tasks.publish-model.outputs.parameters.model-dir}}")],
+        ),
+    ]
+    outputs = [
+        Parameter(name=name, value_from=m.ValueFrom(parameter=f"{{{{{ref}}}}}", default=""))
+        for name, ref in WORKFLOW_OUTPUTS.items()
+    ]
+    return DAG(name=ENTRYPOINT, outputs=outputs, tasks=tasks)
+
+
+def _workflow_arguments(r: _Render) -> list[Parameter]:
+    """The parameters a trigger passes for one commit (`PARAMETERS`), with their defaults."""
+    return [
+        Parameter(name="repo", description="git URL of the model repo"),
+        Parameter(name="revision", description="commit sha to train"),
+        Parameter(name="ref", value=f"refs/heads/{r.settings.branch}", description="pushed ref"),
+        Parameter(
+            name="gitops-repo",
+            value=r.loaded.config.promotion.gitops.repo,
+            description="GitOps repo the candidate is proposed to (empty: do not propose)",
+        ),
+    ]
+
+
+def _workspace_claim(settings: PipelineSettings) -> m.PersistentVolumeClaim:
+    """The run's ReadWriteMany workspace, created per workflow and deleted with it."""
     pvc_spec: dict[str, Any] = {
         "access_modes": ["ReadWriteMany"],
         "resources": m.VolumeResourceRequirements(
@@ -544,8 +963,69 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
     }
     if settings.workspace_storage_class:
         pvc_spec["storage_class_name"] = settings.workspace_storage_class
+    return m.PersistentVolumeClaim(
+        metadata=m.ObjectMeta(name="workspace"),
+        spec=m.PersistentVolumeClaimSpec(**pvc_spec),
+    )
 
-    with WorkflowTemplate(
+
+def _docker_config(name: str, secret: str) -> m.Volume:
+    """A kubernetes.io/dockerconfigjson Secret as a DOCKER_CONFIG directory."""
+    return m.Volume(name=name, secret=m.SecretVolumeSource(
+        secret_name=secret, items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")]))
+
+
+def _workflow_volumes(r: _Render) -> list[m.Volume]:
+    """The volumes the steps mount (the workspace is a claim template of its own)."""
+    settings = r.settings
+    return [
+        _docker_config("registry-auth", settings.registry_secret),
+        *([_docker_config("base-pull-auth", settings.base_pull_secret)]
+          if settings.base_pull_secret else []),
+        *([m.Volume(name="build-cache", persistent_volume_claim=(
+            m.PersistentVolumeClaimVolumeSource(claim_name=settings.build_cache_claim)))]
+          if settings.build_cache_claim else []),
+        m.Volume(name="tmp", empty_dir=m.EmptyDirVolumeSource()),
+        # Where serving reads models (`serving.manifests`): publish writes, propose reads.
+        m.Volume(
+            name="models",
+            persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(
+                claim_name=settings.models_claim
+            ),
+        ),
+        *_data_volumes(r.loaded, settings),
+    ]
+
+
+def _workflow_metrics(r: _Render) -> list[Counter | Gauge]:
+    """The run's own Prometheus metrics: its outcome and its duration."""
+    return [
+        Counter(
+            name="mlops_pipeline_runs_total",
+            help="Pipeline runs by outcome",
+            labels=[r.model_label, Label(key="status", value="{{workflow.status}}")],
+            value="1",
+        ),
+        Gauge(
+            name="mlops_pipeline_duration_seconds",
+            help="Duration of the last pipeline run",
+            labels=[r.model_label],
+            realtime=False,
+            value="{{workflow.duration}}",
+        ),
+    ]
+
+
+def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) -> WorkflowTemplate:
+    """The model repo's pipeline as a WorkflowTemplate (named after the model).
+
+    Its step templates, one builder each (`_STEP_TEMPLATES`), then the DAG over them.
+    """
+    r = _Render(loaded, settings)
+    built = (build(r) for build in _STEP_TEMPLATES)
+    steps = {str(t.name): t for t in built if t is not None}
+    model = r.model
+    return WorkflowTemplate(
         name=model,
         namespace=settings.namespace,
         labels={"app.kubernetes.io/part-of": "mlops", "mlops.dev/model": model},
@@ -557,16 +1037,7 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
         executor=m.ExecutorConfig(service_account_name=settings.executor_service_account),
         image_pull_secrets=[m.LocalObjectReference(name=n) for n in settings.image_pull_secrets]
         or None,
-        arguments=[
-            Parameter(name="repo", description="git URL of the model repo"),
-            Parameter(name="revision", description="commit sha to train"),
-            Parameter(name="ref", value=f"refs/heads/{settings.branch}", description="pushed ref"),
-            Parameter(
-                name="gitops-repo",
-                value=loaded.config.promotion.gitops.repo,
-                description="GitOps repo the candidate is proposed to (empty: do not propose)",
-            ),
-        ],
+        arguments=_workflow_arguments(r),
         active_deadline_seconds=settings.workflow_deadline_seconds,
         # Pods and the workspace of a successful run go at once; a failed
         # run keeps both for debugging until its TTL deletes the workflow
@@ -587,395 +1058,11 @@ def build_workflow_template(loaded: LoadedConfig, settings: PipelineSettings) ->
                 "mlops.dev/commit": m.LabelValueFrom(expression="workflow.parameters.revision")
             },
         ),
-        volume_claim_templates=[
-            m.PersistentVolumeClaim(
-                metadata=m.ObjectMeta(name="workspace"),
-                spec=m.PersistentVolumeClaimSpec(**pvc_spec),
-            )
-        ],
-        volumes=[
-            m.Volume(
-                name="registry-auth",
-                secret=m.SecretVolumeSource(
-                    secret_name=settings.registry_secret,
-                    items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")],
-                ),
-            ),
-            *([m.Volume(name="base-pull-auth", secret=m.SecretVolumeSource(
-                secret_name=settings.base_pull_secret,
-                items=[m.KeyToPath(key=".dockerconfigjson", path="config.json")]))]
-              if settings.base_pull_secret else []),
-            *([m.Volume(name="build-cache", persistent_volume_claim=(
-                m.PersistentVolumeClaimVolumeSource(claim_name=settings.build_cache_claim)))]
-              if settings.build_cache_claim else []),
-            m.Volume(name="tmp", empty_dir=m.EmptyDirVolumeSource()),
-            # Where serving reads models (`serving.manifests`): publish writes, propose reads.
-            m.Volume(
-                name="models",
-                persistent_volume_claim=m.PersistentVolumeClaimVolumeSource(
-                    claim_name=settings.models_claim
-                ),
-            ),
-            *_data_volumes(loaded, settings),
-        ],
-        metrics=[
-            Counter(
-                name="mlops_pipeline_runs_total",
-                help="Pipeline runs by outcome",
-                labels=[model_label, Label(key="status", value="{{workflow.status}}")],
-                value="1",
-            ),
-            Gauge(
-                name="mlops_pipeline_duration_seconds",
-                help="Duration of the last pipeline run",
-                labels=[model_label],
-                realtime=False,
-                value="{{workflow.duration}}",
-            ),
-        ],
-    ) as wt:
-        checkout = tool_container(
-            "checkout",
-            [CHECKOUT_SCRIPT],
-            image=settings.git_image,
-            command=["sh", "-c"],
-            extra_env=[
-                Env(name="REPO_URL", value="{{workflow.parameters.repo}}"),
-                Env(name="REVISION", value="{{workflow.parameters.revision}}"),
-                *git_env(helper=True),
-            ],
-            outputs=[Parameter(name="revision", value_from=m.ValueFrom(path=_out("revision")))],
-            annotations={LOCAL_ANNOTATION: "checkout"},
-        )
-
-        # BuildKit rootless, daemonless (buildctl-daemonless.sh starts a
-        # private buildkitd as uid 1000 for this one build). Chosen over
-        # Kaniko: Google archived Kaniko in 2025 (only third-party forks are
-        # maintained), while BuildKit is the maintained engine behind
-        # `docker build`, runs without privileges, and caches layers. Rootless
-        # BuildKit needs seccomp/AppArmor unconfined (user namespaces) and the
-        # no-process-sandbox flag inside a pod, so the pushed Dockerfile's RUN
-        # steps can see buildkitd's processes and files: this container gets no
-        # registry credential (issue 41, finding 11). It writes the image as a
-        # tarball on the workspace; push-image, a container of its own that runs
-        # no code of the commit, pushes it with the push credential. Its state
-        # (buildkitd's root) is under HOME, the /tmp emptyDir.
-        build_image = tool_container(
-            BUILD_TASK,
-            [BUILD_SCRIPT],
-            image=settings.buildkit_image,
-            command=["sh", "-c"],
-            extra_env=[
-                Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
-                Env(name="IMAGE_TAR", value=IMAGE_TAR),
-                Env(name="BASE_IMAGE", value=loaded.full.image),
-                Env(name="BUILD_CACHE", value=BUILD_CACHE_MOUNT),
-                Env(name="BUILDKITD_FLAGS", value="--oci-worker-no-process-sandbox"),
-                *([Env(name="DOCKER_CONFIG", value=BASE_PULL_AUTH)]
-                  if settings.base_pull_secret else []),
-            ],
-            extra_mounts=[
-                *([m.VolumeMount(name="base-pull-auth", mount_path=BASE_PULL_AUTH,
-                                 read_only=True)] if settings.base_pull_secret else []),
-                *([m.VolumeMount(name="build-cache", mount_path=BUILD_CACHE_MOUNT,
-                                 sub_path=model)] if settings.build_cache_claim else []),
-            ],
-            security_context=m.SecurityContext(
-                seccomp_profile=m.SeccompProfile(type="Unconfined"),
-                app_armor_profile=m.AppArmorProfile(type="Unconfined"),
-                run_as_user=1000,
-                run_as_group=1000,
-            ),
-            annotations={LOCAL_ANNOTATION: "environment-digest"},
-        )
-        # The push credential's one container: crane on build-image's tarball, the
-        # dockerconfigjson Secret mounted read-only as DOCKER_CONFIG, no shell, no code of
-        # the commit. Its output is the pushed image by digest, which the PaddleJobs run.
-        push_image = tool_container(
-            "push-image",
-            PUSH_ARGS,
-            image=settings.crane_image,
-            command=["crane"],
-            extra_env=[
-                Env(name="IMAGE", value=f"{image_repo}:{{{{workflow.parameters.revision}}}}"),
-                Env(name="IMAGE_TAR", value=IMAGE_TAR),
-                Env(name="DOCKER_CONFIG", value=REGISTRY_AUTH),
-            ],
-            extra_mounts=[m.VolumeMount(name="registry-auth", mount_path=REGISTRY_AUTH,
-                                        read_only=True)],
-            outputs=[Parameter(name="image", value_from=m.ValueFrom(path=_out("image")))],
-            annotations={LOCAL_ANNOTATION: "registry-push"},
-        )
-
-        prepare = _prepare_data_template(loaded, settings, tool_container)
-
-        smoke = _training_template(
-            loaded, smoke_job, "smoke-train", "smoke", settings.smoke_deadline_seconds, settings
-        ) if smoke_needed(loaded)[0] else None
-        train = _training_template(
-            loaded, full_job(loaded)[0], "train", "full", settings.train_deadline_seconds, settings
-        )
-        warm = _warm_start(loaded, "full")
-        # `training.init_from: production`: the export the full job starts from, read from
-        # the GitOps repo as the gate reads it (empty: from scratch).
-        find_production = tool_container(
-            "find-production",
-            _step_args(
-                "find-production",
-                "--production-from-gitops",
-                "{{workflow.parameters.gitops-repo}}",
-                "--gitops-branch",
-                loaded.config.promotion.gitops.branch,
-            ),
-            extra_env=git_env(helper=False),
-            # production's export is on the models volume (its `file://` model-uri): without
-            # it every full job trained from scratch (issue 42, B1)
-            extra_mounts=[_models_read_only()],
-            outputs=[
-                Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir"))),
-                Parameter(name="version", value_from=m.ValueFrom(path=_out("version"))),
-            ],
-        ) if warm else None
-
-        # The data cache's claim, where there is one (a repo with pins), also keeps the
-        # exports' served detections between runs (`workflows.served_cache`), as locally.
-        served_cache = loaded.config.data is not None and bool(settings.data_cache_claim)
-        # Production runs on the candidate's images too (`workflows.comparison`): the
-        # evaluate step finds it in the GitOps repo and reads its export from the models
-        # volume, read-only. The pictures of that comparison go with the report.
-        evaluate = tool_container(
-            "evaluate",
-            _step_args(
-                "evaluate",
-                "--production-from-gitops",
-                "{{workflow.parameters.gitops-repo}}",
-                "--gitops-branch",
-                loaded.config.promotion.gitops.branch,
-            ),
-            extra_env=[*git_env(helper=False),  # a private GitOps repo
-                       *([Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT)] if served_cache
-                         else [])],
-            extra_mounts=[_models_read_only(),
-                          *([m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
-                            if served_cache else [])],
-            outputs=[
-                Parameter(name="map50", value_from=m.ValueFrom(path=_out("map50"))),
-                Parameter(name="map", value_from=m.ValueFrom(path=_out("map"))),
-                Artifact(
-                    name="report",
-                    path=f"{PATH_ENV['MLOPS_OUT']}/full/metrics.json",
-                    archive=NoneArchiveStrategy(),
-                ),
-                Artifact(name="model", path=f"{PATH_ENV['MLOPS_OUT']}/full/model"),
-            ],
-            metrics=[
-                Gauge(
-                    name="mlops_candidate_map50",
-                    help="COCO mAP@0.5 of the latest candidate",
-                    labels=[model_label],
-                    realtime=False,
-                    value="{{outputs.parameters.map50}}",
-                ),
-                Gauge(
-                    name="mlops_candidate_map",
-                    help="COCO mAP@[.5:.95] of the latest candidate",
-                    labels=[model_label],
-                    realtime=False,
-                    value="{{outputs.parameters.map}}",
-                ),
-            ],
-        )
-
-        # The gate compares with the model in production: the stable version
-        # in the GitOps repo the candidate would be proposed to (an empty
-        # parameter means none is configured: the gate checks the floor only).
-        gate = tool_container(
-            "gate",
-            _step_args(
-                "gate",
-                "--production-from-gitops",
-                "{{workflow.parameters.gitops-repo}}",
-                "--gitops-branch",
-                loaded.config.promotion.gitops.branch,
-            ),
-            retry=False,  # the verdict is an output, not an error to retry
-            extra_env=git_env(helper=False),  # a private GitOps repo
-            # production's model.yaml (metrics, dataset lock) behind its file:// model-uri
-            extra_mounts=[_models_read_only()],
-            outputs=[
-                Parameter(name="passed", value_from=m.ValueFrom(path=_out("passed"))),
-                # pass, review (inconclusive, proposed for a human's judgement) or fail
-                Parameter(name="outcome", value_from=m.ValueFrom(path=_out("outcome"))),
-                Parameter(name="reason", value_from=m.ValueFrom(path=_out("reason"))),
-                Parameter(name="value", value_from=m.ValueFrom(path=_out("value"))),
-                Artifact(
-                    name="verdict",
-                    path=f"{PATH_ENV['MLOPS_OUT']}/full/gate.json",
-                    archive=NoneArchiveStrategy(),
-                ),
-            ],
-            metrics=[
-                Counter(
-                    name="mlops_gate_outcomes_total",
-                    help="Gate verdicts on candidates",
-                    labels=[
-                        model_label,
-                        Label(key="passed", value="{{outputs.parameters.passed}}"),
-                        Label(key="outcome", value="{{outputs.parameters.outcome}}"),
-                    ],
-                    value="1",
-                ),
-            ],
-        )
-
-        forge = loaded.config.promotion.gitops.forge
-        forge_env = [
-            SecretEnv(
-                name=FORGE_TOKEN_ENV[forge],
-                secret_name=settings.forge_secret,
-                secret_key=settings.forge_secret_key,
-                optional=True,
-            )
-        ] if forge in FORGE_TOKEN_ENV else []  # fmt: skip
-        # The models volume, where serving pods read `<model>/<version>`: a
-        # candidate that passed is copied there before it is proposed.
-        models_env = [Env(name=MODELS_ENV, value=MODELS_MOUNT)]
-        publish = tool_container(
-            "publish-model",
-            _step_args("publish", "--models-root", f"$({MODELS_ENV})"),
-            extra_env=models_env,
-            extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT)],
-            outputs=[Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir")))],
-        )
-
-        # `mlops step propose` (`promotion.gitrepo.propose` behind it): the candidate's serving
-        # manifests on a branch of the GitOps repo, and a PR whose body is the
-        # evaluation report and the gate's verdict. The manifests point at the
-        # published copy, not at this run's workspace (deleted with the run).
-        propose = tool_container(
-            "propose",
-            [
-                "step",
-                "propose",
-                "{{inputs.parameters.model-dir}}",
-                "--gitops",
-                "{{workflow.parameters.gitops-repo}}",
-                "--config",
-                f"$(MLOPS_REPO)/{loaded.path.name}",
-                "--metrics",
-                "$(MLOPS_OUT)/full/metrics.json",
-                "--gate",
-                "$(MLOPS_OUT)/full/gate.json",
-                "--forge",
-                loaded.config.promotion.gitops.forge,
-                "--branch",
-                loaded.config.promotion.gitops.branch,
-                "--model",  # the bound name, not the one the trained export's record says
-                model,
-                "--outputs",
-                PROPOSAL_OUTPUTS,
-                *[arg for name in settings.image_pull_secrets
-                  for arg in ("--image-pull-secret", name)],
-            ],
-            inputs=[Parameter(name="model-dir")],
-            outputs=[
-                Parameter(name="version",
-                          value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/version")),
-                Parameter(name="pr-url",
-                          value_from=m.ValueFrom(path=f"{PROPOSAL_OUTPUTS_PATH}/pr-url")),
-            ],
-            extra_env=[*models_env, *forge_env, *git_env(helper=False)],
-            extra_mounts=[_models_read_only()],
-        )
-
-        tool_container(
-            EXIT_HANDLER,
-            [
-                "step",
-                EXIT_HANDLER,
-                "--status",
-                "{{workflow.status}}",
-                "--workflow",
-                "{{workflow.name}}",
-                "--failures",
-                "{{workflow.failures}}",
-                "--out",
-                "$(MLOPS_OUT)",
-                "--gitops",
-                "{{workflow.parameters.gitops-repo}}",
-                "--forge",
-                loaded.config.promotion.gitops.forge,
-                "--repo",
-                "{{workflow.parameters.repo}}",
-            ],
-            deadline=600,
-            retry=False,
-            outputs=[
-                # The run's report (commit, mAP, gate, PR, failures) in the Argo UI's artifacts.
-                Artifact(name="report", path=REPORT_PATH, archive=NoneArchiveStrategy(),
-                         optional=True),
-                # The Workflow's only global output, set on every run (the exit handler always
-                # runs), so the Argo UI's link ${status.outputs.parameters.0.value} always
-                # resolves (docs/cluster.md, section 6). Only outputs with a globalName reach
-                # status.outputs (operator.go addParamToGlobalScope, v3.7.9); the DAG's own
-                # outputs (WORKFLOW_OUTPUTS) do not.
-                Parameter(name=PR_LINK_OUTPUT, global_name=PR_LINK_OUTPUT,
-                          value_from=m.ValueFrom(path=PR_LINK_PATH, default="")),
-            ],
-        )
-
-        dag_outputs = [
-            Parameter(name=name, value_from=m.ValueFrom(parameter=f"{{{{{ref}}}}}", default=""))
-            for name, ref in WORKFLOW_OUTPUTS.items()
-        ]
-        with DAG(name=ENTRYPOINT, outputs=dag_outputs):
-            t_checkout = Task(name="checkout", template=checkout)
-            t_build = Task(name=BUILD_TASK, template=build_image, depends="checkout")
-            Task(name="push-image", template=push_image, depends=BUILD_TASK)
-            if prepare is not None:
-                Task(name="prepare-data", template=prepare, depends="checkout")
-            image_arg = Parameter(
-                name="image", value="{{tasks.push-image.outputs.parameters.image}}"
-            )
-            inputs = "push-image && prepare-data" if prepare is not None else "push-image"
-            if smoke is not None:
-                Task(name="smoke-train", template=smoke, arguments=[image_arg], depends=inputs)
-            train_args = [image_arg]
-            if find_production is not None:
-                Task(name="find-production", template=find_production, depends="checkout")
-                train_args.append(Parameter(
-                    name="init-from",
-                    value="{{tasks.find-production.outputs.parameters.model-dir}}"))
-            t_train = Task(
-                name="train", template=train, arguments=train_args,
-                depends=" && ".join([inputs if smoke is None else "smoke-train",
-                                     *(["find-production"] if warm else [])]),
-            )
-            t_eval = Task(name="evaluate", template=evaluate, depends="train")
-            Task(name="gate", template=gate, depends="evaluate.Succeeded")
-            # Publish and propose only a candidate that passed, and only where
-            # a GitOps repo is configured (empty parameter: end at the gate).
-            proposing = (
-                "{{tasks.gate.outputs.parameters.passed}} == true"
-                " && '{{workflow.parameters.gitops-repo}}' != ''"
-            )
-            Task(name="publish-model", template=publish, depends="gate.Succeeded", when=proposing)
-            Task(
-                name="propose",
-                template=propose,
-                # The bare name is Argo's "Succeeded or Skipped": a skipped
-                # publish leaves propose to its own `when`, which says why.
-                depends="publish-model",
-                when=proposing,
-                arguments=[
-                    Parameter(
-                        name="model-dir",
-                        value="{{tasks.publish-model.outputs.parameters.model-dir}}",
-                    )
-                ],
-            )
-            del t_checkout, t_build, t_train, t_eval
-    return wt
+        volume_claim_templates=[_workspace_claim(settings)],
+        volumes=_workflow_volumes(r),
+        metrics=_workflow_metrics(r),
+        templates=[*steps.values(), _pipeline_dag(steps)],
+    )
 
 
 def embedded_manifests(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

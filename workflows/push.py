@@ -1,11 +1,8 @@
 """What one push runs: the push Workflow, and the pipeline Workflow of the pushed commit (pure).
 
-The Sensor submits the push Workflow from the WorkflowTemplate `<model>-push` (rendered
-here): `checkout` of the pushed commit, then `submit-pipeline`
-(`workflows.steps.submit_pipeline`), which renders that commit's pipeline with the
-platform's settings and creates it inline (:func:`child_workflow`), named `<model>-<sha12>`
-and labelled as the Sensor would, so a duplicate delivery is refused by name. Why two
-stages, and inline: docs/inside-workflows.md.
+The push WorkflowTemplate `<model>-push` checks the commit out, then its
+`submit-pipeline` step renders that commit's own pipeline (`child_workflow`) and
+creates it with the spec inline (docs/pipeline-internals.md, "A push").
 """
 
 import copy
@@ -62,9 +59,25 @@ def build_push_template(loaded: LoadedConfig, settings: PipelineSettings,
     binding = binding or binding_for(loaded)
     loaded = applied(loaded, binding)
     model = loaded.config.model
-    pipeline = build_workflow_template(loaded, settings).to_dict()
-    spec = pipeline["spec"]
+    spec = build_workflow_template(loaded, settings).to_dict()["spec"]
     checkout = next(t for t in spec["templates"] if t["name"] == "checkout")
+    return copy.deepcopy({  # shared sub-objects would dump as YAML anchors
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "WorkflowTemplate",
+        "metadata": {
+            "name": push_template_name(model),
+            "namespace": settings.namespace,
+            "labels": {"app.kubernetes.io/part-of": "mlops", PUSH_LABEL: model},
+        },
+        "spec": _push_spec(spec, checkout, _submit_template(settings, binding, checkout),
+                           settings),
+    })
+
+
+def _submit_template(settings: PipelineSettings, binding: PlatformBinding,
+                     checkout: dict[str, Any]) -> dict[str, Any]:
+    """`submit-pipeline`: render the checkout's pipeline with the platform's settings and
+    binding (baked into its args), and create it (`workflows.steps.submit_pipeline`)."""
     submit = {
         "name": SUBMIT_STEP,
         "metadata": {"annotations": {LOCAL_ANNOTATION: SUBMIT_STEP}},
@@ -108,28 +121,34 @@ def build_push_template(loaded: LoadedConfig, settings: PipelineSettings,
             {"name": "workflow", "valueFrom": {"path": f"{PATH_ENV['MLOPS_OUTPUTS']}/workflow"}},
         ]},
     }
-    submit = {k: v for k, v in submit.items() if v is not None}
+    return {k: v for k, v in submit.items() if v is not None}
+
+
+def _push_spec(pipeline: dict[str, Any], checkout: dict[str, Any], submit: dict[str, Any],
+               settings: PipelineSettings) -> dict[str, Any]:
+    """The push Workflow's spec: the pipeline's accounts and pod settings, its own small
+    workspace, and the DAG checkout -> submit-pipeline."""
     pvc: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
                            "resources": {"requests": {"storage": WORKSPACE_SIZE}}}
     if settings.workspace_storage_class:
         pvc["storageClassName"] = settings.workspace_storage_class
     push_spec: dict[str, Any] = {
         "entrypoint": PUSH_ENTRYPOINT,
-        "serviceAccountName": spec["serviceAccountName"],
+        "serviceAccountName": pipeline["serviceAccountName"],
         "automountServiceAccountToken": False,
-        "executor": spec["executor"],
+        "executor": pipeline["executor"],
         # The Sensor sets all three; these defaults are for a push Workflow submitted by hand.
         "arguments": {"parameters": [
             {"name": "repo", "value": ""}, {"name": "revision", "value": ""},
             {"name": "ref", "value": f"refs/heads/{settings.branch}"}]},
         "activeDeadlineSeconds": 2 * settings.step_deadline_seconds,
-        "podGC": spec.get("podGC"),
+        "podGC": pipeline.get("podGC"),
         "volumeClaimGC": {"strategy": "OnWorkflowCompletion"},
-        "ttlStrategy": spec.get("ttlStrategy"),
-        "securityContext": spec.get("securityContext"),
-        "imagePullSecrets": spec.get("imagePullSecrets"),
+        "ttlStrategy": pipeline.get("ttlStrategy"),
+        "securityContext": pipeline.get("securityContext"),
+        "imagePullSecrets": pipeline.get("imagePullSecrets"),
         "volumeClaimTemplates": [{"metadata": {"name": "workspace"}, "spec": pvc}],
-        "volumes": [v for v in spec.get("volumes") or [] if v["name"] == "tmp"],
+        "volumes": [v for v in pipeline.get("volumes") or [] if v["name"] == "tmp"],
         "templates": [
             {"name": PUSH_ENTRYPOINT, "dag": {"tasks": [
                 {"name": "checkout", "template": "checkout"},
@@ -139,16 +158,7 @@ def build_push_template(loaded: LoadedConfig, settings: PipelineSettings,
             submit,
         ],
     }
-    return copy.deepcopy({  # shared sub-objects would dump as YAML anchors
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "WorkflowTemplate",
-        "metadata": {
-            "name": push_template_name(model),
-            "namespace": settings.namespace,
-            "labels": {"app.kubernetes.io/part-of": "mlops", PUSH_LABEL: model},
-        },
-        "spec": {k: v for k, v in push_spec.items() if v is not None},
-    })
+    return {k: v for k, v in push_spec.items() if v is not None}
 
 
 def child_workflow(loaded: LoadedConfig, settings: PipelineSettings, *, repo: str,

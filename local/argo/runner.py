@@ -1,35 +1,9 @@
 """The local runner: act out the pipeline's Hera DAG on one machine.
 
-It walks the WorkflowTemplate object that `workflows.pipeline` builds, in
-its rendered form (exactly what Argo would receive), never a hand-copied
-list of steps. For each task, in `depends` order:
-
-* resolve its arguments (`{{tasks.X.outputs.parameters.Y}}`, workflow
-  parameters), honour `depends` and `when` as Argo does;
-* pick its local action from the template itself: a container runs its own
-  command and args (`mlops step NAME` runs in-process, other commands as
-  subprocesses), with `$(MLOPS_REPO)`, `$(MLOPS_OUT)`, `$(MLOPS_OUTPUTS)`
-  expanded to local directories; a template annotated `mlops.dev/local`
-  runs the named stand-in (`checkout`: the given repo dir; `environment-digest`:
-  the model repo's image built from the step's own script and env by the
-  `image_builder` the caller passes (`mlops run` passes podman's,
-  `mlops.images.stepbuild`), else a digest of the Python environment; `registry-push`: nothing
-  to push to, the built image's name passed on; `submit-pipeline`:
-  the push Workflow's step, whose rendered pipeline Workflow goes to `submit=`
-  instead of the Kubernetes API;
-  `paddlejob`: the rendered PaddleJob itself, one process per worker pod
-  with the pod's command, env and workingDir plus paddle-operator's env,
-  see `workflows.paddlejob_local`);
-* read its declared output parameters and artifacts from the mapped paths,
-  and the template's Prometheus metrics into `OUT/metrics.prom`.
-
-On the first failure it stops scheduling (Argo's DAG fail-fast), runs the
-exit handler, and reports the failing step with the end of its log.
-Everything lands under OUT: `logs/<task>.log`, `events.jsonl` (typed run
-events as they happen: `workflows.run_events`), `run.json` (the run's one
-record: status, phases, timings, outputs, and the exit handler's outcome,
-gate verdict and failures, folded in from its `outcome.json`), `report.md`
-(the exit handler's page) and `metrics.prom` (the workflow's metrics).
+It walks the rendered WorkflowTemplate (exactly what Argo would receive), task by task
+in `depends` order, running each template's `mlops.dev/local` stand-in or its own
+container, and writes the run's logs, events, records, report and metrics under OUT
+(docs/pipeline-internals.md, "The local runner").
 """
 
 import contextlib
@@ -438,7 +412,9 @@ def _metric_lines(tmpl: dict[str, Any], scope: dict[str, str]) -> list[str]:
     return lines
 
 
-def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+def _task_scope(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any]) -> dict[str, str]:
+    """The run's scope plus the task's `inputs.parameters.*`: its arguments, else the
+    template's defaults."""
     name = task["name"]
     scope = dict(ctx.scope)
     args = {
@@ -450,11 +426,13 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         if value is None:
             raise _TaskFailed(f"input parameter {p['name']!r} has no value")
         scope[f"inputs.parameters.{p['name']}"] = str(value)
+    return scope
 
-    outputs = ctx.out / "outputs" / name
-    shutil.rmtree(outputs, ignore_errors=True)
-    outputs.mkdir(parents=True)
-    local_paths = {
+
+def _local_paths(ctx: _Ctx, outputs: pathlib.Path) -> dict[str, str]:
+    """The env names of the pods' paths (`PATH_ENV` and the volumes') -> this run's
+    directories."""
+    return {
         "MLOPS_REPO": str(ctx.repo),
         "MLOPS_OUT": str(ctx.out),
         "MLOPS_OUTPUTS": str(outputs),
@@ -466,76 +444,120 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         DATA_CACHE_ENV: os.environ.get(DATA_CACHE_ENV)
         or str(pathlib.Path.home() / ".cache" / "mlops" / "data"),
     }
-    container = tmpl.get("container") or {}
-    container_env = {
-        e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
-        for e in container.get("env") or []
-        if "value" in e  # valueFrom (a Secret in the cluster): the local environment's own value
-    }
-    if not container:
-        container_env = dict(PATH_ENV)
-    if container_env.get(ALLOW_PROTOCOL_ENV):
-        # The forge's stand-in here is a directory (a bare repo): git reaches it with its
-        # `file` transport, as the volumes above stand in for the pod's mounts. No token
-        # travels over it.
-        container_env[ALLOW_PROTOCOL_ENV] += ":file"
-    env = {**container_env, **local_paths}
-    mounts = _mounts(container_env, local_paths)
-    where = f"template {tmpl['name']}"
 
-    def mapped(path: str) -> pathlib.Path:
+
+def _container_env(tmpl: dict[str, Any], scope: dict[str, str]) -> dict[str, str]:
+    """The container's own env with Argo's `{{...}}` resolved (just the path env for a
+    template without a container)."""
+    container = tmpl.get("container") or {}
+    if not container:
+        env = dict(PATH_ENV)
+    else:
+        # A valueFrom (a Secret in the cluster) is left out: the local environment's own
+        # value stands in for it.
+        env = {
+            e["name"]: substitute(str(e.get("value", "")), scope, f"template {tmpl['name']}")
+            for e in container.get("env") or []
+            if "value" in e
+        }
+    if env.get(ALLOW_PROTOCOL_ENV):
+        # The forge's stand-in here is a directory (a bare repo): git reaches it with its
+        # `file` transport, as the run's directories stand in for the pod's volumes
+        # (`_local_paths`). No token travels over it.
+        env[ALLOW_PROTOCOL_ENV] += ":file"
+    return env
+
+
+@dataclass
+class _TaskEnv:
+    """Where one task runs locally: its scope, env, mounts and outputs folder."""
+
+    scope: dict[str, str]
+    env: dict[str, str]
+    local_paths: dict[str, str]
+    mounts: Mounts
+    outputs: pathlib.Path
+    where: str
+
+    def mapped(self, path: str) -> pathlib.Path:
+        """A container path as this run's file (`_TaskFailed` outside every mount)."""
         try:
-            return pathlib.Path(mounts.require(path, where))
+            return pathlib.Path(self.mounts.require(path, self.where))
         except ContainerSpecError as exc:
             raise _TaskFailed(str(exc)) from None
 
+
+def _task_env(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any]) -> _TaskEnv:
+    """Resolve the task's inputs and make its empty outputs folder."""
+    scope = _task_scope(ctx, task, tmpl)
+    outputs = ctx.out / "outputs" / task["name"]
+    shutil.rmtree(outputs, ignore_errors=True)
+    outputs.mkdir(parents=True)
+    local_paths = _local_paths(ctx, outputs)
+    container_env = _container_env(tmpl, scope)
+    return _TaskEnv(scope=scope, env={**container_env, **local_paths}, local_paths=local_paths,
+                    mounts=_mounts(container_env, local_paths), outputs=outputs,
+                    where=f"template {tmpl['name']}")
+
+
+def _act(ctx: _Ctx, tmpl: dict[str, Any], te: _TaskEnv, log: Any) -> dict[str, Any] | None:
+    """Do what the template says, locally; returns the PaddleJob manifest it ran, if any.
+
+    Its `mlops.dev/local` stand-in where it names one, else its container's command.
+    """
     action = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(LOCAL_ANNOTATION, "")
-    manifest: dict[str, Any] | None = None
-
-    with open(record.log, "w") as log:
-        if action == "paddlejob":
-            manifest_text = (tmpl.get("resource") or {}).get("manifest")
-            if not manifest_text:
-                raise _TaskFailed(
-                    f"template {tmpl['name']} is annotated {action} but has no resource manifest"
-                )
-            manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
-            deadline = tmpl.get("activeDeadlineSeconds")
-            _standin_paddlejob(
-                log, manifest, local_paths, mounts, float(deadline) if deadline else None
-            )
-        elif action == SUBMIT_STEP and container:
-            _standin_submit(ctx, outputs, log, _local_argv(container, scope, where, mounts, env))
-        elif action:
-            if action not in STANDINS:
-                raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
-            script = substitute(" ".join(str(a) for a in container.get("args") or []),
-                                scope, where) if container else ""
-            STANDINS[action](ctx, outputs, log, env=env, script=script)
-        elif container:
-            # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
-            resolved = {**container, **{
-                key: [substitute(str(a), scope, where) for a in container.get(key) or []]
-                for key in ("command", "args")}}
-            try:
-                process = local_process(resolved, source=where, mounts=mounts, env=env)
-            except ContainerSpecError as exc:
-                raise _TaskFailed(str(exc)) from None
-            _run_container(log, process.argv, env,
-                           pathlib.Path(process.cwd) if process.cwd else ctx.repo)
-        else:
+    container = tmpl.get("container") or {}
+    scope, where = te.scope, te.where
+    if action == "paddlejob":
+        manifest_text = (tmpl.get("resource") or {}).get("manifest")
+        if not manifest_text:
             raise _TaskFailed(
-                f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
+                f"template {tmpl['name']} is annotated {action} but has no resource manifest"
             )
+        manifest = yaml.safe_load(substitute(manifest_text, scope, f"template {tmpl['name']}"))
+        deadline = tmpl.get("activeDeadlineSeconds")
+        _standin_paddlejob(
+            log, manifest, te.local_paths, te.mounts,
+            float(deadline) if deadline else None,
+        )
+        return manifest
+    if action == SUBMIT_STEP and container:
+        _standin_submit(ctx, te.outputs, log,
+                        _local_argv(container, scope, where, te.mounts, te.env))
+    elif action:
+        if action not in STANDINS:
+            raise _TaskFailed(f"unknown local action {action!r} on template {tmpl['name']}")
+        script = substitute(" ".join(str(a) for a in container.get("args") or []),
+                            scope, where) if container else ""
+        STANDINS[action](ctx, te.outputs, log, env=te.env, script=script)
+    elif container:
+        # Argo's `{{...}}` first (the controller's part), then the kubelet's (cogs.containers)
+        resolved = {**container, **{
+            key: [substitute(str(a), scope, where) for a in container.get(key) or []]
+            for key in ("command", "args")}}
+        try:
+            process = local_process(resolved, source=where, mounts=te.mounts, env=te.env)
+        except ContainerSpecError as exc:
+            raise _TaskFailed(str(exc)) from None
+        _run_container(log, process.argv, te.env,
+                       pathlib.Path(process.cwd) if process.cwd else ctx.repo)
+    else:
+        raise _TaskFailed(
+            f"template {tmpl['name']} has no local action (no container, no {LOCAL_ANNOTATION})"
+        )
+    return None
 
-    # Everything the step wrote is kept; the declared outputs must be there.
-    for f in sorted(outputs.iterdir()):
+
+def _collect_outputs(tmpl: dict[str, Any], te: _TaskEnv, record: TaskRecord,
+                     manifest: dict[str, Any] | None) -> None:
+    """Everything the step wrote is kept; the declared outputs must be there."""
+    for f in sorted(te.outputs.iterdir()):
         if f.is_file() and not f.name.startswith("."):
             record.outputs[f.name] = f.read_text().strip()
     for p in (tmpl.get("outputs") or {}).get("parameters") or []:
         source = p.get("valueFrom") or {}
         if "path" in source:
-            path = mapped(source["path"])
+            path = te.mapped(source["path"])
             if not path.is_file() and "default" in source:  # Argo's executor does the same
                 record.outputs[p["name"]] = str(source["default"])
                 continue
@@ -545,11 +567,20 @@ def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: Tas
         elif "jsonPath" in source and manifest is not None:
             record.outputs[p["name"]] = _jsonpath(manifest, source["jsonPath"])
     for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
-        path = mapped(a["path"])
+        path = te.mapped(a["path"])
         if not path.exists() and not a.get("optional"):
             raise _TaskFailed(f"output artifact {a['name']!r} is missing ({path})")
         record.artifacts[a["name"]] = str(path)
-    metric_scope = {**scope, **{f"outputs.parameters.{k}": v for k, v in record.outputs.items()}}
+
+
+def _run_task(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+    """Run one task's template locally: its action, then its outputs and metrics."""
+    te = _task_env(ctx, task, tmpl)
+    with open(record.log, "w") as log:
+        manifest = _act(ctx, tmpl, te, log)
+    _collect_outputs(tmpl, te, record, manifest)
+    metric_scope = {**te.scope,
+                    **{f"outputs.parameters.{k}": v for k, v in record.outputs.items()}}
     ctx.metrics += _metric_lines(tmpl, metric_scope)
     record.phase = "Succeeded"
 
@@ -593,31 +624,11 @@ def run_workflow(
     templates = {t["name"]: t for t in doc["spec"]["templates"]}
     ordered = dag_tasks(doc)
     model = doc["metadata"].get("labels", {}).get("mlops.dev/model") or doc["metadata"]["name"]
-
-    params = workflow_parameters(doc)
-    sha = _git(repo, "rev-parse", "HEAD")
-    params.setdefault("repo", "")
-    params["repo"] = params["repo"] or str(repo)
-    params["revision"] = params.get("revision") or sha or "local"
-    params.update(parameters or {})
-    name = (
-        workflow_name(model, params["revision"])
-        if re.fullmatch(r"[0-9a-fA-F]{7,40}", params["revision"])
-        else f"{model}-local"
-    )
-
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "report.md").unlink(missing_ok=True)  # the exit handler writes this run's
-    (out / run_events.EVENTS_FILE).unlink(missing_ok=True)  # this run's events only
-    (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
-    scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
-    scope.update(
-        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
-         # operator.go setGlobalParameters (v3.7.9): every annotation, as JSON
-         "workflow.annotations.json": json.dumps(doc["metadata"].get("annotations") or {})}
-    )
-    ctx = _Ctx(repo=repo, out=out, model=model, scope=scope, echo=echo, submit=submit,
-               image_builder=image_builder)
+    params = _run_parameters(doc, repo, parameters)
+    name = _run_name(model, params["revision"])
+    _clear_run_files(out)
+    ctx = _Ctx(repo=repo, out=out, model=model, scope=_run_scope(doc, params, name), echo=echo,
+               submit=submit, image_builder=image_builder)
 
     echo(f"local run {name}: {repo} -> {out}")
     for key in PLAN_ANNOTATIONS:  # why this DAG has no smoke job, or fewer workers
@@ -625,82 +636,13 @@ def run_workflow(
             echo(f"  {key.split('/')[-1]}: {doc['metadata']['annotations'][key]}")
     run_events.append(out, "run_started", workflow=name)
     start = time.monotonic()
-    records: list[TaskRecord] = []
     global_outputs: dict[str, str] = {}
-    status: dict[str, str] = {}
-    failed: TaskRecord | None = None
-    for task in ordered:
-        record = TaskRecord(
-            name=task["name"],
-            template=task["template"],
-            log=str(out / "logs" / f"{task['name']}.log"),
-        )
-        records.append(record)
-        if failed is not None:
-            record.phase, record.message = "Omitted", f"not run: {failed.name} failed"
-        elif task.get("depends") and not eval_depends(task["depends"], status):
-            record.phase, record.message = "Omitted", f"depends {task['depends']!r} is false"
-        elif task.get("when") and not eval_when(
-            substitute(task["when"], ctx.scope, f"task {record.name} when")
-        ):
-            record.phase, record.message = "Skipped", f"when {task['when']!r} is false"
-        else:
-            echo(f"  {record.name:<14} running   (log: {record.log})")
-            run_events.append(out, "task_started", task=record.name, log=record.log)
-            t0 = time.monotonic()
-            try:
-                _run_task(ctx, task, templates[task["template"]], record)
-            except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
-                record.phase, record.message = "Failed", str(exc)
-            record.seconds = round(time.monotonic() - t0, 3)
-            if record.phase == "Failed":
-                failed = record
-        status[record.name] = record.phase
-        _export_globals(templates[task["template"]], record, global_outputs)
-        _task_finished(out, record)
-        for key, value in record.outputs.items():
-            ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
-        ctx.scope[f"tasks.{record.name}.status"] = record.phase
-        if record.phase != "Omitted" or failed is None or failed is record:
-            echo(
-                f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
-                + (f"  {record.message}" if record.message and record.phase != "Succeeded" else "")
-            )
-
-    outputs = _dag_outputs(templates.get(doc["spec"].get("entrypoint", "")) or {}, ctx.scope)
-    for key, value in outputs.items():
-        ctx.scope[f"workflow.outputs.parameters.{key}"] = value
-    wf_status = "Failed" if failed else "Succeeded"
-    ctx.scope["workflow.status"] = wf_status
-    ctx.scope["workflow.failures"] = json.dumps(
-        [
-            {
-                "displayName": failed.name,
-                "templateName": failed.template,
-                "phase": "Failed",
-                "message": failed.message,
-            }
-        ]
-        if failed
-        else []
-    )
-    ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
-    exit_name = doc["spec"].get("onExit")
-    if exit_name:
-        record = TaskRecord(
-            name=exit_name, template=exit_name, log=str(out / "logs" / f"{exit_name}.log")
-        )
-        run_events.append(out, "task_started", task=record.name, log=record.log)
-        t0 = time.monotonic()
-        try:
-            _run_task(ctx, {"name": exit_name}, templates[exit_name], record)
-        except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
-            record.phase, record.message = "Failed", str(exc)
-        record.seconds = round(time.monotonic() - t0, 3)
-        records.append(record)
-        _export_globals(templates[exit_name], record, global_outputs)
-        _task_finished(out, record)
-        echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
+    records, failed = _run_dag(ctx, ordered, templates, global_outputs)
+    outputs = _conclude(ctx, doc, templates, failed, start)
+    wf_status = ctx.scope["workflow.status"]
+    exit_record = _run_exit_handler(ctx, doc, templates, global_outputs)
+    if exit_record is not None:
+        records.append(exit_record)
     ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
     ctx.metrics += _metric_lines(doc["spec"], ctx.scope)
 
@@ -725,6 +667,144 @@ def run_workflow(
         )
     _print_summary(result, echo)
     return result
+
+
+def _run_parameters(doc: dict[str, Any], repo: pathlib.Path,
+                    given: dict[str, str] | None) -> dict[str, str]:
+    """The workflow's parameters for a local run: the template's defaults, the repo dir
+    and its HEAD where none is given, then the caller's."""
+    params = workflow_parameters(doc)
+    sha = _git(repo, "rev-parse", "HEAD")
+    params.setdefault("repo", "")
+    params["repo"] = params["repo"] or str(repo)
+    params["revision"] = params.get("revision") or sha or "local"
+    params.update(given or {})
+    return params
+
+
+def _run_name(model: str, revision: str) -> str:
+    """The cluster's Workflow name for a commit id; `<model>-local` for anything else."""
+    if re.fullmatch(r"[0-9a-fA-F]{7,40}", revision):
+        return workflow_name(model, revision)
+    return f"{model}-local"
+
+
+def _clear_run_files(out: pathlib.Path) -> None:
+    """OUT ready for a new run: its folders made, the last run's report and events gone."""
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    (out / "report.md").unlink(missing_ok=True)  # the exit handler writes this run's
+    (out / run_events.EVENTS_FILE).unlink(missing_ok=True)  # this run's events only
+    (out / "models").mkdir(exist_ok=True)  # the models volume's stand-in (publish-model)
+
+
+def _run_scope(doc: dict[str, Any], params: dict[str, str], name: str) -> dict[str, str]:
+    """The `{{workflow.*}}` values known before the first task runs."""
+    scope = {f"workflow.parameters.{k}": v for k, v in params.items()}
+    scope.update(
+        {"workflow.name": name, "workflow.uid": str(uuid.uuid4()), "workflow.namespace": "local",
+         # operator.go setGlobalParameters (v3.7.9): every annotation, as JSON
+         "workflow.annotations.json": json.dumps(doc["metadata"].get("annotations") or {})}
+    )
+    return scope
+
+
+def _not_run(ctx: _Ctx, task: dict[str, Any], status: dict[str, str],
+             failed: TaskRecord | None) -> tuple[str, str] | None:
+    """(phase, message) of a task Argo would not run here, None for one it runs: omitted
+    after a failure (fail-fast) or when its `depends` is false, skipped by its `when`."""
+    if failed is not None:
+        return "Omitted", f"not run: {failed.name} failed"
+    if task.get("depends") and not eval_depends(task["depends"], status):
+        return "Omitted", f"depends {task['depends']!r} is false"
+    if task.get("when") and not eval_when(
+        substitute(task["when"], ctx.scope, f"task {task['name']} when")
+    ):
+        return "Skipped", f"when {task['when']!r} is false"
+    return None
+
+
+def _attempt(ctx: _Ctx, task: dict[str, Any], tmpl: dict[str, Any], record: TaskRecord) -> None:
+    """Run one task, timed; a failure becomes the record's phase and message."""
+    run_events.append(ctx.out, "task_started", task=record.name, log=record.log)
+    t0 = time.monotonic()
+    try:
+        _run_task(ctx, task, tmpl, record)
+    except (_TaskFailed, StepError, ExpressionError, OSError) as exc:
+        record.phase, record.message = "Failed", str(exc)
+    record.seconds = round(time.monotonic() - t0, 3)
+
+
+def _run_dag(ctx: _Ctx, ordered: list[dict[str, Any]], templates: dict[str, dict[str, Any]],
+             global_outputs: dict[str, str]) -> tuple[list[TaskRecord], TaskRecord | None]:
+    """The entrypoint DAG's tasks in order; the records and the failed task, if any."""
+    records: list[TaskRecord] = []
+    status: dict[str, str] = {}
+    failed: TaskRecord | None = None
+    for task in ordered:
+        tmpl = templates[task["template"]]
+        record = TaskRecord(name=task["name"], template=task["template"],
+                            log=str(ctx.out / "logs" / f"{task['name']}.log"))
+        records.append(record)
+        not_run = _not_run(ctx, task, status, failed)
+        if not_run:
+            record.phase, record.message = not_run
+        else:
+            ctx.echo(f"  {record.name:<14} running   (log: {record.log})")
+            _attempt(ctx, task, tmpl, record)
+            if record.phase == "Failed":
+                failed = record
+        status[record.name] = record.phase
+        _export_globals(tmpl, record, global_outputs)
+        _task_finished(ctx.out, record)
+        for key, value in record.outputs.items():
+            ctx.scope[f"tasks.{record.name}.outputs.parameters.{key}"] = value
+        ctx.scope[f"tasks.{record.name}.status"] = record.phase
+        if record.phase != "Omitted" or failed is None or failed is record:
+            ctx.echo(
+                f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s"
+                + (f"  {record.message}" if record.message and record.phase != "Succeeded" else "")
+            )
+    return records, failed
+
+
+def _conclude(ctx: _Ctx, doc: dict[str, Any], templates: dict[str, dict[str, Any]],
+              failed: TaskRecord | None, start: float) -> dict[str, str]:
+    """The DAG's outputs, and the `{{workflow.*}}` values the exit handler reads (status,
+    failures, duration); returns the outputs."""
+    outputs = _dag_outputs(templates.get(doc["spec"].get("entrypoint", "")) or {}, ctx.scope)
+    for key, value in outputs.items():
+        ctx.scope[f"workflow.outputs.parameters.{key}"] = value
+    ctx.scope["workflow.status"] = "Failed" if failed else "Succeeded"
+    ctx.scope["workflow.failures"] = json.dumps(
+        [
+            {
+                "displayName": failed.name,
+                "templateName": failed.template,
+                "phase": "Failed",
+                "message": failed.message,
+            }
+        ]
+        if failed
+        else []
+    )
+    ctx.scope["workflow.duration"] = f"{time.monotonic() - start:.3f}"
+    return outputs
+
+
+def _run_exit_handler(ctx: _Ctx, doc: dict[str, Any], templates: dict[str, dict[str, Any]],
+                      global_outputs: dict[str, str]) -> TaskRecord | None:
+    """The `onExit` template, whatever the DAG's outcome; its record (None: no handler)."""
+    exit_name = doc["spec"].get("onExit")
+    if not exit_name:
+        return None
+    record = TaskRecord(
+        name=exit_name, template=exit_name, log=str(ctx.out / "logs" / f"{exit_name}.log")
+    )
+    _attempt(ctx, {"name": exit_name}, templates[exit_name], record)
+    _export_globals(templates[exit_name], record, global_outputs)
+    _task_finished(ctx.out, record)
+    ctx.echo(f"  {record.name:<14} {record.phase:<9} {record.seconds:8.2f}s (exit handler)")
+    return record
 
 
 def _export_globals(tmpl: dict[str, Any], record: TaskRecord, into: dict[str, str]) -> None:
