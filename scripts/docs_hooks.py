@@ -5,7 +5,8 @@ At each build the reference pages are made from the code of the checkout being b
 their pydantic models, and the benchmarks page from `benchmarks/results/*.json`. They are
 never committed, so they cannot drift from the code; `python -m mkdocs build --strict`
 (in `scripts/test.sh`, through `tests/test_docs_site.py`) then fails on a broken link or
-a page missing from the site.
+a page missing from the site. Measured numbers in the pages' prose are filled in from the
+same results files (`mlops.reference.numbers`).
 """
 
 from __future__ import annotations
@@ -39,3 +40,13 @@ def on_files(files: Any, config: Any) -> Any:
             raise SystemExit(f"docs/{path}: generated at build time; remove the file")
         files.append(File.generated(config, path, content=text))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Fill in the measured numbers a page cites from `benchmarks/results/`."""
+    from mlops.reference.numbers import render
+
+    try:
+        return render(markdown, ROOT / "benchmarks/results", f"docs/{page.file.src_path}")
+    except ValueError as problem:
+        raise SystemExit(str(problem)) from None

@@ -13,4 +13,5 @@ __all__ = [
     "benchmarks",  # the benchmarks page
     "cli",         # the CLI reference page and the exit-code table
     "config",      # the configuration reference pages
+    "numbers",     # measured numbers filled into the pages' prose
 ]
