@@ -3,8 +3,9 @@
 A page writes `{{ canary_guarantees detect.score_shift.rolled_back }}` (a results file's
 name without `.json`, then a dotted path into it, optionally `| FORMAT` in Python's
 format-spec language, e.g. `| .1%`) where a measured number belongs; the build puts the
-number there, so prose and results cannot disagree. A path that leads nowhere fails the
-build naming the page, the placeholder and the file.
+number there, so prose and results cannot disagree; code (fenced or inline) is left as
+written. A path that leads nowhere fails the build naming the page, the placeholder and
+the file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ __all__ = ["PLACEHOLDER", "render"]
 
 PLACEHOLDER = re.compile(
     r"\{\{\s*(?P<file>[A-Za-z0-9_]+)\s+(?P<path>[A-Za-z0-9_.\-]+)\s*(?:\|\s*(?P<spec>[^}]*?)\s*)?\}\}")
+
+
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,4 +74,6 @@ def render(markdown: str, results: pathlib.Path, page: str = "page") -> str:
         except (TypeError, ValueError) as bad:
             raise ValueError(f"{where}: format {match['spec']!r}: {bad}") from None
 
-    return PLACEHOLDER.sub(number, markdown)
+    parts = _CODE.split(markdown)  # odd parts are code
+    return "".join(part if i % 2 else PLACEHOLDER.sub(number, part)
+                   for i, part in enumerate(parts))
