@@ -22,10 +22,8 @@ class S3Source:
 
     def __init__(self, uri: str, endpoint_url: str | None = None) -> None:
         try:
-            # lazy: boto3 is in the train and data extras only, not in every image
+            # boto3 and botocore are in the train and data extras only, not in every image
             import boto3
-
-            # lazy: botocore is in the train and data extras only, not in every image
             import botocore.config
         except ImportError as exc:  # the controller or serve image, a base install
             raise DataError(f"source {uri!r}: reading S3 needs {exc.name}, which this install "
@@ -50,7 +48,6 @@ class S3Source:
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def _fail(self, exc: Exception, what: str) -> Exception:
-        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         if isinstance(exc, bx.ClientError):
@@ -67,7 +64,6 @@ class S3Source:
 
     def list(self, prefix: str) -> list[str]:
         """Keys under prefix, relative to the source prefix."""
-        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         start = len(self.prefix) + 1 if self.prefix else 0
@@ -85,7 +81,6 @@ class S3Source:
 
     def chunks(self, path: str) -> Iterator[bytes]:
         """Stream one object in 1 MiB chunks."""
-        # lazy: botocore is in the train and data extras only, not in every image
         import botocore.exceptions as bx
 
         what = f"{self.uri}/{path}"

@@ -108,7 +108,6 @@ def open_source(uri: str, endpoint_url: str | None = None) -> Source:
     """
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
-        # lazy (import cost): `mlops --help` does not load it
         from datapins.s3 import S3Source
 
         return S3Source(uri, endpoint_url or os.environ.get("MLOPS_DATA_ENDPOINT_URL") or None)

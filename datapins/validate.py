@@ -121,7 +121,6 @@ def check_overlap(split_images: Mapping[str, Mapping[str, str]]) -> list[Problem
 def check_images(images: Iterable[tuple[str, pathlib.Path]],
                  full: bool = False) -> dict[str, ImageSeen]:
     """Open every image ((COCO file_name, file) pairs) and say what was found."""
-    # lazy (import cost): `mlops --help` does not load it
     from PIL import Image
 
     seen: dict[str, ImageSeen] = {}

@@ -34,7 +34,7 @@ def latest(ckpt_dir: pathlib.Path) -> pathlib.Path | None:
 
 def save(ckpt_dir: pathlib.Path, step: int, state: Mapping[str, Any]) -> pathlib.Path:
     """Write `state` as the checkpoint of `step` (atomic), then drop all but the newest KEEP."""
-    import paddle  # import cost: only a run that trains pays it
+    import paddle
 
     path = atomic_write(pathlib.Path(ckpt_dir) / f"ckpt-{step:08d}.pdckpt",
                         lambda tmp: paddle.save(dict(state), str(tmp)))
@@ -45,7 +45,6 @@ def save(ckpt_dir: pathlib.Path, step: int, state: Mapping[str, Any]) -> pathlib
 
 def load(path: pathlib.Path, *, global_batch: int, images: int) -> dict[str, Any]:
     """The checkpoint at `path`, refused (`TrainError`) when written for another schedule."""
-    # lazy (import cost): paddle loads only when a run calls this
     import paddle
 
     state: dict[str, Any] = paddle.load(str(path))

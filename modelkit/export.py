@@ -114,7 +114,6 @@ def save_program(layer: Any, ctx: ExportContext, input_spec: Sequence[Any]) -> p
 
 def predictor(model_dir: pathlib.Path) -> Any:
     """A `paddle.inference` predictor of the exported program: CPU, one thread, quiet."""
-    # lazy (import cost): paddle loads only when a run calls this
     from paddle import inference
 
     program = program_file(model_dir)
@@ -132,7 +131,6 @@ def write_export(ctx: ExportContext, *, name: str, served_cfg: dict[str, Any],
                  drill: dict[str, Any] | None) -> dict[str, Any]:
     """Write `infer_cfg.yml`, `model.yaml` and `bbox.json` after :func:`save_program`; returns
     the record. `drill` is :func:`declared_drill`'s second value."""
-    # lazy (import cost): paddle loads only when a run calls this
     import paddle
 
     model_dir = ctx.model_dir

@@ -90,7 +90,7 @@ def train(args: argparse.Namespace, load: Callable[[], Recipe]) -> None:
     """Run the training `args` describe; `load` reads the data and returns the recipe
     (called once the ranks are up and the metrics are served)."""
     args.kernel_path = kernels.pin(getattr(args, "kernels", "reproducible"))  # before paddle
-    import paddle  # import cost: only a run that trains pays it
+    import paddle
     import paddle.distributed as dist  # the same
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
@@ -127,7 +127,6 @@ class _Run:
 
     def __init__(self, args: argparse.Namespace, recipe: Recipe, rank: int, world: int,
                  out_dir: pathlib.Path, ckpt_dir: pathlib.Path, metrics: Metrics) -> None:
-        # lazy (import cost): paddle loads only when a run calls this
         import paddle
 
         self.args, self.recipe, self.rank, self.world = args, recipe, rank, world
@@ -181,7 +180,6 @@ class _Run:
         """Average the BatchNorm statistics over the ranks (no-op on one)."""
         if self.world == 1:
             return
-        # lazy (import cost): paddle loads only when a run calls this
         import paddle.distributed as dist
 
         # Paddle keeps BN running statistics as non-trainable *parameters*
@@ -205,7 +203,6 @@ class _Run:
 
     def run(self) -> None:
         """Resume, train to the last step, export on rank 0."""
-        # lazy (import cost): paddle loads only when a run calls this
         import paddle.distributed as dist
 
         args, world, total, spe = self.args, self.world, self.total, self.spe

@@ -41,26 +41,6 @@ FORBIDDEN: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.I)),
 )
 
-#: Files other branches of the same round are rewriting, left to them so the merges do
-#: not collide: checked once those land (path: the work they wait for). Remove an entry
-#: when its file passes; `python3 scripts/prose_check.py` lists the ones that do.
-_OTHERS = "being rewritten on another branch"
-PENDING: dict[str, str] = {path: _OTHERS for path in (
-    # the rooms' doors (an __all__ in each __init__)
-    "local/platform/__init__.py", "mlops/ui/__init__.py",
-    # one builder per template; one CLI vocabulary; serve's settings
-    "local/argo/hooks.py", "local/argo/runner.py", "workflows/pipeline.py",
-    "mlops/commands/data.py", "mlops/commands/pr.py", "mlops/commands/rollback.py",
-    "serving/options.py",
-    # decide as a table of rules; promotion/errors.py
-    "promotion/decision/analysis.py", "promotion/cluster/deploy.py",
-    "promotion/decision/coco_ap.py", "promotion/decision/policy.py",
-    "promotion/decision/state.py", "promotion/gitrepo/apply.py",
-    "promotion/gitrepo/production.py", "promotion/gitrepo/propose.py",
-    "promotion/gitrepo/rollback.py", "promotion/metrics/presets.py",
-    "promotion/metrics/probe.py", "promotion/metrics/prometheus.py",
-)}
-
 
 @dataclasses.dataclass(frozen=True)
 class Violation:
@@ -123,12 +103,10 @@ def check_source(path: str, source: str) -> list[Violation]:
 
 
 def check(root: pathlib.Path = ROOT) -> list[Violation]:
-    """The violations of every room's module, but the pending ones."""
+    """The violations of every room's module."""
     found = []
     for path in modules(root):
-        rel = path.relative_to(root).as_posix()
-        if rel not in PENDING:
-            found += check_source(rel, path.read_text())
+        found += check_source(path.relative_to(root).as_posix(), path.read_text())
     return found
 
 
@@ -149,9 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     violations = check(root)
     for violation in violations:
         print(violation)
-    for rel in sorted(PENDING):
-        if (root / rel).exists() and not check_source(rel, (root / rel).read_text()):
-            print(f"{rel}: passes now; remove it from PENDING")
     return 1 if violations else 0
 
 

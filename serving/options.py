@@ -1,23 +1,10 @@
 """How a model version asks to be served: the `serving:` section of `infer_cfg.yml`.
 
-Both `infer_cfg.yml` formats (the example's, `serving.modeldir`, and
-PaddleDetection's, `serving.ppdet_config`) accept it::
-
-    serving:
-      workers: 2            # server processes behind the one port (default 1)
-      batch_max_size: 8     # adaptive batching: at most 8 images per predictor run
-      batch_timeout_ms: 1   # ... waiting up to 1 ms for more when idle (default 0)
-      max_request_pixels: 16777216  # what one request's images may decode to
-      reduced_decode: true  # JPEGs decoded at 1/2..1/8 scale when the resize shrinks them
-
-Every key is optional; `mlops serve` flags (`--workers`, `--batch-max-size`,
-`--batch-timeout-ms`, `--max-request-pixels`, `--reduced-decode`) override it,
-and the Deployment rendered for the version (`serving.manifests.deployment`)
-passes the same values as flags, so the pod, the local platform (which starts
-the server from that container spec) and a hand-run `mlops serve` all serve
-the version the same way.
-Unknown keys are refused: a misspelt setting that silently did nothing would
-be benchmarked as the thing it was meant to change.
+Both `infer_cfg.yml` formats (`serving.modeldir`, `serving.ppdet_config`) accept it
+(`workers`, `batch_max_size`, `batch_timeout_ms`, `max_request_pixels`, `reduced_decode`).
+Every key is optional; `mlops serve` flags override it, and the version's rendered
+Deployment passes the same values as flags, so every runtime serves the version the same
+way. Unknown keys are refused. Why: docs/inside-serving.md.
 """
 
 import pathlib

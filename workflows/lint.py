@@ -134,7 +134,6 @@ def lint_paths(paths: Iterable[pathlib.Path]) -> tuple[int, list[str]]:
 
 def identity_problems(paths: Iterable[pathlib.Path]) -> list[str]:
     """Every pod's API calls against the Roles, over all the files (`workflows.identity`)."""
-    # lazy (import cost): it pulls hera
     from workflows.identity import identity_problems as problems
 
     docs = [d for path in paths for d in yaml.safe_load_all(path.read_text())

@@ -112,9 +112,9 @@ CHECKOUT_SCRIPT = (
     'git -C "$MLOPS_REPO" rev-parse HEAD > "$MLOPS_OUTPUTS/revision"\n'
 )
 # Build the training image for the commit from the checkout, into a docker-format tarball on
-# the workspace: no registry credential in this container, whose Dockerfile is the pusher's
-# (issue 41, finding 11). BuildKit's layer cache, where a claim is configured, is one folder
-# of this model's (its subPath), exported beside the one read and swapped in after.
+# the workspace: no registry credential in this container, whose Dockerfile is the pusher's.
+# BuildKit's layer cache, where a claim is configured, is one folder of this model's (its
+# subPath), exported beside the one read and swapped in after.
 BUILD_SCRIPT = (
     "set -eu\n"
     'mkdir -p "$MLOPS_OUTPUTS" "$(dirname "$IMAGE_TAR")"\n'
@@ -380,8 +380,7 @@ def _worker_container(loaded: LoadedConfig, job: ResourceTemplate, which: str) -
         "volumeMounts": [
             *_training_mounts(loaded, which),
             {"name": "dshm", "mountPath": "/dev/shm"},
-            # Its own model's exports only, not every team's
-            # (issue 41, finding 10): production's is under it.
+            # Its own model's exports only, not every team's: production's is under it.
             *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
                 "subPath": model, "readOnly": True}] if warm else []),
         ],
@@ -393,9 +392,9 @@ def _training_mounts(loaded: LoadedConfig, which: str) -> list[dict[str, Any]]:
 
     Its own output folder writable; the checkout (the `mlops.yaml` and lock files later
     steps read) and the prepared data (what evaluation judges) read-only, through
-    subPaths of the same claim. The whole workspace was writable, and a training job
-    replaced the verified val annotations: a failing candidate passed the gate (issue 41,
-    finding 5). The local runner honours the same `readOnly` (`workflows.paddlejob_local`).
+    subPaths of the same claim: with the whole workspace writable, a training job could
+    replace the verified val annotations and a failing candidate pass the gate. The
+    local runner honours the same `readOnly` (`workflows.paddlejob_local`).
     """
     out = PATH_ENV["MLOPS_OUT"]
     mounts: list[dict[str, Any]] = [
@@ -574,7 +573,7 @@ def _build_image_template(r: _Render) -> Container:
     behind `docker build`, runs without privileges, and caches layers. Rootless BuildKit
     needs seccomp/AppArmor unconfined (user namespaces) and the no-process-sandbox flag
     inside a pod, so the pushed Dockerfile's RUN steps can see buildkitd's processes and
-    files: this container gets no registry credential (issue 41, finding 11). It writes
+    files: this container gets no registry credential. It writes
     the image as a tarball on the workspace; push-image, a container of its own that runs
     no code of the commit, pushes it with the push credential. Its state (buildkitd's
     root) is under HOME, the /tmp emptyDir.
@@ -660,7 +659,7 @@ def _find_production_template(r: _Render) -> Container | None:
         r.production_args("find-production"),
         extra_env=r.git_env(helper=False),
         # production's export is on the models volume (its `file://` model-uri): without
-        # it every full job trained from scratch (issue 42, B1)
+        # it every full job trained from scratch
         extra_mounts=[_models_read_only()],
         outputs=[
             Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir"))),

@@ -2,7 +2,7 @@
 
 The push WorkflowTemplate `<model>-push` checks the commit out, then its
 `submit-pipeline` step renders that commit's own pipeline (`child_workflow`) and
-creates it with the spec inline (docs/pipeline-internals.md, "A push").
+creates it with the spec inline (docs/inside-workflows.md, "One push, two stages").
 """
 
 import copy

@@ -37,7 +37,6 @@ class ServedExport:
     (or use it in a `with`). Errors name the directory or file."""
 
     def __init__(self, model_dir: pathlib.Path, what: str = "model") -> None:
-        # lazy (import cost): it pulls pillow, opencv, pysimdjson
         from serving.service import ModelService
 
         self.model_dir = model_dir
@@ -68,7 +67,6 @@ class ServedExport:
                    ) -> list[dict[str, Any]]:
         """Run the export on every image of `ground_truth` (files under `image_root`);
         returns a COCO results list."""
-        # lazy (import cost): it pulls pysimdjson
         from serving.protocol import Tensor
 
         what, model_dir, service = self.what, self.model_dir, self._service

@@ -153,7 +153,6 @@ def coco_detections(bbox, bbox_num, entries, categories):
 
 def load(args):
     """The data, the net and the loss of one step: this model's part of a run."""
-    # lazy (import cost): paddle loads only when a run calls this
     import paddle
     from model import INPUT_SIZE, YOLOv3Small, count_parameters, yolo_losses
 
@@ -180,8 +179,6 @@ def load(args):
 def export(net, ctx, categories):
     """jit.save net + yolo_box + NMS, write infer_cfg.yml + model.yaml, then bbox.json."""
     from model import INPUT_SIZE, YOLOv3Export
-
-    # lazy (import cost): paddle loads only when a run calls this
     from paddle.static import InputSpec
 
     wrapped = YOLOv3Export(net)

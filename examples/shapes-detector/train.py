@@ -138,7 +138,6 @@ def run_exported(model_dir, images, cfg_without_names, batch=50):
 
 def load(args):
     """The data, the net and the loss of one step: this model's part of a run."""
-    # lazy (import cost): paddle loads only when a run calls this
     import paddle
     from model import STRIDE, ShapesNet, build_targets, count_parameters, detection_loss
 
@@ -163,7 +162,6 @@ def load(args):
 
 def export(net, ctx, categories):
     """jit.save the net, write infer_cfg.yml + model.yaml, then bbox.json via the export."""
-    # lazy (import cost): paddle loads only when a run calls this
     from paddle.static import InputSpec
 
     model_dir = modelkit.save_program(net, ctx,

@@ -1,27 +1,12 @@
 """The local push trigger: a `post-receive` hook in a bare model repo.
 
-What Argo Events does in a cluster, one machine does with git's own hook:
-`git push` to the bare repo starts `mlops run` on a fresh checkout of the
-pushed commit, in the background (the push returns at once; the hook
-prints where the run's log is, which git shows as `remote: ...`). Like the
-Sensor's push Workflow, `mlops run` first renders the pipeline from that
-commit's `mlops.yaml` (`workflows.push`), then runs it.
-
-The same three rules as the Sensor (`workflows.argo_events`):
-
-* only the configured branch, and never a deletion;
-* never a commit authored by the bot identity (its write-back commits would
-  otherwise trigger training in a loop);
-* one run per commit: a marker directory `<runs>/<sha>/`, created with an
-  atomic `mkdir`, is the run's home; if it exists the push is a duplicate
-  and nothing starts (a second push of the same sha, a re-push after a
-  branch deletion, two concurrent pushes).
-
-Runs of one repo queue behind a lock (`<runs>/.queue.lock`) rather than
-train at the same time on the same cores.
-
-Settings live in the bare repo's git config (`mlops.branch`,
-`mlops.botIdentity`, `mlops.runsDir`), written at install time.
+What Argo Events' Sensor does in a cluster: `git push` to the bare repo starts `mlops run`
+on a fresh checkout of the pushed commit, in the background, which renders that commit's
+pipeline (`workflows.push`) and runs it. The Sensor's rules hold (`workflows.argo_events`):
+the configured branch only and never a deletion, never a commit by the bot identity, one
+run per commit (an atomic `mkdir` of `<runs>/<sha>/`). Runs of one repo queue behind
+`<runs>/.queue.lock`. Settings live in the bare repo's git config (`mlops.branch`,
+`mlops.botIdentity`, `mlops.runsDir`). Why: docs/pipeline-internals.md.
 """
 
 import fcntl
@@ -217,7 +202,7 @@ def mlops_run_args(work: pathlib.Path, out: pathlib.Path, gitops: str,
 
     The GitOps repo is always passed, empty when none is configured, and the model when
     one is: they are the platform's (`workflows.binding`), and a pushed mlops.yaml that
-    names others is refused by the run's submit step (issue 41, findings 1 and 10)."""
+    names others is refused by the run's submit step."""
     bound = ["--model", model] if model else []
     return ["run", str(work), "--out", str(out), *bound, "--param", f"gitops-repo={gitops}"]
 

@@ -94,7 +94,7 @@ def _diff(args: argparse.Namespace) -> int:
             if hashlib.sha256(data).hexdigest() == split.annotations.sha256:
                 annotations[split.annotations.sha256] = data
     # Two locks' names, classes and paths, written by whoever pushed them: shown, not obeyed
-    # by the terminal (`cogs.text`; issue 41, finding 17).
+    # by the terminal (`cogs.text`).
     print(printable(render_markdown(diff(old, new, annotations))), end="")
     return 0
 

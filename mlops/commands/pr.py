@@ -62,8 +62,8 @@ def _show(args: argparse.Namespace) -> int:
     pr = forge.get_pr(args.number)
     # Everything below is someone else's text (the title, the body the propose step
     # built from the pushed repo's dataset and class names, comments): one line each
-    # through `cogs.text`, so a control sequence in it is shown, not obeyed (issue 41,
-    # finding 17: cursor moves rewrote the lines above, OSC 52 wrote the clipboard).
+    # through `cogs.text`, so a control sequence in it is shown, not obeyed (cursor
+    # moves would rewrite the lines above, OSC 52 the clipboard).
     out = [printable(f"#{pr.number} {pr.title}", lines=False),
            f"state:  {printable(pr.state, lines=False)}",
            printable(f"branch: {pr.branch} -> {pr.base} (head {str(pr.head_sha)[:12]})",

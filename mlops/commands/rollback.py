@@ -1,22 +1,12 @@
 """`mlops rollback MODEL [--to VERSION]`: an earlier version stable at 100 %, no analysis.
 
-Commits on the GitOps repo's main branch (`promotion.gitrepo.rollback`): the
-earlier version's Deployment comes back from the repo's history, traffic
-goes to it alone, the version rolled back from (and a canary in flight) is
-removed, and the commit says that a human asked and that no analysis was
-done (`Mlops-Decision: rollback/human`, `Mlops-Requested-By:`). `--to`
-defaults to the previous stable version. Its model files must still be
-published: where the Deployment's `file://` model-uri points, or under
-`--models-root` (default `$MLOPS_MODELS`, the pipeline's models volume).
-
-Make-before-break: with a runtime to ask (`--readiness local` on the local
-platform, the default when its work dir is known; `--readiness kubernetes` in a
-cluster, through your kubeconfig), a version that is not running first comes
-back at 0 % in its own commit, and the traffic moves in a second commit once it
-is ready, at most `--wait` seconds later. Until then the version that serves
-keeps every request. Not ready in time (or never: a warm-up that fails) is exit
-1 with the reason, and the traffic did not move. `--readiness none` is the one
-commit that moves the traffic at once.
+Commits on the GitOps repo's main branch through `promotion.gitrepo.rollback`; `--to`
+defaults to the previous stable version, whose model files must still be published
+(where its Deployment's `file://` model-uri points, or under `--models-root`). With a
+runtime to ask (`--readiness local|kubernetes`), a version that is not running comes
+back first at 0 % and takes the traffic once ready, within `--wait` seconds; not ready
+in time is exit 1 with the reason. `--readiness none` moves the traffic at once.
+Why: docs/make-before-break.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """The controller's own manifests: ServiceAccount, minimal RBAC, Deployment, metrics Service.
 
-What the controller needs from the cluster is small, so its RBAC is too: it
-reads the GitOps repo and Prometheus over HTTP, and talks to the API server
-only to (1) read the serving Deployments, to give a merged canary traffic
-only once it is deployed and ready (`get` on `deployments` in the models
-namespace, `promotion.cluster.readiness`), and (2) ask Argo CD for a refresh after a
-rollback (`get`/`patch` on the named `applications.argoproj.io` in the Argo
-CD namespace: `resourceNames`, one per model, so the controller cannot touch
-another team's Application; without names, no grant and no refresh -- a
-rollback then waits for Argo CD's poll or a forge webhook to Argo CD). At
-most two namespaced Roles bound to the controller's ServiceAccount -- no
-ClusterRole, no access to Secrets or Pods.
-
-One replica with the `Recreate` strategy: two controllers would not corrupt
-anything (a decision is only written on top of the state it was computed
-from), but they would race to make the same decision. Every durable fact
-lives in git; the canary reports (Markdown, plots, timelines) are kept on a
-PersistentVolumeClaim mounted at the work dir (`reports_claim`), so they
-survive a restart; the git mirror beside them is a cache.
-
-Secrets reach the process as environment variables from Secrets, never as
-arguments: the git token as `MLOPS_GIT_TOKEN` (`gitops.git` hands it to git
-through an inline credential helper), the forge token as the variable that
-forge's client reads (`GITHUB_TOKEN`, `GITLAB_TOKEN`, `GITEA_TOKEN`), the
-notification webhook URL as `MLOPS_WEBHOOK_URL`.
+At most two namespaced Roles: `get` on the serving Deployments (is a candidate ready)
+and `get`/`patch` on the named Argo CD Applications (a refresh after a rollback); no
+ClusterRole, no Secrets, no Pods. One replica, `Recreate`; the canary reports on a
+claim (`reports_claim`); secrets arrive as environment variables, never as arguments.
+Why: docs/inside-promotion.md; how to apply them: docs/cluster.md.
 """
 
 from __future__ import annotations

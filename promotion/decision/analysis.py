@@ -1,63 +1,13 @@
 """The canary decision: `decide(policy, state, observations, now) -> Decision`.
 
-A pure function (principles §2): it reads no clock, no socket and no file. The
-controller gives it the policy, the state read from git, one window of
-observations and the time; it returns what to do *and* the next state, which
-the controller commits together (one decision, one commit). Replaying the
-same inputs gives the same decision, which is what makes a restarted
-controller neither repeat nor skip a step.
-
-The order of the rules is the policy, so it is written down here and is the
-order of `RULES`, a table of small pure functions of (policy, state, window,
-now) that `decide` walks until one decides (each testable alone); the checks
-of rule 6 are `checks.CHECKS`, and what they lead to is `VERDICTS` (rule 7):
-
-1. Phases without a rollout in flight (idle, promoted, rolled back): hold.
-2. A human's request (abort, promote) is carried out; a paused rollout holds.
-3. A metric-source fault holds with cause `fault`, counted against the fault
-   budget (then pause or roll back, per policy). Faults are ours, not the
-   canary's: they never count as evidence either way.
-3b. The paired answers (`promotion/decision/answers.py`: the same probe images answered
-   by both versions) say the canary names the same boxes differently: roll
-   back with cause `verdict`, at once and whatever the client traffic, which
-   a rotated label map on a balanced class mix gives no other check to see.
-4. No requests at all: hold, `insufficient evidence`, counted against the
-   insufficient-evidence budget. No data is never a pass and never a failure.
-5. Traffic: if the canary serves nothing while stable serves enough requests
-   that this cannot be chance, it is down: hold for `no_traffic_grace`, then
-   roll back. If its observed share is off its weight (beyond tolerance and
-   beyond chance) the traffic has not moved yet: hold, and the window's
-   numbers do not count.
-6. The window's counts are added to the step's and to the sequential tests
-   (`promotion/decision/stats.py`): errors vs stable, error rate vs its limit,
-   slow requests vs stable (slow: beyond a bound set from stable's earlier
-   windows, before this one is seen), p99 vs its limit, and the model's
-   answers: poor answers (`quality.py`), their distribution
-   (`distribution.py`), the classes per image (`class_mix.py`). Any test that
-   rejects is a rollback with cause `verdict`; together with the paired
-   answers (3b) they are wrong on a healthy canary with probability at most
-   the policy's one `alpha`, however often we look (each spends its share,
-   `stats.ALPHA_SHARES`).
-7. Step (or promote after the last step) when the canary served
-   `min_requests` in this step and the step's own numbers are within the
-   policy (error rate <= max, p99 <= max and within `max_latency_ratio` of
-   stable's on `min_latency_samples`); otherwise hold and keep collecting.
-   "Not yet rejected" alone is not "good": a canary at 3 % errors against a
-   1 % limit is held, not stepped, until the evidence settles either way.
-   The model's answers pass only once shown within their margins by
-   anytime-valid confidence sequences, so a canary beyond them passes a step
-   with probability at most 1 - `quality.pass_confidence`.
-
-Modes (`policy.mode`, `policy.approval`): in `shadow` the controller passes
-each decision through `shadowed`, so verdicts are recorded and weights stay;
-with `approval: step`, rule 7's step waits (cause `awaiting-approval`) until
-`approved_by` is set, while rules 1-6 go on judging.
-
-Three outcomes other than success are three types (principles §10): a `Rollback`
-with cause `verdict` (the canary is worse), a `Hold` with cause `fault` (we
-could not see) and a `Hold` with cause `insufficient-evidence` (nothing to
-judge yet). Each decision carries `Evidence` that serialises to a plain dict
-for commit trailers, logs and the controller's `/metrics`.
+A pure function: no clock, no socket, no file. It returns what to do and the next
+state, which the controller commits together, so replaying the same inputs gives the
+same decision. The rules are `RULES`, a table of small pure functions `decide` walks
+in order until one decides (the checks are `checks.CHECKS`, their outcomes
+`VERDICTS`). Outcomes other than success are three types: a `Rollback` with cause
+`verdict`, a `Hold` with cause `fault` and a `Hold` with cause
+`insufficient-evidence`; each decision carries its `Evidence`.
+The rules in order and why: docs/inside-promotion.md; the statistics: docs/canary.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """COCO AP from detections matched once, for any multiset of the val images.
 
-COCOeval matches and accumulates in one go; a bootstrap needs AP on
-thousands of resamples of the same images, so here the two are apart. Each
-detection is matched once, COCO-style (per image and class, highest score
-first, greedy, crowd boxes as COCO treats them), which gives a record
-(image, class, score, TP / FP / ignored at each IoU threshold) and, per image
-and class, the count of ground-truth boxes that are not ignored. A multiset
-of images is then only a vector of multiplicities (an image drawn twice counts
-as two images): the cumulative TP and FP counts along each class's score
-order are sums weighted by them, and AP is COCO's 101-point interpolated
-precision of that curve. With all multiplicities 1 this is exactly
-COCOeval's mAP (tests hold it to pycocotools and faster-coco-eval at 1e-6);
-with an image drawn k times it equals COCOeval on a val set holding k renamed
-copies of it (up to COCOeval's own order among equal scores in different
-images, which follows image ids).
-
-The arithmetic follows pycocotools (`cocodataset/cocoapi:
-PythonAPI/pycocotools/cocoeval.py`: `evaluateImg` for matching, `accumulate`
-for the precision curve; `PythonAPI/pycocotools/mask.py`'s note on crowd
-regions: IoU with a crowd box is the overlap over the detection's area), with
-COCO's defaults: IoU thresholds .50:.05:.95, recall thresholds 0:.01:1, at
-most 100 detections per image and class, area range "all". Not reproduced:
-COCO's quirk that an annotation with id 0 counts as unmatched, and the
-`ignore` key, which pycocotools overwrites with `iscrowd` anyway.
+Each detection is matched once, COCO-style, into a record per image and class; a
+multiset of images is then a vector of multiplicities, and AP is COCO's 101-point
+interpolated precision of the curve those weights give. With all multiplicities 1 this
+is COCOeval's mAP (tests hold it to pycocotools and faster-coco-eval). The arithmetic
+follows pycocotools (`cocodataset/cocoapi: PythonAPI/pycocotools/cocoeval.py`) with
+COCO's defaults. Why and what is not reproduced: docs/gate.md.
 """
 
 import math

@@ -1,37 +1,8 @@
 """The canary policy: what a model's `mlops.yaml` says about `promotion.canary`.
 
-Checked once at the boundary (principles §13): everything below `decide()` sees a
-frozen, valid `CanaryPolicy` and never a raw dict. Durations are accepted as
-seconds or as Prometheus-style strings (`30s`, `1m`, `1m30s`), because that is
-how Flagger and Argo Rollouts users already write them.
-
-Why these defaults:
-
-- `alpha = 0.01`: **the canary's one false-rollback rate.** At most 1 % of
-  healthy canaries are rolled back by the statistics over a whole rollout, all
-  checks together, however often the controller looks. Each test that can roll
-  a canary back spends a fixed share of it (`stats.ALPHA_SHARES`: errors and
-  latency vs stable and vs their limits, the poor-answer checks, the answers'
-  distribution, the class mix, the paired answers; Bonferroni, the shares add up
-  to 1). Healthy means: errors and latency like stable's and within the limits,
-  answers like stable's within each check's margins. It holds on the counts the
-  tests get because those are exact (raw counters differenced at the window's
-  ends, `promotion/metrics/prometheus.py`, not `increase()`'s extrapolation) and
-  counted per image where one image can hold many boxes. Not in it: a canary
-  serving nothing while stable serves is called down at odds below
-  `analysis.DOWN_ALPHA` (one in a million), and people's own actions. The
-  benchmark `benchmarks/canary_guarantees.py` checks the statement under a 30 s
-  scrape, heavy-tailed latency and crowd images (docs/canary.md).
-- `max_error_rate = 0.01` and `max_p99_ms = 500`: Flagger's usual
-  `request-success-rate >= 99` and `request-duration <= 500` checks, kept as
-  hard limits next to the comparison with stable.
-- `min_requests = 200` canary requests per step: enough for the error test to
-  see a tenfold regression of a 0.5 % baseline and for a p99 to mean something.
-- Insufficient evidence pauses after 20 intervals instead of rolling back: a
-  quiet night is not a verdict on the model.
-- `mode: auto` and `approval: auto`: the controller steps on its own verdicts.
-  `shadow` (judge, never act) and `step` (each step up waits for a person) are
-  how a team builds trust in the analysis before handing it the weights.
+Checked once at the boundary: everything below `decide()` sees a frozen, valid
+`CanaryPolicy`, never a raw dict. Durations are seconds or Prometheus-style strings
+(`30s`, `1m30s`). Why these defaults: docs/inside-promotion.md; `alpha`: docs/canary.md.
 """
 
 from __future__ import annotations
@@ -123,7 +94,7 @@ class MetricsSpec(_Frozen):
     repo's namespace (`mlops-gitops.yaml`), where Argo CD deploys the models; a
     different value matches no series, and `mlops gitops lint` refuses it. A
     Kubernetes namespace name (RFC 1123 label): it becomes a PromQL label value, and
-    a quote in it once rewrote the query (issue 41, finding 4); the platform's to set
+    a quote in it could rewrite the query; the platform's to set
     (`promotion.gitrepo.platform_policy`)."""
 
     @field_validator("namespace")

@@ -1,21 +1,12 @@
 """The canary's persisted state: the shape of `apps/<model>/promotion.yaml`.
 
-Git is the only memory of a rollout (design §4): the controller may be killed
-at any time and must resume from the last committed `promotion.yaml` without
-repeating or skipping a step. So everything the analysis accumulates lives
-here: the request/error counts and latency buckets since the current step
-began, the sequential tests' log likelihood ratios since the rollout began,
-and the budgets' counters. Nothing is kept in memory between intervals.
-
-This module is the only reader and writer of the file (principles §14):
-`load_state(text | dict)` validates and names the bad field,
-`dump_state(state)` returns the plain dict that is written as YAML. The model
-is frozen; changes are `with_*` copies made by `decide()` or by the small
-human-action helpers below (`pause`, `resume`, `request_abort`,
-`request_promote`).
-
-Rejected alternative: a TypedDict as Kopf does. Pydantic gives the same
-declared shape plus validation with field paths at load time.
+Git is the only memory of a rollout: everything the analysis accumulates (the step's
+counts and latency buckets, the sequential tests' log likelihood ratios, the budgets'
+counters) lives here. This module is the file's only reader and writer:
+`load_state(text | dict)` validates and names the bad field, `dump_state(state)`
+returns the plain dict written as YAML. The model is frozen; changes are `with_*`
+copies, or the human-action helpers (`pause`, `resume`, `request_abort`,
+`request_promote`). Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

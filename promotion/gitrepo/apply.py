@@ -1,33 +1,10 @@
 """One decision, one commit: turn a decided `CanaryState` into files and a message.
 
-The analysis (`promotion/decision/analysis.py`) returns the next state; this module
-says what that state means for the model's folder in the GitOps repo and
-writes it as **one** commit (principles §4: a decision produces a change, one place
-applies it). `plan()` is pure -- it edits copies of the documents read from
-`main` -- and `commit()` hands the plan to `gitops.writeback`, which pushes
-without force and rebases only over a moved remote.
-
-What each outcome writes (besides `promotion.yaml`):
-
-* step / hold at weight W: the VirtualService routes `100-W` to `stable` and
-  `W` to `canary`;
-* promote: the candidate becomes the `stable` subset at 100 %, the canary
-  route and subset disappear, and the old stable's Deployment is removed;
-  the committed state is `promoted` with `stable` = the new version;
-* rollback: the route goes to stable 100 / canary 0 and the candidate's
-  Deployment is removed (`on_rollback="remove"`, the default: the canary
-  subset and route go with it, since Istio answers 503 for a route to a subset
-  that selects no pods) or scaled to 0 replicas (`"scale-to-zero"`: keeps the
-  Deployment for inspection; subset and a 0-weight route stay).
-
-Existing documents are edited in place rather than rebuilt, so anything a
-human added (gateways, hosts, a trafficPolicy, replicas) survives.
-
-Guarding against a stale decision: the change function re-reads
-`promotion.yaml` in the clone it commits into and refuses (`StaleDecision`)
-when it is not the state the decision was computed from. With the rebase of
-the write-back, that makes "a decision already committed is not written
-again" hold even when two controllers race or a human commits meanwhile.
+`plan()` is pure: it edits copies of the model's documents read from `main` (the
+VirtualService's weights, the promoted or removed Deployments, `promotion.yaml`).
+`commit()` hands the plan to `gitops.writeback`, which pushes without force and rebases
+only over a moved remote; the change re-reads `promotion.yaml` and refuses a stale
+decision (`StaleDecision`). What each outcome writes, and why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations
@@ -166,8 +143,7 @@ def message(kind: Kind, before: CanaryState, after: CanaryState, *, at: dt.datet
     The reason is free text that may quote what a pusher wrote (a class name from
     the export's labels): it goes through `cogs.text` before it becomes the trailer
     and the body, so a control character in it is shown escaped instead of making
-    git refuse the commit -- every tick, while the bad canary keeps its traffic
-    (issue 41, finding 9)."""
+    git refuse the commit -- every tick, while the bad canary keeps its traffic."""
     evidence = evidence or {}
     lines = [printable(reason), ""]
     for check in evidence.get("checks", []):

@@ -1,23 +1,11 @@
 """The model in production, read back from the GitOps repo: what the gate compares with.
 
-design §1 asks the gate "is it good enough, and no worse than the model in
-production?". Production is whatever the GitOps repo's branch says is the
-*stable* version of ``apps/<model>/``, so that is where we look, through the
-same read path as `propose` (a `gitops.repo.Mirror` and `gitops.layout.read_model`):
-
-* the stable version is `promotion.yaml`'s ``stable``; without one, the
-  DestinationRule's ``stable`` subset; without that, the only Deployment;
-* its metrics are the Deployment's ``mlops.paddle.org/metrics`` annotation
-  (written by `propose` since the annotation exists; readable anywhere), else
-  the ``model.yaml`` behind a ``file://`` model-uri (older local proposals).
-
-No ``apps/<model>/`` or no stable version means no production model: the
-reader returns None and the gate says "no production model to compare with".
-A repo or branch that cannot be read is an error, not "no production": a gate
-that cannot see production must not pass a candidate as if there were none.
-
-`stable_version`, `current_state` and `production_record` are pure (they take
-a parsed folder); `read_production` does the I/O.
+Production is the *stable* version of `apps/<model>/` on the repo's branch, read
+through the same path as `propose` (`gitops.repo.Mirror`, `gitops.layout.read_model`),
+with its metrics from the Deployment's `mlops.paddle.org/metrics` annotation. No
+stable version is no production (None); a repo that cannot be read is an error.
+`stable_version`, `current_state` and `production_record` are pure; `read_production`
+does the I/O. Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

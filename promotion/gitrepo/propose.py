@@ -1,42 +1,11 @@
 """Propose a candidate: its serving manifests on a branch of the GitOps repo, and a PR.
 
-The workflow's last step (and `mlops promote propose MODEL_DIR`). Two halves:
-
-* `plan_proposal()` is pure: from the candidate's `model.yaml` record, the
-  model's folder as it is on `main` and the canary policy it decides what the
-  branch holds:
-
-  - **canary** (a stable version exists): the candidate's Deployment next to
-    the stable one, the DestinationRule with subsets `stable`/`canary`, the
-    VirtualService with the canary at 0 %, `promotion.yaml` in phase
-    `waiting` with the candidate and no start time yet: the controller commits
-    the policy's first step (10 % by default) once the runtime reports the
-    candidate deployed and ready, and starts the canary's clocks then (a PR
-    may wait for days, Argo CD polls every 3 minutes, an image takes time to
-    pull: none of that is canary time), and
-    `canary-policy.yaml` (the policy travels with the manifests, so the
-    controller needs nothing but the GitOps repo);
-  - **bootstrap** (first version ever): the candidate alone as `stable` at
-    100 %, `promotion.yaml` in phase `idle`.
-
-  Leftovers of earlier rollouts (a rolled-back candidate scaled to 0) are
-  removed. A rollout in flight is refused: one candidate at a time.
-
-* `propose()` does the I/O through `gitops.proposal` (idempotent branch + PR
-  per model version, so proposing the same version twice finds the same
-  branch and PR) and merges at once with `approval="auto"`. Proposing the
-  version that is stable now, or the candidate in flight, is a no-op that
-  says so; a version whose PR was merged once but that no longer serves
-  (rolled back with `mlops rollback`, or a canary rolled back) gets a fresh
-  branch and a new PR (`gitops.proposal.next_branch`).
-
-Before anything is written the weights file is hashed and compared with the
-`weights_sha256` that was evaluated: a model directory changed after its
-evaluation is not proposed.
-
-The candidate's Deployment carries its evaluated metrics (annotation
-`mlops.paddle.org/metrics`), so once it is stable the next candidate's gate
-can compare with it wherever the repo is read (`promotion.gitrepo.production`).
+The workflow's last step (and `mlops promote propose MODEL_DIR`). `plan_proposal()` is
+pure: from the candidate's `model.yaml` record, the model's folder on `main` and the
+canary policy, the branch's files (a canary at 0 % beside the stable version, or a
+first version alone at 100 %). `propose()` checks the weights against the evaluated
+digest and does the I/O through `gitops.proposal`: one branch and PR per model
+version, idempotent. What the branch holds, and why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

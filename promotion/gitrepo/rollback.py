@@ -1,72 +1,13 @@
 """Roll a model back to an earlier stable version: no analysis, and no request lost.
 
-`mlops rollback MODEL [--to VERSION]` (argoproj/argo-rollouts#2168: "fast
-rollback to any earlier version"). The earlier version need not be trained
-again: its Deployment comes back from the GitOps repo's history, exactly as it
-was the last time it was on the branch, and its model files must still be
-where that Deployment points (the models volume keeps every published
-version, `workflows/steps/publish.py`).
-
-Two halves, as everywhere in this room (principles §2):
-
-* pure: `stable_versions()` turns the history of `promotion.yaml` into the
-  versions that were stable, newest first; `choose_target()` picks the version
-  (`--to`, else the previous stable one) or says why none fits;
-  `plan_rollback()` takes the model's folder as it is on the branch plus the
-  recovered Deployment text and returns the `RollbackPlan`: the files, the new
-  `promotion.yaml` and the commit message. No git, no clock, no file.
-* I/O: `rollback()` reads the history through `gitops.repo.Mirror`, checks
-  the model files, and commits the plan through `gitops.writeback.WriteBack`
-  (rebase and retry on a moved remote, never a force push), as
-  `mlops canary` does.
-
-What the one commit writes into `apps/<model>/`:
-
-* `deployment-<to>.yaml`: the recovered text, byte for byte (kept as it is
-  when `<to>` still has its Deployment, i.e. it is the stable version of a
-  canary in flight);
-* the DestinationRule with the `stable` subset on `<to>` alone, the
-  VirtualService with `stable` at 100 % and no canary route (what a
-  promotion writes);
-* every other version's Deployment removed: the version rolled back from,
-  and a candidate in flight, whose canary ends in the same commit;
-* `promotion.yaml` in phase `promoted` with `stable: <to>`, no candidate,
-  weight 0, and a `rollback` decision by `human`. `promoted` is the state
-  model's settled stable version reached by a decision (`idle` is a first
-  version's bootstrap); the controller does nothing in either.
-
-**Make-before-break** (issue 43). That one commit moved the traffic to a version
-whose pods did not run yet: Istio answered "no healthy upstream" until they were
-ready, and the local sync, applying it literally, answered 503 to every request
-for the seconds the server took to start. With a runtime to ask
-(`promotion.cluster.readiness`, the path the controller asks before a canary's
-first step: the Kubernetes API, or the local platform's status), a version that
-is not ready comes back in two commits:
-
-1. `plan_restore()`: its Deployment back from the history, with no route (0 %);
-   the traffic stays where it is, and a canary in flight is paused so the
-   controller moves nothing meanwhile (`Mlops-Decision: restore/human`);
-2. once the runtime says the version is ready (a bounded wait, `wait`
-   seconds), the commit above, planned again from the branch as it is then,
-   which says that it was ready.
-
-A version that does not become ready in time, or cannot (`Readiness.lasting`:
-a warm-up that fails, a progress deadline Kubernetes gave up on), stops the
-rollback with the reason: the traffic never moved, the first commit stays
-(`git revert` it, or run the rollback again once the version is ready).
-Without a runtime to ask (`readiness=None`) the rollback is the one commit.
-
-Refusals commit nothing: a version that was never stable, or whose Deployment
-or model files are gone, is "not found" (exit 7) with the versions one can
-roll back to; published weights other than the ones its Deployment was
-approved with are a digest mismatch (exit 5). Without `--models-root` and
-with a model-uri that is not a local path (a cluster's), the files cannot be
-looked at from here: the commit body says they were not checked.
-Rolling back to the version that already serves, with no canary in flight,
-changes nothing and says so. The versions one can roll back to are those that
-were stable on the branch (a candidate that was rolled back never served
-alone, so it is not "earlier", it is re-proposed) whose Deployment is in the
-history and whose model files are still published.
+`mlops rollback MODEL [--to VERSION]`. Pure: `stable_versions()` reads the versions that
+were stable from `promotion.yaml`'s history, `choose_target()` picks one or says why none
+fits, `plan_rollback()` and `plan_restore()` return the files and the commit message.
+I/O: `rollback()` reads the history through `gitops.repo.Mirror`, checks the model
+files, and commits through `gitops.writeback.WriteBack`. With a runtime to ask
+(`promotion.cluster.readiness`), a version that is not ready comes back at 0 % first
+and takes the traffic in a second commit once ready. What the commits write and what is
+refused: docs/inside-promotion.md; the two commits: docs/make-before-break.md.
 """
 
 from __future__ import annotations

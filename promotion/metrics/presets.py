@@ -1,24 +1,12 @@
 """Query presets: PromQL templates kept as data files, found by name.
 
-Queries are data (principles §7): each preset is one YAML file in `presets/`
-with three templates (`requests`, `errors`, `latency`) and the unit of the
-latency buckets. Templates use `string.Template` placeholders (`$model`,
-`$version`, `$workload`, `$namespace`, `$window`) because PromQL's own braces
-would fight `str.format`; `_substitute` is the one place values go
-into them. Tests pin every rendered query.
-
-Every counted signal (requests, errors, latency, the model's answers, the
-classes) is written as PromQL people can run -- a sum of `increase()` of
-counter selectors over `[$window]` -- and the canary reads it as the counters
-it names (`counter_selectors`): the metric source differences their raw
-samples at the window's ends itself (`promotion/metrics/prometheus.py`),
-because `increase()` extrapolates each series to the whole range and, at two
-scrapes per window, doubles the evidence the sequential tests see. A template
-of another shape (a `rate()`, a ratio, a bare gauge) cannot be read that way
-and is refused when the preset is loaded, naming the query.
-
-The registry fails loudly (principles §6): an unknown preset name is an error that
-lists the choices, never a silent fallback to a default.
+Each preset is one YAML file in `presets/` with templates (`requests`, `errors`,
+`latency`, ...) and the latency buckets' unit. Placeholders are `string.Template`'s
+(`$model`, `$version`, `$namespace`, `$window`); `_substitute` is the one place values
+go in, escaped. Each counted signal must be a sum of `increase()` of counter selectors,
+which the source reads as raw counters (`counter_selectors`); another shape is refused
+at load. An unknown preset name is an error listing the choices.
+Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations
@@ -77,8 +65,8 @@ def promql_string(value: str) -> str:
     PromQL strings take Go's escapes (prometheus/promql/parser/lex.go `lexString`,
     unquoted by `strconv.Unquote` in parser.go); a backslash, a double quote or a line
     break in a value would otherwise end the label matcher and let the value write
-    its own query: `metrics.namespace` of a pushed canary policy made a canary that
-    failed 40 % of its requests read as 0 errors (issue 41, finding 4). Every value
+    its own query: `metrics.namespace` of a pushed canary policy could make a canary
+    that failed 40 % of its requests read as 0 errors. Every value
     goes through here (`_substitute`), and `QueryPreset.from_mapping` refuses a
     template whose placeholder is not inside a double-quoted string, so the escaping
     holds by construction. Regex matchers (`=~"$x"`) still read the value as a regex:

@@ -1,26 +1,10 @@
 """The paired answers probe: the stable's probe images, answered by stable and canary. Thin I/O.
 
-One pass (`HttpProbe.answers`), through the router clients use and pinned to a
-version by the `x-mlops-version` header (`contracts.traffic.VERSION_HEADER`,
-HAProxy's `use-server` locally) and to its subset by `x-mlops-subset`
-(`contracts.traffic.SUBSET_HEADER`, the VirtualService's header `match` routes
-in a cluster, which route by subset, not version --
-Flagger's A/B testing routes by a header match the same way):
-
-1. `GET /v2/models/<m>/versions/<stable>/probe`: the images the stable version
-   ships with its export (`serving/probe.py`). The controller has no models
-   volume in a cluster, so the stable's own server is where they live; a
-   candidate's own set is not used, it would let a new export pick its exam.
-2. One `POST /v2/models/<m>/versions/<v>/infer` per version with all of them
-   (one request each, not one per image: the probe must not shift the traffic
-   share the analysis checks, nor the router's latency, which HAProxy leaves
-   pinned requests out of). The versioned URL makes a request that reached the
-   wrong server fail with 404 instead of answering for another version.
-3. Each version's `bbox`/`bbox_num`/`labels` become boxes per image
-   (`boxes_from_response`, pure); `promotion/decision/answers.py` compares them.
-
-Any failure is a `ProbeError` naming the version and the URL: the analysis
-then records "no probe" and judges the window on everything else.
+One pass (`HttpProbe.answers`) through the router clients use, each request pinned to a
+version (`x-mlops-version`) and its subset (`x-mlops-subset`): fetch the stable's probe
+images, send them to each version in one `infer` request, and turn each answer into
+boxes per image (`boxes_from_response`, pure) for `promotion/decision/answers.py`. Any
+failure is a `ProbeError` naming the version and the URL. Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """Prometheus as a metric source, over its HTTP API (`/api/v1/query`).
 
-Every counted signal of a preset (requests, errors, the latency buckets, the
-model's answers, the classes) is a sum of counters; the source reads those
-counters' *raw* values at both ends of the window and differences them itself
-(`promotion/metrics/counters.py`: exact counts, reset-aware), instead of asking
-for `increase()`, which extrapolates each series to the whole range and, at
-two scrapes per window, doubles every count the sequential tests see. Per
-counter selector S and window (t - w, t] it asks three instant vectors, every
-selector pinned to its time with the `@` modifier:
-
-- `last_over_time(S[L] @ t)`: each series' last raw sample at or before t;
-- `last_over_time(S[L] @ t-w)`: the same at the window's start;
-- `resets(S[w+L] @ t)`: whether a series went down (a restarted process);
-
-with L = max(w, 5 m), longer than any scrape interval. A series with a reset
-is read again as raw samples (`S[w+L] @ t`, a matrix) and added up piece by
-piece; it is rare. Range vectors skip staleness markers, so a scrape that
-failed at an end does not make a series look new. PromQL relied on, from
-prometheus/prometheus docs/querying/: `last_over_time` and `resets`
-(functions.md), `@` (basics.md, on by default since 2.33), `label_replace` and
-`or` to answer many legs in one query (`promotion/metrics/batch.py`).
-
-Both versions, and with `observe_many` every model of a pass, are read in one
-query (in chunks of `MAX_LEGS` legs), at their own window ends: the comparison
-with stable is over exactly the same window by construction. Anything that goes
-wrong on the way (connection refused, timeout, HTTP error, `status: error`, a
-non-vector answer) becomes `Observations.faulted(...)`; an empty vector is a
-zero (no data).
+Every counted signal of a preset is a sum of counters; the source reads those counters'
+raw values at both ends of the window (`last_over_time` and `resets`, pinned with `@`)
+and differences them itself (`promotion/metrics/counters.py`), never `increase()`.
+Both versions, and with `observe_many` every model of a pass, are read in one query
+(chunks of `MAX_LEGS` legs). Anything that goes wrong on the way becomes
+`Observations.faulted(...)`; an empty vector is a zero. Why: docs/inside-promotion.md.
 """
 
 from __future__ import annotations

@@ -66,7 +66,6 @@ def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
-    # lazy: optional, matplotlib (controller extra)
     import matplotlib.pyplot as plt
 
     return plt
@@ -158,7 +157,6 @@ def plot_disagreements(ground_truth: Mapping[str, Any], image_root: pathlib.Path
 
     Composed with Pillow and written once: as matplotlib patches and texts, the
     same picture cost ~1.5 s of CPU per set (layout, one artist per box and label)."""
-    # lazy: optional, pillow
     from PIL import Image, ImageDraw, ImageFont
 
     chosen = [image_id for image_id, _ in ranked[:count]]

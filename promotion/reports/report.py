@@ -227,7 +227,6 @@ def plot_timeline(points: Sequence[Mapping[str, Any]], path: pathlib.Path, title
     import matplotlib
 
     matplotlib.use("Agg")
-    # lazy (import cost): `mlops --help` does not load it
     import matplotlib.pyplot as plt
 
     t0 = points[0]["t"] if points else 0.0

@@ -85,8 +85,6 @@ def _write_outputs(folder: pathlib.Path, result: Any) -> None:
 
 def run_args(args: argparse.Namespace) -> int:
     """Propose as the parsed arguments say; prints the outcome, returns 0."""
-    # lazy (import cost): `mlops --help` registers this step's arguments (`mlops promote
-    # propose`) and must not load them; they pull pydantic and the GitOps writer
     from gitops.forges.registry import for_gitops
     from promotion.gitrepo.platform_policy import read_platform_policy
     from promotion.gitrepo.propose import propose

@@ -68,7 +68,6 @@ def run_job(
     env. Workflow parameters become the local lineage (`MLOPS_TRAINING_COMMIT`,
     `MLOPS_WORKFLOW_ID` when set).
     """
-    # lazy (import cost): it pulls hera
     from workflows.pipeline import PATH_ENV, paddlejob_manifest
 
     loaded = load_config(repo)
