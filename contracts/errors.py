@@ -30,6 +30,7 @@ class ExitCode(enum.IntEnum):
     GATE_REFUSED = 6  #: the candidate did not pass the gate (outputs are still written)
     NOT_FOUND = 7  #: the pull request, model or version named does not exist
     UNAVAILABLE = 8  #: a service we need did not answer (Argo Server, forge, Prometheus)
+    CANNOT_SERVE = 9  #: the model server cannot answer (its warm-up failed): no restart helps
 
 
 class MlopsError(Exception):

@@ -15,7 +15,8 @@ import traceback
 from typing import Any, Callable, Sequence
 
 from contracts.artifact import sha256_file
-from serving.errors import ModelDirError, ServingError, Unavailable
+from contracts.errors import ExitCode
+from serving.errors import ClientClosed, ModelDirError, RequestTimeout, ServingError, Unavailable
 from serving.fault import FaultDrill
 from serving.limits import HttpLimits
 from serving.metrics import ServerMetrics
@@ -26,6 +27,11 @@ from serving.service import ModelService, Result
 from serving.settings import DEFAULTS
 
 log = logging.getLogger("serving.server")
+
+#: Warm-up errors a later try may not meet (busy, slow): never written off as lasting.
+RETRY_LATER = (Unavailable, RequestTimeout, ClientClosed)
+#: The kubelet keeps at most this much of a container's termination message.
+TERMINATION_MESSAGE_BYTES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +74,10 @@ class ServerSettings:
     images: ImageOptions = ImageOptions()
     #: Request heads (size, fields, time) and the memory bodies may hold (`serving.limits`).
     limits: HttpLimits = HttpLimits()
+    #: Where a warm-up failure no retry fixes is written before the process exits
+    #: `ExitCode.CANNOT_SERVE` (the container's terminationMessagePath); None: stay live,
+    #: never ready, `not_ready_reason` saying why.
+    termination_log: str | None = None
 
 
 class BodyBudget:
@@ -160,6 +170,8 @@ class ServerState:
         self.ready = False
         self.shutting_down = False
         self.load_error: str | None = None
+        #: Set when the process must end with this code (`_give_up`), None otherwise.
+        self.exit_code: int | None = None
         self.not_ready_reason: str | None = None  # why it cannot answer (warm-up failed)
         self.in_flight = 0
         self.bodies = BodyBudget(
@@ -218,6 +230,19 @@ class ServerState:
         asyncio.run_coroutine_threadsafe(warm(), loop).result(timeout=300)
         self.inline_warm = True
 
+    def _give_up(self, path: str, reason: str) -> None:
+        """Write `reason` to the termination message file and end the process with
+        `ExitCode.CANNOT_SERVE`: the kubelet keeps the file's text as the container's
+        `lastState.terminated.message` (at most 4 KiB) and restarts it."""
+        data = reason.encode("utf-8", "replace")[:TERMINATION_MESSAGE_BYTES]
+        try:
+            with open(path, "wb") as out:
+                out.write(data)
+        except OSError as exc:  # the exit code still says it; the log says why not the file
+            log.error("cannot write the termination message to %s: %s", path, exc)
+        self.exit_code = ExitCode.CANNOT_SERVE
+        self.on_load_failure()
+
     def load(self) -> None:
         """Create the predictors, warm every one up, then report ready."""
         try:
@@ -249,6 +274,8 @@ class ServerState:
                 self.not_ready_reason = f"warm-up inference failed: {exc}"
                 log.error("model %s version %s is not ready: %s", settings.model_name,
                           settings.model_version, self.not_ready_reason)
+                if settings.termination_log and not isinstance(exc, RETRY_LATER):
+                    self._give_up(settings.termination_log, self.not_ready_reason)
                 return
             self._warm_inline(service)
             self.metrics.set_info(loaded, paddle.__version__)  # what runs, not a claim

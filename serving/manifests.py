@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_RESOURCES",
     "ISTIO_API",
     "ManifestError",
+    "TERMINATION_MESSAGE_PATH",
     "deployment",
     "deployment_metrics",
     "deployment_name",
@@ -53,6 +54,8 @@ ANNOTATION_METRICS = "mlops.paddle.org/metrics"
 ISTIO_API = "networking.istio.io/v1"
 DEFAULT_MODELS_CLAIM = "mlops-models"
 MODELS_MOUNT = "/models"
+#: Kubernetes' default terminationMessagePath, written out: the server's `--termination-log`.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 #: Requests sized for one CPU predictor with a warm pool; limits leave room for
 #: a burst. Quantities are strings, as the API server writes them.
@@ -242,8 +245,14 @@ def deployment(
             "--weights-sha256",
             weights_sha256,
             *(serving.args() if serving is not None else []),
+            # A warm-up failure no retry fixes: why, to the kubelet, and exit (not live and
+            # never ready until the progress deadline); the controller reads it off the pod.
+            "--termination-log",
+            TERMINATION_MESSAGE_PATH,
         ],
         "env": [{"name": "HOME", "value": "/tmp"}],
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "File",
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         # Ready only after load + warm-up (a sample request answered); the start-up probe allows two
         # minutes for large weights before liveness takes over.

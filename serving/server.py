@@ -111,6 +111,9 @@ def _serve_one(model: ModelDir, settings: ServerSettings, log_level: str,
 
     state.on_load_failure = stop_on_failure
     server.run(sockets=[sock] if sock is not None else None)
+    if state.exit_code is not None:
+        log.error("exiting with code %d: %s", state.exit_code, state.not_ready_reason)
+        return state.exit_code
     if state.load_error is not None:
         log.error("exiting: %s", state.load_error)
         return 1

@@ -79,6 +79,10 @@ class ServeSettings(pydantic.BaseModel):
     max_buffered_bytes: Annotated[int, _limit("max_buffered_bytes")] | None = None
     """None: `max_in_flight` x `max_body_bytes`."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    termination_log: str | None = None
+    """None: a version whose warm-up fails stays live and never ready (the local platform
+    reads why from its readiness probe). A path (the Deployment's terminationMessagePath):
+    the server writes why there and exits `ExitCode.CANNOT_SERVE`, for the kubelet to show."""
 
     @pydantic.model_validator(mode="after")
     def _one_body_fits(self) -> ServeSettings:

@@ -144,7 +144,8 @@ def local_pod(
     except ContainerSpecError as exc:
         raise PodSpecError(str(exc)) from None
     ports = [int(p["containerPort"]) for p in container.get("ports") or [] if "containerPort" in p]
-    argv = local_argv(_rebind(process.argv, ports, port, source), python)
+    argv = local_argv(_without_termination_log(_rebind(process.argv, ports, port, source)),
+                      python)
     readiness = probe_of(deployment, source) or Probe(port=ports[0] if ports else port)
     startup = probe_of(deployment, source, "startupProbe")
     start_timeout = (startup.period * startup.failure_threshold + startup.initial_delay
@@ -156,6 +157,21 @@ def local_pod(
                     start_timeout=start_timeout,
                     start_period=startup.period if startup else readiness.period,
                     scratch_dirs=scratch_dirs)
+
+
+def _without_termination_log(argv: list[str]) -> list[str]:
+    """`--termination-log PATH` left out: no kubelet keeps the message here; the server
+    stays live and never ready, and the sync reads why from its probe (`cannot_serve`)."""
+    out: list[str] = []
+    skip = False
+    for part in argv:
+        if skip:
+            skip = False
+        elif part == "--termination-log":
+            skip = True
+        elif not part.startswith("--termination-log="):
+            out.append(part)
+    return out
 
 
 def _rebind(argv: list[str], ports: list[int], local_port: int, source: str) -> list[str]:

@@ -71,6 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="CPU math threads inside each predictor (default 1)")
     serve.add_argument("--graceful-timeout", type=float,
                        help="seconds to let in-flight requests finish on SIGTERM (default 30)")
+    serve.add_argument("--termination-log", metavar="PATH",
+                       help="when the version cannot answer its warm-up sample request (an "
+                            "error no retry fixes), write why to PATH and exit with code 9 "
+                            "instead of staying live and never ready (the Deployment passes "
+                            "its terminationMessagePath, so Kubernetes shows why)")
     serve.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
                        help="default: info")
     serve.set_defaults(func=run_serve)
@@ -144,6 +149,7 @@ def run_serve(args: argparse.Namespace) -> int:
         images=ImageOptions(options.max_request_pixels, options.decode_timeout,
                             options.reduced_decode),
         limits=options.http_limits(),
+        termination_log=options.termination_log,
     )
     logging.basicConfig(
         level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"

@@ -90,7 +90,11 @@ def test_deployment_contract_other_rooms_rely_on():
         "v2",
         "--weights-sha256",  # the server refuses other weights than the annotation's
         SHA,
+        "--termination-log",  # a warm-up failure no retry fixes: why, to the kubelet
+        "/dev/termination-log",
     ]
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "File"
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
