@@ -136,13 +136,16 @@ def argocd_rbac(namespace: str, argocd_namespace: str,
 
 
 def readiness_rbac(namespace: str, models_namespace: str) -> list[dict[str, Any]]:
-    """Role + RoleBinding: `get` on the models' Deployments and Istio routing."""
+    """Role + RoleBinding: `get` on the models' Deployments and Istio routing, `list` on
+    their pods."""
     name = f"{NAME}-readiness"
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": _metadata(name, models_namespace),
-        # Deployments: is the candidate ready; the Istio routing: is a step's split live.
+        # Deployments: is the candidate ready; its pods: did its server give up (exit 9);
+        # the Istio routing: is a step's split live.
         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+                  {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
                   {"apiGroups": ["networking.istio.io"],
                    "resources": ["destinationrules", "virtualservices"], "verbs": ["get"]}],
     }

@@ -2,10 +2,11 @@
 
 One Protocol, one class per backend: :class:`KubernetesReadiness` (the Deployment's
 generation observed, every replica updated and available, its pod template carrying
-git's weights digest; :func:`deployment_ready` is the pure half), the local platform's
-`local.platform.readiness.PlatformReadiness`, and :class:`AlwaysReady` for tests.
-`Readiness.lasting` tells "not yet" (waited out) from "never" (ends the rollout). Why:
-docs/inside-promotion.md.
+git's weights digest; :func:`deployment_ready` is the pure half; a pod whose server
+exited `CANNOT_SERVE` on a retry, :func:`pods_lasting_failure`, is "never"), the local
+platform's `local.platform.readiness.PlatformReadiness`, and :class:`AlwaysReady` for
+tests. `Readiness.lasting` tells "not yet" (waited out) from "never" (ends the
+rollout). Why: docs/inside-promotion.md, docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import json
 from typing import Any, Mapping, Protocol
 
+from contracts.errors import ExitCode
 from contracts.kubeapi import ApiCall
 from contracts.traffic import weights_by_version
 from serving.manifests import ANNOTATION_WEIGHTS_SHA256, deployment_name
@@ -25,6 +27,7 @@ __all__ = [
     "Readiness",
     "ReadinessCheck",
     "deployment_ready",
+    "pods_lasting_failure",
     "routing_applied",
 ]
 
@@ -34,6 +37,7 @@ __all__ = [
 API_CALLS = (
     ApiCall("get", "deployments", "apps", name="{model}-{version}",
             namespace="{models_namespace}"),
+    ApiCall("list", "pods", namespace="{models_namespace}"),
     ApiCall("get", "destinationrules", "networking.istio.io", name="{model}",
             namespace="{models_namespace}"),
     ApiCall("get", "virtualservices", "networking.istio.io", name="{model}",
@@ -141,12 +145,45 @@ def deployment_ready(live: Mapping[str, Any] | None, desired: Mapping[str, Any] 
     return Readiness(True, f"deployment {name}: {available}/{wanted} replicas ready")
 
 
+def pods_lasting_failure(pods: Mapping[str, Any] | None, name: str,
+                         digest: str | None = None) -> Readiness | None:
+    """A lasting "not ready" when a pod of Deployment `name` (a PodList as the API server
+    returns it; only pods carrying weights `digest`, when given) has a container whose
+    latest run ended `ExitCode.CANNOT_SERVE` and was not its first (pure); else None.
+
+    One such exit may be a fluke, so the kubelet's restart is its retry: at least two
+    runs have ended, the latest with that code (`restartCount` counts the restarts, and
+    a container not running now has ended one more). The reason is the server's own
+    words, from its termination message."""
+    for pod in (pods or {}).get("items") or []:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        if digest is not None and \
+                (meta.get("annotations") or {}).get(ANNOTATION_WEIGHTS_SHA256) != digest:
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = status.get("state") or {}
+            last = state.get("terminated") or (status.get("lastState") or {}).get("terminated")
+            if not last or last.get("exitCode") != ExitCode.CANNOT_SERVE:
+                continue
+            ended = int(status.get("restartCount") or 0) + (0 if "running" in state else 1)
+            if ended < 2:
+                continue
+            why = str(last.get("message") or "").strip() or \
+                f"its server exited {int(ExitCode.CANNOT_SERVE)} (cannot serve)"
+            return Readiness(False, f"deployment {name}: pod {meta.get('name')} cannot serve "
+                                    f"({ended} runs): {why}", lasting=True)
+    return None
+
+
 class KubernetesReadiness:
     """Reads Deployments in `namespace` through the official Kubernetes client.
 
     In a pod it uses the service account (`load_incluster_config`); elsewhere
     the kubeconfig, unless an `api_client` is given (tests point one at a
-    stand-in API server). Needs `get` on `deployments` in the namespace.
+    stand-in API server). Needs `get` on `deployments` and `list` on `pods` in the
+    namespace.
     """
 
     def __init__(self, namespace: str, api_client: Any = None) -> None:
@@ -162,6 +199,7 @@ class KubernetesReadiness:
             api_client = client.ApiClient()
         self.namespace = namespace
         self.api = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
     def routed(self, model: str, weights: Mapping[str, int]) -> Readiness:
@@ -195,4 +233,22 @@ class KubernetesReadiness:
         except Exception as exc:  # unreachable API server: not ready, said why
             return Readiness(False, f"deployment {name}: cannot ask the API server "
                                     f"({type(exc).__name__})")
-        return deployment_ready(live, desired, name)
+        answer = deployment_ready(live, desired, name)
+        if answer.ready or answer.lasting:
+            return answer
+        # Not ready yet: is it a server that said it never will be (its pods know)?
+        spec = live.get("spec") or {}
+        labels = (spec.get("selector") or {}).get("matchLabels") or \
+            {"app": model, "version": version}
+        try:
+            response = self.core.list_namespaced_pod(
+                self.namespace, label_selector=",".join(f"{k}={v}" for k, v in labels.items()),
+                _preload_content=False)
+            pods = json.loads(response.data)
+        except ApiException as exc:  # e.g. a Role without `list` on pods: the wait stays
+            return dataclasses.replace(answer, reason=f"{answer.reason} (its pods: API "
+                                                      f"error {exc.status} {exc.reason})")
+        except Exception as exc:
+            return dataclasses.replace(answer, reason=f"{answer.reason} (its pods: "
+                                                      f"{type(exc).__name__})")
+        return pods_lasting_failure(pods, name, _digest(desired) or _digest(live)) or answer

@@ -221,9 +221,11 @@ def test_controller_manifests_are_valid_and_minimal():
                               "resourceNames": ["shapes", "faces"], "verbs": ["get", "patch"]}]
     readiness = by_name[("Role", "mlops-controller-readiness")]
     assert readiness["metadata"]["namespace"] == "models"
-    # Exactly what KubernetesReadiness reads: check() a Deployment, routed() the Istio pair.
+    # Exactly what KubernetesReadiness reads: check() a Deployment and its pods, routed()
+    # the Istio pair.
     assert readiness["rules"] == [
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": ["networking.istio.io"],
          "resources": ["destinationrules", "virtualservices"], "verbs": ["get"]}]
     deployment = by_name[("Deployment", "mlops-controller")]

@@ -383,6 +383,7 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
     assert {str(c) for c in controller.calls} == {
         "patch applications.argoproj.io 'shapes-detector' in namespace 'argocd'",
         "get deployments.apps 'shapes-detector-<version>' in namespace 'models'",
+        "list pods in namespace 'models'",  # did a version's server give up (exit 9)
         "get destinationrules.networking.istio.io 'shapes-detector' in namespace 'models'",
         "get virtualservices.networking.istio.io 'shapes-detector' in namespace 'models'",
     }
