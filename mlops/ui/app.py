@@ -447,6 +447,7 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     app = Starlette(routes=endpoints.routes(), lifespan=endpoints.lifespan)
     app.state.stopping = endpoints.stopping
     app.state.streams = endpoints.slots
+    app.state.actions = endpoints.actions
     if config.allowed_hosts:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
     app.add_middleware(SecurityHeaders)  # added last: outermost, on every answer
