@@ -1,21 +1,14 @@
 """What each button does: exactly the domain function its CLI command calls.
 
-* Approve -> `gitops.approval.approve_as` (`mlops pr approve N --by WHO`: the
-  digest check on the would-be merge, the merge authored by the person who
-  approved, a comment on the PR saying who and where);
-* pause, resume, abort, promote, approve a step ->
-  `promotion.gitrepo.steering.canary_action` (`mlops canary ACTION MODEL --by WHO`);
-* rollback -> `promotion.gitrepo.steering.rollback_to` (`mlops rollback MODEL`), with
-  the readiness check the CLI would use for the UI's runtime (make-before-break).
-
-A rollback to a version that is not ready would hold the web request for minutes, so
-the button's request answers once the version is back at 0 % and the runtime has said
-"not ready yet" (202, :class:`Pending`); a thread of the UI process waits and moves the
-traffic, and its outcome shows on the model's card and in the process log. One rollback
-per model at a time (a second press: 409). Why: docs/make-before-break.md.
-
-A refusal is the project's `MlopsError`; the route turns it into a 4xx whose body
-is the CLI's one-line message (:func:`http_status`).
+Approve -> `gitops.approval.approve_as` (`mlops pr approve N --by WHO`); pause, resume,
+abort, promote, approve a step -> `promotion.gitrepo.steering.canary_action`
+(`mlops canary ACTION MODEL --by WHO`); rollback -> `steering.rollback_to` (`mlops
+rollback MODEL`) with the readiness check the CLI would use for the UI's runtime.
+A rollback to a version that is not ready answers 202 (:class:`Pending`) once the
+version is back at 0 %; a thread of the UI process moves the traffic once it is ready,
+its outcome on the model's card and in the log; a second press meanwhile is a 409.
+Why: docs/make-before-break.md. A refusal is the project's `MlopsError`, turned into a
+4xx whose body is the CLI's one-line message (:func:`http_status`).
 """
 
 from __future__ import annotations
