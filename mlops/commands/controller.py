@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import pathlib
 import signal
 import sys
 import threading
@@ -85,17 +84,11 @@ def _commenter(settings: ControllerSettings) -> Any:
 
 
 def _readiness(runtime: str, namespace: str, workdir: str | None) -> Any:
-    """Who tells whether a version is deployed and ready (`promotion.cluster.readiness`)."""
-    if runtime == "none":
-        return None
-    if runtime == "kubernetes":
-        from promotion.cluster.readiness import KubernetesReadiness
+    """Who tells whether a version is deployed and ready (`mlops.ui.settings.readiness_for`:
+    the UI's rollback button asks the same)."""
+    from mlops.ui.settings import readiness_for
 
-        return KubernetesReadiness(namespace)
-    from local.platform.readiness import PlatformReadiness
-    from local.platform.workdir import Workdir
-
-    return PlatformReadiness(Workdir(pathlib.Path(str(workdir))))
+    return readiness_for(runtime, namespace, workdir)
 
 
 def readiness_from_args(args: argparse.Namespace) -> tuple[str, Any]:

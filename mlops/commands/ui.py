@@ -148,7 +148,8 @@ def _manifests(args: argparse.Namespace) -> int:
                         argo_secret=args.argo_secret, argo_ca_configmap=args.argo_ca_configmap,
                         argo_insecure=args.argo_insecure, forge=args.forge,
                         forge_secret=args.forge_secret, token_identity=args.token_identity,
-                        image_pull_secrets=pipeline.image_pull_secrets)
+                        image_pull_secrets=pipeline.image_pull_secrets,
+                        models_namespace=args.models_namespace)
     print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
@@ -257,6 +258,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     alias(man, "--insecure", "argo_insecure", action="store_true")
     man.add_argument("--settings", help="the pipeline's settings file (namespace of the "
                                         "Workflows, image_pull_secrets)")
+    man.add_argument("--models-namespace", default="models",
+                     help="where the serving Deployments run: with --enable-actions the UI may "
+                          "read them there, so a rollback moves the traffic only once the "
+                          "version is ready (as mlops-gitops.yaml's namespace)")
     man.set_defaults(func=_manifests)
 
 

@@ -38,13 +38,14 @@ from mlops.ui import live as live_charts
 from mlops.ui import models as model_pages
 from mlops.ui import proposals as proposal_pages
 from mlops.ui import runs as run_pages
-from mlops.ui.actions import Actions, http_status
+from mlops.ui.actions import Actions, Pending, Runtime, http_status
 from mlops.ui.argo import ArgoRuns
 from mlops.ui.guard import SecurityHeaders, StreamSlots
 from mlops.ui.live import live_rates
-from mlops.ui.settings import PROXY_USER_HEADER
+from mlops.ui.settings import PROXY_USER_HEADER, readiness_for
 from mlops.ui.source import GitopsSource
 from mlops.ui.stream import Shared, page_events
+from promotion.gitrepo.rollback import DEFAULT_WAIT
 from promotion.metrics.live import RUNTIME_PRESETS
 
 STATIC = pathlib.Path(__file__).with_name("static")
@@ -97,6 +98,17 @@ class UiConfig:
     max_streams_per_client: int = 8
     """Event streams open at once from one client address (or signed-in person behind
     the proxy); beyond: 429."""
+    readiness: Any = None
+    """Who tells the rollback button whether a version is ready (a
+    `promotion.cluster.readiness.ReadinessCheck`); None: the runtime's, as `mlops rollback`
+    picks it (`mlops.ui.settings.readiness_for`)."""
+    rollback_wait: float = DEFAULT_WAIT
+    """How long a rollback waits for its version to be ready before it stops with the
+    traffic where it was (seconds)."""
+
+
+_AT_ONCE = ("the version rolled back to took the traffic in the commit that brought it "
+            "back, before it was ready")
 
 
 class UiError(UserError):
@@ -128,13 +140,14 @@ class UiEndpoints:
     def __init__(self, config: UiConfig, source: GitopsSource | None = None) -> None:
         self.config = config
         self.src = source or GitopsSource(config.gitops, config.branch)
-        self.actions = Actions(config.gitops, self.forge, config.branch, config.models_root)
         #: The preset a policy that names none is read with: the runtime's router view,
         #: from the table the controller picks its default from.
         self.runtime = config.runtime or ("local" if config.workdir is not None else "none")
         if self.runtime not in RUNTIME_PRESETS:
             raise UiError(f"runtime {self.runtime!r}: choose one of "
                           f"{', '.join(RUNTIME_PRESETS)}")
+        self.actions = Actions(config.gitops, self.forge, config.branch, config.models_root,
+                               runtime=self.readiness, wait=config.rollback_wait)
         self.default_preset = RUNTIME_PRESETS[self.runtime]
         self.argo = None
         if config.argo_server:
@@ -167,6 +180,31 @@ class UiEndpoints:
                 return _fail(500, f"internal error ({type(exc).__name__}): {exc}")
             return result if isinstance(result, Response) else JSONResponse(result)
         return endpoint
+
+    def readiness(self) -> Runtime:
+        """Who the rollback button asks whether a version is ready, as `mlops rollback`
+        would for this UI's runtime: the local platform's status, or the Kubernetes API in
+        the models' namespace (the GitOps repo's `mlops-gitops.yaml`). Nobody, with a note
+        the answer carries, when the runtime is `none` or cannot be asked."""
+        config = self.config
+        if config.readiness is not None:
+            return Runtime(config.readiness, self.runtime)
+        if self.runtime == "none":
+            return Runtime(None, "none", f"readiness not checked (runtime none): {_AT_ONCE}; "
+                           "start `mlops ui` with a platform's --workdir or --runtime "
+                           "kubernetes to bring it up first")
+        namespace = "models"
+        if self.runtime == "kubernetes":
+            repo = self.src.snapshot().config
+            namespace = repo.namespace if repo is not None else namespace
+        try:
+            return Runtime(readiness_for(self.runtime, namespace, config.workdir),
+                           self.runtime)
+        except Exception as exc:  # no kubeconfig or service account: say so, roll back
+            log.warning("rollback: readiness not asked (%s runtime): %s: %s", self.runtime,
+                        type(exc).__name__, exc)
+            return Runtime(None, "none", f"readiness not checked: the {self.runtime} runtime "
+                           f"could not be asked ({type(exc).__name__}: {exc}); {_AT_ONCE}")
 
     # -- who acts -------------------------------------------------------------------------
 
@@ -201,7 +239,7 @@ class UiEndpoints:
             return config.user
         return named or config.user
 
-    async def action(self, request: Request, run: Callable[[str], str]) -> Response:
+    async def action(self, request: Request, run: Callable[[str], str | Pending]) -> Response:
         """Run an action for the person the request proves, or refuse it (4xx, one line)."""
         config = self.config
         if not config.actions:
@@ -225,7 +263,15 @@ class UiEndpoints:
         if problem:
             where = config.proxy_header if config.proxy_user else '"by"'
             return _fail(400, f"who acts ({where}): {person!r} {problem}")
-        return await self.guarded(lambda _r: {"message": run(person)})(request)
+
+        def respond(_request: Request) -> Any:
+            answer = run(person)
+            if isinstance(answer, Pending):  # under way in this process (a rollback)
+                return JSONResponse({"message": answer.message, "pending": True},
+                                    status_code=202)
+            return {"message": answer}
+
+        return await self.guarded(respond)(request)
 
     async def approve(self, request: Request) -> Response:
         number = int(request.path_params["number"])
@@ -273,9 +319,12 @@ class UiEndpoints:
                 live = live_rates(config.prometheus, current, config=snap.config,
                                   default=self.default_preset)
             versions = (served.get(name) or {}).get("versions") if config.workdir else None
-            views.append(model_pages.model_view(current, self.src.history(name), live,
-                                                config.reports, versions or
-                                                ({} if config.workdir else None)))
+            view = model_pages.model_view(current, self.src.history(name), live,
+                                          config.reports, versions or
+                                          ({} if config.workdir else None))
+            job = self.actions.rollbacks.get(name)
+            view["rollback"] = job.view() if job is not None else None
+            views.append(view)
         return {"tip": snap.tip, "models": views, "platform_error": problem}
 
     def model_charts(self, name: str, minutes: float = 15.0,
@@ -368,6 +417,7 @@ class UiEndpoints:
         """On shutdown: open event streams end, the source lets go of its mirror."""
         yield
         self.stopping.set()
+        self.actions.stop()
         self.src.close()
 
     def routes(self) -> list[BaseRoute]:
@@ -397,6 +447,7 @@ def create_app(config: UiConfig, source: GitopsSource | None = None) -> Starlett
     app = Starlette(routes=endpoints.routes(), lifespan=endpoints.lifespan)
     app.state.stopping = endpoints.stopping
     app.state.streams = endpoints.slots
+    app.state.actions = endpoints.actions
     if config.allowed_hosts:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=config.allowed_hosts)
     app.add_middleware(SecurityHeaders)  # added last: outermost, on every answer

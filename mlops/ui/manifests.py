@@ -5,7 +5,9 @@ Read-only unless `actions` is set; then every action needs the token from a Secr
 the same pod, the UI on 127.0.0.1 only). Credentials come from Secrets as environment
 variables, never arguments: the GitOps token as `MLOPS_GIT_TOKEN` and, with
 `argo_server`, `ARGO_TOKEN` of a ServiceAccount that may only read Workflows and their
-logs. Why: docs/cluster.md (the web UI's section) and docs/security.md, boundary 6.
+logs. With actions, the pod's own token may only `get` Deployments in the models'
+namespace: the rollback button's readiness check (make-before-break). Why: docs/cluster.md
+(the web UI's section) and docs/security.md, boundary 6.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from promotion.cluster.deploy import forge_token_env, git_token_env
 
 NAME = "mlops-ui"
 ARGO_READER = "mlops-ui-argo"
+READINESS_READER = "mlops-ui"
 ARGO_CA_DIR = "/etc/mlops/argo-ca"
 PROXY_PORT = 4180
 PROXY_HEADER = "X-Forwarded-User"
@@ -50,6 +53,25 @@ def _argo_reader(namespace: str, argo_namespace: str,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                      "name": ARGO_READER},
          "subjects": [{"kind": "ServiceAccount", "name": ARGO_READER, "namespace": namespace}]},
+    ]
+
+
+def _readiness_reader(namespace: str, models_namespace: str,
+                      labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The UI pod's ServiceAccount and a Role that may only read the serving Deployments:
+    what `KubernetesReadiness.check` asks before a rollback moves the traffic."""
+    meta = {"name": READINESS_READER, "namespace": namespace, "labels": dict(labels)}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {**meta, "namespace": models_namespace},
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {**meta, "namespace": models_namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": READINESS_READER},
+         "subjects": [{"kind": "ServiceAccount", "name": READINESS_READER,
+                       "namespace": namespace}]},
     ]
 
 
@@ -89,8 +111,10 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
                  argo_insecure: bool = False, forge: str | None = None,
                  forge_secret: str = "mlops-forge",
                  image_pull_secrets: Sequence[str] = (),
-                 token_identity: str = "ui-token") -> list[dict[str, Any]]:
-    """Deployment and Service, plus the Argo Server reader when there is no `argo_secret`."""
+                 token_identity: str = "ui-token",
+                 models_namespace: str = "models") -> list[dict[str, Any]]:
+    """Deployment and Service, plus the Argo Server reader when there is no `argo_secret`
+    and, with `actions`, the readiness reader in `models_namespace`."""
 
     if actions and not (token_secret or proxy_user):
         raise UserError("actions in a cluster need --token-secret or --proxy-user (who may "
@@ -159,12 +183,16 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
         containers = [ui]
     ui["readinessProbe"], ui["livenessProbe"] = probe, copy.deepcopy(probe)
     pod: dict[str, Any] = {
-        # The UI calls no Kubernetes API (the Argo token above goes to argo-server only).
-        "automountServiceAccountToken": False,
+        # Read-only, the UI calls no Kubernetes API (the Argo token above goes to
+        # argo-server only); with actions, its token may only read the serving Deployments.
+        "automountServiceAccountToken": bool(actions),
         "securityContext": pod_security(65532),
         "containers": containers,
         "volumes": volumes,
     }
+    if actions:
+        docs += _readiness_reader(namespace, models_namespace, labels)
+        pod["serviceAccountName"] = READINESS_READER
     if image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     deployment = {

@@ -10,6 +10,7 @@ identity that cannot sign a commit, is refused when the manifests are made.
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import Any, Mapping
 
 import pydantic
@@ -21,7 +22,8 @@ from gitops.people import current_user
 from mlops.errors import UserError
 from promotion.controller_settings import Runtime
 
-__all__ = ["DEFAULT_PORT", "ENVIRONMENT", "LOOPBACK", "PROXY_USER_HEADER", "UiSettings"]
+__all__ = ["DEFAULT_PORT", "ENVIRONMENT", "LOOPBACK", "PROXY_USER_HEADER", "UiSettings",
+           "readiness_for"]
 
 #: Options read from the environment when no flag gives them (the token and the proxy's
 #: secret are secrets: argv is readable by every user).
@@ -137,3 +139,26 @@ class UiSettings(pydantic.BaseModel):
                     "`mlops ui manifests --proxy-user` does), or set --proxy-secret (or "
                     "$MLOPS_UI_PROXY_SECRET), which the proxy sends as X-Mlops-Proxy-Secret")
         return None
+
+
+def readiness_for(runtime: str, namespace: str, workdir: str | os.PathLike[str] | None) -> Any:
+    """Who tells whether a version is deployed and ready (`promotion.cluster.readiness`), for
+    a runtime: `kubernetes` asks the API server about `namespace` (your kubeconfig, or the
+    pod's service account), `local` the platform in `workdir`, `none` nobody (None).
+
+    The one rule `mlops controller run`, `mlops rollback` and the UI's rollback button use.
+    """
+    if runtime == "none":
+        return None
+    if runtime == "kubernetes":
+        from promotion.cluster.readiness import KubernetesReadiness
+
+        return KubernetesReadiness(namespace)
+    if runtime != "local" or workdir is None:
+        raise UserError(f"readiness: runtime {runtime!r} needs "
+                        + ("the local platform's work dir" if runtime == "local" else
+                           "to be one of local, kubernetes, none"))
+    from local.platform.readiness import PlatformReadiness
+    from local.platform.workdir import Workdir
+
+    return PlatformReadiness(Workdir(pathlib.Path(workdir)))

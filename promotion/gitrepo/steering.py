@@ -49,7 +49,7 @@ def rollback_to(gitops: str, model: str, by: str, to: str | None = None, branch:
                 workdir: pathlib.Path | None = None,
                 models_root: pathlib.Path | None = None,
                 readiness: ReadinessCheck | None = None, wait: float = DEFAULT_WAIT,
-                progress: Callable[[str], None] | None = None) -> list[str]:
+                progress: Callable[[str], None] | None = None, poll: float = 1.0) -> list[str]:
     """Commit the rollback; the lines `mlops rollback` prints.
 
     With `readiness`, a version that is not ready is brought up first and gets the
@@ -58,7 +58,7 @@ def rollback_to(gitops: str, model: str, by: str, to: str | None = None, branch:
     result = rollback(
         gitops, model, to=to, by=by, branch=branch, workdir=workdir, models_root=models_root,
         backoff=Backoff(tries=5, first=0.5), command=command, readiness=readiness, wait=wait,
-        progress=progress,
+        poll=poll, progress=progress,
     )
     if result.status != "committed":
         return [result.message]

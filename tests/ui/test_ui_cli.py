@@ -94,6 +94,30 @@ def test_manifests_reach_argo_in_the_pipelines_namespace_with_a_token_and_a_ca(
     assert "--argo-insecure" in args and args[args.index("--argo-namespace") + 1] == "mlops"
 
 
+def test_a_read_only_ui_has_no_api_token_and_one_with_actions_reads_only_deployments(
+        capsys):
+    """The rollback button is make-before-break in a cluster too: with actions the UI's
+    own ServiceAccount may `get` Deployments in the models' namespace (what
+    `KubernetesReadiness.check` reads), nothing else; read-only, the pod has no token."""
+    read_only = _manifests(capsys)
+    assert _pod(read_only)["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in _pod(read_only)
+    assert [d["kind"] for d in read_only] == ["Deployment", "Service"]
+    docs = _manifests(capsys, "--enable-actions", "--token-secret", "t",
+                      "--models-namespace", "vision")
+    assert validate_all(docs) == 5
+    account, role, binding = docs[:3]
+    pod = _pod(docs)
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is True
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "vision"
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
+                              "verbs": ["get"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mlops-ui",
+                                    "namespace": "mlops"}]
+
+
 def test_manifests_refuse_actions_without_a_guard(capsys):
     assert main(["ui", "manifests", "--gitops", "https://g/r.git", "--enable-actions"]) == 2
     assert "need --token-secret or --proxy-user" in capsys.readouterr().err

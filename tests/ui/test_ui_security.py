@@ -91,8 +91,8 @@ def test_manifests_put_oauth2_proxy_in_the_pod_and_the_ui_on_loopback(capsys):
                  "--proxy-user", "--proxy-env-secret", "ui-oidc"]) == 0
 
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert validate_all(docs) == 2
-    deployment, service = docs
+    assert validate_all(docs) == 5
+    *_, deployment, service = docs
     pod = deployment["spec"]["template"]["spec"]
     ui, proxy = pod["containers"]
     args = ui["args"]
@@ -106,7 +106,13 @@ def test_manifests_put_oauth2_proxy_in_the_pod_and_the_ui_on_loopback(capsys):
     assert proxy["envFrom"] == [{"secretRef": {"name": "ui-oidc"}}]
     named = {p["name"]: p["containerPort"] for p in proxy["ports"]}
     assert service["spec"]["ports"][0]["targetPort"] in named  # the Service reaches the proxy
-    assert pod["automountServiceAccountToken"] is False
+    # Its token (the button's readiness check) may only read the serving Deployments.
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == "mlops-ui"
+    assert [(d["kind"], d["metadata"]["namespace"]) for d in docs[:3]] == [
+        ("ServiceAccount", "mlops"), ("Role", "models"), ("RoleBinding", "models")]
+    assert docs[1]["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
+                                 "verbs": ["get"]}]
     for container in pod["containers"]:
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["securityContext"]["readOnlyRootFilesystem"] is True

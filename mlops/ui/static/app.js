@@ -202,6 +202,14 @@ function modelCard(m) {
   }
   if (m.state_error) notes.push(html`<span class="Failed">${m.state_error}</span>`);
   if (m.split_error) notes.push(html`<span class="Failed">${m.split_error}</span>`);
+  const rb = m.rollback; // this UI's last rollback of the model (the server waits for it)
+  if (rb) {
+    const to = rb.to ? ` to ${rb.to}` : "";
+    const said = rb.state === "failed" ? html`<span class="Failed">${rb.message}</span>`
+      : rb.message;
+    notes.push(html`<span data-rollback="${m.name}" data-state="${rb.state}">rollback${to}
+      by ${rb.by}: <b>${rb.state}</b></span> <span class="rollback-lines">${said}</span>`);
+  }
   const tl = m.timeline.map((t) => html`<tr>
       <td class="mono">${short(t.commit)}</td><td>${t.decision}${t.cause ? "/" + t.cause : ""}</td>
       <td>${t.step}</td><td>${t.reason || t.subject}</td>
