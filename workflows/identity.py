@@ -312,10 +312,25 @@ def _controller_calls(args: Sequence[str], models: Sequence[str]) -> tuple[ApiCa
     return tuple(calls)
 
 
+def _ui_calls(args: Sequence[str], models: Sequence[str]) -> tuple[ApiCall, ...]:
+    """The web UI's calls: with actions, the rollback button's readiness check in
+    `--readiness-namespace`; read-only, none."""
+    namespace = _arg(args, "--readiness-namespace")
+    if "--read-only" in args or not namespace:
+        return ()
+    return tuple(call for model in models for call in _bind(
+        readiness.CHECK_API_CALLS,
+        {"model": model, "version": "<version>", "models_namespace": namespace}))
+
+
+#: The web UI's Deployment (`mlops.ui.manifests.NAME`; a name, since workflows sits below
+#: mlops: the guide's manifests test renders it, so a rename fails there).
+UI = "mlops-ui"
 #: Deployments whose program calls the API: name -> (container args, models) -> its calls.
-#: Any other Deployment (model servers, the web UI) calls none, so must hold no token.
+#: Any other Deployment (the model servers) calls none, so must hold no token.
 DEPLOYMENT_CALLS: dict[str, Callable[[Sequence[str], Sequence[str]], tuple[ApiCall, ...]]] = {
     CONTROLLER: _controller_calls,
+    UI: _ui_calls,
 }
 
 

@@ -74,6 +74,7 @@ def config_of(settings: UiSettings) -> UiConfig:
         models_root=pathlib.Path(settings.models_root) if settings.models_root else None,
         actions=settings.actions, token=settings.token or None, user=settings.user,
         proxy_user=settings.proxy_user, runtime=settings.runtime,
+        readiness_namespace=settings.readiness_namespace,
         workdir=root if platform is not None else None,
         argo_server=settings.argo_server,
         argo_namespace=settings.argo_namespace or _pipeline(settings.settings).namespace,
@@ -134,6 +135,7 @@ def _manifests(args: argparse.Namespace) -> int:
         "argo_insecure": bool(args.argo_server and args.argo_insecure
                               and not args.argo_ca_configmap),
         "read_only": not args.enable_actions,
+        "readiness_namespace": args.models_namespace if args.enable_actions else None,
         "by": args.token_identity if signs_as_token else None,
         "proxy_user": args.proxy_user,
         "proxy_header": PROXY_HEADER if args.proxy_user else None,
@@ -173,6 +175,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(local: haproxy, kubernetes: istio, none: model; default: local "
                         "with a platform work dir, else none). The models' namespace is the "
                         "GitOps repo's (mlops-gitops.yaml), as the controller reads it"),
+    p.add_argument("--readiness-namespace", metavar="NS",
+                   help="runtime kubernetes: where the serving Deployments run, read before "
+                        "a rollback moves the traffic (default: mlops-gitops.yaml's namespace)")
     p.add_argument("--runs", action="append", default=[], metavar="DIR",
                    help="a run's --out dir or a runs dir of the post-receive hook (repeatable)")
     p.add_argument("--argo-server", metavar="URL",

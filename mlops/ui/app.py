@@ -105,6 +105,9 @@ class UiConfig:
     rollback_wait: float = DEFAULT_WAIT
     """How long a rollback waits for its version to be ready before it stops with the
     traffic where it was (seconds)."""
+    readiness_namespace: str | None = None
+    """Where the Kubernetes readiness check reads Deployments (None: the GitOps repo's
+    namespace, as the controller reads it)."""
 
 
 _AT_ONCE = ("the version rolled back to took the traffic in the commit that brought it "
@@ -193,8 +196,8 @@ class UiEndpoints:
             return Runtime(None, "none", f"readiness not checked (runtime none): {_AT_ONCE}; "
                            "start `mlops ui` with a platform's --workdir or --runtime "
                            "kubernetes to bring it up first")
-        namespace = "models"
-        if self.runtime == "kubernetes":
+        namespace = config.readiness_namespace or "models"
+        if self.runtime == "kubernetes" and not config.readiness_namespace:
             repo = self.src.snapshot().config
             namespace = repo.namespace if repo is not None else namespace
         try:

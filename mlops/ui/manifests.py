@@ -25,6 +25,8 @@ READINESS_READER = "mlops-ui"
 ARGO_CA_DIR = "/etc/mlops/argo-ca"
 PROXY_PORT = 4180
 PROXY_HEADER = "X-Forwarded-User"
+#: Where Kubernetes mounts a pod's ServiceAccount token in every container.
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 OAUTH2_PROXY_IMAGE = "quay.io/oauth2-proxy/oauth2-proxy:v7.15.3"
 
 
@@ -58,14 +60,17 @@ def _argo_reader(namespace: str, argo_namespace: str,
 
 def _readiness_reader(namespace: str, models_namespace: str,
                       labels: dict[str, str]) -> list[dict[str, Any]]:
-    """The UI pod's ServiceAccount and a Role that may only read the serving Deployments:
-    what `KubernetesReadiness.check` asks before a rollback moves the traffic."""
+    """The UI pod's ServiceAccount and a Role that may only read the serving Deployments
+    and list their pods: what `KubernetesReadiness.check` asks before a rollback moves
+    the traffic."""
     meta = {"name": READINESS_READER, "namespace": namespace, "labels": dict(labels)}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {**meta, "namespace": models_namespace},
-         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}]},
+         # `promotion.cluster.readiness.CHECK_API_CALLS`
+         "rules": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {**meta, "namespace": models_namespace},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
@@ -155,6 +160,7 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     if not actions:
         args.append("--read-only")
     else:
+        args += ["--readiness-namespace", models_namespace]
         if token_secret and not proxy_user:
             # A shared token names no person: its actions sign as this identity.
             args += ["--by", token_identity]
@@ -193,6 +199,10 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     if actions:
         docs += _readiness_reader(namespace, models_namespace, labels)
         pod["serviceAccountName"] = READINESS_READER
+        for container in containers[1:]:  # the auth proxy calls no API: hide the token
+            container.setdefault("volumeMounts", []).append(
+                {"name": "no-api-token", "mountPath": TOKEN_PATH, "readOnly": True})
+            volumes.append({"name": "no-api-token", "emptyDir": {}})
     if image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     deployment = {

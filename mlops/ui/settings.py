@@ -49,6 +49,10 @@ class UiSettings(pydantic.BaseModel):
     branch: str | None = None
     prometheus: str | None = None
     runtime: Runtime | None = None
+    readiness_namespace: str | None = pydantic.Field(
+        default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Where the serving Deployments run (runtime kubernetes; default: the GitOps repo's
+    `mlops-gitops.yaml` namespace): what the rollback button's readiness check reads."""
     runs: tuple[str, ...] = ()
     argo_server: str | None = None
     argo_namespace: str | None = None

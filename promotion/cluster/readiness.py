@@ -23,6 +23,7 @@ from serving.manifests import ANNOTATION_WEIGHTS_SHA256, deployment_name
 __all__ = [
     "API_CALLS",
     "AlwaysReady",
+    "CHECK_API_CALLS",
     "KubernetesReadiness",
     "Readiness",
     "ReadinessCheck",
@@ -34,10 +35,14 @@ __all__ = [
 
 #: Every Kubernetes API call :class:`KubernetesReadiness` makes (`workflows.identity` holds
 #: them against the controller's Role; tests/promotion/test_promotion_api_calls.py records them).
-API_CALLS = (
+CHECK_API_CALLS = (
     ApiCall("get", "deployments", "apps", name="{model}-{version}",
             namespace="{models_namespace}"),
     ApiCall("list", "pods", namespace="{models_namespace}"),
+)
+"""What :meth:`KubernetesReadiness.check` alone asks (the UI's rollback button)."""
+API_CALLS = (
+    *CHECK_API_CALLS,
     ApiCall("get", "destinationrules", "networking.istio.io", name="{model}",
             namespace="{models_namespace}"),
     ApiCall("get", "virtualservices", "networking.istio.io", name="{model}",

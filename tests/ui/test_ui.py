@@ -189,7 +189,7 @@ def test_manifests_are_read_only_unless_actions_are_enabled():
     assert "--read-only" in args and service["kind"] == "Service"
     with pytest.raises(MlopsError):
         ui_manifests(gitops_url="x", actions=True)
-    deployment, _ = ui_manifests(gitops_url="x", actions=True, token_secret="ui-token")
+    *_, deployment, _ = ui_manifests(gitops_url="x", actions=True, token_secret="ui-token")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert "--read-only" not in container["args"]
     assert {e["name"] for e in container["env"]} >= {"MLOPS_UI_TOKEN", "MLOPS_GIT_TOKEN"}

@@ -112,7 +112,8 @@ def test_a_read_only_ui_has_no_api_token_and_one_with_actions_reads_only_deploym
     assert pod["automountServiceAccountToken"] is True
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "vision"
     assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
-                              "verbs": ["get"]}]
+                              "verbs": ["get"]},
+                             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "mlops-ui",
                                     "namespace": "mlops"}]

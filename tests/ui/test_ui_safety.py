@@ -228,11 +228,11 @@ def test_a_shared_token_signs_as_its_identity_never_as_the_request_says(ui_repo)
 
 
 def test_the_cluster_ui_with_a_token_signs_as_a_named_identity():
-    deployment, _ = ui_manifests(gitops_url="https://g/gitops.git", actions=True,
+    *_, deployment, _ = ui_manifests(gitops_url="https://g/gitops.git", actions=True,
                                  token_secret="ui-token", token_identity="ml-platform")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--by") + 1] == "ml-platform"
-    proxied, _ = ui_manifests(gitops_url="https://g/gitops.git", actions=True, proxy_user=True,
+    *_, proxied, _ = ui_manifests(gitops_url="https://g/gitops.git", actions=True, proxy_user=True,
                               token_secret="ui-token")
     assert "--by" not in proxied["spec"]["template"]["spec"]["containers"][0]["args"]
 

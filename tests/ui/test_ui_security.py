@@ -30,6 +30,7 @@ from gitops.git import parse_trailers
 from gitops.repo import Mirror
 from mlops.cli import main
 from mlops.ui.app import UiConfig, create_app
+from mlops.ui.manifests import TOKEN_PATH
 from tests.manifest_validation import validate_all
 
 HEADERS = {"X-Mlops-UI": "1"}
@@ -109,10 +110,14 @@ def test_manifests_put_oauth2_proxy_in_the_pod_and_the_ui_on_loopback(capsys):
     # Its token (the button's readiness check) may only read the serving Deployments.
     assert pod["automountServiceAccountToken"] is True
     assert pod["serviceAccountName"] == "mlops-ui"
+    mounts = {m["mountPath"]: m["name"] for m in proxy["volumeMounts"]}  # the proxy calls no API
+    assert {v["name"]: v for v in pod["volumes"]}[mounts[TOKEN_PATH]]["emptyDir"] == {}
+    assert TOKEN_PATH not in {m["mountPath"] for m in ui.get("volumeMounts", [])}
     assert [(d["kind"], d["metadata"]["namespace"]) for d in docs[:3]] == [
         ("ServiceAccount", "mlops"), ("Role", "models"), ("RoleBinding", "models")]
     assert docs[1]["rules"] == [{"apiGroups": ["apps"], "resources": ["deployments"],
-                                 "verbs": ["get"]}]
+                                 "verbs": ["get"]},
+                                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     for container in pod["containers"]:
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["securityContext"]["readOnlyRootFilesystem"] is True

@@ -378,6 +378,14 @@ def test_the_cluster_guides_manifests_hold_exactly_the_tokens_they_use(tmp_path,
         # the push Workflow's submitter: creates the commit's pipeline Workflow
         "submit-pipeline": "mlops-submitter",
         "Deployment mlops/mlops-controller": "mlops-controller",
+        # the UI with actions: its rollback button's readiness check (not its auth proxy)
+        "Deployment mlops/mlops-ui": "mlops-ui",
+    }
+    ui = next(p for p in pods
+              if p.component == "Deployment mlops/mlops-ui (ui)" and p.token_mounted)
+    assert {str(c) for c in ui.calls} == {
+        "get deployments.apps 'shapes-detector-<version>' in namespace 'models'",
+        "list pods in namespace 'models'",
     }
     controller = next(p for p in pods if "mlops-controller" in p.component)
     assert {str(c) for c in controller.calls} == {
