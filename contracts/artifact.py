@@ -29,6 +29,7 @@ from contracts.errors import ExitCode, MlopsError
 
 __all__ = [
     "INFER_CFG_FILE",
+    "LOCK_FILE",
     "PARAMS_FILE",
     "PROBE_DIR",
     "PROBE_MAX_BYTES",
@@ -38,7 +39,7 @@ __all__ = [
     "ArtifactError",
     "ModelRecord",
     "WeightsMismatch",
-        "missing_files",
+    "missing_files",
     "program_file",
     "read_record",
     "read_record_data",
@@ -51,6 +52,9 @@ PROGRAM_FILES = ("inference.json", "inference.pdmodel")  # Paddle 3 PIR first, t
 PARAMS_FILE = "inference.pdiparams"
 INFER_CFG_FILE = "infer_cfg.yml"
 RECORD_FILE = "model.yaml"
+#: The data pins a version was trained on, beside its record (`workflows.steps.data_lineage`
+#: writes it; the PR's data section diffs it against production's).
+LOCK_FILE = "datalock.json"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 #: The probe set (`promotion/decision/answers.py`): images of the validation set, shipped with the
 #: version so the controller (which has no models volume in a cluster) can ask its server

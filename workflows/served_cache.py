@@ -18,7 +18,7 @@ import pydantic
 import yaml
 
 from cogs.files import atomic_write_text
-from promotion.reports.data_report import LOCK_FILE
+from contracts.artifact import LOCK_FILE
 from serving.fault import FaultConfig
 from workflows import served
 

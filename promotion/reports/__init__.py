@@ -2,7 +2,7 @@
 
 __all__ = [
     "comparison_pictures",  # where champion and challenger disagree, and PR curves
-    "data_report",          # the PR's data section, and the lineage lock's file name
+    "data_report",          # the PR's data section
     "notify",               # Notifier: a Slack-compatible webhook
     "report_paired",        # the PR body's champion-vs-challenger section
 ]

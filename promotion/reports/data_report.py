@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import pathlib
 
+from contracts.artifact import LOCK_FILE
 from datapins.diff import diff, render_markdown
 from datapins.errors import DataError
 from datapins.lock import read_lock
 
-__all__ = ["LOCK_FILE", "data_report"]
-
-LOCK_FILE = "datalock.json"  # workflows.steps.data_lineage writes it there
+__all__ = ["data_report"]
 
 
 def data_report(candidate: pathlib.Path, production: pathlib.Path | None) -> str | None:

@@ -10,6 +10,7 @@ import json
 import pathlib
 import shutil
 
+from contracts.artifact import LOCK_FILE
 from datapins.lock import write_lock
 from datapins.snapshot import snapshot
 from datapins.sources import DirectorySource
@@ -17,7 +18,7 @@ from gitops.forges.local import LocalForge
 from gitops.repo import init_repo
 from promotion.decision.policy import load_policy
 from promotion.gitrepo.propose import propose
-from promotion.reports.data_report import LOCK_FILE, data_report
+from promotion.reports.data_report import data_report
 from tests.fixtures.data import edit_annotations, write_coco_dataset
 from tests.fixtures.production import fake_model_dir, put_in_production
 

@@ -13,11 +13,11 @@ import pathlib
 import shutil
 from typing import Any
 
+from contracts.artifact import LOCK_FILE
 from datapins.cache import Cache
 from datapins.errors import DataDigestMismatch, DataError
 from datapins.lock import read_lock
 from datapins.prepare import MARKER, verify_placed
-from promotion.reports.data_report import LOCK_FILE
 from workflows.config import LoadedConfig
 from workflows.errors import StepError
 from workflows.steps.prepare_data import DATA_DIR, default_cache, repo_lock
