@@ -36,24 +36,19 @@ from serving.manifests import MODELS_MOUNT
 from workflows.binding import git_scope
 from workflows.config import LoadedConfig
 from workflows.jobplan import full_job, plan_annotations, smoke_needed
+from workflows.layout import (
+    DATA_CACHE_ENV,
+    DATA_CACHE_MOUNT,
+    DATA_DIR,
+    LOCAL_ANNOTATION,
+    MODELS_ENV,
+    PATH_ENV,
+    WORKSPACE,
+)
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.worker_command import worker_command
 
-# Paths inside the pods. The runner maps these env names to local paths.
-MODELS_ENV = "MLOPS_MODELS"  # the models volume's mount, in publish and propose only
-WORKSPACE = "/workspace"
-PATH_ENV = {
-    "MLOPS_REPO": f"{WORKSPACE}/repo",
-    "MLOPS_OUT": f"{WORKSPACE}/out",
-    "MLOPS_OUTPUTS": "/tmp/outputs",
-}
-LOCAL_ANNOTATION = "mlops.dev/local"
-# The prepared dataset (prepare-data's output, training's --data-dir) and its cache:
-# the cache env is mapped to a local directory by the runner, like the paths above.
-DATA_DIR = "$(MLOPS_OUT)/data"
-DATA_CACHE_ENV = "MLOPS_DATA_CACHE"
-DATA_CACHE_MOUNT = "/data-cache"
 # boto3 reads these (its environment credential provider); `datapins.sources` the endpoint.
 S3_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret-access-key"}
 # `mlops step propose --outputs`: on the workspace, so the exit handler's report reads it.
