@@ -16,6 +16,7 @@ from workflows.errors import StepError
 from workflows.expressions import substitute
 from workflows.jobplan import full_job
 from workflows.layout import PATH_ENV
+from workflows.paddlejob import paddlejob_manifest
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.steps.common import lineage_env
@@ -69,8 +70,6 @@ def run_job(
     env. Workflow parameters become the local lineage (`MLOPS_TRAINING_COMMIT`,
     `MLOPS_WORKFLOW_ID` when set).
     """
-    from workflows.pipeline import paddlejob_manifest
-
     loaded = load_config(repo)
     # the full job as the pipeline renders it (`workflows.jobplan`: one worker for `epochs: 0`)
     job = job_override or (loaded.smoke if which == "smoke" else full_job(loaded)[0])
