@@ -36,24 +36,18 @@ from serving.manifests import MODELS_MOUNT
 from workflows.binding import git_scope
 from workflows.config import LoadedConfig
 from workflows.jobplan import full_job, plan_annotations, smoke_needed
+from workflows.layout import (
+    DATA_CACHE_ENV,
+    DATA_CACHE_MOUNT,
+    LOCAL_ANNOTATION,
+    MODELS_ENV,
+    PATH_ENV,
+    WORKSPACE,
+)
+from workflows.paddlejob import paddlejob_manifest, warm_start
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
-from workflows.worker_command import worker_command
 
-# Paths inside the pods. The runner maps these env names to local paths.
-MODELS_ENV = "MLOPS_MODELS"  # the models volume's mount, in publish and propose only
-WORKSPACE = "/workspace"
-PATH_ENV = {
-    "MLOPS_REPO": f"{WORKSPACE}/repo",
-    "MLOPS_OUT": f"{WORKSPACE}/out",
-    "MLOPS_OUTPUTS": "/tmp/outputs",
-}
-LOCAL_ANNOTATION = "mlops.dev/local"
-# The prepared dataset (prepare-data's output, training's --data-dir) and its cache:
-# the cache env is mapped to a local directory by the runner, like the paths above.
-DATA_DIR = "$(MLOPS_OUT)/data"
-DATA_CACHE_ENV = "MLOPS_DATA_CACHE"
-DATA_CACHE_MOUNT = "/data-cache"
 # boto3 reads these (its environment credential provider); `datapins.sources` the endpoint.
 S3_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret-access-key"}
 # `mlops step propose --outputs`: on the workspace, so the exit handler's report reads it.
@@ -62,7 +56,6 @@ PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
 ENTRYPOINT = "pipeline"
 BUILD_TASK = "build-image"
 EXIT_HANDLER = "record-outcome"
-PADDLEJOB_API = "batch.paddlepaddle.org/v1"
 # What the Argo UI shows as the workflow's outputs (the entrypoint DAG's outputs):
 # name -> the task output it reads. A task that did not run (propose after a failed
 # gate) leaves the default: Argo's getTemplateOutputsFromScope uses
@@ -99,7 +92,7 @@ FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": 
 # sha come from the webhook's payload: `--` keeps a URL from being read as an option
 # (`--upload-pack=...`), and the revision must be a commit id. The training jobs' output
 # folders are made here, as the steps' user: the PaddleJob mounts them as subPaths
-# (`_training_mounts`), and a missing subPath is made by the kubelet, as root, with the
+# (`workflows.paddlejob`), and a missing subPath is made by the kubelet, as root, with the
 # volume root's mode (kubernetes pkg/kubelet/kubelet_pods.go makeMounts, SafeMakeDir).
 CHECKOUT_SCRIPT = (
     "set -eu\n"
@@ -200,10 +193,6 @@ def _git_credentials(settings: PipelineSettings, *, helper: bool,
     return env
 
 
-def _pull_secrets(settings: PipelineSettings) -> list[dict[str, str]]:
-    return [{"name": name} for name in settings.image_pull_secrets]
-
-
 def _tool_env(model: str) -> list[Env]:
     env = [Env(name=k, value=v) for k, v in PATH_ENV.items()]
     env += [
@@ -268,151 +257,6 @@ def _step_args(name: str, *extra: str) -> list[str]:
     ]
 
 
-def paddlejob_manifest(
-    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
-    *, deadline: int | None = None,
-) -> dict[str, Any]:
-    """The PaddleJob for one training job (`which` is `smoke` or `full`).
-
-    Collective mode (workers only, no parameter servers). Each worker pod
-    runs the model repo's own command from the checkout on the shared
-    workspace, in the image built for this commit (`_worker_pod_spec`).
-    """
-    return {
-        "apiVersion": PADDLEJOB_API,
-        "kind": "PaddleJob",
-        "metadata": {
-            "name": f"{{{{workflow.name}}}}-{which}",
-            "labels": {
-                "app.kubernetes.io/part-of": "mlops",
-                "mlops.dev/model": loaded.config.model,
-                "mlops.dev/job": which,
-                "workflows.argoproj.io/workflow": "{{workflow.name}}",
-            },
-        },
-        "spec": {
-            # Pods of a finished job are removed; a failed job keeps its pods
-            # (and logs) until the workflow, their owner, is deleted.
-            "cleanPodPolicy": "OnCompletion",
-            "intranet": "PodIP",
-            "worker": {
-                "replicas": job.workers,
-                "template": {"spec": _worker_pod_spec(loaded, job, which, settings, deadline)},
-            },
-        },
-    }
-
-
-def _worker_pod_spec(
-    loaded: LoadedConfig, job: ResourceTemplate, which: str, settings: PipelineSettings,
-    deadline: int | None,
-) -> dict[str, Any]:
-    """A PaddleJob worker's pod spec.
-
-    `/dev/shm` is a memory emptyDir because NCCL/Gloo and Paddle's DataLoader use shared
-    memory and the container default (64 MiB) makes collective jobs crash. `deadline`:
-    the step's `activeDeadlineSeconds`, on the worker pods too: when Argo stops the step
-    at its deadline it stops only its own pod, and the job's pods would train on until
-    the Workflow is deleted (their owner); the kubelet ends each worker at the same
-    deadline.
-    """
-    warm = _warm_start(loaded, which)
-    return {
-        **({"imagePullSecrets": _pull_secrets(settings)}
-           if settings.image_pull_secrets else {}),
-        "restartPolicy": "Never",
-        **({"activeDeadlineSeconds": deadline} if deadline else {}),
-        "automountServiceAccountToken": False,  # training needs no API
-        "securityContext": pod_security(settings.run_as_user),
-        "containers": [_worker_container(loaded, job, which)],
-        "volumes": [
-            {
-                "name": "workspace",
-                "persistentVolumeClaim": {
-                    "claimName": "{{workflow.name}}-workspace"
-                },
-            },
-            {
-                "name": "dshm",
-                "emptyDir": {"medium": "Memory", "sizeLimit": job.shm},
-            },
-            *([{"name": "models", "persistentVolumeClaim": {
-                "claimName": settings.models_claim, "readOnly": True}}]
-              if warm else []),
-        ],
-    }
-
-
-def _worker_container(loaded: LoadedConfig, job: ResourceTemplate, which: str) -> dict[str, Any]:
-    """A PaddleJob worker's one container: the model repo's training command."""
-    model = loaded.config.model
-    command, args = worker_command(
-        loaded.config.training.command, job, f"$(MLOPS_OUT)/{which}",
-        source=f"{loaded.path.name}: training.command",
-        data_dir=DATA_DIR if loaded.config.data else None,
-    )
-    warm = _warm_start(loaded, which)
-    if warm:  # production's export, found by find-production, read from the models volume
-        # Before the template's args, so a job's own `init-from: ""` (from scratch) wins.
-        at = args.index("--checkpoint-dir") + 2
-        args = [*args[:at], "--init-from", "{{inputs.parameters.init-from}}", *args[at:]]
-    resources: dict[str, Any] = {
-        "requests": {"cpu": job.cpu, "memory": job.memory},
-        "limits": {"cpu": job.cpu, "memory": job.memory},
-    }
-    if job.gpus:
-        resources["limits"]["nvidia.com/gpu"] = str(job.gpus)
-    env = [{"name": k, "value": v} for k, v in PATH_ENV.items()]
-    env += [
-        {"name": "MLOPS_TRAINING_COMMIT", "value": "{{workflow.parameters.revision}}"},
-        {"name": "MLOPS_WORKFLOW_ID", "value": "{{workflow.name}}"},
-        {"name": "HOME", "value": "/tmp"},
-    ]
-    return {
-        "name": "paddle",
-        "image": "{{inputs.parameters.image}}",
-        "workingDir": PATH_ENV["MLOPS_REPO"],
-        "command": command,
-        "args": args,
-        "env": env,
-        "resources": resources,
-        "securityContext": container_security(read_only_root=False),
-        "volumeMounts": [
-            *_training_mounts(loaded, which),
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            # Its own model's exports only, not every team's: production's is under it.
-            *([{"name": "models", "mountPath": f"{MODELS_MOUNT}/{model}",
-                "subPath": model, "readOnly": True}] if warm else []),
-        ],
-    }
-
-
-def _training_mounts(loaded: LoadedConfig, which: str) -> list[dict[str, Any]]:
-    """The workspace as the training pods see it: the pushed repo's code runs there.
-
-    Its own output folder writable; the checkout (the `mlops.yaml` and lock files later
-    steps read) and the prepared data (what evaluation judges) read-only, through
-    subPaths of the same claim: with the whole workspace writable, a training job could
-    replace the verified val annotations and a failing candidate pass the gate. The
-    local runner honours the same `readOnly` (`workflows.paddlejob_local`).
-    """
-    out = PATH_ENV["MLOPS_OUT"]
-    mounts: list[dict[str, Any]] = [
-        {"name": "workspace", "mountPath": PATH_ENV["MLOPS_REPO"], "subPath": "repo",
-         "readOnly": True},
-        {"name": "workspace", "mountPath": f"{out}/{which}", "subPath": f"out/{which}"},
-    ]
-    if loaded.config.data:
-        mounts.append({"name": "workspace", "mountPath": f"{out}/data", "subPath": "out/data",
-                       "readOnly": True})
-    return mounts
-
-
-def _warm_start(loaded: LoadedConfig, which: str) -> bool:
-    """Whether this job starts from production's weights (`training.init_from`)."""
-    return which == "full" and loaded.config.training.init_from == "production"
-
-
 def _training_template(
     loaded: LoadedConfig,
     job: ResourceTemplate,
@@ -435,7 +279,7 @@ def _training_template(
         # the ownerReference by hand as well would duplicate it.
         set_owner_reference=True,
         inputs=[Parameter(name="image"),
-                *([Parameter(name="init-from")] if _warm_start(loaded, which) else [])],
+                *([Parameter(name="init-from")] if warm_start(loaded, which) else [])],
         outputs=[
             Parameter(name="job", value_from=m.ValueFrom(json_path="{.metadata.name}")),
         ],
@@ -652,7 +496,7 @@ def _train_template(r: _Render) -> Resource:
 def _find_production_template(r: _Render) -> Container | None:
     """`find-production`: with `training.init_from: production`, the export the full job
     starts from, read from the GitOps repo as the gate reads it (empty: from scratch)."""
-    if not _warm_start(r.loaded, "full"):
+    if not warm_start(r.loaded, "full"):
         return None
     return r.container(
         "find-production",

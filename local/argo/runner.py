@@ -42,14 +42,11 @@ from workflows.expressions import (
     substitute,
 )
 from workflows.jobplan import PLAN_ANNOTATIONS
+from workflows.layout import DATA_CACHE_ENV, LOCAL_ANNOTATION, MODELS_ENV, PATH_ENV
 from workflows.pipeline import (
     ALLOW_PROTOCOL_ENV,
     ARGO_METRIC_PREFIX,
     BUILD_TASK,
-    DATA_CACHE_ENV,
-    LOCAL_ANNOTATION,
-    MODELS_ENV,
-    PATH_ENV,
     workflow_name,
 )
 from workflows.push import SUBMIT_STEP

@@ -6,7 +6,7 @@ with the manifest's securityContext applied by `mlops.images.podrun`
 (user, read-only root, dropped capabilities, no privilege escalation, the
 emptyDirs as tmpfs, the claims as bind mounts):
 
-* the example's training image: the smoke PaddleJob (`workflows.pipeline`),
+* the example's training image: the smoke PaddleJob (`workflows.paddlejob`),
   its two workers as two containers on the host network with
   paddle-operator's env (`workflows.paddlejob_local.worker_specs`, after
   PaddleFlow/paddle-operator v0.3.5 `controllers/paddlejob_helper.go`),
@@ -59,6 +59,7 @@ from promotion.cluster.deploy import controller_manifests
 from tests.fixtures.common import free_port
 from tests.fixtures.training import copy_example
 from workflows.config import load_config
+from workflows.paddlejob import paddlejob_manifest
 from workflows.pipeline import BUILD_SCRIPT, build_workflow_template
 from workflows.settings import PipelineSettings
 
@@ -191,9 +192,6 @@ def test_an_unchanged_rebuild_reuses_every_layer(built_images):
 
 def _smoke_paddlejob(repo: pathlib.Path, image: str) -> dict:
     """The example's smoke PaddleJob with two workers, as Argo would create it."""
-    # lazy (collection cost): it pulls hera
-    from workflows.pipeline import paddlejob_manifest
-
     loaded = load_config(repo)
     job = loaded.smoke.model_copy(update={"workers": 2})
     text = yaml.safe_dump(paddlejob_manifest(loaded, job, "smoke", PipelineSettings()))

@@ -18,6 +18,7 @@ from mlops.images.runner import paddlejob_workers
 from promotion.cluster.deploy import controller_manifests
 from serving import manifests
 from workflows.config import load_config
+from workflows.paddlejob import paddlejob_manifest
 from workflows.settings import PipelineSettings
 
 SHA = "a" * 64
@@ -88,9 +89,6 @@ def test_the_paddlejob_workers_get_the_operators_env_and_the_shm_emptydir(tmp_pa
     """Two workers of the example's smoke job (two replicas): one `podman run` each, on the
     host network, with the container's env plus paddle-operator's and nothing of this
     machine's."""
-
-    # lazy (collection cost): it pulls hera
-    from workflows.pipeline import paddlejob_manifest
 
     loaded = load_config(ROOT / "examples" / "shapes-detector")
     job = loaded.smoke.model_copy(update={"workers": 2})

@@ -20,7 +20,7 @@ from cogs.ports import free_port
 from workflows import paddlejob_local
 from workflows.config import load_config
 from workflows.errors import StepError
-from workflows.pipeline import paddlejob_manifest
+from workflows.paddlejob import paddlejob_manifest
 from workflows.settings import PipelineSettings
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -31,7 +31,8 @@ from workflows.expressions import (
     eval_when,
     substitute,
 )
-from workflows.pipeline import PATH_ENV, build_workflow_template
+from workflows.layout import PATH_ENV
+from workflows.pipeline import build_workflow_template
 from workflows.settings import load_settings
 
 PIPELINE = ["checkout", "build-image", "push-image", "smoke-train", "train", "evaluate", "gate",

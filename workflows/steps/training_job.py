@@ -15,6 +15,8 @@ from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.expressions import substitute
 from workflows.jobplan import full_job
+from workflows.layout import PATH_ENV
+from workflows.paddlejob import paddlejob_manifest
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.steps.common import lineage_env
@@ -68,8 +70,6 @@ def run_job(
     env. Workflow parameters become the local lineage (`MLOPS_TRAINING_COMMIT`,
     `MLOPS_WORKFLOW_ID` when set).
     """
-    from workflows.pipeline import PATH_ENV, paddlejob_manifest
-
     loaded = load_config(repo)
     # the full job as the pipeline renders it (`workflows.jobplan`: one worker for `epochs: 0`)
     job = job_override or (loaded.smoke if which == "smoke" else full_job(loaded)[0])
