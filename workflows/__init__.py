@@ -11,10 +11,10 @@ __all__ = [
     "errors",           # ConfigError, StepError
     "expressions",      # Argo's expression languages, for the local runner (pure)
     "jobplan",          # which training jobs a push needs (the plan's annotations)
-    "layout",           # where the pods find things; the local runner maps the same names
     "lint",             # rendered manifests against the official schemas, offline
     "paddlejob_local",  # a rendered PaddleJob run on this machine as paddle-operator would
     "pipeline",         # the pipeline's WorkflowTemplate and the names it sets
+    "pod_paths",        # where the pods find things; the local runner maps the same names
     "preconditions",    # what a cluster must allow before the manifests can run (pure)
     "push",             # what one push runs: the push Workflow, then the pipeline's
     "render",           # every manifest of a model repo's pipeline, as YAML files

@@ -11,7 +11,7 @@ from typing import Any
 from cogs.pods import container_security, pod_security
 from serving.manifests import MODELS_MOUNT
 from workflows.config import LoadedConfig
-from workflows.layout import DATA_DIR, PATH_ENV
+from workflows.pod_paths import DATA_DIR, PATH_ENV
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.worker_command import worker_command

@@ -36,7 +36,8 @@ from serving.manifests import MODELS_MOUNT
 from workflows.binding import git_scope
 from workflows.config import LoadedConfig
 from workflows.jobplan import full_job, plan_annotations, smoke_needed
-from workflows.layout import (
+from workflows.paddlejob import paddlejob_manifest, warm_start
+from workflows.pod_paths import (
     DATA_CACHE_ENV,
     DATA_CACHE_MOUNT,
     LOCAL_ANNOTATION,
@@ -44,7 +45,6 @@ from workflows.layout import (
     PATH_ENV,
     WORKSPACE,
 )
-from workflows.paddlejob import paddlejob_manifest, warm_start
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 

@@ -13,8 +13,8 @@ from contracts.names import SHA_CHARS
 from workflows.binding import PlatformBinding, applied, binding_arg, binding_for
 from workflows.config import LoadedConfig
 from workflows.jobplan import PLAN_ANNOTATIONS
-from workflows.layout import LOCAL_ANNOTATION, PATH_ENV
 from workflows.pipeline import build_workflow_template, workflow_name
+from workflows.pod_paths import LOCAL_ANNOTATION, PATH_ENV
 from workflows.settings import PipelineSettings
 
 PUSH_ENTRYPOINT = "push"

@@ -31,8 +31,8 @@ from workflows.expressions import (
     eval_when,
     substitute,
 )
-from workflows.layout import PATH_ENV
 from workflows.pipeline import build_workflow_template
+from workflows.pod_paths import PATH_ENV
 from workflows.settings import load_settings
 
 PIPELINE = ["checkout", "build-image", "push-image", "smoke-train", "train", "evaluate", "gate",

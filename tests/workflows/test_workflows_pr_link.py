@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from workflows.config import load_config
-from workflows.layout import PATH_ENV
 from workflows.pipeline import EXIT_HANDLER, PR_LINK_PATH, build_workflow_template
+from workflows.pod_paths import PATH_ENV
 from workflows.settings import load_settings
 from workflows.steps import record_outcome
 

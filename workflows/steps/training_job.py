@@ -15,8 +15,8 @@ from workflows.config import load_config
 from workflows.errors import StepError
 from workflows.expressions import substitute
 from workflows.jobplan import full_job
-from workflows.layout import PATH_ENV
 from workflows.paddlejob import paddlejob_manifest
+from workflows.pod_paths import PATH_ENV
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
 from workflows.steps.common import lineage_env
