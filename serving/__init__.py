@@ -8,7 +8,6 @@ post-processing, its metrics, the worker supervisor) are its own.
 
 __all__ = [
     "client",     # a small OIP v2 client: health, metadata, infer
-    "dataplane",  # ServerSettings: one server's settings, as `mlops serve` fills them
     "errors",     # ServingError, carrying the HTTP status a caller sees
     "fault",      # FaultConfig: the fault drill a version declares (part of its identity)
     "limits",     # the bounds on what a client may send (`mlops serve`'s flags)
@@ -16,7 +15,6 @@ __all__ = [
     "manifests",  # pure builders of one model's Kubernetes and Istio documents
     "modeldir",   # load_model_dir(): the export, infer_cfg.yml and model.yaml, read
     "options",    # ServingOptions: the `serving:` section of infer_cfg.yml
-    "preprocess",  # ImageOptions and the pixel bound (`mlops serve`'s flags)
     "settings",   # ServeSettings: every `mlops serve` option's default, bounds, precedence
     "probe",      # the probe set as the server hands it out (its file rule)
     "protocol",   # OIP v2 request and response bodies (Tensor)

@@ -15,7 +15,7 @@ before the model's libraries load.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping
 
 import pydantic
 
@@ -29,6 +29,9 @@ from serving.options import (
     ServingOptions,
     Workers,
 )
+
+if TYPE_CHECKING:
+    from serving.dataplane import ServerSettings
 
 __all__ = ["DEFAULTS", "ServeSettings", "SettingsError"]
 
@@ -132,6 +135,26 @@ class ServeSettings(pydantic.BaseModel):
     def threads_per_worker(self, cores: int) -> int:
         """`threads`, else `cores` divided among the worker processes (at least 1)."""
         return self.threads if self.threads is not None else max(1, cores // self.workers)
+
+    def server_settings(self, model_name: str, model_version: str,
+                        cores: int) -> ServerSettings:
+        """What one server process runs with, for the model it serves."""
+        # Imported here: the data plane loads numpy, which must come after the caller
+        # has set OMP_NUM_THREADS from these settings (`mlops serve`).
+        from serving.dataplane import ServerSettings
+        from serving.preprocess import ImageOptions
+
+        return ServerSettings(
+            model_name=model_name, model_version=model_version, host=self.host,
+            port=self.port, max_body_bytes=self.max_body_bytes,
+            max_in_flight=self.max_in_flight, threads=self.threads_per_worker(cores),
+            math_threads=self.math_threads, graceful_timeout=self.graceful_timeout,
+            body_timeout=self.body_timeout, weights_sha256=self.weights_sha256,
+            workers=self.workers, batch_max_size=self.batch_max_size,
+            batch_timeout_ms=self.batch_timeout_ms, inline_max_ms=self.inline_max_ms,
+            images=ImageOptions(self.max_request_pixels, self.decode_timeout,
+                                self.reduced_decode),
+            limits=self.http_limits(), termination_log=self.termination_log)
 
 
 #: Every option's default (the port aside: it has none), for what is built without flags.

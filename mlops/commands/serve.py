@@ -116,9 +116,7 @@ def run_serve(args: argparse.Namespace) -> int:
     # Paddle's CPU kernels use OpenMP; left unset, every predictor thread may
     # start one OpenMP thread per core and they fight over the same cores.
     os.environ.setdefault("OMP_NUM_THREADS", str(flags.math_threads))
-    from serving.dataplane import ServerSettings
     from serving.modeldir import load_model_dir
-    from serving.preprocess import ImageOptions
     from serving.runtime import default_threads
     from serving.server import serve
 
@@ -130,27 +128,7 @@ def run_serve(args: argparse.Namespace) -> int:
         version = f"sha256-{model.weights_sha256[:12]}"
         print(f"{model.path}: no model.yaml version; serving it as version {version} "
               "(the weights' digest; --model-version names it)", file=sys.stderr)
-    settings = ServerSettings(
-        model_name=name,
-        model_version=str(version),
-        host=options.host,
-        port=options.port,
-        max_body_bytes=options.max_body_bytes,
-        max_in_flight=options.max_in_flight,
-        threads=options.threads_per_worker(default_threads()),
-        math_threads=options.math_threads,
-        graceful_timeout=options.graceful_timeout,
-        body_timeout=options.body_timeout,
-        weights_sha256=options.weights_sha256,
-        workers=options.workers,
-        batch_max_size=options.batch_max_size,
-        batch_timeout_ms=options.batch_timeout_ms,
-        inline_max_ms=options.inline_max_ms,
-        images=ImageOptions(options.max_request_pixels, options.decode_timeout,
-                            options.reduced_decode),
-        limits=options.http_limits(),
-        termination_log=options.termination_log,
-    )
+    settings = options.server_settings(name, str(version), default_threads())
     logging.basicConfig(
         level=options.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
