@@ -21,6 +21,7 @@ __all__ = [
     "run_compare",      # runs side by side (`mlops runs compare`, the UI)
     "run_events",       # a local run's typed events and its run.json
     "settings",         # PipelineSettings: the cluster-side settings of the pipeline
+    "step_container",   # what every step container shares (the runner reads its env names)
     "steps",            # the step entrypoints, by name (STEPS)
     "submit",           # submit a commit to an Argo Server
 ]

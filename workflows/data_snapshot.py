@@ -6,7 +6,7 @@ the dataset digest moved (a new pin name alone is not a change). The push is the
 trigger of the training pipeline like any other commit: git stays the one trigger and
 the audit trail. A push rejected because the remote moved is rebased and retried;
 nothing is forced. The data PVC is mounted read-only; S3 credentials come from the data
-Secret as env (`workflows.pipeline.data_source_env`), the git token from the git Secret.
+Secret as env (`workflows.step_container.data_source_env`), the git token from the git Secret.
 """
 
 from typing import Any
@@ -15,8 +15,8 @@ from hera.workflows import Env
 
 from gitops.git import origin
 from workflows.config import LoadedConfig
-from workflows.pipeline import _git_credentials, _restricted, data_mounts, data_source_env
 from workflows.settings import PipelineSettings
+from workflows.step_container import data_mounts, data_source_env, git_credentials, restricted
 
 # Sources of the script's variables: env only, so no value is spliced into shell text.
 SNAPSHOT_SCRIPT = (
@@ -69,8 +69,8 @@ def build_snapshot_cron(loaded: LoadedConfig, settings: PipelineSettings) -> dic
         Env(name="HOME", value="/tmp"),
         *data_source_env(settings),
         # The token goes to the model repo's server only (`workflows.binding`).
-        *_git_credentials(settings, helper=True,
-                          scope={"hosts": [origin(url)], "schemes": ["https"]}),
+        *git_credentials(settings, helper=True,
+                         scope={"hosts": [origin(url)], "schemes": ["https"]}),
     ]
     container = {
         "image": settings.tool_image,
@@ -79,7 +79,7 @@ def build_snapshot_cron(loaded: LoadedConfig, settings: PipelineSettings) -> dic
         "env": [_plain(e.build()) for e in env],
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
                          *[_plain(mnt) for mnt in data_mounts(settings)]],
-        "securityContext": _plain(_restricted()),
+        "securityContext": _plain(restricted()),
         # it reads every pinned file to hash it (as prepare-data does)
         "resources": settings.resources_for("prepare-data"),
     }

@@ -6,7 +6,7 @@ WorkflowTemplate that holds both. Argo runs the rendered object; the local runne
 the `$(MLOPS_*)` paths and the `mlops.dev/local` annotation (docs/pipeline-internals.md).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,16 +22,14 @@ from hera.workflows import (
     NoneArchiveStrategy,
     Parameter,
     Resource,
-    RetryStrategy,
     SecretEnv,
     Task,
     WorkflowTemplate,
 )
 from hera.workflows import models as m
 
-from cogs.pods import container_security, pod_security
+from cogs.pods import pod_security
 from contracts.names import SHA_CHARS
-from gitops import git as gitcli
 from serving.manifests import MODELS_MOUNT
 from workflows.binding import git_scope
 from workflows.config import LoadedConfig
@@ -47,9 +45,16 @@ from workflows.pod_paths import (
 )
 from workflows.resources import ResourceTemplate
 from workflows.settings import PipelineSettings
+from workflows.step_container import (
+    data_mounts,
+    data_source_env,
+    git_credentials,
+    infra_retry,
+    step_args,
+    tool_container,
+    tool_env,
+)
 
-# boto3 reads these (its environment credential provider); `datapins.sources` the endpoint.
-S3_ENV = {"AWS_ACCESS_KEY_ID": "access-key-id", "AWS_SECRET_ACCESS_KEY": "secret-access-key"}
 # `mlops step propose --outputs`: on the workspace, so the exit handler's report reads it.
 PROPOSAL_OUTPUTS = "$(MLOPS_OUT)/full/proposal"
 PROPOSAL_OUTPUTS_PATH = f"{WORKSPACE}/out/full/proposal"
@@ -82,9 +87,6 @@ PARAMETERS = ("repo", "revision", "ref", "gitops-repo")
 # and that is the name the local runner writes and the docs query.
 ARGO_METRIC_PREFIX = "argo_workflows_"
 
-# git's own: the transports it may use, colon-separated (git(1) ENVIRONMENT). Set in
-# every step that holds the git token, to the platform's schemes (`workflows.binding`).
-ALLOW_PROTOCOL_ENV = "GIT_ALLOW_PROTOCOL"
 # The env var each forge client reads its API token from (gitops/forges/*).
 FORGE_TOKEN_ENV = {"github": "GITHUB_TOKEN", "gitlab": "GITLAB_TOKEN", "gitea": "GITEA_TOKEN"}
 
@@ -145,116 +147,11 @@ def _out(path: str) -> str:
     return f"{PATH_ENV['MLOPS_OUTPUTS']}/{path}"
 
 
-def _workspace_mount() -> m.VolumeMount:
-    return m.VolumeMount(name="workspace", mount_path=WORKSPACE)
-
-
 def _models_read_only() -> m.VolumeMount:
     """The models volume where serving reads it, read-only: the steps that read production's
     export or record through its `file://` model-uri (find-production, evaluate, gate,
     propose)."""
     return m.VolumeMount(name="models", mount_path=MODELS_MOUNT, read_only=True)
-
-
-def _restricted() -> m.SecurityContext:
-    # A read-only root: steps write only to the workspace and to /tmp (an emptyDir:
-    # HOME, the outputs folder), so a compromised step cannot alter its own image.
-    return m.SecurityContext.model_validate(container_security())
-
-
-def _infra_retry(settings: PipelineSettings) -> RetryStrategy:
-    # OnError = infrastructure errors (pod evicted, node lost, image pull);
-    # a step that ran and failed (exit code != 0) is not retried, and the
-    # gate has no retry at all: its verdict is an output, not an error.
-    return RetryStrategy(
-        limit=settings.retry_limit,
-        retry_policy="OnError",
-        backoff=m.Backoff(duration="30s", factor=m.IntOrString(2), max_duration="30m"),
-    )
-
-
-def _git_credentials(settings: PipelineSettings, *, helper: bool,
-                     scope: dict[str, Any]) -> list[Env | SecretEnv]:
-    """The git token from the settings' Secret as MLOPS_GIT_TOKEN (optional: public repos
-    need none), the servers it may go to and the transports git may use there (`scope`,
-    `workflows.binding.git_scope`: the platform's, never a URL a step is handed).
-    `helper`: also point plain git at the credential helper through env (the checkout
-    pod runs git itself; `mlops` steps go through `gitops.git`, which adds the helper on
-    its own)."""
-    env: list[Env | SecretEnv] = [
-        SecretEnv(name=gitcli.TOKEN_ENV, secret_name=settings.git_secret,
-                  secret_key=settings.git_secret_key, optional=True),
-        Env(name=gitcli.USERNAME_ENV, value=settings.git_username),
-        Env(name=gitcli.HOSTS_ENV, value=" ".join(scope["hosts"])),
-        Env(name=ALLOW_PROTOCOL_ENV, value=":".join(scope["schemes"])),
-    ]
-    if helper:
-        env += [Env(name=k, value=v) for k, v in gitcli.credential_config_env().items()]
-    return env
-
-
-def _tool_env(model: str) -> list[Env]:
-    env = [Env(name=k, value=v) for k, v in PATH_ENV.items()]
-    env += [
-        Env(name="MLOPS_MODEL", value=model),
-        Env(name="MLOPS_TRAINING_COMMIT", value="{{workflow.parameters.revision}}"),
-        Env(name="MLOPS_WORKFLOW_ID", value="{{workflow.name}}"),
-        Env(name="HOME", value="/tmp"),
-    ]
-    return env
-
-
-def _tool_container(
-    name: str,
-    args: list[str],
-    *,
-    settings: PipelineSettings,
-    env: Sequence[Env | SecretEnv],
-    image: str | None = None,
-    command: Sequence[str] = ("mlops",),
-    extra_env: Sequence[Env | SecretEnv] = (),
-    extra_mounts: Sequence[m.VolumeMount] = (),
-    security_context: m.SecurityContext | None = None,
-    deadline: int | None = None,
-    retry: bool = True,
-    **fields: Any,
-) -> Container:
-    """A step's container template with what every step shares unless told otherwise.
-
-    The tool image running ``mlops ARGS``, the path env (plus ``extra_env``),
-    the workspace volume (plus ``extra_mounts``), the restricted security
-    context, the settings' CPU and memory for ``name`` (requests and limits),
-    the step deadline and retries on infrastructure errors only.
-    ``fields`` go to :class:`Container` as they are (outputs, metrics, ...).
-    """
-    return Container(
-        name=name,
-        image=image or settings.tool_image,
-        command=list(command),
-        args=args,
-        env=[*env, *extra_env],
-        volume_mounts=[_workspace_mount(), m.VolumeMount(name="tmp", mount_path="/tmp"),
-                       *extra_mounts],
-        security_context=security_context or _restricted(),
-        resources=m.ResourceRequirements.model_validate(settings.resources_for(name)),
-        active_deadline_seconds=settings.step_deadline_seconds if deadline is None else deadline,
-        retry_strategy=_infra_retry(settings) if retry else None,
-        **fields,
-    )
-
-
-def _step_args(name: str, *extra: str) -> list[str]:
-    return [
-        "step",
-        name,
-        "--repo",
-        "$(MLOPS_REPO)",
-        "--out",
-        "$(MLOPS_OUT)",
-        "--outputs",
-        "$(MLOPS_OUTPUTS)",
-        *extra,
-    ]
 
 
 def _training_template(
@@ -291,7 +188,7 @@ def _training_template(
         # (no token), and every other pod's argoexec keeps the plain executor's.
         executor=m.ExecutorConfig(service_account_name=settings.paddlejob_service_account),
         active_deadline_seconds=deadline,
-        retry_strategy=_infra_retry(settings),
+        retry_strategy=infra_retry(settings),
     )
 
 
@@ -307,25 +204,6 @@ def _data_volumes(loaded: LoadedConfig, settings: PipelineSettings) -> list[m.Vo
         out.append(m.Volume(name="data-cache", persistent_volume_claim=(
             m.PersistentVolumeClaimVolumeSource(claim_name=settings.data_cache_claim))))
     return out
-
-
-def data_source_env(settings: PipelineSettings) -> list[Env | SecretEnv]:
-    """S3 credentials from the data Secret (optional: a PVC source needs none) and the
-    endpoint, as env: boto3 reads them there, so no key is ever in argv."""
-    env: list[Env | SecretEnv] = [
-        SecretEnv(name=name, secret_name=settings.data_secret, secret_key=key, optional=True)
-        for name, key in S3_ENV.items()
-    ]
-    if settings.data_endpoint_url:
-        env.append(Env(name="MLOPS_DATA_ENDPOINT_URL", value=settings.data_endpoint_url))
-    return env
-
-
-def data_mounts(settings: PipelineSettings) -> list[m.VolumeMount]:
-    """The datasets' PVC, read-only, where the snapshots found it (`data_mount`)."""
-    if not settings.data_claim:
-        return []
-    return [m.VolumeMount(name="data", mount_path=settings.data_mount, read_only=True)]
 
 
 @dataclass(frozen=True)
@@ -345,18 +223,18 @@ class _Render:
         return Label(key="model", value=self.model)
 
     def container(self, name: str, args: list[str], **options: Any) -> Container:
-        """A step's container template (`_tool_container`, with this model's tool env)."""
-        return _tool_container(name, args, settings=self.settings, env=_tool_env(self.model),
+        """A step's container template (`tool_container`, with this model's tool env)."""
+        return tool_container(name, args, settings=self.settings, env=tool_env(self.model),
                                **options)
 
     def git_env(self, *, helper: bool) -> list[Env | SecretEnv]:
         """The git token with where it may go (`workflows.binding`): the platform's servers."""
-        return _git_credentials(self.settings, helper=helper,
+        return git_credentials(self.settings, helper=helper,
                                 scope=git_scope(self.loaded, self.settings))
 
     def production_args(self, step: str) -> list[str]:
         """`mlops step STEP` told where production is: the GitOps repo and its branch."""
-        return _step_args(step, "--production-from-gitops", "{{workflow.parameters.gitops-repo}}",
+        return step_args(step, "--production-from-gitops", "{{workflow.parameters.gitops-repo}}",
                           "--gitops-branch", self.loaded.config.promotion.gitops.branch)
 
     def image(self) -> str:
@@ -376,7 +254,7 @@ def _prepare_data_template(r: _Render) -> Container | None:
     cache_mounts = [m.VolumeMount(name="data-cache", mount_path=DATA_CACHE_MOUNT)]
     return r.container(
         "prepare-data",
-        _step_args("prepare-data", "--cache", f"$({DATA_CACHE_ENV})"),
+        step_args("prepare-data", "--cache", f"$({DATA_CACHE_ENV})"),
         extra_env=[
             Env(name=DATA_CACHE_ENV, value=DATA_CACHE_MOUNT if settings.data_cache_claim
                 else f"{WORKSPACE}/data-cache"),
@@ -610,7 +488,7 @@ def _publish_template(r: _Render) -> Container:
     proposed."""
     return r.container(
         "publish-model",
-        _step_args("publish", "--models-root", f"$({MODELS_ENV})"),
+        step_args("publish", "--models-root", f"$({MODELS_ENV})"),
         extra_env=_models_env(),
         extra_mounts=[m.VolumeMount(name="models", mount_path=MODELS_MOUNT)],
         outputs=[Parameter(name="model-dir", value_from=m.ValueFrom(path=_out("model-dir")))],

@@ -42,14 +42,10 @@ from workflows.expressions import (
     substitute,
 )
 from workflows.jobplan import PLAN_ANNOTATIONS
-from workflows.pipeline import (
-    ALLOW_PROTOCOL_ENV,
-    ARGO_METRIC_PREFIX,
-    BUILD_TASK,
-    workflow_name,
-)
+from workflows.pipeline import ARGO_METRIC_PREFIX, BUILD_TASK, workflow_name
 from workflows.pod_paths import DATA_CACHE_ENV, LOCAL_ANNOTATION, MODELS_ENV, PATH_ENV
 from workflows.push import SUBMIT_STEP
+from workflows.step_container import ALLOW_PROTOCOL_ENV
 from workflows.steps import STEPS, submit_pipeline
 from workflows.steps.record_outcome import OUTCOME_FILE
 

@@ -3,7 +3,7 @@
 Each module has `build_parser()` (its arguments), `main(argv)` (what a
 container runs as `mlops step NAME ...`, and what the local runner calls in
 process) and, where the step does work, a typed `run(...)`. The Argo
-templates build these argv with `workflows.pipeline._step_args`; a test parses
+templates build these argv with `workflows.step_container.step_args`; a test parses
 every rendered argv with the real parsers (tests/workflows/test_rendered_argv.py).
 """
 
