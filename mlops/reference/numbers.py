@@ -10,7 +10,6 @@ the file.
 
 from __future__ import annotations
 
-import functools
 import json
 import pathlib
 import re
@@ -23,11 +22,6 @@ PLACEHOLDER = re.compile(
 
 
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
-
-
-@functools.lru_cache(maxsize=None)
-def _load(path: pathlib.Path) -> Any:
-    return json.loads(path.read_text())
 
 
 def _lookup(data: Any, dotted: str) -> Any:
@@ -52,14 +46,19 @@ def _plain(value: Any) -> str:
 
 
 def render(markdown: str, results: pathlib.Path, page: str = "page") -> str:
-    """`markdown` with every placeholder replaced by its number from `results/<file>.json`."""
+    """`markdown` with every placeholder replaced by its number from `results/<file>.json`
+    (each file read once per call: `mkdocs serve` shows a re-run benchmark's numbers)."""
+    loaded: dict[pathlib.Path, Any] = {}
+
     def number(match: re.Match[str]) -> str:
         source = results / f"{match['file']}.json"
         where = f"{page}: {match[0]}"
         if not source.is_file():
             raise ValueError(f"{where}: no results file {source}")
         try:
-            value = _lookup(_load(source), match["path"])
+            if source not in loaded:
+                loaded[source] = json.loads(source.read_text())
+            value = _lookup(loaded[source], match["path"])
         except KeyError as missing:
             raise ValueError(f"{where}: {source.name} has no {missing} on that path") from None
         if isinstance(value, (dict, list)):
