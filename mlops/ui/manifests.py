@@ -199,10 +199,11 @@ def ui_manifests(*, gitops_url: str, prometheus_url: str | None = None,
     if actions:
         docs += _readiness_reader(namespace, models_namespace, labels)
         pod["serviceAccountName"] = READINESS_READER
-        for container in containers[1:]:  # the auth proxy calls no API: hide the token
+        if containers[1:]:  # the auth proxy calls no API: an empty dir hides the token
+            volumes.append({"name": "no-api-token", "emptyDir": {}})
+        for container in containers[1:]:
             container.setdefault("volumeMounts", []).append(
                 {"name": "no-api-token", "mountPath": TOKEN_PATH, "readOnly": True})
-            volumes.append({"name": "no-api-token", "emptyDir": {}})
     if image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in image_pull_secrets]
     deployment = {
