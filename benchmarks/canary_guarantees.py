@@ -288,11 +288,10 @@ def _probe(rng: np.random.Generator, case: Case, images: int = 32, val: int = 50
 
 
 def rollout(rng: np.random.Generator, case: Case,
-            traffic: np.random.Generator | None = None) -> dict[str, Any]:
+            traffic: np.random.Generator) -> dict[str, Any]:
     """One rollout to its end or the horizon. `traffic` draws the requests of each window
     (its own stream, so that two versions of the code see the same traffic as long as
     they decide alike); the answers, errors and latencies come from `rng`."""
-    traffic = rng if traffic is None else traffic
     policy = CanaryPolicy(interval=case.interval,
                           min_requests=10**9 if case.held else case.min_requests)
     state = start_canary("m", "v1", "v2", policy.steps[0], T0)
