@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from mlops.errors import UserError
 from mlops.images.base import PYTHON_SLIM, ensure_base
 from mlops.images.context import DIGEST_LABEL, KIT_LABEL, context_digest, paths_digest
-from mlops.images.podman import Store, require_tools
+from mlops.images.podman import Store, output_tail, require_tools
 
 __all__ = ["IMAGES", "TRAINING_BASE", "ImageSpec", "build_after", "build_all", "build_argv",
            "select"]
@@ -307,7 +307,7 @@ def _build_one(root: pathlib.Path, spec: ImageSpec, store: Store, ca: pathlib.Pa
         + "".join(f" --build-arg {k}={v}" for k, v in build_arg_values(spec).items()))
     proc = store.podman(*argv, check=False)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        tail = output_tail(proc)
         raise UserError(f"building {spec.name} from {spec.context}/{spec.dockerfile} "
                         f"failed (podman exit {proc.returncode}):\n{tail}")
     seconds = round(time.monotonic() - start, 1)

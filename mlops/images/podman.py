@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from mlops.errors import UserError
 
-__all__ = ["PodmanMissing", "Store", "default_store_dir"]
+__all__ = ["PodmanMissing", "Store", "default_store_dir", "output_tail"]
 
 STORE_ENV = "MLOPS_CONTAINERS_DIR"
 _ULIMITS = ("nofile=20000:20000", "nproc=32768:32768")
@@ -37,6 +37,12 @@ def default_store_dir() -> pathlib.Path:
         return pathlib.Path(chosen).expanduser().resolve()
     cache = os.environ.get("XDG_CACHE_HOME") or str(pathlib.Path.home() / ".cache")
     return pathlib.Path(cache) / "paddle-mlops" / "containers"
+
+
+def output_tail(proc: subprocess.CompletedProcess[str], lines: int = 25) -> str:
+    """The last `lines` of what a captured podman run printed: what a failed build's
+    message shows (the failing step and its error are at the end)."""
+    return "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-lines:])
 
 
 def require_tools(*programs: str, path: str | None = None) -> None:

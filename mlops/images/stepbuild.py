@@ -25,7 +25,7 @@ from mlops.images.build import (
     prepare_store,
 )
 from mlops.images.context import KIT_LABEL, context_digest
-from mlops.images.podman import Store
+from mlops.images.podman import Store, output_tail
 
 __all__ = ["MODES", "MODE_ENV", "StepBuild", "build_args_of", "build_for_step",
            "step_builder"]
@@ -124,7 +124,7 @@ def build_for_step(env: Mapping[str, str], script: str, *, store: Store | None =
                              digest=digest)
     proc = store.podman(*argv, check=False)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        tail = output_tail(proc)
         raise UserError(f"build-image: building {dockerfile} failed (podman exit "
                         f"{proc.returncode}), as it would in the cluster:\n{tail}")
     seconds = round(time.monotonic() - start, 2)
