@@ -28,6 +28,11 @@ __all__ = ["DataLock", "FilePin", "SplitPin", "dataset_digest", "read_lock", "wr
 _SHA256 = r"^[0-9a-f]{64}$"
 
 
+def _leaves_the_source(path: str) -> bool:
+    """An absolute path, a `..` or a backslash: joined to a root, it could point outside."""
+    return path.startswith("/") or ".." in pathlib.PurePosixPath(path).parts or "\\" in path
+
+
 @pydantic.dataclasses.dataclass(frozen=True, slots=True,
                                 config=pydantic.ConfigDict(extra="forbid"))
 class FilePin:
@@ -45,8 +50,7 @@ class FilePin:
     @classmethod
     def _relative(cls, value: str) -> str:
         # A pinned path is joined to the source root and to the workspace: never let it out.
-        parts = pathlib.PurePosixPath(value).parts
-        if value.startswith("/") or ".." in parts or "\\" in value:
+        if _leaves_the_source(value):
             raise ValueError(f"{value!r} must be a relative path inside the source")
         return value
 
@@ -72,8 +76,7 @@ class SplitPin(pydantic.BaseModel):
     @pydantic.field_validator("image_root")
     @classmethod
     def _root(cls, value: str) -> str:
-        parts = pathlib.PurePosixPath(value).parts
-        if value.startswith("/") or ".." in parts or "\\" in value:
+        if _leaves_the_source(value):
             raise ValueError(f"{value!r} must be a relative folder inside the source")
         return value.strip("/")
 
